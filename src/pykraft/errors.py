@@ -1,0 +1,154 @@
+"""Exceptions that carry their Kafka error code, and the invariant guard.
+
+Inside the node, code raises these; the protocol edge turns each into the error field the
+API defines (STYLE.md section 6). `InvariantViolation` is different: only a bug can raise
+it, and the node's supervisor stops the node rather than answer a client.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from kio.schema.errors import ErrorCode
+
+__all__ = [
+    "ErrorCode",
+    "KafkaError",
+    "InvariantViolation",
+    "invariant",
+]
+
+
+class KafkaError(Exception):
+    """An error a client can be told about, with the Kafka error code that tells it."""
+
+    code: ClassVar[ErrorCode] = ErrorCode.unknown_server_error
+
+
+class InvariantViolation(Exception):
+    """A broken internal invariant: a bug. Never mapped to an error code."""
+
+
+def invariant(condition: bool, message: str) -> None:
+    if not condition:  # unlike `assert`, this survives `python -O`
+        raise InvariantViolation(message)
+
+
+class CorruptRecord(KafkaError):
+    code = ErrorCode.corrupt_message
+
+
+class InvalidRecord(KafkaError):
+    code = ErrorCode.invalid_record
+
+
+class MessageTooLarge(KafkaError):
+    code = ErrorCode.message_too_large
+
+
+class RecordListTooLarge(KafkaError):
+    code = ErrorCode.record_list_too_large
+
+
+class InvalidTimestamp(KafkaError):
+    code = ErrorCode.invalid_timestamp
+
+
+class UnsupportedCompressionType(KafkaError):
+    code = ErrorCode.unsupported_compression_type
+
+
+class UnsupportedForMessageFormat(KafkaError):
+    code = ErrorCode.unsupported_for_message_format
+
+
+class OffsetOutOfRange(KafkaError):
+    code = ErrorCode.offset_out_of_range
+
+
+class UnknownTopicOrPartition(KafkaError):
+    code = ErrorCode.unknown_topic_or_partition
+
+
+class UnknownTopicId(KafkaError):
+    code = ErrorCode.unknown_topic_id
+
+
+class NotLeaderOrFollower(KafkaError):
+    code = ErrorCode.not_leader_or_follower
+
+
+class FencedLeaderEpoch(KafkaError):
+    code = ErrorCode.fenced_leader_epoch
+
+
+class UnknownLeaderEpoch(KafkaError):
+    code = ErrorCode.unknown_leader_epoch
+
+
+class InvalidTopic(KafkaError):
+    code = ErrorCode.invalid_topic_exception
+
+
+class TopicAlreadyExists(KafkaError):
+    code = ErrorCode.topic_already_exists
+
+
+class InvalidPartitions(KafkaError):
+    code = ErrorCode.invalid_partitions
+
+
+class InvalidReplicationFactor(KafkaError):
+    code = ErrorCode.invalid_replication_factor
+
+
+class InvalidReplicaAssignment(KafkaError):
+    code = ErrorCode.invalid_replica_assignment
+
+
+class InvalidConfig(KafkaError):
+    code = ErrorCode.invalid_config
+
+
+class InvalidRequest(KafkaError):
+    code = ErrorCode.invalid_request
+
+
+class PolicyViolation(KafkaError):
+    code = ErrorCode.policy_violation
+
+
+class UnsupportedVersion(KafkaError):
+    code = ErrorCode.unsupported_version
+
+
+class NotController(KafkaError):
+    code = ErrorCode.not_controller
+
+
+class KafkaStorageError(KafkaError):
+    code = ErrorCode.kafka_storage_error
+
+
+class RequestTimedOut(KafkaError):
+    code = ErrorCode.request_timed_out
+
+
+class InconsistentClusterId(KafkaError):
+    code = ErrorCode.inconsistent_cluster_id
+
+
+class BrokerNotAvailable(KafkaError):
+    code = ErrorCode.broker_not_available
+
+
+class LeaderNotAvailable(KafkaError):
+    code = ErrorCode.leader_not_available
+
+
+class InvalidRequiredAcks(KafkaError):
+    code = ErrorCode.invalid_required_acks
+
+
+class ThrottlingQuotaExceeded(KafkaError):
+    code = ErrorCode.throttling_quota_exceeded

@@ -152,3 +152,19 @@ class InvalidRequiredAcks(KafkaError):
 
 class ThrottlingQuotaExceeded(KafkaError):
     code = ErrorCode.throttling_quota_exceeded
+
+
+class NotLeaderError(NotLeaderOrFollower):
+    """This node is not the Raft leader; says which node is (-1 when unknown) and in what epoch.
+
+    At the controller edge it maps to NOT_CONTROLLER; on a partition, to NOT_LEADER_OR_FOLLOWER.
+    """
+
+    def __init__(self, leader_id: int, leader_epoch: int) -> None:
+        super().__init__(f"not the leader; leader is {leader_id} in epoch {leader_epoch}")
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+
+
+class InconsistentVoterSet(KafkaError):
+    code = ErrorCode.inconsistent_voter_set

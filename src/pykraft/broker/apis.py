@@ -1,0 +1,339 @@
+"""Broker request handlers: the protocol edge of the data path.
+
+Each handler reads a kio request entity of whatever version the client speaks, does the work
+through the replica manager (data) or the controller channel (metadata changes, "forwarded"
+to the active controller), and builds the response of the same version with `make`. Errors
+are turned into the per-partition / per-topic error codes the API defines; exceptions that
+are not KafkaError become UNKNOWN_SERVER_ERROR for that partition and are logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+from kio.schema.errors import ErrorCode
+
+from pykraft.broker.metadata_cache import MetadataCache
+from pykraft.broker.replica_manager import Partition, ReplicaManager
+from pykraft.errors import (
+    InvariantViolation,
+    KafkaError,
+    UnknownTopicId,
+    UnknownTopicOrPartition,
+)
+from pykraft.net.server import RequestContext
+from pykraft.protocol.api import BROKER_APIS, ApiKey
+from pykraft.protocol.entities import NO_THROTTLE, field, make, millis, response_module
+
+log = logging.getLogger(__name__)
+
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4
+LATEST_TIERED_TIMESTAMP = -5
+
+
+class AdminHandlers(Protocol):
+    """Handlers for APIs that change or describe metadata (topics, configs, cluster)."""
+
+    def handlers(self) -> dict[int, Callable[[RequestContext, Any], Awaitable[Any]]]: ...
+
+
+def error_of(error: BaseException) -> tuple[ErrorCode, str | None]:
+    if isinstance(error, InvariantViolation):
+        raise error
+    if isinstance(error, KafkaError):
+        return error.code, str(error) or None
+    log.exception("unexpected error handling a request", exc_info=error)
+    return ErrorCode.unknown_server_error, None
+
+
+class BrokerApis:
+    """The dispatcher for broker listeners (see net.server.Dispatcher)."""
+
+    def __init__(
+        self,
+        node_id: int,
+        cache: MetadataCache,
+        replicas: ReplicaManager,
+        admin: AdminHandlers,
+        *,
+        auto_create_topics: Callable[[list[str]], Awaitable[None]] | None,
+    ) -> None:
+        self.node_id = node_id
+        self.cache = cache
+        self.replicas = replicas
+        self.auto_create_topics = auto_create_topics
+        self._handlers: dict[int, Callable[[RequestContext, Any], Awaitable[Any]]] = {
+            ApiKey.API_VERSIONS: self.api_versions,
+            ApiKey.METADATA: self.metadata,
+            ApiKey.PRODUCE: self.produce,
+            ApiKey.FETCH: self.fetch,
+            ApiKey.LIST_OFFSETS: self.list_offsets,
+        }
+        self._handlers.update(admin.handlers())
+
+    @property
+    def apis(self) -> dict[int, tuple[int, int]]:
+        return BROKER_APIS
+
+    async def handle(self, context: RequestContext, request: Any) -> Any | None:
+        return await self._handlers[context.header.api_key](context, request)
+
+    # -- ApiVersions ------------------------------------------------------------------
+
+    def _api_versions_body(self, version: int, error: ErrorCode) -> Any:
+        module = response_module(ApiKey.API_VERSIONS, version)
+        keys = tuple(
+            make(module.ApiVersion, api_key=key, min_version=low, max_version=high)
+            for key, (low, high) in sorted(self.apis.items())
+        )
+        image = self.cache.image
+        level = image.features.metadata_version
+        finalized = ()
+        supported = ()
+        if level > 0:
+            finalized = (
+                make(module.FinalizedFeatureKey, name="metadata.version",
+                     max_version_level=level, min_version_level=level),
+            )
+            supported = (
+                make(module.SupportedFeatureKey, name="metadata.version",
+                     min_version=1, max_version=level),
+            )
+        return make(
+            module.ApiVersionsResponse,
+            error_code=error,
+            api_keys=keys,
+            throttle_time=NO_THROTTLE,
+            supported_features=supported,
+            finalized_features_epoch=image.offset if level > 0 else -1,
+            finalized_features=finalized,
+        )
+
+    def unsupported_api_versions_response(self) -> Any:
+        return self._api_versions_body(0, ErrorCode.unsupported_version)
+
+    async def api_versions(self, context: RequestContext, request: Any) -> Any:
+        version = context.header.api_version
+        if version >= 3:
+            name = field(request, "client_software_name", "")
+            software_version = field(request, "client_software_version", "")
+            if not _valid_software_field(name) or not _valid_software_field(software_version):
+                return self._api_versions_body(version, ErrorCode.invalid_request)
+        return self._api_versions_body(version, ErrorCode.none)
+
+    # -- Metadata ---------------------------------------------------------------------
+
+    async def metadata(self, context: RequestContext, request: Any) -> Any:
+        version = context.header.api_version
+        requested = field(request, "topics")
+        if requested is not None and self.auto_create_topics is not None:
+            missing = [
+                topic.name for topic in requested
+                if topic.name is not None and self.cache.image.topics.by_name.get(topic.name) is None
+            ]
+            if missing and field(request, "allow_auto_topic_creation", True):
+                await self.auto_create_topics(missing)
+        return self.cache.metadata_response(version, context.listener_name, requested)
+
+    # -- Produce ----------------------------------------------------------------------
+
+    async def produce(self, context: RequestContext, request: Any) -> Any | None:
+        version = context.header.api_version
+        module = response_module(ApiKey.PRODUCE, version)
+        acks = request.acks
+        image = self.cache.image
+        results: list[tuple[str, list[Any]]] = []
+        pending: list[tuple[Partition, int]] = []
+        for topic in request.topic_data:
+            partitions = []
+            for data in topic.partition_data:
+                partitions.append(self._produce_partition(module, topic.name, data, acks,
+                                                          image, pending))
+            results.append((topic.name, partitions))
+        if acks == 0:
+            return None
+        if acks == -1 and pending:
+            await self.replicas.wait_for_high_watermark(pending, millis(request.timeout))
+        return make(
+            module.ProduceResponse,
+            responses=tuple(
+                make(module.TopicProduceResponse, name=name,
+                     partition_responses=tuple(self._finish_produce(module, p) for p in parts))
+                for name, parts in results
+            ),
+            throttle_time=NO_THROTTLE,
+        )
+
+    def _produce_partition(
+        self, module: Any, topic: str, data: Any, acks: int, image: Any,
+        pending: list[tuple[Partition, int]],
+    ) -> dict[str, Any]:
+        try:
+            partition = self.replicas.leader_partition(topic, data.index, image)
+            info = self.replicas.append(partition, data.records or b"", acks)
+        except Exception as error:  # noqa: BLE001 - mapped to the partition's error code
+            code, message = error_of(error)
+            return {"index": data.index, "error_code": code, "base_offset": -1,
+                    "error_message": message}
+        if acks == -1:
+            pending.append((partition, info.last_offset + 1))
+        append_time = None
+        if info.log_append_time_ms >= 0:
+            append_time = datetime.datetime.fromtimestamp(
+                info.log_append_time_ms / 1000, tz=datetime.UTC)
+        return {"index": data.index, "error_code": ErrorCode.none,
+                "base_offset": info.first_offset, "log_append_time": append_time,
+                "log_start_offset": info.log_start_offset, "partition": partition}
+
+    def _finish_produce(self, module: Any, result: dict[str, Any]) -> Any:
+        partition = result.pop("partition", None)
+        if partition is not None and partition.log.high_watermark <= result["base_offset"]:
+            result["error_code"] = ErrorCode.request_timed_out
+        return make(module.PartitionProduceResponse, record_errors=(), **result)
+
+    # -- Fetch ------------------------------------------------------------------------
+
+    async def fetch(self, context: RequestContext, request: Any) -> Any:
+        version = context.header.api_version
+        module = response_module(ApiKey.FETCH, version)
+        max_wait_ms = millis(request.max_wait)
+        min_bytes = request.min_bytes
+        max_bytes = field(request, "max_bytes", 0x7FFFFFFF)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max_wait_ms / 1000
+        while True:
+            topics, total, errors, parked = self._read_fetch(module, request, max_bytes)
+            remaining_ms = int((deadline - loop.time()) * 1000)
+            if total >= min_bytes or errors or remaining_ms <= 0 or not parked:
+                break
+            await self.replicas.wait_for_data(parked, remaining_ms)
+        return make(
+            module.FetchResponse,
+            throttle_time=NO_THROTTLE,
+            error_code=ErrorCode.none,
+            session_id=0,  # no incremental fetch session is created (KIP-227 allows that)
+            responses=tuple(topics),
+        )
+
+    def _read_fetch(
+        self, module: Any, request: Any, max_bytes: int
+    ) -> tuple[list[Any], int, bool, list[Partition]]:
+        image = self.cache.image
+        total, errors = 0, False
+        parked: list[Partition] = []
+        topics = []
+        for topic in request.topics:
+            name, topic_id = self._fetch_topic_name(topic, image)
+            partitions = []
+            for wanted in topic.partitions:
+                result = self._fetch_partition(
+                    module, name, wanted, image, max(0, max_bytes - total), total == 0
+                )
+                partition, data = result
+                if data.error_code != ErrorCode.none:
+                    errors = True
+                elif partition is not None:
+                    parked.append(partition)
+                total += len(data.records or b"")
+                partitions.append(data)
+            topics.append(make(module.FetchableTopicResponse, topic=name, topic_id=topic_id,
+                               partitions=tuple(partitions)))
+        return topics, total, errors, parked
+
+    def _fetch_topic_name(self, topic: Any, image: Any) -> tuple[str, uuid.UUID | None]:
+        topic_id = field(topic, "topic_id")
+        if topic_id is None:
+            return topic.topic, None
+        found = image.topics.by_id.get(topic_id)
+        return (found.name if found is not None else ""), topic_id
+
+    def _fetch_partition(
+        self, module: Any, topic: str, wanted: Any, image: Any, bytes_left: int, first: bool
+    ) -> tuple[Partition | None, Any]:
+        try:
+            if not topic:
+                raise UnknownTopicId("unknown topic id")
+            partition = self.replicas.leader_partition(topic, wanted.partition, image)
+            partition.check_epoch(field(wanted, "current_leader_epoch", -1))
+            limit = min(wanted.partition_max_bytes, bytes_left)
+            read = self.replicas.read(partition, wanted.fetch_offset, limit,
+                                      min_one_message=first)
+        except Exception as error:  # noqa: BLE001 - mapped to the partition's error code
+            code, _ = error_of(error)
+            if code == ErrorCode.unknown_topic_or_partition and field(wanted, "topic_id"):
+                code = ErrorCode.unknown_topic_id
+            return None, make(module.PartitionData, partition_index=wanted.partition,
+                              error_code=code, high_watermark=-1, last_stable_offset=-1,
+                              log_start_offset=-1, aborted_transactions=None, records=b"")
+        log_ = partition.log
+        return partition, make(
+            module.PartitionData,
+            partition_index=wanted.partition,
+            error_code=ErrorCode.none,
+            high_watermark=log_.high_watermark,
+            last_stable_offset=log_.high_watermark,
+            log_start_offset=log_.log_start_offset,
+            aborted_transactions=None,
+            records=read.records,
+        )
+
+    # -- ListOffsets ------------------------------------------------------------------
+
+    async def list_offsets(self, context: RequestContext, request: Any) -> Any:
+        version = context.header.api_version
+        module = response_module(ApiKey.LIST_OFFSETS, version)
+        image = self.cache.image
+        topics = []
+        for topic in request.topics:
+            partitions = tuple(
+                self._list_offset(module, topic.name, wanted, image)
+                for wanted in topic.partitions
+            )
+            topics.append(make(module.ListOffsetsTopicResponse, name=topic.name,
+                               partitions=partitions))
+        return make(module.ListOffsetsResponse, throttle_time=NO_THROTTLE, topics=tuple(topics))
+
+    def _list_offset(self, module: Any, topic: str, wanted: Any, image: Any) -> Any:
+        try:
+            partition = self.replicas.leader_partition(topic, wanted.partition_index, image)
+            partition.check_epoch(field(wanted, "current_leader_epoch", -1))
+            offset, timestamp = self._offset_for(partition, wanted.timestamp)
+        except Exception as error:  # noqa: BLE001 - mapped to the partition's error code
+            code, _ = error_of(error)
+            return make(module.ListOffsetsPartitionResponse,
+                        partition_index=wanted.partition_index, error_code=code)
+        epoch = partition.leader_epoch if offset >= 0 else -1
+        return make(module.ListOffsetsPartitionResponse, partition_index=wanted.partition_index,
+                    error_code=ErrorCode.none, timestamp=timestamp, offset=offset,
+                    leader_epoch=epoch)
+
+    def _offset_for(self, partition: Partition, timestamp: int) -> tuple[int, int]:
+        log_ = partition.log
+        if timestamp == LATEST_TIMESTAMP:
+            return log_.high_watermark, -1
+        if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+            return log_.log_start_offset, -1
+        if timestamp == LATEST_TIERED_TIMESTAMP:
+            return -1, -1  # no tiered storage: nothing has been tiered
+        if timestamp < MAX_TIMESTAMP:
+            raise UnknownTopicOrPartition(f"unsupported ListOffsets timestamp {timestamp}")
+        found = log_.fetch_offset_by_timestamp(timestamp)
+        if found is None or found[0] >= log_.high_watermark:
+            return -1, -1
+        return found
+
+
+def _valid_software_field(value: str) -> bool:
+    """KIP-511: letters, digits, '.', '-'; must start and end with a letter or digit."""
+    if not value:
+        return False
+    return value[0].isalnum() and value[-1].isalnum() and all(
+        c.isalnum() or c in ".-" for c in value)

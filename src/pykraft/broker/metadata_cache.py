@@ -1,0 +1,139 @@
+"""The broker's view of cluster metadata, and the Metadata responses built from it.
+
+The cache holds the latest published MetadataImage. Metadata responses for "all topics" are
+memoized per (image, version, listener): an unchanged image answers every client's periodic
+refresh with the same entity.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import uuid
+from typing import Any, Final
+
+from kio.schema.errors import ErrorCode
+
+from pykraft.metadata.image import MetadataDelta, MetadataImage
+from pykraft.protocol.api import ApiKey
+from pykraft.protocol.entities import NO_THROTTLE, make, response_module
+
+
+INTERNAL_TOPICS: Final = frozenset({"__consumer_offsets", "__transaction_state"})
+_LEGAL_TOPIC: Final = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+
+
+def legal_topic_name(name: str) -> bool:
+    return bool(_LEGAL_TOPIC.match(name)) and name not in (".", "..")
+
+
+class MetadataCache:
+    def __init__(self, node_id: int, cluster_id: str) -> None:
+        self.node_id = node_id
+        self.cluster_id = cluster_id
+        self.image = MetadataImage.EMPTY
+        self._all_topics: dict[tuple[int, str], Any] = {}
+        self._rng = random.Random()
+
+    def publish(self, delta: MetadataDelta, image: MetadataImage) -> None:
+        self.image = image
+        self._all_topics.clear()
+
+    def live_brokers(self, listener_name: str) -> list[tuple[int, str, int, str | None]]:
+        """(id, host, port, rack) of unfenced brokers with an endpoint for this listener."""
+        found = []
+        for broker in self.image.cluster.brokers.values():
+            if broker.fenced:
+                continue
+            endpoint = broker.listeners.get(listener_name)
+            if endpoint is not None:
+                found.append((broker.id, endpoint.host, endpoint.port, broker.rack))
+        return sorted(found)
+
+    def controller_id(self, brokers: list[tuple[int, str, int, str | None]]) -> int:
+        """KRaft convention: clients are shown a random live broker as "the controller";
+        admin requests sent there are forwarded to the active controller."""
+        if not brokers:
+            return -1
+        ids = [broker[0] for broker in brokers]
+        return self.node_id if self.node_id in ids else self._rng.choice(ids)
+
+    def metadata_response(self, version: int, listener_name: str, requested: Any) -> Any:
+        if requested is None:
+            key = (version, listener_name)
+            cached = self._all_topics.get(key)
+            if cached is None:
+                cached = self._all_topics[key] = self._build(version, listener_name, None)
+            return cached
+        return self._build(version, listener_name, requested)
+
+    def _build(self, version: int, listener_name: str, requested: Any) -> Any:
+        module = response_module(ApiKey.METADATA, version)
+        brokers = self.live_brokers(listener_name)
+        image = self.image
+        if requested is None:
+            names = sorted(image.topics.by_name.keys())
+            topics = [self._topic(module, name, None) for name in names]
+        else:
+            topics = [self._requested_topic(module, wanted) for wanted in requested]
+        return make(
+            module.MetadataResponse,
+            throttle_time=NO_THROTTLE,
+            brokers=tuple(
+                make(module.MetadataResponseBroker, node_id=i, host=h, port=p, rack=r)
+                for i, h, p, r in brokers
+            ),
+            cluster_id=self.cluster_id,
+            controller_id=self.controller_id(brokers),
+            topics=tuple(topics),
+        )
+
+    def _requested_topic(self, module: Any, wanted: Any) -> Any:
+        name = wanted.name
+        topic_id = getattr(wanted, "topic_id", None)
+        if name is None and topic_id is not None:
+            found = self.image.topics.by_id.get(topic_id)
+            if found is None:
+                return self._topic_error(module, None, topic_id, ErrorCode.unknown_topic_id)
+            name = found.name
+        if name is None:
+            return self._topic_error(module, None, topic_id, ErrorCode.invalid_request)
+        return self._topic(module, name, topic_id)
+
+    def _topic(self, module: Any, name: str, topic_id: Any) -> Any:
+        topic = self.image.topics.by_name.get(name)
+        if topic is None:
+            code = (ErrorCode.invalid_topic_exception if not legal_topic_name(name)
+                    else ErrorCode.unknown_topic_or_partition)
+            return self._topic_error(module, name, topic_id, code)
+        partitions = []
+        for index in sorted(topic.partitions.keys()):
+            registration = topic.partitions[index]
+            leader = registration.leader
+            code = ErrorCode.none if leader >= 0 else ErrorCode.leader_not_available
+            partitions.append(make(
+                module.MetadataResponsePartition,
+                error_code=code,
+                partition_index=index,
+                leader_id=leader,
+                leader_epoch=registration.leader_epoch,
+                replica_nodes=tuple(registration.replicas),
+                isr_nodes=tuple(registration.isr),
+                offline_replicas=tuple(self._offline(registration.replicas)),
+            ))
+        return make(
+            module.MetadataResponseTopic,
+            error_code=ErrorCode.none,
+            name=name,
+            topic_id=topic.topic_id,
+            is_internal=name in INTERNAL_TOPICS,
+            partitions=tuple(partitions),
+        )
+
+    def _offline(self, replicas: Any) -> list[int]:
+        brokers = self.image.cluster.brokers
+        return [r for r in replicas if r not in brokers or brokers[r].fenced]
+
+    def _topic_error(self, module: Any, name: str | None, topic_id: Any, code: ErrorCode) -> Any:
+        return make(module.MetadataResponseTopic, error_code=code, name=name,
+                    topic_id=topic_id or uuid.UUID(int=0), is_internal=False, partitions=())

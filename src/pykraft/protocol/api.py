@@ -1,0 +1,63 @@
+"""Which APIs a node serves, at which versions.
+
+The ranges are what this node implements, not all kio knows: a version is listed only when
+every field it adds is honoured (or is a documented deviation in docs/protocol.md).
+Versions below Kafka 4.0's baseline (KIP-896) are not offered; kio does not define them.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import Final
+
+
+class ApiKey(IntEnum):
+    PRODUCE = 0
+    FETCH = 1
+    LIST_OFFSETS = 2
+    METADATA = 3
+    API_VERSIONS = 18
+    CREATE_TOPICS = 19
+    DELETE_TOPICS = 20
+    DESCRIBE_CONFIGS = 32
+    ALTER_CONFIGS = 33
+    CREATE_PARTITIONS = 37
+    INCREMENTAL_ALTER_CONFIGS = 44
+    DESCRIBE_QUORUM = 55
+    DESCRIBE_CLUSTER = 60
+
+
+# api key -> (min version, max version) served on broker listeners
+BROKER_APIS: Final[dict[int, tuple[int, int]]] = {
+    ApiKey.PRODUCE: (3, 12),  # v13 addresses topics by id (Kafka 4.1); not yet
+    ApiKey.FETCH: (4, 16),
+    ApiKey.LIST_OFFSETS: (1, 9),
+    ApiKey.METADATA: (0, 12),
+    ApiKey.API_VERSIONS: (0, 4),
+    ApiKey.CREATE_TOPICS: (2, 7),
+    ApiKey.DELETE_TOPICS: (1, 6),
+    ApiKey.DESCRIBE_CONFIGS: (1, 4),
+    ApiKey.ALTER_CONFIGS: (0, 2),
+    ApiKey.CREATE_PARTITIONS: (0, 3),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
+    ApiKey.DESCRIBE_QUORUM: (0, 2),
+    ApiKey.DESCRIBE_CLUSTER: (0, 1),
+}
+
+# served on controller listeners (more come with the multi-node controller)
+CONTROLLER_APIS: Final[dict[int, tuple[int, int]]] = {
+    ApiKey.API_VERSIONS: (0, 4),
+    ApiKey.DESCRIBE_QUORUM: (0, 2),
+    ApiKey.DESCRIBE_CLUSTER: (0, 1),
+    ApiKey.CREATE_TOPICS: (2, 7),
+    ApiKey.DELETE_TOPICS: (1, 6),
+    ApiKey.CREATE_PARTITIONS: (0, 3),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
+    ApiKey.ALTER_CONFIGS: (0, 2),
+    ApiKey.DESCRIBE_CONFIGS: (1, 4),
+}
+
+
+def supports(table: dict[int, tuple[int, int]], api_key: int, api_version: int) -> bool:
+    versions = table.get(api_key)
+    return versions is not None and versions[0] <= api_version <= versions[1]

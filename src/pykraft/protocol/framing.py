@@ -1,0 +1,185 @@
+"""Request/response framing: size prefix, request header v1/v2, response header v0/v1.
+
+A request frame is `int32 size | header | body`. The request header is
+
+    api_key int16 | api_version int16 | correlation_id int32 | client_id nullable string(int16)
+    [| tagged fields]            <- header v2, for flexible versions of the API
+
+`client_id` keeps the old int16-length encoding even in header v2. Responses are
+`int32 size | correlation_id int32 [| tagged fields] | body`, with header v1 for flexible
+versions — except ApiVersions, whose response header is always v0 so that a client can read
+it before it knows which versions the broker speaks (KIP-511).
+
+Bodies are encoded and decoded by kio entities, looked up lazily by (api key, version).
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from dataclasses import dataclass
+from functools import cache
+from typing import Any, Final
+
+from kio.index import load_request_schema, load_response_schema
+from kio.serial import entity_reader, entity_writer
+from kio.serial.readers import read_unsigned_varint
+
+from pykraft.errors import InvalidRequest
+
+API_VERSIONS_KEY: Final = 18
+_HEADER_FIXED: Final = struct.Struct(">hhih")
+_SIZE: Final = struct.Struct(">i")
+_CORRELATION: Final = struct.Struct(">ii")
+
+
+class FrameError(ValueError):
+    """The frame cannot be understood; the connection that sent it is closed."""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHeader:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    body_offset: int  # where the body starts in the frame
+
+
+def parse_request_header(frame: bytes | memoryview) -> RequestHeader:
+    """Read the fixed part of a request header; tagged fields are skipped for flexible APIs.
+
+    Whether the header has tagged fields depends on the API version, so callers pass the
+    result to `skip_header_tags` once they know the version is flexible.
+    """
+    if len(frame) < _HEADER_FIXED.size:
+        raise FrameError(f"frame of {len(frame)} bytes is shorter than a request header")
+    api_key, api_version, correlation_id, client_id_length = _HEADER_FIXED.unpack_from(frame)
+    offset = _HEADER_FIXED.size
+    client_id: str | None = None
+    if client_id_length >= 0:
+        end = offset + client_id_length
+        if end > len(frame):
+            raise FrameError("client_id runs past the end of the frame")
+        try:
+            client_id = bytes(frame[offset:end]).decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise FrameError("client_id is not UTF-8") from error
+        offset = end
+    elif client_id_length != -1:
+        raise FrameError(f"client_id length {client_id_length}")
+    return RequestHeader(api_key, api_version, correlation_id, client_id, offset)
+
+
+def skip_header_tags(header: RequestHeader, frame: bytes | memoryview) -> RequestHeader:
+    """Move past the header's tagged fields (request header v2)."""
+    offset = header.body_offset
+    try:
+        count, size = read_unsigned_varint(frame, offset)
+        offset += size
+        for _ in range(count):
+            _tag, size = read_unsigned_varint(frame, offset)
+            offset += size
+            length, size = read_unsigned_varint(frame, offset)
+            offset += size + length
+    except Exception as error:
+        raise FrameError(f"bad request header tagged fields: {error}") from error
+    if offset > len(frame):
+        raise FrameError("request header tagged fields run past the end of the frame")
+    return RequestHeader(
+        header.api_key, header.api_version, header.correlation_id, header.client_id, offset
+    )
+
+
+@cache
+def request_type(api_key: int, api_version: int) -> Any:
+    return load_request_schema(api_key, api_version)
+
+
+@cache
+def response_type(api_key: int, api_version: int) -> Any:
+    return load_response_schema(api_key, api_version)
+
+
+@cache
+def _reader(entity_type: Any) -> Any:
+    return entity_reader(entity_type)
+
+
+@cache
+def _writer(entity_type: Any) -> Any:
+    return entity_writer(entity_type)
+
+
+def is_flexible(api_key: int, api_version: int) -> bool:
+    return bool(request_type(api_key, api_version).__flexible__)
+
+
+def decode_request(header: RequestHeader, frame: bytes | memoryview) -> Any:
+    """Decode the body of a request whose header was parsed (and tags skipped if flexible)."""
+    entity_type = request_type(header.api_key, header.api_version)
+    try:
+        entity, size = _reader(entity_type)(frame, header.body_offset)
+    except Exception as error:
+        raise InvalidRequest(
+            f"cannot decode {entity_type.__name__} v{header.api_version}: {error}"
+        ) from error
+    if header.body_offset + size != len(frame):
+        raise InvalidRequest(
+            f"{entity_type.__name__} v{header.api_version} left "
+            f"{len(frame) - header.body_offset - size} bytes unread"
+        )
+    return entity
+
+
+def encode_response(correlation_id: int, response: Any) -> bytes:
+    """Encode a kio response entity with its header and size prefix."""
+    buffer = io.BytesIO()
+    buffer.write(b"\0\0\0\0")
+    flexible_header = response.__flexible__ and response.__api_key__ != API_VERSIONS_KEY
+    buffer.write(_SIZE.pack(correlation_id))
+    if flexible_header:
+        buffer.write(b"\0")  # no tagged fields in the response header
+    _writer(type(response))(buffer, response)
+    data = buffer.getbuffer()
+    _SIZE.pack_into(data, 0, len(data) - 4)
+    del data
+    return buffer.getvalue()
+
+
+def encode_request(
+    api_key: int, api_version: int, correlation_id: int, client_id: str | None, request: Any
+) -> bytes:
+    """Encode a request with header and size prefix (used by our own clients and tests)."""
+    buffer = io.BytesIO()
+    buffer.write(b"\0\0\0\0")
+    encoded_client = None if client_id is None else client_id.encode()
+    buffer.write(
+        _HEADER_FIXED.pack(
+            api_key,
+            api_version,
+            correlation_id,
+            -1 if encoded_client is None else len(encoded_client),
+        )
+    )
+    if encoded_client:
+        buffer.write(encoded_client)
+    if is_flexible(api_key, api_version):
+        buffer.write(b"\0")
+    _writer(type(request))(buffer, request)
+    data = buffer.getbuffer()
+    _SIZE.pack_into(data, 0, len(data) - 4)
+    del data
+    return buffer.getvalue()
+
+
+def decode_response(api_key: int, api_version: int, frame: bytes | memoryview) -> tuple[int, Any]:
+    """Decode a response frame (without its size prefix): (correlation_id, entity)."""
+    (correlation_id,) = _SIZE.unpack_from(frame)
+    offset = 4
+    entity_type = response_type(api_key, api_version)
+    if entity_type.__flexible__ and api_key != API_VERSIONS_KEY:
+        header = skip_header_tags(RequestHeader(0, 0, 0, None, offset), frame)
+        offset = header.body_offset
+    entity, _ = _reader(entity_type)(frame, offset)
+    return correlation_id, entity

@@ -1,0 +1,5 @@
+import sys
+
+from pykraft.cli.main import main
+
+sys.exit(main())

@@ -168,3 +168,23 @@ class NotLeaderError(NotLeaderOrFollower):
 
 class InconsistentVoterSet(KafkaError):
     code = ErrorCode.inconsistent_voter_set
+
+
+class StaleBrokerEpoch(KafkaError):
+    code = ErrorCode.stale_broker_epoch
+
+
+class BrokerIdNotRegistered(KafkaError):
+    code = ErrorCode.broker_id_not_registered
+
+
+class DuplicateBrokerRegistration(KafkaError):
+    code = ErrorCode.duplicate_broker_registration
+
+
+class InvalidRegistration(KafkaError):
+    code = ErrorCode.invalid_registration
+
+
+class TopicDeletionDisabled(KafkaError):
+    code = ErrorCode.topic_deletion_disabled

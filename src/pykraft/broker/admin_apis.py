@@ -1,0 +1,401 @@
+"""Handlers for metadata APIs: topics, partitions, configs, cluster and quorum descriptions.
+
+Changes (CreateTopics, DeleteTopics, CreatePartitions, AlterConfigs,
+IncrementalAlterConfigs) are translated into the controller's neutral requests and
+forwarded through a `ControllerChannel` to the active controller — in-process on a combined
+node — which answers once the records are committed. Descriptions are read from the broker's
+metadata image and configuration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Final, Protocol
+
+from kio.schema.errors import ErrorCode
+
+from pykraft.broker.metadata_cache import MetadataCache
+from pykraft.controller.requests import (
+    AlterableConfig,
+    AlterConfigOp,
+    AlterConfigsResource,
+    AlterConfigsResult,
+    ConfigResourceType,
+    ConfigSource,
+    CreatableTopic,
+    CreatePartitionsResult,
+    CreatePartitionsTopic,
+    CreateTopicResult,
+    DeleteTopicResult,
+    LegacyAlterConfigsResource,
+)
+from pykraft.net.server import RequestContext
+from pykraft.protocol.api import ApiKey
+from pykraft.protocol.entities import NO_THROTTLE, field, make, response_module
+from pykraft.storage import log_config
+
+# DescribeConfigs ConfigType ids
+_OPERATIONS: Final = frozenset(op.value for op in AlterConfigOp)
+_CONFIG_TYPES: Final = {"boolean": 1, "string": 2, "int": 3, "short": 4, "long": 5,
+                        "double": 6, "list": 7, "class": 8, "password": 9}
+
+
+class ControllerChannel(Protocol):
+    """The way to the active controller (in-process now; an RPC client on brokers later)."""
+
+    async def create_topics(
+        self, topics: Sequence[CreatableTopic], *, validate_only: bool
+    ) -> Sequence[CreateTopicResult]: ...
+
+    async def delete_topics(
+        self, names: Sequence[str], topic_ids: Sequence[Any]
+    ) -> Sequence[DeleteTopicResult]: ...
+
+    async def create_partitions(
+        self, topics: Sequence[CreatePartitionsTopic], *, validate_only: bool
+    ) -> Sequence[CreatePartitionsResult]: ...
+
+    async def incremental_alter_configs(
+        self, resources: Sequence[AlterConfigsResource], *, validate_only: bool
+    ) -> Sequence[AlterConfigsResult]: ...
+
+    async def alter_configs(
+        self, resources: Sequence[LegacyAlterConfigsResource], *, validate_only: bool
+    ) -> Sequence[AlterConfigsResult]: ...
+
+
+class QuorumInfo(Protocol):
+    """What DescribeQuorum reports (from the Raft driver)."""
+
+    def describe_quorum(self) -> Mapping[str, Any]: ...
+
+
+class AdminApis:
+    def __init__(
+        self,
+        node_id: int,
+        cache: MetadataCache,
+        controller: ControllerChannel,
+        server_configs: Mapping[str, str],
+        quorum: QuorumInfo,
+    ) -> None:
+        self.node_id = node_id
+        self.cache = cache
+        self.controller = controller
+        self.server_configs = server_configs
+        self.quorum = quorum
+
+    def handlers(self) -> dict[int, Callable[[RequestContext, Any], Awaitable[Any]]]:
+        return {
+            ApiKey.CREATE_TOPICS: self.create_topics,
+            ApiKey.DELETE_TOPICS: self.delete_topics,
+            ApiKey.CREATE_PARTITIONS: self.create_partitions,
+            ApiKey.INCREMENTAL_ALTER_CONFIGS: self.incremental_alter_configs,
+            ApiKey.ALTER_CONFIGS: self.alter_configs,
+            ApiKey.DESCRIBE_CONFIGS: self.describe_configs,
+            ApiKey.DESCRIBE_CLUSTER: self.describe_cluster,
+            ApiKey.DESCRIBE_QUORUM: self.describe_quorum,
+        }
+
+    # -- topics -----------------------------------------------------------------------
+
+    async def create_topics(self, context: RequestContext, request: Any) -> Any:
+        module = response_module(ApiKey.CREATE_TOPICS, context.header.api_version)
+        topics = [
+            CreatableTopic(
+                name=topic.name,
+                num_partitions=topic.num_partitions,
+                replication_factor=topic.replication_factor,
+                assignments={a.partition_index: tuple(a.broker_ids) for a in topic.assignments},
+                configs={c.name: c.value for c in topic.configs},
+            )
+            for topic in request.topics
+        ]
+        results = await self.controller.create_topics(
+            topics, validate_only=field(request, "validate_only", False)
+        )
+        return make(
+            module.CreateTopicsResponse,
+            throttle_time=NO_THROTTLE,
+            topics=tuple(
+                make(
+                    module.CreatableTopicResult,
+                    name=result.name,
+                    topic_id=result.topic_id,
+                    error_code=result.error_code,
+                    error_message=result.error_message,
+                    num_partitions=result.num_partitions,
+                    replication_factor=result.replication_factor,
+                    configs=self._created_configs(module, result),
+                )
+                for result in results
+            ),
+        )
+
+    @staticmethod
+    def _created_configs(module: Any, result: CreateTopicResult) -> Any:
+        if result.error_code != ErrorCode.none or not hasattr(module, "CreatableTopicConfigs"):
+            return None
+        return tuple(
+            make(module.CreatableTopicConfigs, name=c.name, value=c.value,
+                 read_only=c.read_only, config_source=int(c.config_source),
+                 is_sensitive=c.is_sensitive)
+            for c in result.configs
+        )
+
+    async def delete_topics(self, context: RequestContext, request: Any) -> Any:
+        module = response_module(ApiKey.DELETE_TOPICS, context.header.api_version)
+        names: list[str] = list(field(request, "topic_names", None) or ())
+        ids: list[Any] = []
+        for topic in field(request, "topics", None) or ():
+            if topic.name is not None:
+                names.append(topic.name)
+            else:
+                ids.append(topic.topic_id)
+        results = await self.controller.delete_topics(names, ids)
+        return make(
+            module.DeleteTopicsResponse,
+            throttle_time=NO_THROTTLE,
+            responses=tuple(
+                make(module.DeletableTopicResult, name=r.name, topic_id=r.topic_id,
+                     error_code=r.error_code, error_message=r.error_message)
+                for r in results
+            ),
+        )
+
+    async def create_partitions(self, context: RequestContext, request: Any) -> Any:
+        module = response_module(ApiKey.CREATE_PARTITIONS, context.header.api_version)
+        topics = [
+            CreatePartitionsTopic(
+                name=topic.name,
+                count=topic.count,
+                assignments=None if topic.assignments is None
+                else tuple(tuple(a.broker_ids) for a in topic.assignments),
+            )
+            for topic in request.topics
+        ]
+        results = await self.controller.create_partitions(
+            topics, validate_only=request.validate_only
+        )
+        return make(
+            module.CreatePartitionsResponse,
+            throttle_time=NO_THROTTLE,
+            results=tuple(
+                make(module.CreatePartitionsTopicResult, name=r.name, error_code=r.error_code,
+                     error_message=r.error_message)
+                for r in results
+            ),
+        )
+
+    # -- configs ----------------------------------------------------------------------
+
+    async def incremental_alter_configs(self, context: RequestContext, request: Any) -> Any:
+        module = response_module(ApiKey.INCREMENTAL_ALTER_CONFIGS, context.header.api_version)
+        resources, rejected = [], []
+        for resource in request.resources:
+            operations = [c.config_operation for c in resource.configs]
+            if any(op not in _OPERATIONS for op in operations):
+                rejected.append(AlterConfigsResult(
+                    resource.resource_type, resource.resource_name, ErrorCode.invalid_request,
+                    f"unknown config operation in {operations}"))
+                continue
+            resources.append(AlterConfigsResource(
+                resource_type=resource.resource_type,
+                resource_name=resource.resource_name,
+                configs=tuple(AlterableConfig(c.name, AlterConfigOp(c.config_operation), c.value)
+                              for c in resource.configs),
+            ))
+        results = list(await self.controller.incremental_alter_configs(
+            resources, validate_only=request.validate_only
+        )) if resources else []
+        return self._alter_response(module, module.IncrementalAlterConfigsResponse,
+                                    results + rejected)
+
+    async def alter_configs(self, context: RequestContext, request: Any) -> Any:
+        module = response_module(ApiKey.ALTER_CONFIGS, context.header.api_version)
+        resources = [
+            LegacyAlterConfigsResource(
+                resource_type=resource.resource_type,
+                resource_name=resource.resource_name,
+                configs={c.name: c.value for c in resource.configs},
+            )
+            for resource in request.resources
+        ]
+        results = await self.controller.alter_configs(
+            resources, validate_only=request.validate_only
+        )
+        return self._alter_response(module, module.AlterConfigsResponse, results)
+
+    @staticmethod
+    def _alter_response(module: Any, response_type: Any,
+                        results: Sequence[AlterConfigsResult]) -> Any:
+        return make(
+            response_type,
+            throttle_time=NO_THROTTLE,
+            responses=tuple(
+                make(module.AlterConfigsResourceResponse, error_code=r.error_code,
+                     error_message=r.error_message, resource_type=r.resource_type,
+                     resource_name=r.resource_name)
+                for r in results
+            ),
+        )
+
+    async def describe_configs(self, context: RequestContext, request: Any) -> Any:
+        module = response_module(ApiKey.DESCRIBE_CONFIGS, context.header.api_version)
+        synonyms = field(request, "include_synonyms", False)
+        documentation = field(request, "include_documentation", False)
+        results = []
+        for resource in request.resources:
+            keys = resource.configuration_keys
+            try:
+                entries = self._describe_resource(resource.resource_type, resource.resource_name)
+            except _DescribeError as error:
+                results.append(make(module.DescribeConfigsResult, error_code=error.code,
+                                    error_message=str(error),
+                                    resource_type=resource.resource_type,
+                                    resource_name=resource.resource_name, configs=()))
+                continue
+            configs = tuple(
+                _config_entry(module, entry, synonyms, documentation)
+                for entry in entries if not keys or entry.name in keys
+            )
+            results.append(make(module.DescribeConfigsResult, error_code=ErrorCode.none,
+                                error_message=None, resource_type=resource.resource_type,
+                                resource_name=resource.resource_name, configs=configs))
+        return make(module.DescribeConfigsResponse, throttle_time=NO_THROTTLE,
+                    results=tuple(results))
+
+    def _describe_resource(self, resource_type: int, name: str) -> list[_Entry]:
+        image = self.cache.image
+        if resource_type == ConfigResourceType.TOPIC:
+            if image.topics.by_name.get(name) is None:
+                raise _DescribeError(ErrorCode.unknown_topic_or_partition,
+                                     f"Topic {name} does not exist")
+            overrides = image.configs.get(ConfigResourceType.TOPIC, name)
+            return [self._topic_entry(definition, overrides)
+                    for definition in log_config.TOPIC_CONFIGS.values()]
+        if resource_type == ConfigResourceType.BROKER:
+            if name not in ("", str(self.node_id)):
+                raise _DescribeError(ErrorCode.invalid_request,
+                                     f"broker {name} is not this broker ({self.node_id})")
+            return self._broker_entries()
+        raise _DescribeError(ErrorCode.invalid_request,
+                             f"unsupported config resource type {resource_type}")
+
+    def _topic_entry(self, definition: Any, overrides: Mapping[str, str]) -> _Entry:
+        if definition.name in overrides:
+            value, source = overrides[definition.name], ConfigSource.TOPIC_CONFIG
+        else:
+            value, source = log_config.server_default(definition.name, self.server_configs)
+        sensitive = definition.type == "password"
+        return _Entry(definition.name, None if sensitive else value, False, int(source),
+                      sensitive, _CONFIG_TYPES.get(definition.type, 0), definition.doc)
+
+    def _broker_entries(self) -> list[_Entry]:
+        from pykraft.server.config import SERVER_KEYS
+
+        entries = []
+        for name, key in sorted(SERVER_KEYS.items()):
+            if name in self.server_configs:
+                value, source = self.server_configs[name], ConfigSource.STATIC_BROKER_CONFIG
+            else:
+                value, source = key.default, ConfigSource.DEFAULT_CONFIG
+            sensitive = key.type == "password"
+            entries.append(_Entry(name, None if sensitive else value, True, int(source),
+                                  sensitive, _CONFIG_TYPES.get(key.type, 0), None))
+        return entries
+
+    # -- cluster and quorum -----------------------------------------------------------
+
+    async def describe_cluster(self, context: RequestContext, request: Any) -> Any:
+        module = response_module(ApiKey.DESCRIBE_CLUSTER, context.header.api_version)
+        if field(request, "endpoint_type", 1) != 1:
+            return make(module.DescribeClusterResponse, throttle_time=NO_THROTTLE,
+                        error_code=ErrorCode.unsupported_endpoint_type,
+                        error_message="only broker endpoints are described",
+                        cluster_id=self.cache.cluster_id, brokers=())
+        brokers = self.cache.live_brokers(context.listener_name)
+        return make(
+            module.DescribeClusterResponse,
+            throttle_time=NO_THROTTLE,
+            error_code=ErrorCode.none,
+            error_message=None,
+            endpoint_type=1,
+            cluster_id=self.cache.cluster_id,
+            controller_id=self.cache.controller_id(brokers),
+            brokers=tuple(make(module.DescribeClusterBroker, broker_id=i, host=h, port=p, rack=r)
+                          for i, h, p, r in brokers),
+        )
+
+    async def describe_quorum(self, context: RequestContext, request: Any) -> Any:
+        module = response_module(ApiKey.DESCRIBE_QUORUM, context.header.api_version)
+        state = self.quorum.describe_quorum()
+        topics = []
+        for topic in request.topics:
+            partitions = []
+            for wanted in topic.partitions:
+                if topic.topic_name != "__cluster_metadata" or wanted.partition_index != 0:
+                    partitions.append(make(
+                        module.PartitionData, partition_index=wanted.partition_index,
+                        error_code=ErrorCode.unknown_topic_or_partition, error_message=None,
+                        leader_id=-1, leader_epoch=-1, high_watermark=-1,
+                        current_voters=(), observers=()))
+                    continue
+                partitions.append(make(
+                    module.PartitionData, partition_index=0, error_code=ErrorCode.none,
+                    error_message=None, leader_id=state["leader_id"],
+                    leader_epoch=state["leader_epoch"], high_watermark=state["high_watermark"],
+                    current_voters=tuple(_replica(module, r) for r in state["voters"]),
+                    observers=tuple(_replica(module, r) for r in state["observers"])))
+            topics.append(make(module.TopicData, topic_name=topic.topic_name,
+                               partitions=tuple(partitions)))
+        nodes = tuple(
+            make(module.Node, node_id=node_id,
+                 listeners=tuple(make(module.Listener, name=n, host=h, port=p)
+                                 for n, h, p in listeners))
+            for node_id, listeners in state.get("nodes", {}).items()
+        ) if hasattr(module, "Node") else ()
+        return make(module.DescribeQuorumResponse, error_code=ErrorCode.none,
+                    error_message=None, topics=tuple(topics), nodes=nodes)
+
+
+class _DescribeError(Exception):
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class _Entry:
+    __slots__ = ("name", "value", "read_only", "source", "sensitive", "type", "doc")
+
+    def __init__(self, name: str, value: str | None, read_only: bool, source: int,
+                 sensitive: bool, config_type: int, doc: str | None) -> None:
+        self.name, self.value, self.read_only, self.source = name, value, read_only, source
+        self.sensitive, self.type, self.doc = sensitive, config_type, doc
+
+
+def _config_entry(module: Any, entry: _Entry, synonyms: bool, documentation: bool) -> Any:
+    synonym_list = ()
+    if synonyms and entry.source != ConfigSource.DEFAULT_CONFIG:
+        synonym_list = (make(module.DescribeConfigsSynonym, name=entry.name, value=entry.value,
+                             source=entry.source),)
+    return make(
+        module.DescribeConfigsResourceResult,
+        name=entry.name,
+        value=entry.value,
+        read_only=entry.read_only,
+        config_source=entry.source,
+        is_default=entry.source == ConfigSource.DEFAULT_CONFIG,
+        is_sensitive=entry.sensitive,
+        synonyms=synonym_list,
+        config_type=entry.type,
+        documentation=entry.doc if documentation else None,
+    )
+
+
+def _replica(module: Any, replica: Mapping[str, int]) -> Any:
+    return make(module.ReplicaState, replica_id=replica["replica_id"],
+                replica_directory_id=None, log_end_offset=replica["log_end_offset"],
+                last_fetch_timestamp=replica.get("last_fetch_timestamp", -1),
+                last_caught_up_timestamp=replica.get("last_caught_up_timestamp", -1))
+

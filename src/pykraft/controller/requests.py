@@ -1,0 +1,225 @@
+"""Neutral request and response values of the quorum controller's operations.
+
+The broker's protocol handlers translate kio entities to these and back; the controller
+core never sees the wire. Names follow Kafka's RPC fields (CreateTopics, DeleteTopics,
+CreatePartitions, IncrementalAlterConfigs, AlterConfigs, BrokerRegistration,
+BrokerHeartbeat). Error codes are kio's `ErrorCode` (an `IntEnum`); messages are Kafka's
+wording where Kafka has one.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Final, Generic, TypeVar
+
+from pykraft.errors import ErrorCode
+from pykraft.metadata.records import MetadataRecord
+
+__all__ = [
+    "NO_TOPIC_ID",
+    "OpResult",
+    "ConfigResourceType",
+    "ConfigSource",
+    "AlterConfigOp",
+    "CreatableTopic",
+    "CreatableTopicConfig",
+    "CreateTopicResult",
+    "DeleteTopicResult",
+    "CreatePartitionsTopic",
+    "CreatePartitionsResult",
+    "AlterableConfig",
+    "AlterConfigsResource",
+    "LegacyAlterConfigsResource",
+    "AlterConfigsResult",
+    "Listener",
+    "BrokerFeatureRange",
+    "BrokerRegistrationResult",
+    "BrokerHeartbeatResult",
+    "TickResult",
+]
+
+NO_TOPIC_ID: Final = uuid.UUID(int=0)
+
+ResponseT = TypeVar("ResponseT")
+
+
+@dataclass(frozen=True, slots=True)
+class OpResult(Generic[ResponseT]):
+    """What an operation decided: records to append (in order, atomically) and the answer.
+
+    The answer may be given to the client only once every record is committed. An empty
+    `records` means nothing changes (a validate-only request, or every item failed).
+    """
+
+    records: tuple[MetadataRecord, ...]
+    response: ResponseT
+
+
+class ConfigResourceType(IntEnum):
+    """Kafka's ConfigResource.Type ids (the ones the metadata log stores)."""
+
+    TOPIC = 2
+    BROKER = 4
+
+
+class ConfigSource(IntEnum):
+    """DescribeConfigs/CreateTopics `ConfigSource` ids."""
+
+    UNKNOWN = 0
+    TOPIC_CONFIG = 1
+    DYNAMIC_BROKER_CONFIG = 2
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+    STATIC_BROKER_CONFIG = 4
+    DEFAULT_CONFIG = 5
+
+
+class AlterConfigOp(IntEnum):
+    """IncrementalAlterConfigs `ConfigOperation` ids."""
+
+    SET = 0
+    DELETE = 1
+    APPEND = 2
+    SUBTRACT = 3
+
+
+# -- CreateTopics ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CreatableTopic:
+    """One topic of a CreateTopics request; -1 means "use the cluster default"."""
+
+    name: str
+    num_partitions: int = -1
+    replication_factor: int = -1
+    assignments: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
+    configs: Mapping[str, str | None] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class CreatableTopicConfig:
+    """One effective config of a created topic, as CreateTopics v5+ reports it."""
+
+    name: str
+    value: str | None
+    read_only: bool
+    config_source: ConfigSource
+    is_sensitive: bool
+
+
+@dataclass(frozen=True, slots=True)
+class CreateTopicResult:
+    name: str
+    topic_id: uuid.UUID = NO_TOPIC_ID
+    error_code: ErrorCode = ErrorCode.none
+    error_message: str | None = None
+    num_partitions: int = -1
+    replication_factor: int = -1
+    configs: tuple[CreatableTopicConfig, ...] = ()
+
+
+# -- DeleteTopics ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteTopicResult:
+    """`name` is None when the request named the topic by an unknown id."""
+
+    name: str | None
+    topic_id: uuid.UUID = NO_TOPIC_ID
+    error_code: ErrorCode = ErrorCode.none
+    error_message: str | None = None
+
+
+# -- CreatePartitions -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CreatePartitionsTopic:
+    """Grow `name` to `count` partitions; `assignments` lists the new partitions' replicas."""
+
+    name: str
+    count: int
+    assignments: tuple[tuple[int, ...], ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CreatePartitionsResult:
+    name: str
+    error_code: ErrorCode = ErrorCode.none
+    error_message: str | None = None
+
+
+# -- IncrementalAlterConfigs / AlterConfigs -------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AlterableConfig:
+    name: str
+    op: AlterConfigOp
+    value: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class AlterConfigsResource:
+    resource_type: int
+    resource_name: str
+    configs: tuple[AlterableConfig, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class LegacyAlterConfigsResource:
+    """A legacy AlterConfigs resource: `configs` replaces every existing override."""
+
+    resource_type: int
+    resource_name: str
+    configs: Mapping[str, str | None]
+
+
+@dataclass(frozen=True, slots=True)
+class AlterConfigsResult:
+    resource_type: int
+    resource_name: str
+    error_code: ErrorCode = ErrorCode.none
+    error_message: str | None = None
+
+
+# -- BrokerRegistration / BrokerHeartbeat ----------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Listener:
+    name: str
+    host: str
+    port: int
+    security_protocol: int
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerFeatureRange:
+    name: str
+    min_supported_version: int
+    max_supported_version: int
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRegistrationResult:
+    broker_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerHeartbeatResult:
+    is_caught_up: bool
+    is_fenced: bool
+    should_shut_down: bool
+
+
+@dataclass(frozen=True, slots=True)
+class TickResult:
+    """`fenced_broker_ids`: brokers whose session expired; call `tick` again at `wake_at_ms`."""
+
+    fenced_broker_ids: tuple[int, ...]
+    wake_at_ms: int

@@ -14,6 +14,8 @@ from functools import cache
 from types import ModuleType
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from pykraft.protocol.framing import response_type
 
 
@@ -30,6 +32,9 @@ def _field_names(entity_type: type) -> frozenset[str]:
 def make(entity_type: Any, **values: Any) -> Any:
     """Construct `entity_type` from the values it has fields for; the rest are dropped."""
     names = _field_names(entity_type)
+    error_code = values.get("error_code")
+    if error_code is not None and not isinstance(error_code, ErrorCode):
+        values["error_code"] = ErrorCode(error_code)
     return entity_type(**{name: value for name, value in values.items() if name in names})
 
 

@@ -1,0 +1,109 @@
+"""Request/response framing: header versions, round trips, and garbage rejected cleanly."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+
+from pykraft.errors import InvalidRequest
+from pykraft.protocol.api import BROKER_APIS
+from pykraft.protocol.entities import NO_THROTTLE, make, response_module
+from pykraft.protocol.framing import (
+    FrameError,
+    decode_request,
+    decode_response,
+    encode_request,
+    encode_response,
+    is_flexible,
+    parse_request_header,
+    request_type,
+    response_type,
+    skip_header_tags,
+)
+
+
+def _frame(data: bytes) -> bytes:
+    (size,) = struct.unpack_from(">i", data)
+    assert size == len(data) - 4
+    return data[4:]
+
+
+def test_flexible_request_round_trips_with_header_v2() -> None:
+    request = MetadataRequest(
+        topics=(MetadataRequestTopic(topic_id=None, name="orders"),),
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    )
+    frame = _frame(encode_request(3, 12, 77, "client-a", request))
+    header = parse_request_header(frame)
+    assert (header.api_key, header.api_version, header.correlation_id) == (3, 12, 77)
+    assert header.client_id == "client-a"
+    header = skip_header_tags(header, frame)
+    assert decode_request(header, frame) == request
+
+
+def test_null_client_id_is_accepted() -> None:
+    frame = _frame(encode_request(18, 3, 5, None, ApiVersionsRequest(
+        client_software_name="x", client_software_version="1")))
+    header = parse_request_header(frame)
+    assert header.client_id is None
+
+
+def test_api_versions_response_header_has_no_tagged_fields() -> None:
+    module = response_module(18, 3)
+    response = make(module.ApiVersionsResponse, error_code=0, api_keys=(),
+                    throttle_time=NO_THROTTLE)
+    data = _frame(encode_response(9, response))
+    # correlation id, then straight into the body: error_code int16 = 0
+    assert data[:4] == struct.pack(">i", 9)
+    assert data[4:6] == b"\x00\x00"
+    correlation_id, decoded = decode_response(18, 3, data)
+    assert correlation_id == 9 and decoded == response
+
+
+def test_flexible_response_header_has_tagged_fields() -> None:
+    module = response_module(3, 12)
+    response = make(module.MetadataResponse, throttle_time=NO_THROTTLE, brokers=(),
+                    cluster_id="c", controller_id=1, topics=())
+    data = _frame(encode_response(4, response))
+    assert data[4] == 0  # empty tag buffer of response header v1
+    assert decode_response(3, 12, data) == (4, response)
+
+
+def test_trailing_bytes_are_invalid() -> None:
+    frame = _frame(encode_request(18, 3, 1, "c", ApiVersionsRequest(
+        client_software_name="x", client_software_version="1"))) + b"junk"
+    header = skip_header_tags(parse_request_header(frame), frame)
+    with pytest.raises(InvalidRequest):
+        decode_request(header, frame)
+
+
+def test_truncated_header_is_a_frame_error() -> None:
+    with pytest.raises(FrameError):
+        parse_request_header(b"\x00\x03\x00")
+    with pytest.raises(FrameError):
+        parse_request_header(struct.pack(">hhih", 3, 1, 1, 50) + b"short")
+
+
+def test_every_advertised_version_has_kio_entities() -> None:
+    for api_key, (low, high) in BROKER_APIS.items():
+        for version in range(low, high + 1):
+            assert request_type(api_key, version).__version__ == version
+            assert response_type(api_key, version).__version__ == version
+            assert is_flexible(api_key, version) in (True, False)
+
+
+@given(st.binary(max_size=200))
+def test_garbage_never_escapes_as_anything_but_frame_or_request_errors(data: bytes) -> None:
+    try:
+        header = parse_request_header(data)
+        if (header.api_key, header.api_version) == (3, 12):
+            header = skip_header_tags(header, data)
+            decode_request(header, data)
+    except (FrameError, InvalidRequest):
+        pass

@@ -20,6 +20,7 @@ from kio.schema.errors import ErrorCode
 
 from pykraft.broker.metadata_cache import MetadataCache
 from pykraft.broker.replica_manager import Partition, ReplicaManager
+from pykraft.metadata.image import MetadataImage
 from pykraft.errors import (
     InvariantViolation,
     KafkaError,
@@ -89,45 +90,13 @@ class BrokerApis:
     # -- ApiVersions ------------------------------------------------------------------
 
     def _api_versions_body(self, version: int, error: ErrorCode) -> Any:
-        module = response_module(ApiKey.API_VERSIONS, version)
-        keys = tuple(
-            make(module.ApiVersion, api_key=key, min_version=low, max_version=high)
-            for key, (low, high) in sorted(self.apis.items())
-        )
-        image = self.cache.image
-        level = image.features.metadata_version
-        finalized = ()
-        supported = ()
-        if level > 0:
-            finalized = (
-                make(module.FinalizedFeatureKey, name="metadata.version",
-                     max_version_level=level, min_version_level=level),
-            )
-            supported = (
-                make(module.SupportedFeatureKey, name="metadata.version",
-                     min_version=1, max_version=level),
-            )
-        return make(
-            module.ApiVersionsResponse,
-            error_code=error,
-            api_keys=keys,
-            throttle_time=NO_THROTTLE,
-            supported_features=supported,
-            finalized_features_epoch=image.offset if level > 0 else -1,
-            finalized_features=finalized,
-        )
+        return api_versions_response(self.apis, self.cache.image, version, error)
 
     def unsupported_api_versions_response(self) -> Any:
         return self._api_versions_body(0, ErrorCode.unsupported_version)
 
     async def api_versions(self, context: RequestContext, request: Any) -> Any:
-        version = context.header.api_version
-        if version >= 3:
-            name = field(request, "client_software_name", "")
-            software_version = field(request, "client_software_version", "")
-            if not _valid_software_field(name) or not _valid_software_field(software_version):
-                return self._api_versions_body(version, ErrorCode.invalid_request)
-        return self._api_versions_body(version, ErrorCode.none)
+        return answer_api_versions(self.apis, self.cache.image, context, request)
 
     # -- Metadata ---------------------------------------------------------------------
 
@@ -329,6 +298,47 @@ class BrokerApis:
         if found is None or found[0] >= log_.high_watermark:
             return -1, -1
         return found
+
+
+def api_versions_response(
+    apis: dict[int, tuple[int, int]], image: MetadataImage, version: int, error: ErrorCode
+) -> Any:
+    module = response_module(ApiKey.API_VERSIONS, version)
+    keys = tuple(
+        make(module.ApiVersion, api_key=key, min_version=low, max_version=high)
+        for key, (low, high) in sorted(apis.items())
+    )
+    level = image.features.metadata_version
+    finalized: tuple[Any, ...] = ()
+    supported: tuple[Any, ...] = ()
+    if level > 0:
+        finalized = (make(module.FinalizedFeatureKey, name="metadata.version",
+                          max_version_level=level, min_version_level=level),)
+        supported = (make(module.SupportedFeatureKey, name="metadata.version",
+                          min_version=1, max_version=level),)
+    return make(
+        module.ApiVersionsResponse,
+        error_code=error,
+        api_keys=keys,
+        throttle_time=NO_THROTTLE,
+        supported_features=supported,
+        finalized_features_epoch=image.offset if level > 0 else -1,
+        finalized_features=finalized,
+    )
+
+
+def answer_api_versions(
+    apis: dict[int, tuple[int, int]], image: MetadataImage, context: RequestContext,
+    request: Any,
+) -> Any:
+    """ApiVersions v3+ clients name their software; KIP-511 rejects malformed names."""
+    version = context.header.api_version
+    if version >= 3:
+        name = field(request, "client_software_name", "")
+        software_version = field(request, "client_software_version", "")
+        if not _valid_software_field(name) or not _valid_software_field(software_version):
+            return api_versions_response(apis, image, version, ErrorCode.invalid_request)
+    return api_versions_response(apis, image, version, ErrorCode.none)
 
 
 def _valid_software_field(value: str) -> bool:

@@ -1,0 +1,37 @@
+"""The dispatcher of controller listeners: ApiVersions, descriptions and metadata changes."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from pykraft.broker.admin_apis import AdminApis
+from pykraft.broker.apis import answer_api_versions, api_versions_response
+from pykraft.net.server import RequestContext
+from pykraft.protocol.api import CONTROLLER_APIS, ApiKey
+
+
+class ControllerApis:
+    def __init__(self, admin: AdminApis) -> None:
+        self.admin = admin
+        handlers = admin.handlers()
+        self._handlers: dict[int, Callable[[RequestContext, Any], Awaitable[Any]]] = {
+            key: handlers[key] for key in CONTROLLER_APIS if key in handlers
+        }
+        self._handlers[ApiKey.API_VERSIONS] = self.api_versions
+
+    @property
+    def apis(self) -> dict[int, tuple[int, int]]:
+        return CONTROLLER_APIS
+
+    async def handle(self, context: RequestContext, request: Any) -> Any | None:
+        return await self._handlers[context.header.api_key](context, request)
+
+    def unsupported_api_versions_response(self) -> Any:
+        return api_versions_response(self.apis, self.admin.cache.image, 0,
+                                     ErrorCode.unsupported_version)
+
+    async def api_versions(self, context: RequestContext, request: Any) -> Any:
+        return answer_api_versions(self.apis, self.admin.cache.image, context, request)

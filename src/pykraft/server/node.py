@@ -1,0 +1,254 @@
+"""A pykraft node: the composition of storage, Raft, controller and broker in one process.
+
+Start-up, in order:
+1. check every log dir's meta.properties (same cluster id, this node id), load the data logs
+   (recovering from each partition's recovery point after an unclean stop);
+2. open the metadata log and replay it: every committed record goes through the loader into
+   the broker's MetadataImage (and into the controller); the node is then a voter;
+3. as the single voter it becomes the active controller; an empty log gets the bootstrap
+   records (metadata.version);
+4. the broker registers with the controller and heartbeats until it is unfenced (caught up);
+5. only then do the client listeners open, as Kafka's broker does.
+Stop (SIGTERM / Ctrl-C): listeners close, in-flight requests end, logs are flushed and
+checkpointed, and `.kafka_cleanshutdown` marks a clean stop so the next start skips recovery.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from typing import Any
+
+from pykraft.broker.admin_apis import AdminApis
+from pykraft.broker.apis import BrokerApis
+from pykraft.broker.metadata_cache import MetadataCache
+from pykraft.broker.replica_manager import ReplicaManager
+from pykraft.controller.quorum_controller import QuorumController
+from pykraft.controller.requests import Listener as ControllerListener
+from pykraft.errors import InvariantViolation
+from pykraft.metadata.codec import decode_metadata_record
+from pykraft.metadata.loader import MetadataLoader
+from pykraft.net.server import Listener
+from pykraft.raft.core import CommittedBatch
+from pykraft.raft.driver import RaftNode
+from pykraft.server.config import ServerConfig
+from pykraft.server.controller_server import ControllerServer, wall_clock_ms
+from pykraft.server.storage_tool import StorageToolError, check_storage
+from pykraft.storage.log_manager import LogManager
+
+log = logging.getLogger("pykraft.server")
+
+METADATA_TOPIC = "__cluster_metadata"
+SECURITY_PROTOCOL_PLAINTEXT = 0
+
+
+class NodeStartError(Exception):
+    """The node cannot start; the message says why (shown to the user as is)."""
+
+
+class Node:
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        self.node_id = config.node_id
+        self.exit_code = 0
+        self.incarnation_id = uuid.uuid4()
+        self._stopped = asyncio.Event()
+        self._stopping = False
+        self._tasks: list[asyncio.Task[None]] = []
+        self.listeners: list[Listener] = []
+        self.log_manager: LogManager | None = None
+        self.raft: RaftNode | None = None
+        self.controller: ControllerServer | None = None
+        self.broker_epoch = -1
+        self.cluster_id = ""
+
+    # -- start ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        try:
+            self.cluster_id = check_storage(self.config)
+        except StorageToolError as error:
+            raise NodeStartError(str(error)) from error
+        now = wall_clock_ms()
+        values = self.config.values
+        self.log_manager = LogManager(self.config.log_dirs, values)
+        self.log_manager.load(now)
+        self.cache = MetadataCache(self.node_id, self.cluster_id)
+        self.replicas = ReplicaManager(self.node_id, self.log_manager, values, wall_clock_ms)
+        self.loader = MetadataLoader()
+        self.loader.publishers.append(self.cache.publish)
+        self.loader.publishers.append(self.replicas.apply_delta)
+        self.controller_core = QuorumController.from_config(
+            node_id=self.node_id, server_configs=values, seed=uuid.uuid4().int & 0xFFFFFFFF)
+        self.raft = RaftNode.open(
+            node_id=self.node_id,
+            voters=frozenset(self.config.voters),
+            log_dir=self.config.metadata_log_dir / f"{METADATA_TOPIC}-0",
+            listener=self,
+            election_timeout_ms=self.config.get_int("controller.quorum.election.timeout.ms"),
+        )
+        self.controller = ControllerServer(self.controller_core, self.raft)
+        await self.raft.start()
+        await self.raft.wait_leader()
+        if self.controller_core.image.features.metadata_version == 0:
+            await self.controller.append_records(self.controller_core.bootstrap_records())
+        await self._controller_listeners()
+        await self._register_broker()
+        await self._broker_listeners()
+        self._tasks += [
+            asyncio.create_task(self._heartbeat_loop(), name="broker-heartbeat"),
+            asyncio.create_task(self._housekeeping_loop(), name="log-housekeeping"),
+        ]
+        log.info("pykraft node %d started (cluster %s): %s", self.node_id, self.cluster_id,
+                 ", ".join(f"{l.name}://{l.host}:{l.port}" for l in self.listeners))
+
+    # RaftListener
+    def handle_commit(self, batch: CommittedBatch) -> None:
+        records = [decode_metadata_record(value) for value in batch.records]
+        assert self.controller is not None
+        self.controller.handle_committed(batch.last_offset, records)
+        self.loader.handle_commit(batch.base_offset, batch.epoch, records, batch.last_offset)
+
+    def handle_leader_change(self, leader_id: int, epoch: int) -> None:
+        log.info("metadata quorum leader is now %d at epoch %d", leader_id, epoch)
+
+    async def _controller_listeners(self) -> None:
+        controller_names = set(self.config.controller_listeners)
+        for endpoint in self.config.listeners:
+            if endpoint.listener_name in controller_names:
+                await self._listen(endpoint.listener_name, endpoint.host, endpoint.port,
+                                   self._controller_apis())
+
+    async def _broker_listeners(self) -> None:
+        controller_names = set(self.config.controller_listeners)
+        apis = BrokerApis(
+            self.node_id, self.cache, self.replicas, self._admin_apis(),
+            auto_create_topics=self._auto_create_topics
+            if self.config.get_bool("auto.create.topics.enable") else None,
+        )
+        for endpoint in self.config.listeners:
+            if endpoint.listener_name not in controller_names:
+                await self._listen(endpoint.listener_name, endpoint.host, endpoint.port, apis)
+
+    def _admin_apis(self) -> AdminApis:
+        assert self.controller is not None
+        return AdminApis(self.node_id, self.cache, self.controller, self.config.values, self)
+
+    def _controller_apis(self) -> Any:
+        from pykraft.server.controller_apis import ControllerApis
+
+        return ControllerApis(self._admin_apis())
+
+    async def _listen(self, name: str, host: str, port: int, dispatcher: Any) -> None:
+        listener = Listener(
+            name, host, port, dispatcher,
+            request_bytes_max=self.config.get_int("socket.request.max.bytes"),
+            on_fatal=self._fatal,
+        )
+        try:
+            await listener.start()
+        except OSError as error:
+            raise NodeStartError(f"cannot listen on {name}://{host}:{port}: "
+                                 f"{error.strerror}") from error
+        self.listeners.append(listener)
+
+    async def _auto_create_topics(self, names: list[str]) -> None:
+        assert self.controller is not None
+        await self.controller.auto_create_topics(names)
+
+    # -- broker lifecycle (KIP-631), in-process for the combined node ----------------------
+
+    def _advertised(self) -> list[ControllerListener]:
+        return [ControllerListener(e.listener_name, e.host, e.port, SECURITY_PROTOCOL_PLAINTEXT)
+                for e in self.config.advertised_listeners]
+
+    async def _register_broker(self) -> None:
+        assert self.controller is not None
+        result = await self.controller.run(lambda core: core.register_broker(
+            broker_id=self.node_id, incarnation_id=self.incarnation_id,
+            listeners=self._advertised(), rack=self.config.get("broker.rack"),
+            now_ms=wall_clock_ms()))
+        self.broker_epoch = result.broker_epoch
+        while True:
+            heartbeat = await self._heartbeat()
+            if not heartbeat.is_fenced:
+                return
+            await asyncio.sleep(0.01)
+
+    async def _heartbeat(self) -> Any:
+        assert self.controller is not None and self.raft is not None
+        offset = self.raft.high_watermark
+        return await self.controller.run(lambda core: core.broker_heartbeat(
+            broker_id=self.node_id, broker_epoch=self.broker_epoch,
+            current_metadata_offset=offset, want_fence=False, want_shutdown=False,
+            now_ms=wall_clock_ms()))
+
+    async def _heartbeat_loop(self) -> None:
+        interval_s = self.config.get_int("broker.heartbeat.interval.ms") / 1000
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await self._heartbeat()
+            except InvariantViolation as error:
+                self._fatal(error)
+            except Exception:
+                log.exception("broker heartbeat failed")
+
+    # -- periodic log work ------------------------------------------------------------
+
+    async def _housekeeping_loop(self) -> None:
+        retention_every_ms = self.config.get_int("log.retention.check.interval.ms")
+        checkpoint_every_ms = self.config.get_int("log.flush.offset.checkpoint.interval.ms")
+        next_retention = next_checkpoint = wall_clock_ms()
+        assert self.log_manager is not None
+        while True:
+            now = wall_clock_ms()
+            try:
+                if now >= next_retention:
+                    self.log_manager.run_retention(now)
+                    next_retention = now + retention_every_ms
+                self.log_manager.flush_due(now)
+                if now >= next_checkpoint:
+                    self.log_manager.checkpoint()
+                    next_checkpoint = now + checkpoint_every_ms
+            except InvariantViolation as error:
+                self._fatal(error)
+            except Exception:
+                log.exception("log housekeeping failed")
+            await asyncio.sleep(min(1.0, retention_every_ms / 1000))
+
+    # -- DescribeQuorum ---------------------------------------------------------------
+
+    def describe_quorum(self) -> dict[str, Any]:
+        assert self.raft is not None
+        return self.raft.describe_quorum()
+
+    # -- stop -------------------------------------------------------------------------
+
+    def _fatal(self, error: BaseException) -> None:
+        log.critical("stopping: broken invariant: %s", error)
+        self.exit_code = 70
+        asyncio.ensure_future(self.stop())
+
+    async def stop(self) -> None:
+        if self._stopping:
+            await self._stopped.wait()
+            return
+        self._stopping = True
+        log.info("pykraft node %d stopping", self.node_id)
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for listener in self.listeners:
+            await listener.close()
+        if self.raft is not None:
+            await self.raft.stop()
+        if self.log_manager is not None:
+            self.log_manager.close()
+        log.info("pykraft node %d stopped", self.node_id)
+        self._stopped.set()
+
+    async def wait_stopped(self) -> None:
+        await self._stopped.wait()
+

@@ -1,0 +1,72 @@
+"""KRaft's control records: the LeaderChangeMessage a new leader writes first in its epoch.
+
+A control record's key is the ControlRecordType (version int16 0, type int16); its value is
+the message body in the flexible RPC format, whose `Version` field says which schema version
+it is. Kafka writes LeaderChangeMessage version 0 while kraft.version is 0 (static voters),
+and so do we. The body is encoded with kio, which generates it from Kafka's schema.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from typing import Final
+
+from kio.schema.leader_change_message.v0 import LeaderChangeMessage
+from kio.schema.leader_change_message.v0.data import Voter
+from kio.schema.leader_change_message.v1 import LeaderChangeMessage as LeaderChangeMessageV1
+from kio.schema.types import BrokerId
+from kio.serial import entity_reader, entity_writer
+from kio.static.primitive import i16, i32
+
+from pykraft.errors import CorruptRecord
+from pykraft.records.record import ControlRecordType, control_record_key
+
+__all__ = ["LEADER_CHANGE_VERSION", "leader_change_record", "decode_leader_change"]
+
+LEADER_CHANGE_VERSION: Final = 0
+
+_write_leader_change: Final = entity_writer(LeaderChangeMessage)
+_read_leader_change: Final = entity_reader(LeaderChangeMessage)
+_read_leader_change_v1: Final = entity_reader(LeaderChangeMessageV1)
+_VERSION: Final = struct.Struct(">h")
+
+
+def leader_change_record(
+    *, leader_id: int, voters: frozenset[int], granting_voters: frozenset[int]
+) -> tuple[bytes, bytes]:
+    """(key, value) of the LeaderChangeMessage control record electing `leader_id`."""
+    message = LeaderChangeMessage(
+        version=i16(LEADER_CHANGE_VERSION),
+        leader_id=BrokerId(i32(leader_id)),
+        voters=tuple(Voter(voter_id=i32(voter_id)) for voter_id in sorted(voters)),
+        granting_voters=tuple(
+            Voter(voter_id=i32(voter_id)) for voter_id in sorted(granting_voters)
+        ),
+    )
+    buffer = io.BytesIO()
+    _write_leader_change(buffer, message)
+    return control_record_key(ControlRecordType.LEADER_CHANGE), buffer.getvalue()
+
+
+def decode_leader_change(value: bytes) -> LeaderChangeMessage | LeaderChangeMessageV1:
+    """Parse a LeaderChangeMessage record value of version 0 or 1 (its first field says
+    which); anything else, trailing bytes included, is corruption."""
+    if len(value) < _VERSION.size:
+        raise CorruptRecord(f"LeaderChangeMessage of {len(value)} bytes")
+    (version,) = _VERSION.unpack_from(value)
+    try:
+        if version == 0:
+            message: LeaderChangeMessage | LeaderChangeMessageV1
+            message, size = _read_leader_change(value, 0)
+        elif version == 1:
+            message, size = _read_leader_change_v1(value, 0)
+        else:
+            raise CorruptRecord(f"LeaderChangeMessage version {version}")
+    except CorruptRecord:
+        raise
+    except Exception as error:  # kio raises assorted errors on malformed input
+        raise CorruptRecord(f"malformed LeaderChangeMessage: {error}") from error
+    if size != len(value):
+        raise CorruptRecord(f"LeaderChangeMessage of {size} bytes followed by {len(value) - size}")
+    return message

@@ -290,7 +290,10 @@ def _encode_record(
 def _encode_headers(headers: Sequence[Header]) -> bytes:
     out = bytearray(_varint(len(headers)))
     for key, value in headers:
-        encoded_key = key.encode(_HEADER_KEY_ENCODING, _HEADER_KEY_ERRORS)
+        try:
+            encoded_key = key.encode(_HEADER_KEY_ENCODING, _HEADER_KEY_ERRORS)
+        except UnicodeEncodeError as error:  # a lone surrogate that no decode produced
+            raise InvalidRecord(f"header key {key!r} cannot be encoded") from error
         out += _varint(len(encoded_key))
         out += encoded_key
         if value is None:
@@ -361,18 +364,20 @@ class BatchBuilder:
         headers: Sequence[Header] = (),
     ) -> None:
         invariant(offset > self.last_offset, f"offset {offset} after {self.last_offset}")
-        if self.records_count == 0:
-            self.base_timestamp = self.max_timestamp = timestamp
-        elif timestamp > self.max_timestamp:
-            self.max_timestamp = timestamp
+        first = self.records_count == 0
+        base_timestamp = timestamp if first else self.base_timestamp
+        # encoding checks the ranges before it writes anything, so a refused record leaves
+        # the builder as it was
         _encode_record(
             self._records,
             offset - self.base_offset,
-            timestamp - self.base_timestamp,
+            timestamp - base_timestamp,
             key,
             value,
             headers,
         )
+        self.base_timestamp = base_timestamp
+        self.max_timestamp = timestamp if first else max(self.max_timestamp, timestamp)
         self.records_count += 1
         self.last_offset = offset
 

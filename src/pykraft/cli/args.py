@@ -1,0 +1,126 @@
+"""Command-line plumbing shared by the tools: the parser, the two error kinds, k=v options.
+
+Every tool reports bad input as one readable line on stderr and exits with code 1, never a
+traceback and never argparse's default exit code 2. `UsageError` is the user's mistake on
+the command line; `CommandError` is a failure while running (a broker refusal, a missing
+file) that the user can act on. `main` turns both into that one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import NoReturn
+
+__all__ = [
+    "ArgumentParser",
+    "CommandError",
+    "UsageError",
+    "load_properties",
+    "merge_properties",
+    "parse_bool",
+    "parse_bootstrap_servers",
+    "parse_key_values",
+]
+
+
+class UsageError(Exception):
+    """The command line is wrong; the message says how, in one line."""
+
+
+class CommandError(Exception):
+    """The command ran and failed; the message says why, in one line."""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse, but a parse error raises UsageError instead of printing usage and exiting 2."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message} (see '{self.prog} --help')")
+
+
+def parse_key_values(
+    items: Iterable[str] | None, option: str, *, strip_values: bool = False
+) -> dict[str, str]:
+    """Turn repeated `key=value` option values into a dict; later keys win, as in Kafka.
+
+    Values keep their whitespace unless asked: `--property key.separator=" "` is a space.
+    """
+    result: dict[str, str] = {}
+    for item in items or ():
+        key, separator, value = item.partition("=")
+        if not separator or not key.strip():
+            raise UsageError(f"{option} expects key=value, got '{item}'")
+        result[key.strip()] = value.strip() if strip_values else value
+    return result
+
+
+def parse_bool(value: str, name: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    raise UsageError(f"{name} must be true or false, got '{value}'")
+
+
+_HOST_PORT = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[^\s:,\[\]]+):(\d{1,5})$")
+
+
+def parse_bootstrap_servers(value: str) -> str:
+    """Check a `host:port[,host:port...]` list and return it normalised (no spaces)."""
+    servers = [server.strip() for server in value.split(",") if server.strip()]
+    if not servers:
+        raise UsageError("--bootstrap-server must name at least one host:port")
+    for server in servers:
+        match = _HOST_PORT.match(server)
+        if match is None or not 0 < int(match.group(2)) < 65536:
+            raise UsageError(f"invalid --bootstrap-server '{server}': expected host:port")
+    return ",".join(servers)
+
+
+def load_properties(path: str) -> dict[str, str]:
+    """Read a Java-style .properties file: `key=value` or `key: value`, # and ! comments.
+
+    Enough of the format for client configuration files: continuation lines ending in a
+    backslash are joined; Unicode escapes are not interpreted.
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as error:
+        raise CommandError(f"cannot read properties file {path}: {error.strerror}") from error
+    return parse_properties(text)
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    result: dict[str, str] = {}
+    pending = ""
+    for raw_line in text.splitlines():
+        line = pending + raw_line.strip()
+        pending = ""
+        if line.endswith("\\") and not line.endswith("\\\\"):
+            pending = line[:-1]
+            continue
+        if not line or line[0] in "#!":
+            continue
+        key, value = _split_property(line)
+        result[key] = value
+    if pending:
+        key, value = _split_property(pending)
+        result[key] = value
+    return result
+
+
+def _split_property(line: str) -> tuple[str, str]:
+    cut = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
+    if cut < 0:
+        return line, ""
+    return line[:cut].strip(), line[cut + 1 :].strip()
+
+
+def merge_properties(*layers: Mapping[str, str]) -> dict[str, str]:
+    """Later layers override earlier ones: file, then repeated --*-property options."""
+    merged: dict[str, str] = {}
+    for layer in layers:
+        merged.update(layer)
+    return merged

@@ -1,0 +1,126 @@
+"""The `pykraft` command: the node's own commands and Kafka's client tools, as subcommands.
+
+    pykraft server start [CONFIG] [--override key=value ...]
+    pykraft storage random-uuid | format --config FILE --cluster-id ID [--ignore-formatted]
+    pykraft topics | console-producer | console-consumer | dump-log | perf produce|consume
+
+Every failure the user can act on ends as one line on stderr and exit code 1 (a usage
+mistake, a broker's refusal, an unreadable file); `--help` and `--version` exit 0. Server
+commands live in `pykraft.cli.server_commands`, imported only when used, so the client tools
+start without loading the broker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import KafkaException
+
+import pykraft
+from pykraft.cli import console_consumer, console_producer, dump_log, perf, topics
+from pykraft.cli.args import ArgumentParser, CommandError, UsageError
+from pykraft.cli.client_config import kafka_error_message
+
+__all__ = ["build_parser", "main"]
+
+
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(
+        prog="pykraft",
+        description="Apache Kafka in KRaft mode, in Python: the node and its tools.",
+    )
+    parser.add_argument("--version", action="version", version=f"pykraft {pykraft.__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_server_parsers(commands)
+    topics.add_parser(commands)
+    console_producer.add_parser(commands)
+    console_consumer.add_parser(commands)
+    dump_log.add_parser(commands)
+    perf.add_parser(commands)
+    return parser
+
+
+def _add_server_parsers(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
+    server = commands.add_parser("server", help="run a node")
+    server_commands = server.add_subparsers(dest="server_command", required=True, metavar="start")
+    start = server_commands.add_parser("start", help="start a node (kafka-server-start.sh)")
+    start.add_argument("config", nargs="?", metavar="CONFIG", help="server.properties file")
+    start.add_argument("--override", action="append", default=[], metavar="KEY=VALUE")
+    start.set_defaults(handler=_server_start)
+
+    storage = commands.add_parser("storage", help="format log directories (kafka-storage.sh)")
+    storage_commands = storage.add_subparsers(
+        dest="storage_command", required=True, metavar="{random-uuid,format}"
+    )
+    uuid = storage_commands.add_parser("random-uuid", help="print a new cluster id")
+    uuid.set_defaults(handler=_storage_random_uuid)
+    format_ = storage_commands.add_parser("format", help="format the node's log directories")
+    format_.add_argument("--config", "-c", required=True, metavar="FILE")
+    format_.add_argument("--cluster-id", "-t", required=True, metavar="ID")
+    format_.add_argument("--ignore-formatted", "-g", action="store_true")
+    format_.set_defaults(handler=_storage_format)
+
+
+def _server_start(args: argparse.Namespace) -> int:
+    from pykraft.cli import server_commands
+
+    return server_commands.run_server(args.config, list(args.override))
+
+
+def _storage_random_uuid(args: argparse.Namespace) -> int:
+    from pykraft.cli import server_commands
+
+    return server_commands.storage_random_uuid()
+
+
+def _storage_format(args: argparse.Namespace) -> int:
+    from pykraft.cli import server_commands
+
+    return server_commands.storage_format(args.config, args.cluster_id, args.ignore_formatted)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one command; return its exit code (the console script passes it to sys.exit)."""
+    try:
+        args = build_parser().parse_args(argv)
+        handler: Callable[[argparse.Namespace], Any] = args.handler
+        return int(handler(args))
+    except SystemExit as exit_:  # --help and --version
+        return exit_.code if isinstance(exit_.code, int) else 0
+    except (UsageError, CommandError) as error:
+        return _fail(str(error))
+    except KafkaException as exception:
+        return _fail(kafka_error_message(exception))
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        _silence_stdout()  # the reader (say `head`) has gone: not an error
+        return 0
+    except OSError as error:
+        where = f": {error.filename}" if error.filename else ""
+        return _fail(f"{error.strerror or error}{where}")
+    except Exception as error:  # a bug: still one line, unless PYKRAFT_DEBUG asks for more
+        if os.environ.get("PYKRAFT_DEBUG"):
+            raise
+        return _fail(f"unexpected {type(error).__name__}: {error} (PYKRAFT_DEBUG=1 shows more)")
+
+
+def _fail(message: str) -> int:
+    print(f"Error: {message}", file=sys.stderr, flush=True)
+    return 1
+
+
+def _silence_stdout() -> None:
+    # Python flushes stdout at exit and would report the broken pipe again; point the
+    # descriptor at /dev/null so that last flush goes nowhere.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -5,7 +5,6 @@ from __future__ import annotations
 import random
 
 import pytest
-from raft_shell import NODE_ID, Shell
 
 from pykraft.errors import (
     InvalidConfig,
@@ -21,6 +20,7 @@ from pykraft.raft.log_store import MemoryLogStore
 from pykraft.raft.state import Candidate, Leader, LeaderAndEpoch, QuorumStateData
 from pykraft.records.batch import read_header
 from pykraft.records.record import ControlRecordType, iter_records, read_control_record_type
+from tests.unit.raft.raft_shell import NODE_ID, Shell
 
 
 def elected() -> Shell:

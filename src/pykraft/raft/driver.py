@@ -1,0 +1,306 @@
+"""The asyncio shell around RaftCore: the only place in raft/ that does I/O or awaits.
+
+One task runs the loop of core.py's `Ready` contract:
+
+    tick -> ready -> [thread: persist quorum-state, append, fsync] -> deliver commits and the
+    leader change to listeners -> advance -> flushed -> resolve waiters
+    -> sleep until the wake deadline or a new proposal
+
+Blocking file work runs in a worker thread so that the event loop keeps serving; meanwhile
+`append` calls go on adding to the core's draft batch, and the next turn writes them all
+with one fsync: group commit. Nothing else touches the log store while the thread does.
+
+Listeners are called on the event loop, in offset order, each committed batch once. On
+start the whole committed log is delivered first (the core's high watermark covers it as
+soon as the new epoch's LeaderChangeMessage is durable), then `handle_leader_change`: that
+is how the metadata image is rebuilt after a restart. A listener that raises stops the
+node: its image would no longer be a fold over the log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import itertools
+import logging
+import random
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Final, Protocol
+
+from pykraft.errors import InvalidConfig, NotLeaderError, invariant
+from pykraft.raft.core import CommittedBatch, RaftConfig, RaftCore, Ready
+from pykraft.raft.log_store import DiskLogStore, LogStore
+from pykraft.raft.state import NO_LEADER, Leader, LeaderAndEpoch, QuorumStateData, QuorumStateStore
+
+__all__ = ["Clock", "SystemClock", "RaftListener", "RaftNode", "QUORUM_STATE_FILE"]
+
+log = logging.getLogger("pykraft.raft")
+
+QUORUM_STATE_FILE: Final = "quorum-state"
+WAITERS_MAX: Final = 100_000  # wait_committed callers at once; each is an in-flight proposal
+
+
+class Clock(Protocol):
+    def now_ms(self) -> int:
+        """Monotonic milliseconds, for timers."""
+        ...
+
+    def wall_clock_ms(self) -> int:
+        """Milliseconds since the epoch, for batch timestamps."""
+        ...
+
+
+class SystemClock:
+    def now_ms(self) -> int:
+        return time.monotonic_ns() // 1_000_000
+
+    def wall_clock_ms(self) -> int:
+        return time.time_ns() // 1_000_000
+
+
+class RaftListener(Protocol):
+    def handle_commit(self, batch: CommittedBatch) -> None:
+        """One committed batch; a control batch comes with no records."""
+        ...
+
+    def handle_leader_change(self, leader_id: int, epoch: int) -> None:
+        """The quorum's leader (-1 when unknown) for `epoch`. When this node leads, it is
+        called only after every batch before the epoch was given to `handle_commit`."""
+        ...
+
+
+class RaftNode:
+    def __init__(
+        self,
+        core: RaftCore,
+        store: LogStore,
+        state_store: QuorumStateStore | None,
+        *,
+        clock: Clock,
+    ) -> None:
+        """`state_store` None keeps the quorum state in memory only (tests, simulation)."""
+        self.core = core
+        self._store = store
+        self._state_store = state_store
+        self._clock = clock
+        self._listeners: list[RaftListener] = []
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._failure: BaseException | None = None
+        self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []  # (offset, seq, fut)
+        self._sequence = itertools.count()
+        self._leader_announced = asyncio.Event()
+
+    @classmethod
+    def open(
+        cls,
+        *,
+        node_id: int,
+        voters: frozenset[int],
+        log_dir: Path,
+        listener: RaftListener | None = None,
+        config: RaftConfig | None = None,
+        election_timeout_ms: int | None = None,
+        clock: Clock | None = None,
+        rng: random.Random | None = None,
+    ) -> RaftNode:
+        """Load `log_dir` (the `__cluster_metadata-0` directory: its quorum-state and its
+        log, recovered and flushed) and build the node; nothing runs until `start`.
+
+        `election_timeout_ms` is controller.quorum.election.timeout.ms; a single voter never
+        waits for an election, so it is only checked.
+        """
+        if election_timeout_ms is not None and election_timeout_ms <= 0:
+            raise InvalidConfig(f"controller.quorum.election.timeout.ms={election_timeout_ms}")
+        clock = clock or SystemClock()
+        now_ms = clock.now_ms()
+        state_store = QuorumStateStore(log_dir / QUORUM_STATE_FILE)
+        persisted = state_store.read() or QuorumStateData()
+        store = DiskLogStore.open(log_dir, now_ms=clock.wall_clock_ms())
+        try:
+            core = RaftCore(
+                node_id,
+                voters,
+                store,
+                persisted,
+                rng or random.Random(),
+                now_ms,
+                config=config,
+            )
+        except BaseException:
+            store.close()
+            raise
+        node = cls(core, store, state_store, clock=clock)
+        if listener is not None:
+            node.register_listener(listener)
+        return node
+
+    # observers ----------------------------------------------------------------------------
+
+    @property
+    def high_watermark(self) -> int | None:
+        return self.core.high_watermark
+
+    @property
+    def leader_and_epoch(self) -> LeaderAndEpoch:
+        return self.core.leader_and_epoch
+
+    @property
+    def is_leader(self) -> bool:
+        return isinstance(self.core.state, Leader)
+
+    @property
+    def store(self) -> LogStore:
+        return self._store
+
+    # lifecycle ----------------------------------------------------------------------------
+
+    def register_listener(self, listener: RaftListener) -> None:
+        """Listeners join before `start`, so each sees the log from its first batch."""
+        if self._task is not None:
+            raise RuntimeError("listeners are registered before start()")
+        self._listeners.append(listener)
+
+    async def start(self) -> None:
+        """Start the loop. It elects this node, replays the committed log to the
+        listeners, then announces the leadership; `wait_leader` awaits all that."""
+        if self._task is not None:
+            raise RuntimeError("RaftNode started twice")
+        self._task = asyncio.create_task(self._run(), name="raft")
+
+    async def wait_leader(self) -> LeaderAndEpoch:
+        """Wait until this node leads and its listeners have caught up with the log."""
+        task = self._task
+        if task is None:
+            raise RuntimeError("wait_leader() before start()")
+        announced = asyncio.ensure_future(self._leader_announced.wait())
+        await asyncio.wait([announced, task], return_when=asyncio.FIRST_COMPLETED)
+        if not announced.done():
+            announced.cancel()
+            self._raise_if_failed()
+            raise NotLeaderError(*self.leader_and_epoch)
+        return self.leader_and_epoch
+
+    async def stop(self) -> None:
+        """Stop the loop after its current turn, fail the waiters, close the log."""
+        self._stopping = True
+        self._wake.set()
+        if self._task is not None:
+            with contextlib.suppress(Exception):
+                await self._task
+        self._fail_waiters(NotLeaderError(NO_LEADER, self.leader_and_epoch.epoch))
+        self._store.close()
+
+    # proposals ----------------------------------------------------------------------------
+
+    def append(self, records: Sequence[bytes]) -> int:
+        """Propose `records` as one atomic batch; return the offset of the last one.
+
+        Raises NotLeaderError (with the known leader and epoch) when this node does not
+        lead, MessageTooLarge or RequestTimedOut (backpressure) as RaftCore.propose does.
+        """
+        self._raise_if_failed()
+        if self._stopping or self._task is None:
+            raise NotLeaderError(NO_LEADER, self.leader_and_epoch.epoch)
+        offset = self.core.propose(
+            records, self._clock.now_ms(), timestamp_ms=self._clock.wall_clock_ms()
+        )
+        self._wake.set()
+        return offset
+
+    async def wait_committed(self, offset: int) -> None:
+        """Wait until `offset` is committed and delivered to every listener."""
+        self._raise_if_failed()
+        if self.core.applied_offset > offset:
+            return
+        if self._stopping:
+            raise NotLeaderError(NO_LEADER, self.leader_and_epoch.epoch)
+        if len(self._waiters) >= WAITERS_MAX:
+            raise RuntimeError(f"{WAITERS_MAX} callers already wait for commits")
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._waiters, (offset, next(self._sequence), future))
+        await future
+
+    # the loop -----------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        try:
+            while not self._stopping:
+                self._wake.clear()
+                self.core.tick(self._clock.now_ms(), timestamp_ms=self._clock.wall_clock_ms())
+                ready = self.core.ready()
+                flushed_end_offset = await self._write(ready)
+                invariant(not ready.messages, "a single voter has nobody to send to")
+                self._deliver(ready)
+                self.core.advance(ready)
+                if flushed_end_offset is not None:
+                    self.core.flushed(flushed_end_offset)
+                self._resolve_waiters()
+                if ready.has_work or flushed_end_offset is not None:
+                    await asyncio.sleep(0)  # let proposers in, then take the next turn
+                    continue
+                await self._sleep_until(ready.wake_at_ms)
+        except BaseException as failure:
+            self._failure = failure
+            self._fail_waiters(failure)
+            if not isinstance(failure, asyncio.CancelledError):
+                log.exception("the raft loop stopped")
+            raise
+
+    async def _write(self, ready: Ready) -> int | None:
+        """Persist and append in a worker thread; the durable end offset, if it moved."""
+        if ready.quorum_state is None and not ready.batches:
+            return None
+        return await asyncio.to_thread(self._write_blocking, ready)
+
+    def _write_blocking(self, ready: Ready) -> int:
+        if ready.quorum_state is not None and self._state_store is not None:
+            self._state_store.write(ready.quorum_state)
+        if ready.batches:
+            self._store.append(b"".join(ready.batches))
+        return self._store.flush() if ready.batches else self._store.flushed_offset
+
+    def _deliver(self, ready: Ready) -> None:
+        for batch in ready.committed:
+            for listener in self._listeners:
+                listener.handle_commit(batch)
+        change = ready.leader_change
+        if change is not None:
+            for listener in self._listeners:
+                listener.handle_leader_change(change.leader_id, change.epoch)
+            if change.leader_id == self.core.node_id:
+                self._leader_announced.set()
+            else:
+                self._leader_announced.clear()
+
+    def _resolve_waiters(self) -> None:
+        applied = self.core.applied_offset
+        while self._waiters and self._waiters[0][0] < applied:
+            _, _, future = heapq.heappop(self._waiters)
+            if not future.done():
+                future.set_result(None)
+
+    def _fail_waiters(self, failure: BaseException) -> None:
+        waiters, self._waiters = self._waiters, []
+        for _, _, future in waiters:
+            if not future.done():
+                if isinstance(failure, asyncio.CancelledError):
+                    future.cancel()
+                else:
+                    future.set_exception(failure)
+
+    async def _sleep_until(self, wake_at_ms: int) -> None:
+        delay_ms = max(0, wake_at_ms - self._clock.now_ms())
+        if delay_ms == 0:
+            await asyncio.sleep(0)
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), timeout=delay_ms / 1000)
+
+    def _raise_if_failed(self) -> None:
+        if self._failure is not None:
+            raise NotLeaderError(NO_LEADER, self.leader_and_epoch.epoch) from self._failure

@@ -1,0 +1,112 @@
+"""Folds committed batches of the metadata log into images, and publishes them.
+
+Theory of operation. Raft hands the loader each committed batch in log order
+(`handle_commit`). The loader replays the batch's records into one `MetadataDelta`, applies
+it once, and calls every publisher with `(delta, image)`: one image per batch, not per
+record, so a batch that creates a 10,000-partition topic is one apply and one publication.
+
+Metadata transactions (KIP-866). Records between a BeginTransactionRecord and its
+EndTransactionRecord may span batches and must appear atomically: while a transaction is
+open nothing is published. Records that precede the BeginTransactionRecord in its batch are
+published first, as their own image ending just before it. An AbortTransactionRecord
+discards everything since the BeginTransactionRecord; the batch still ends in a publication
+(of whatever followed the abort, possibly nothing) so the image's offset keeps up with the
+log.
+
+Invariants: batches arrive with strictly increasing offsets; a batch's records fit between
+its base and last offsets; transaction markers nest properly. A broken one is a bug
+upstream, and the loader stops on it rather than publish a wrong image.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from pykraft.errors import invariant
+from pykraft.metadata.image import MetadataDelta, MetadataImage
+from pykraft.metadata.records import (
+    AbortTransactionRecord,
+    BeginTransactionRecord,
+    EndTransactionRecord,
+    MetadataRecord,
+)
+
+__all__ = ["MetadataLoader", "Publisher"]
+
+Publisher = Callable[[MetadataDelta, MetadataImage], None]
+
+
+class MetadataLoader:
+    """Synchronous: call `handle_commit` from the one thread (or task) that owns it."""
+
+    def __init__(
+        self,
+        image: MetadataImage = MetadataImage.EMPTY,
+        publishers: Sequence[Publisher] = (),
+    ) -> None:
+        self.publishers: list[Publisher] = list(publishers)
+        self._image = image
+        self._delta = MetadataDelta(image)
+        self._last_offset = image.offset  # the last offset handled, published or not
+        self._in_transaction = False
+
+    @property
+    def image(self) -> MetadataImage:
+        """The last published image."""
+        return self._image
+
+    @property
+    def in_transaction(self) -> bool:
+        return self._in_transaction
+
+    @property
+    def last_offset(self) -> int:
+        """The last log offset handled (ahead of `image.offset` inside a transaction)."""
+        return self._last_offset
+
+    def handle_commit(
+        self,
+        base_offset: int,
+        epoch: int,
+        records: Sequence[MetadataRecord],
+        last_offset: int,
+    ) -> None:
+        """Fold one committed batch (offsets `base_offset`..`last_offset`, record i at
+        `base_offset + i`) into the image, and publish unless a transaction stays open."""
+        invariant(
+            base_offset > self._last_offset,
+            f"batch at {base_offset} does not follow offset {self._last_offset}",
+        )
+        invariant(
+            last_offset >= base_offset + len(records) - 1 and last_offset >= base_offset,
+            f"{len(records)} records do not fit offsets {base_offset}..{last_offset}",
+        )
+        for index, record in enumerate(records):
+            self._replay(record, base_offset + index, epoch)
+        self._last_offset = last_offset
+        if not self._in_transaction:
+            self._publish(last_offset, epoch)
+
+    def _replay(self, record: MetadataRecord, offset: int, epoch: int) -> None:
+        match record:
+            case BeginTransactionRecord():
+                invariant(not self._in_transaction, f"nested transaction begins at {offset}")
+                if offset - 1 > self._image.offset:  # records before it: their own image
+                    self._publish(offset - 1, epoch)
+                self._in_transaction = True
+            case EndTransactionRecord():
+                invariant(self._in_transaction, f"transaction end without begin at {offset}")
+                self._in_transaction = False
+            case AbortTransactionRecord():
+                invariant(self._in_transaction, f"transaction abort without begin at {offset}")
+                self._in_transaction = False
+                self._delta = MetadataDelta(self._image)
+            case _:
+                self._delta.replay(record)
+
+    def _publish(self, offset: int, epoch: int) -> None:
+        delta = self._delta
+        self._image = delta.apply(offset, epoch)
+        self._delta = MetadataDelta(self._image)
+        for publish in self.publishers:
+            publish(delta, self._image)

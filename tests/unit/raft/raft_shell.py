@@ -54,8 +54,7 @@ class Shell:
         if ready.leader_change is not None:
             self.events.append(ready.leader_change)
         self.core.advance(ready)
-        if flush:
-            self.core.flushed(self.store.flushed_offset)
+        self.core.flushed(self.store.flushed_offset)  # unmoved when flush=False
         self.idle = not ready.has_work and not flushing
         return ready
 

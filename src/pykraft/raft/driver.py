@@ -90,6 +90,7 @@ class RaftNode:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
+        self._closed = False
         self._failure: BaseException | None = None
         self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []  # (offset, seq, fut)
         self._sequence = itertools.count()
@@ -151,7 +152,9 @@ class RaftNode:
 
     @property
     def is_leader(self) -> bool:
-        return isinstance(self.core.state, Leader)
+        """Leads, and its listeners have caught up with every epoch before its own: only
+        then may a controller decide on its image."""
+        return isinstance(self.core.state, Leader) and self._leader_announced.is_set()
 
     @property
     def store(self) -> LogStore:
@@ -187,11 +190,15 @@ class RaftNode:
 
     async def stop(self) -> None:
         """Stop the loop after its current turn, fail the waiters, close the log."""
+        if self._closed:
+            return
+        self._closed = True
         self._stopping = True
         self._wake.set()
         if self._task is not None:
             with contextlib.suppress(Exception):
                 await self._task
+        self._leader_announced.clear()  # a stopped node answers for nothing
         self._fail_waiters(NotLeaderError(NO_LEADER, self.leader_and_epoch.epoch))
         self._store.close()
 

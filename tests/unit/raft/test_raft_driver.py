@@ -80,6 +80,8 @@ async def test_start_elects_the_node_and_appends_commit_in_order(tmp_path: Path)
         leader_epoch=1, leader_id=NODE_ID, voted_id=-1, current_voters=frozenset({NODE_ID})
     )
     await node.stop()
+    await node.stop()  # twice is harmless
+    assert not node.is_leader
     with pytest.raises(NotLeaderError):
         node.append([b"too late"])
 

@@ -191,11 +191,14 @@ def _read_headers(data: bytes, position: int, count: int) -> tuple[tuple[Header,
         raise CorruptRecord(f"header count {count} at byte {position}")
     headers: list[Header] = []
     for _ in range(count):
-        key, position = _read_bytes(data, position)
-        if key is None:
-            raise CorruptRecord(f"null header key before byte {position}")
-        value, position = _read_bytes(data, position)
-        headers.append((key.decode(_HEADER_KEY_ENCODING, _HEADER_KEY_ERRORS), value))
+        key_length, size = read_signed_varint(data, position)
+        position += size
+        key_end = position + key_length
+        if key_length < 0 or key_end > len(data):
+            raise CorruptRecord(f"header key of {key_length} bytes at byte {position}")
+        key = str(data[position:key_end], _HEADER_KEY_ENCODING, _HEADER_KEY_ERRORS)
+        value, position = _read_bytes(data, key_end)
+        headers.append((key, value))
     return tuple(headers), position
 
 

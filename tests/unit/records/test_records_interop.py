@@ -9,9 +9,15 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from kafka import codec as kafka_codec
-from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
-from kafka.record.memory_records import MemoryRecords, MemoryRecordsBuilder
+from kafka import codec as kafka_codec  # type: ignore[import-untyped]
+from kafka.record.default_records import (  # type: ignore[import-untyped]
+    DefaultRecordBatch,
+    DefaultRecordBatchBuilder,
+)
+from kafka.record.memory_records import (  # type: ignore[import-untyped]
+    MemoryRecords,
+    MemoryRecordsBuilder,
+)
 
 from pykraft.records.batch import check_batch
 from pykraft.records.codecs import CompressionType
@@ -52,7 +58,10 @@ records_strategy = st.lists(
 ).map(lambda records: [(b"padding", padding, [], records[0][3]), *records])
 
 
-def kafka_python_view(batch: bytes) -> list[tuple[int, int, bytes | None, bytes | None, list]]:
+KafkaPythonRecord = tuple[int, int, bytes | None, bytes | None, list[tuple[str, bytes | None]]]
+
+
+def kafka_python_view(batch: bytes) -> list[KafkaPythonRecord]:
     parsed = DefaultRecordBatch(batch)
     assert parsed.validate_crc()
     return [

@@ -19,9 +19,11 @@ Formats, as Kafka's clients write and read them:
 Decompression bombs: a few kilobytes of zstd can expand to gigabytes. `decompress` never
 holds more than `max_bytes` of output; past that it raises MessageTooLarge, the error a
 producer answers by splitting its batch. lz4 and zstd decompress into a buffer of fixed size:
-a guess first, retried eight times larger while the output does not fit, so the work wasted
-on retries is at most a seventh of the final pass. Large buffers are anonymous mmaps, whose
-pages cost nothing until written.
+a guess first (eight times the input), retried eight times larger while the output does not
+fit. Each failed attempt produced less than the final output and each is an eighth of the
+next, so all attempts together cost at most about twice the final one; usually the first
+fits. Large buffers are anonymous mmaps, whose pages cost nothing until written. gzip is
+bounded by zlib's own `max_length`, raw snappy by the size its header declares.
 """
 
 from __future__ import annotations
@@ -171,6 +173,7 @@ def _xerial_decompress(data: Data, max_bytes: int) -> bytes:
         raise CorruptRecord(f"snappy: xerial header needs 16 bytes, {len(view)} are there")
     blocks: list[memoryview] = []
     position, total = _XERIAL_HEADER.size, 0
+    # The version fields are not checked: some producers write them little-endian.
     while position < len(view):  # the size of every block is checked before any is expanded
         if len(view) - position < _INT32.size:
             raise CorruptRecord("snappy: xerial block length is truncated")

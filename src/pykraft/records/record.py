@@ -99,9 +99,11 @@ def iter_records(
     *,
     max_bytes: int = DECOMPRESSED_BYTES_MAX,
 ) -> Iterator[Record]:
-    """Yield the records of the batch at `position`, after checking its framing and CRC.
+    """The records of the batch at `position`, after checking its framing and CRC.
 
-    `max_bytes` bounds the decompressed records section (MessageTooLarge past it).
+    The whole batch is checked and decoded before the first record is returned, so a corrupt
+    batch raises CorruptRecord here, never halfway through. `max_bytes` bounds the
+    decompressed records section (MessageTooLarge past it).
     """
     header = check_batch(batch, position)
     return iter(_decode_batch(batch, position, header, max_bytes))

@@ -476,7 +476,7 @@ def _decode_body(cls: type[Any], buf: memoryview, pos: int, version: int) -> tup
 def encode_metadata_record(record: MetadataRecord, version: int | None = None) -> bytes:
     """One record as the value of a `__cluster_metadata` log record (the serde framing)."""
     cls = type(record)
-    if METADATA_RECORD_TYPES.get(cls.API_KEY) is not cls:
+    if METADATA_RECORD_TYPES.get(getattr(cls, "API_KEY", -1)) is not cls:
         raise MetadataEncodeError(f"{cls.__name__} is not a metadata record")
     if version is None:
         version = cls.LATEST_VERSION

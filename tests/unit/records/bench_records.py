@@ -6,7 +6,7 @@ Run: .venv/bin/python tests/unit/records/bench_records.py
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 
 from pykraft.records.codecs import CompressionType
@@ -29,7 +29,7 @@ def iterate(batch: bytes) -> list[Record]:
     return list(iter_records(batch))
 
 
-def measure(label: str, records: list[tuple[bytes, bytes, tuple[Header, ...], int]]) -> None:
+def measure(label: str, records: Sequence[tuple[bytes, bytes, Sequence[Header], int]]) -> None:
     for codec in CompressionType:
         batch = build_batch(records, compression=codec)
         build_seconds = best_of(partial(build_batch, records, compression=codec))

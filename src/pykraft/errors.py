@@ -188,3 +188,7 @@ class InvalidRegistration(KafkaError):
 
 class TopicDeletionDisabled(KafkaError):
     code = ErrorCode.topic_deletion_disabled
+
+
+class InconsistentTopicId(KafkaError):
+    code = ErrorCode.inconsistent_topic_id

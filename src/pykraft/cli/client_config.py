@@ -15,7 +15,7 @@ from typing import Any, Final, TextIO
 
 from confluent_kafka import KafkaError, KafkaException
 
-from pykraft.cli.args import UsageError
+from pykraft.cli.args import UsageError, parse_bootstrap_servers
 
 __all__ = [
     "DEFAULT_API_TIMEOUT_MS",
@@ -65,7 +65,7 @@ def client_config(
             continue
         config[key] = value
     if bootstrap_servers:
-        config["bootstrap.servers"] = bootstrap_servers
+        config["bootstrap.servers"] = parse_bootstrap_servers(bootstrap_servers)
     if not config.get("bootstrap.servers"):
         raise UsageError("--bootstrap-server must be specified")
     return config

@@ -14,8 +14,9 @@ only. The report lines follow kafka-producer-perf-test.sh: a progress line every
 the last window, and a final line with the average, maximum and percentile latencies.
 
 A failure is seen only when it hits a sampled record. librdkafka fails records per batch
-(timeouts, a broker refusing a partition), so one failed batch almost surely contains a
-sampled record and is reported; the count given is of the sampled failures.
+(timeouts, a broker refusing a partition), so a failed batch almost surely contains a
+sampled record; each failed sample counts its whole chunk as failed, and failed records are
+neither "sent" nor part of the latency statistics (Kafka's tool counts them in both).
 
 `perf consume` follows kafka-consumer-perf-test.sh: it reads `--messages` records (without
 `--group` by assign()ing every partition from the start) and prints one CSV line of start
@@ -213,6 +214,7 @@ class LatencyStats:
     total: _Window = field(default_factory=_Window)
     kept: list[float] = field(default_factory=list)
     failed_samples: int = 0
+    failed_records: int = 0  # estimated: each failed sample stands for its chunk
     first_failure: str | None = None
 
     def callback(
@@ -222,9 +224,11 @@ class LatencyStats:
             latency_ms = (time.perf_counter() - produced_at) * 1000
             if error is not None:
                 self.failed_samples += 1
+                self.failed_records += records
                 if self.first_failure is None:
                     self.first_failure = error.str()
                     warn(f"ERROR: a record failed: {error.str()}")
+                return  # a failure's "latency" is a timeout: not part of the statistics
             self.window.add(records, latency_ms)
             self.total.add(records, latency_ms)
             if self.total.samples % self.keep_every == 0:
@@ -289,11 +293,15 @@ def run_produce(options: ProduceOptions, out: TextIO | None = None) -> int:
     _produce_all(producer, options, payload, chunk, stats)
     remaining = producer.flush(_FLUSH_TIMEOUT_S)
     elapsed_s = time.perf_counter() - started_at
-    print(stats.final_line(options.num_records - remaining, elapsed_s), file=stream, flush=True)
+    acknowledged = max(0, options.num_records - remaining - stats.failed_records)
+    print(stats.final_line(acknowledged, elapsed_s), file=stream, flush=True)
     if remaining:
         warn(f"ERROR: {remaining} records were not acknowledged{errors.describe_last()}")
     if stats.failed_samples:
-        warn(f"ERROR: {stats.failed_samples} sampled records failed: {stats.first_failure}")
+        warn(
+            f"ERROR: about {stats.failed_records} records failed ({stats.failed_samples} "
+            f"sampled failures): {stats.first_failure}"
+        )
     return 1 if remaining or stats.failed_samples else 0
 
 

@@ -1,0 +1,147 @@
+"""Kafka's small text files: offset checkpoints and `partition.metadata`.
+
+Offset checkpoints (`recovery-point-offset-checkpoint`, `log-start-offset-checkpoint`,
+`replication-offset-checkpoint`, and `leader-epoch-checkpoint` inside a partition dir) share
+one layout:
+
+    0               <- version
+    2               <- number of entries
+    my-topic 0 42   <- one entry per line, fields separated by a space
+    my-topic 1 17
+
+Every write goes to `<name>.tmp`, is fsynced, renamed over the old file and the directory is
+fsynced, so a reader sees the old file or the new one, never a mix. A malformed file is a
+storage error naming the file and line.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import uuid
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Final
+
+from pykraft.errors import KafkaStorageError
+
+__all__ = [
+    "PARTITION_METADATA_FILE",
+    "fsync_directory",
+    "kafka_uuid_string",
+    "parse_kafka_uuid",
+    "read_checkpoint",
+    "read_offsets_checkpoint",
+    "read_partition_metadata",
+    "write_atomically",
+    "write_checkpoint",
+    "write_offsets_checkpoint",
+    "write_partition_metadata",
+]
+
+PARTITION_METADATA_FILE: Final = "partition.metadata"
+CHECKPOINT_VERSION: Final = 0
+
+
+def fsync_directory(directory: Path) -> None:
+    """Make renames and creations inside `directory` durable."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomically(path: Path, text: str) -> None:
+    temporary = path.with_name(path.name + ".tmp")
+    with open(temporary, "w", encoding="utf-8") as stream:
+        stream.write(text)
+        stream.flush()
+        os.fsync(stream.fileno())
+    os.replace(temporary, path)
+    fsync_directory(path.parent)
+
+
+def write_checkpoint(path: Path, entries: Iterable[Iterable[object]]) -> None:
+    lines = [" ".join(str(field) for field in entry) for entry in entries]
+    write_atomically(path, "\n".join([str(CHECKPOINT_VERSION), str(len(lines)), *lines, ""]))
+
+
+def read_checkpoint(path: Path, fields: int) -> list[list[str]]:
+    """The entries of a checkpoint file, each split into `fields` strings; [] if absent."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return []
+    except (OSError, UnicodeDecodeError) as error:
+        raise KafkaStorageError(f"cannot read checkpoint file {path}: {error}") from error
+    if len(lines) < 2 or lines[0].strip() != str(CHECKPOINT_VERSION):
+        raise KafkaStorageError(f"checkpoint file {path}: unrecognised version line")
+    try:
+        expected = int(lines[1])
+    except ValueError:
+        raise KafkaStorageError(f"checkpoint file {path}: malformed count line") from None
+    entries = [line.split() for line in lines[2:] if line.strip()]
+    if len(entries) != expected:
+        raise KafkaStorageError(
+            f"checkpoint file {path}: expected {expected} entries, found {len(entries)}"
+        )
+    for number, entry in enumerate(entries, start=3):
+        if len(entry) != fields:
+            raise KafkaStorageError(f"checkpoint file {path}: malformed line {number}")
+    return entries
+
+
+def read_offsets_checkpoint(path: Path) -> dict[tuple[str, int], int]:
+    """`topic partition offset` entries as {(topic, partition): offset}."""
+    result: dict[tuple[str, int], int] = {}
+    for topic, partition, offset in read_checkpoint(path, 3):
+        try:
+            result[(topic, int(partition))] = int(offset)
+        except ValueError:
+            raise KafkaStorageError(
+                f"checkpoint file {path}: malformed entry {topic} {partition} {offset}"
+            ) from None
+    return result
+
+
+def write_offsets_checkpoint(path: Path, offsets: Mapping[tuple[str, int], int]) -> None:
+    entries = sorted((topic, partition, offset) for (topic, partition), offset in offsets.items())
+    write_checkpoint(path, entries)
+
+
+def kafka_uuid_string(value: uuid.UUID) -> str:
+    """Kafka's text form of a Uuid: URL-safe base64 of the 16 bytes, without padding."""
+    return base64.urlsafe_b64encode(value.bytes).decode("ascii").rstrip("=")
+
+
+def parse_kafka_uuid(text: str) -> uuid.UUID:
+    try:
+        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    except ValueError:
+        raise ValueError(f"{text!r} is not a base64 Kafka Uuid") from None
+    if len(raw) != 16:
+        raise ValueError(f"{text!r} is not a base64 Kafka Uuid (decodes to {len(raw)} bytes)")
+    return uuid.UUID(bytes=raw)
+
+
+def write_partition_metadata(directory: Path, topic_id: uuid.UUID) -> None:
+    text = f"version: 0\ntopic_id: {kafka_uuid_string(topic_id)}\n"
+    write_atomically(directory / PARTITION_METADATA_FILE, text)
+
+
+def read_partition_metadata(directory: Path) -> uuid.UUID | None:
+    path = directory / PARTITION_METADATA_FILE
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as error:
+        raise KafkaStorageError(f"cannot read {path}: {error}") from error
+    fields = dict(line.partition(":")[::2] for line in lines if ":" in line)
+    if fields.get("version", "").strip() != "0" or "topic_id" not in fields:
+        raise KafkaStorageError(f"{path}: expected 'version: 0' and a 'topic_id:' line")
+    try:
+        return parse_kafka_uuid(fields["topic_id"].strip())
+    except ValueError as error:
+        raise KafkaStorageError(f"{path}: {error}") from error

@@ -1,0 +1,134 @@
+"""The leader epoch cache: at which offset each leader epoch began writing this log.
+
+Followers use it to find where their log diverges from the leader's (OffsetsForLeaderEpoch,
+KIP-101/279): the leader answers "epoch E ended at offset X" and the follower truncates to X.
+It is persisted as `leader-epoch-checkpoint` in the partition directory, in the offset
+checkpoint layout with `epoch startOffset` entries, rewritten atomically on every change.
+
+Invariants: entries are sorted by epoch and by start offset, both strictly increasing. A new
+entry that breaks the order wins: every entry with an epoch or start offset at or above the
+new one is dropped first (a new leader overwrote that history).
+"""
+
+from __future__ import annotations
+
+import bisect
+from pathlib import Path
+from typing import Final, NamedTuple
+
+from pykraft.errors import KafkaStorageError
+from pykraft.storage.checkpoint import read_checkpoint, write_checkpoint
+
+__all__ = ["EpochEntry", "LeaderEpochCache", "LEADER_EPOCH_CHECKPOINT_FILE", "UNDEFINED_EPOCH"]
+
+LEADER_EPOCH_CHECKPOINT_FILE: Final = "leader-epoch-checkpoint"
+UNDEFINED_EPOCH: Final = -1
+UNDEFINED_EPOCH_OFFSET: Final = -1
+
+
+class EpochEntry(NamedTuple):
+    epoch: int
+    start_offset: int
+
+
+class LeaderEpochCache:
+    def __init__(self, path: Path, entries: list[EpochEntry] | None = None) -> None:
+        self.path = path
+        self._entries: list[EpochEntry] = entries if entries is not None else []
+
+    @classmethod
+    def load(cls, path: Path) -> LeaderEpochCache:
+        entries = []
+        for epoch, start_offset in read_checkpoint(path, 2):
+            try:
+                entries.append(EpochEntry(int(epoch), int(start_offset)))
+            except ValueError:
+                raise KafkaStorageError(f"{path}: malformed entry {epoch} {start_offset}") from None
+        for before, after in zip(entries, entries[1:], strict=False):
+            if not (before.epoch < after.epoch and before.start_offset < after.start_offset):
+                raise KafkaStorageError(f"{path}: entries out of order: {before} then {after}")
+        return cls(path, entries)
+
+    @property
+    def entries(self) -> tuple[EpochEntry, ...]:
+        return tuple(self._entries)
+
+    @property
+    def latest_epoch(self) -> int | None:
+        return self._entries[-1].epoch if self._entries else None
+
+    @property
+    def latest_entry(self) -> EpochEntry | None:
+        return self._entries[-1] if self._entries else None
+
+    def assign(self, epoch: int, start_offset: int) -> bool:
+        """Record that `epoch` began at `start_offset`; return whether anything changed."""
+        if epoch < 0 or start_offset < 0:
+            return False
+        latest = self.latest_entry
+        if latest is not None and latest.epoch == epoch and latest.start_offset <= start_offset:
+            return False  # the same epoch continuing
+        if latest is not None and latest.epoch > epoch and latest.start_offset <= start_offset:
+            return False  # an old epoch's batch after a newer epoch began: nothing to learn
+        self._entries = [
+            entry
+            for entry in self._entries
+            if entry.epoch < epoch and entry.start_offset < start_offset
+        ]
+        self._entries.append(EpochEntry(epoch, start_offset))
+        self.flush()
+        return True
+
+    def epoch_for_offset(self, offset: int) -> int | None:
+        """The epoch that wrote `offset`, if known."""
+        starts = [entry.start_offset for entry in self._entries]
+        slot = bisect.bisect_right(starts, offset) - 1
+        return self._entries[slot].epoch if slot >= 0 else None
+
+    def end_offset_for_epoch(self, requested_epoch: int, log_end_offset: int) -> tuple[int, int]:
+        """(epoch, end offset) as OffsetsForLeaderEpoch answers it.
+
+        - the latest epoch ends at the log end offset;
+        - an older epoch E ends where the first epoch after it starts, and is reported as the
+          largest known epoch <= E (the follower may ask for an epoch this log never had);
+        - an epoch older than everything known ends where the first known epoch starts;
+        - an unknown newer epoch, or UNDEFINED_EPOCH, gives (-1, -1).
+        """
+        if requested_epoch == UNDEFINED_EPOCH or not self._entries:
+            return UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+        if requested_epoch == self._entries[-1].epoch:
+            return requested_epoch, log_end_offset
+        epochs = [entry.epoch for entry in self._entries]
+        higher = bisect.bisect_right(epochs, requested_epoch)
+        if higher == len(self._entries):
+            return UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+        end_offset = self._entries[higher].start_offset
+        if higher == 0:
+            return requested_epoch, end_offset
+        return self._entries[higher - 1].epoch, end_offset
+
+    def truncate_from_end(self, end_offset: int) -> None:
+        """Forget epochs that start at or after `end_offset` (the log was truncated there)."""
+        kept = [entry for entry in self._entries if entry.start_offset < end_offset]
+        if len(kept) != len(self._entries):
+            self._entries = kept
+            self.flush()
+
+    def truncate_from_start(self, start_offset: int) -> None:
+        """Forget history before `start_offset`; the epoch covering it now starts there."""
+        covering = [entry for entry in self._entries if entry.start_offset <= start_offset]
+        if not covering:
+            return
+        first = EpochEntry(covering[-1].epoch, start_offset)
+        kept = [first, *(e for e in self._entries if e.start_offset > start_offset)]
+        if kept != self._entries:
+            self._entries = kept
+            self.flush()
+
+    def clear(self) -> None:
+        if self._entries or not self.path.exists():
+            self._entries = []
+            self.flush()
+
+    def flush(self) -> None:
+        write_checkpoint(self.path, self._entries)

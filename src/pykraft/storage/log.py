@@ -1,0 +1,721 @@
+"""One partition's log: segments in Kafka's layout, with recovery, retention and truncation.
+
+A partition directory `<topic>-<partition>/` holds segments (`<base offset>.log`, `.index`,
+`.timeindex`), `leader-epoch-checkpoint` and `partition.metadata`. Offsets:
+
+    log_start_offset <= high_watermark <= log_end_offset
+    recovery_point <= log_end_offset   (everything below it has been fsynced)
+
+Segments are ordered by base offset; the last one is the active segment, the only one written
+and the only one whose indexes are writable. A segment's offsets lie in
+[its base offset, next segment's base offset); gaps are allowed (compaction, follower
+appends that skip offsets).
+
+Opening (`Log.open`) removes leftovers of interrupted operations per Kafka's rules
+(`.deleted` and `.cleaned` files are deleted, `.swap` files either complete their swap or are
+deleted), then recovers: from the segment holding the recovery point onward (and from any
+segment whose index files are missing), each batch is re-read and its CRC checked; the first
+torn or corrupt batch and everything after it, in that segment and all later ones, is cut
+off, and the recovered segments' indexes are rebuilt. After a clean shutdown nothing is
+re-read unless the tail's framing is broken.
+
+Appends validate every batch before writing anything, so an error leaves the log untouched.
+The leader path stamps offsets and epoch in place (neither is under the CRC); nothing is
+ever decompressed. Time is an argument (`now_ms`); the log reads no clock.
+
+Deleted segments are renamed `*.deleted` at once and their files removed by
+`delete_pending(now_ms)` once `file.delete.delay.ms` has passed, as Kafka does
+asynchronously; a restart removes any that remain.
+"""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+import zlib
+from bisect import bisect_right
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from pykraft.errors import (
+    InconsistentTopicId,
+    InvalidRecord,
+    InvalidTimestamp,
+    MessageTooLarge,
+    OffsetOutOfRange,
+    RecordListTooLarge,
+    invariant,
+)
+from pykraft.records.batch import BatchHeader, set_log_append_time, split_batches, stamp_batch
+from pykraft.storage import log_files
+from pykraft.storage.checkpoint import (
+    fsync_directory,
+    read_partition_metadata,
+    write_partition_metadata,
+)
+from pykraft.storage.leader_epoch import LEADER_EPOCH_CHECKPOINT_FILE, LeaderEpochCache
+from pykraft.storage.log_config import LogConfig
+from pykraft.storage.segment import LogSegment
+from pykraft.storage.timestamp_search import (
+    EARLIEST_LOCAL_TIMESTAMP,
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    MAX_TIMESTAMP,
+    first_record_at_or_after,
+)
+
+__all__ = ["AppendInfo", "Log", "ReadInfo", "parse_topic_partition"]
+
+NO_TIMESTAMP: Final = -1
+DELETED_SUFFIX: Final = log_files.DELETED_SUFFIX
+# (segment, the segment after it or None) -> whether retention deletes it
+_SegmentPredicate = Callable[[LogSegment, LogSegment | None], bool]
+
+
+@dataclass(frozen=True, slots=True)
+class AppendInfo:
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    offset_of_max_timestamp: int  # last offset of the first batch holding max_timestamp
+    log_append_time_ms: int  # -1 unless the topic uses LogAppendTime
+    log_start_offset: int
+    valid_bytes: int
+    batch_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReadInfo:
+    records: bytes  # whole batches, as stored
+    first_offset: int  # base offset of the first batch returned; the fetch offset if none
+    next_offset: int  # offset after the last batch returned; the fetch offset if none
+    high_watermark: int
+    log_start_offset: int
+    log_end_offset: int
+
+
+def parse_topic_partition(name: str) -> tuple[str, int]:
+    """`<topic>-<partition>` split at the last '-'; ValueError if it is not that shape."""
+    topic, sep, partition = name.rpartition("-")
+    if not sep or not topic or not partition.isdigit():
+        raise ValueError(f"{name!r} is not a <topic>-<partition> directory name")
+    return topic, int(partition)
+
+
+class Log:
+    """A partition's segmented log. Not thread-safe: one caller at a time."""
+
+    def __init__(
+        self, directory: Path, config: LogConfig, segments: list[LogSegment],
+        epoch_cache: LeaderEpochCache, *, log_start_offset: int, log_end_offset: int,
+        recovery_point: int, now_ms: int,
+    ) -> None:
+        self.dir = directory
+        self.topic, self.partition = parse_topic_partition(directory.name)
+        self._config = config
+        self._segments = segments
+        self._bases = [segment.base_offset for segment in segments]
+        self.leader_epoch_cache = epoch_cache
+        self._log_start_offset = log_start_offset
+        self._log_end_offset = log_end_offset
+        self._recovery_point = recovery_point
+        self._high_watermark = log_start_offset
+        self._topic_id = read_partition_metadata(directory)
+        self._last_flush_ms = now_ms
+        self._roll_flush_offset: int | None = None
+        self._pending_deletes: list[tuple[int, list[Path]]] = []
+        self._directory_dirty = False
+        self._closed = False
+
+    # -- opening -----------------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls, dir: Path, config: LogConfig, *, recovery_point: int,
+        log_start_offset: int | None, now_ms: int, had_clean_shutdown: bool = False,
+    ) -> Log:
+        """Load (creating if needed) the log in `dir`, recovering what may be torn."""
+        dir.mkdir(parents=True, exist_ok=True)
+        parse_topic_partition(dir.name)
+        bases = log_files.clean_leftovers(dir, config, now_ms)
+        segments = [LogSegment.load(dir, base, config, now_ms) for base in bases]
+        if not segments:
+            start = log_start_offset if log_start_offset is not None else 0
+            segments = [LogSegment.create(dir, start, config, now_ms)]
+        recover_from = None if had_clean_shutdown else recovery_point
+        segments = log_files.recover_segments(segments, recover_from, config)
+        active = segments[-1]
+        if not active.offset_index.writable:
+            active.open_for_append(config)
+        log_end_offset, _ = active.read_next_offset()
+        first_base = segments[0].base_offset
+        start = max(first_base, log_start_offset if log_start_offset is not None else first_base)
+        point = log_end_offset if had_clean_shutdown else min(recovery_point, log_end_offset)
+        epoch_cache = LeaderEpochCache.load(dir / LEADER_EPOCH_CHECKPOINT_FILE)
+        log = cls(
+            dir, config, segments, epoch_cache, log_start_offset=min(start, log_end_offset),
+            log_end_offset=log_end_offset, recovery_point=max(point, 0), now_ms=now_ms,
+        )
+        if start > log_end_offset:  # everything below the checkpointed start is gone
+            log.truncate_fully_and_start_at(start, now_ms=now_ms)
+        epoch_cache.truncate_from_end(log.log_end_offset)
+        epoch_cache.truncate_from_start(log.log_start_offset)
+        return log
+
+    # -- properties ---------------------------------------------------------------------------
+
+    @property
+    def config(self) -> LogConfig:
+        return self._config
+
+    def update_config(self, config: LogConfig) -> None:
+        """New settings apply from now on (index sizes from the next segment)."""
+        self._config = config
+        self._active.index_interval_bytes = config.index_interval_bytes
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._log_end_offset
+
+    @property
+    def recovery_point(self) -> int:
+        return self._recovery_point
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    def update_high_watermark(self, offset: int) -> int:
+        """Set the high watermark, kept within [log start, log end]; return the value set."""
+        self._high_watermark = min(max(offset, self._log_start_offset), self._log_end_offset)
+        return self._high_watermark
+
+    def maybe_increment_high_watermark(self, offset: int) -> bool:
+        """Raise the high watermark to `offset` (never lower it); return whether it moved."""
+        if offset <= self._high_watermark:
+            return False
+        invariant(offset <= self._log_end_offset, f"high watermark {offset} above log end")
+        self._high_watermark = offset
+        return True
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(segment.size for segment in self._segments)
+
+    @property
+    def segment_count(self) -> int:
+        return len(self._segments)
+
+    @property
+    def segment_base_offsets(self) -> tuple[int, ...]:
+        return tuple(self._bases)
+
+    @property
+    def segments(self) -> tuple[LogSegment, ...]:
+        """The segments, oldest first (for tools and tests)."""
+        return tuple(self._segments)
+
+    @property
+    def topic_id(self) -> uuid.UUID | None:
+        return self._topic_id
+
+    def assign_topic_id(self, topic_id: uuid.UUID) -> None:
+        """Record the topic id in `partition.metadata`; a different existing id is an error."""
+        if self._topic_id == topic_id:
+            return
+        if self._topic_id is not None:
+            raise InconsistentTopicId(
+                f"log {self.dir.name} has topic id {self._topic_id}, not {topic_id}"
+            )
+        write_partition_metadata(self.dir, topic_id)
+        self._topic_id = topic_id
+
+    @property
+    def _active(self) -> LogSegment:
+        return self._segments[-1]
+
+    def _segment_for(self, offset: int) -> int:
+        """Index of the segment whose range holds `offset` (the first one if below all)."""
+        return max(0, bisect_right(self._bases, offset) - 1)
+
+    # -- append ------------------------------------------------------------------------------
+
+    def append_as_leader(
+        self, records: bytearray, *, leader_epoch: int, now_ms: int
+    ) -> AppendInfo:
+        """Validate, assign offsets (in place) and append a producer's batches."""
+        invariant(not self._closed, f"append to closed log {self.dir.name}")
+        batches = split_batches(records)
+        self._validate_producer_batches(batches, len(records), now_ms)
+        log_append_time = self._config.is_log_append_time
+        offset = first_offset = self._log_end_offset
+        entries: list[tuple[int, int, int]] = []
+        best = (NO_TIMESTAMP - 1, -1)
+        for position, header in batches:
+            stamp_batch(records, position, offset, leader_epoch)
+            if log_append_time:
+                set_log_append_time(records, position, now_ms)
+            last = offset + header.last_offset_delta
+            timestamp = now_ms if log_append_time else header.max_timestamp
+            if timestamp > best[0]:
+                best = (timestamp, last)
+            entries.append((header.size, last, timestamp))
+            offset = last + 1
+        self._write(records, entries, first_offset, best[0], now_ms)
+        self._assign_epoch(leader_epoch, first_offset)
+        self._maybe_flush_after_append(now_ms)
+        return AppendInfo(
+            first_offset=first_offset, last_offset=offset - 1, max_timestamp=best[0],
+            offset_of_max_timestamp=best[1],
+            log_append_time_ms=now_ms if log_append_time else NO_TIMESTAMP,
+            log_start_offset=self._log_start_offset, valid_bytes=len(records),
+            batch_count=len(batches),
+        )
+
+    def _validate_producer_batches(
+        self, batches: list[tuple[int, BatchHeader]], total_bytes: int, now_ms: int
+    ) -> None:
+        config = self._config
+        if total_bytes > config.segment_bytes:
+            raise RecordListTooLarge(
+                f"{total_bytes} bytes appended to {self.dir.name} exceed segment.bytes "
+                f"{config.segment_bytes}"
+            )
+        for _, header in batches:
+            if header.size > config.max_message_bytes:
+                raise MessageTooLarge(
+                    f"batch of {header.size} bytes exceeds max.message.bytes "
+                    f"{config.max_message_bytes} of {self.dir.name}"
+                )
+            if header.records_count <= 0 or header.records_count != header.last_offset_delta + 1:
+                raise InvalidRecord(
+                    f"batch claims {header.records_count} records but spans "
+                    f"{header.last_offset_delta + 1} offsets"
+                )
+            if not config.is_log_append_time:
+                self._check_timestamps(header, now_ms)
+
+    def _check_timestamps(self, header: BatchHeader, now_ms: int) -> None:
+        """CreateTime bounds, checked on the batch's first and max timestamps (no decoding)."""
+        config = self._config
+        for timestamp in (header.base_timestamp, header.max_timestamp):
+            if timestamp == NO_TIMESTAMP:
+                continue
+            if (
+                now_ms - timestamp > config.message_timestamp_before_max_ms
+                or timestamp - now_ms > config.message_timestamp_after_max_ms
+            ):
+                raise InvalidTimestamp(
+                    f"timestamp {timestamp} of a batch for {self.dir.name} is out of range: "
+                    f"it must be within [{now_ms - config.message_timestamp_before_max_ms}, "
+                    f"{now_ms + config.message_timestamp_after_max_ms}]"
+                )
+
+    def append_as_follower(
+        self, records: bytes | bytearray, *, now_ms: int | None = None
+    ) -> AppendInfo:
+        """Append batches that already carry their offsets (replication, raft).
+
+        `now_ms`, when given, drives time-based rolling and flush.ms as for the leader.
+        """
+        invariant(not self._closed, f"append to closed log {self.dir.name}")
+        batches = split_batches(records)
+        first_offset = batches[0][1].base_offset
+        if first_offset < self._log_end_offset:
+            raise InvalidRecord(
+                f"append at offset {first_offset} to {self.dir.name} below its log end "
+                f"offset {self._log_end_offset}"
+            )
+        entries: list[tuple[int, int, int]] = []
+        best, previous_last = (NO_TIMESTAMP - 1, -1), first_offset - 1
+        for _, header in batches:
+            if header.base_offset <= previous_last or header.last_offset < header.base_offset:
+                raise InvalidRecord(
+                    f"out of order offsets in append to {self.dir.name}: batch at "
+                    f"{header.base_offset} after offset {previous_last}"
+                )
+            if header.max_timestamp > best[0]:
+                best = (header.max_timestamp, header.last_offset)
+            entries.append((header.size, header.last_offset, header.max_timestamp))
+            previous_last = header.last_offset
+        self._write(records, entries, first_offset, best[0], now_ms)
+        for _, header in batches:
+            self._assign_epoch(header.partition_leader_epoch, header.base_offset)
+        self._maybe_flush_after_append(now_ms)
+        return AppendInfo(
+            first_offset=first_offset, last_offset=previous_last, max_timestamp=best[0],
+            offset_of_max_timestamp=best[1], log_append_time_ms=NO_TIMESTAMP,
+            log_start_offset=self._log_start_offset, valid_bytes=len(records),
+            batch_count=len(batches),
+        )
+
+    def _write(
+        self, data: bytes | bytearray, entries: list[tuple[int, int, int]], first_offset: int,
+        max_timestamp: int, now_ms: int | None,
+    ) -> None:
+        last_offset = entries[-1][1]
+        self._maybe_roll(len(data), max_timestamp, first_offset, last_offset, now_ms)
+        self._active.append(data, entries)
+        self._log_end_offset = last_offset + 1
+
+    def _maybe_roll(
+        self, size: int, max_timestamp: int, first_offset: int, last_offset: int,
+        now_ms: int | None,
+    ) -> None:
+        active = self._active
+        if active.size == 0 and first_offset != active.base_offset:
+            self._replace_empty_active(first_offset, now_ms)  # a follower skipping offsets
+            return
+        clock_ms = now_ms if now_ms is not None else active.created_ms
+        if active.should_roll(
+            self._config, self._jitter_ms(active.base_offset), incoming_bytes=size,
+            incoming_max_timestamp=max_timestamp, incoming_last_offset=last_offset,
+            now_ms=clock_ms,
+        ):
+            self._roll_at(first_offset, clock_ms)
+
+    def _jitter_ms(self, base_offset: int) -> int:
+        """Per-segment roll jitter, derived from the segment's name so replays agree."""
+        config = self._config
+        if config.segment_jitter_ms <= 0:
+            return 0
+        seed = zlib.crc32(f"{self.dir.name}/{base_offset}".encode())
+        return seed % min(config.segment_jitter_ms, config.segment_ms)
+
+    def _assign_epoch(self, epoch: int, start_offset: int) -> None:
+        self.leader_epoch_cache.assign(epoch, start_offset)
+
+    def _maybe_flush_after_append(self, now_ms: int | None) -> None:
+        config = self._config
+        if self._log_end_offset - self._recovery_point >= config.flush_messages:
+            self.flush()
+            if now_ms is not None:
+                self._last_flush_ms = now_ms
+        elif now_ms is not None and now_ms - self._last_flush_ms >= config.flush_ms:
+            self.flush()
+            self._last_flush_ms = now_ms
+
+    # -- roll ----------------------------------------------------------------------------------
+
+    def roll(self, now_ms: int) -> LogSegment:
+        """Start a new segment at the log end offset (a no-op if the active one is empty)."""
+        if self._active.size == 0:
+            return self._active
+        return self._roll_at(self._log_end_offset, now_ms)
+
+    def _roll_at(self, base_offset: int, now_ms: int) -> LogSegment:
+        invariant(base_offset >= self._log_end_offset, f"roll at {base_offset} below log end")
+        self._active.on_become_inactive()
+        segment = LogSegment.create(self.dir, base_offset, self._config, now_ms)
+        self._segments.append(segment)
+        self._bases.append(base_offset)
+        self._directory_dirty = True
+        self._roll_flush_offset = base_offset  # flush the finished segment soon (flush_due)
+        return segment
+
+    def _replace_empty_active(self, base_offset: int, now_ms: int | None) -> None:
+        old = self._segments.pop()
+        self._bases.pop()
+        old.delete()
+        created_ms = now_ms if now_ms is not None else old.created_ms
+        segment = LogSegment.create(self.dir, base_offset, self._config, created_ms)
+        self._segments.append(segment)
+        self._bases.append(base_offset)
+        self._directory_dirty = True
+
+    # -- read ------------------------------------------------------------------------------------
+
+    def read(
+        self, fetch_offset: int, max_bytes: int, *, max_offset: int | None = None,
+        min_one_message: bool = True,
+    ) -> ReadInfo:
+        """Whole batches from the one holding `fetch_offset`, within `max_bytes`.
+
+        At least one batch when `min_one_message`, even a larger one. Batches whose base
+        offset is >= `max_offset` (the high watermark, for consumers) are not returned.
+        Data comes from one segment per call, as in Kafka.
+        """
+        if fetch_offset < self._log_start_offset or fetch_offset > self._log_end_offset:
+            raise OffsetOutOfRange(
+                f"fetch offset {fetch_offset} of {self.dir.name} is outside "
+                f"[{self._log_start_offset}, {self._log_end_offset}]"
+            )
+        for segment in self._segments[self._segment_for(fetch_offset) :]:
+            found = segment.find_batch(fetch_offset)
+            if found is None:
+                continue  # the offset falls in a gap after this segment's last batch
+            position, header = found
+            if max_offset is not None and header.base_offset >= max_offset:
+                break
+            data, next_offset = segment.read(
+                position, header.size, max_bytes, max_offset=max_offset,
+                min_one_message=min_one_message,
+            )
+            if data:
+                invariant(next_offset > header.base_offset, "offsets increase on read-back")
+                return self._read_info(data, header.base_offset, next_offset)
+            break
+        return self._read_info(b"", fetch_offset, fetch_offset)
+
+    def _read_info(self, data: bytes, first_offset: int, next_offset: int) -> ReadInfo:
+        return ReadInfo(
+            records=data, first_offset=first_offset, next_offset=next_offset,
+            high_watermark=self._high_watermark, log_start_offset=self._log_start_offset,
+            log_end_offset=self._log_end_offset,
+        )
+
+    def iter_batches(self, start_offset: int | None = None) -> Iterator[tuple[BatchHeader, bytes]]:
+        """Every batch from `start_offset` (default: log start) to the end, for tools and tests."""
+        offset = self._log_start_offset if start_offset is None else start_offset
+        for segment in self._segments[self._segment_for(offset) :]:
+            found = segment.find_batch(offset)
+            if found is None:
+                continue
+            for position, header in segment.iter_headers(found[0]):
+                yield header, segment.read_batch(position, header.size)
+
+    # -- timestamps --------------------------------------------------------------------------
+
+    def fetch_offset_by_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """(offset, timestamp) for ListOffsets; None when no record qualifies.
+
+        -2 earliest (and -4, earliest local): (log start, -1). -1 latest: (log end, -1).
+        -3: the first record with the largest timestamp. Otherwise the first record (by
+        offset) whose timestamp is >= `timestamp`.
+        """
+        if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+            return self._log_start_offset, NO_TIMESTAMP
+        if timestamp == LATEST_TIMESTAMP:
+            return self._log_end_offset, NO_TIMESTAMP
+        if timestamp == MAX_TIMESTAMP:
+            return self._offset_of_max_timestamp()
+        if timestamp < 0:
+            return None
+        for segment in self._segments:
+            if segment.max_timestamp < timestamp:
+                continue
+            found = segment.find_by_timestamp(timestamp)
+            if found is None:
+                continue
+            position, header = found
+            batch = segment.read_batch(position, header.size)
+            result = first_record_at_or_after(batch, timestamp, self._log_start_offset)
+            if result is not None:
+                return result
+        return None
+
+    offset_for_timestamp = fetch_offset_by_timestamp
+
+    def _offset_of_max_timestamp(self) -> tuple[int, int] | None:
+        best: LogSegment | None = None
+        for segment in self._segments:
+            if segment.size and (best is None or segment.max_timestamp > best.max_timestamp):
+                best = segment
+        if best is None or best.max_timestamp < 0:
+            return None
+        found = best.find_by_timestamp(best.max_timestamp)
+        if found is None:
+            return None
+        position, header = found
+        batch = best.read_batch(position, header.size)
+        return first_record_at_or_after(batch, best.max_timestamp, self._log_start_offset)
+
+    # -- flush ---------------------------------------------------------------------------------
+
+    def flush(self, offset: int | None = None) -> None:
+        """fsync everything below `offset` (default: the log end); it becomes the recovery point."""
+        target = self._log_end_offset if offset is None else min(offset, self._log_end_offset)
+        if target > self._recovery_point:
+            first = self._segment_for(self._recovery_point)
+            for segment in self._segments[first:]:
+                if segment.base_offset >= target and segment is not self._segments[first]:
+                    break
+                segment.flush()
+        if self._directory_dirty:
+            fsync_directory(self.dir)
+            self._directory_dirty = False
+        self._recovery_point = max(self._recovery_point, target)
+        if self._roll_flush_offset is not None and self._roll_flush_offset <= target:
+            self._roll_flush_offset = None
+
+    def flush_due(self, now_ms: int) -> bool:
+        """Flush if flush.ms has passed or a rolled segment awaits its fsync; True if flushed."""
+        if now_ms - self._last_flush_ms >= self._config.flush_ms:
+            self.flush()
+            self._last_flush_ms = now_ms
+            return True
+        if self._roll_flush_offset is not None:
+            self.flush(self._roll_flush_offset)
+            return True
+        return False
+
+    # -- truncation ----------------------------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> bool:
+        """Remove everything from `offset` on (a follower diverged); True if anything went."""
+        invariant(offset >= 0, f"truncate {self.dir.name} to negative offset {offset}")
+        if offset >= self._log_end_offset:
+            return False
+        if offset < self._segments[0].base_offset:
+            self.truncate_fully_and_start_at(offset, now_ms=self._active.created_ms)
+            return True
+        keep = self._segment_for(offset)
+        for segment in self._segments[keep + 1 :]:
+            segment.delete()
+        del self._segments[keep + 1 :], self._bases[keep + 1 :]
+        active = self._active
+        if not active.offset_index.writable:
+            active.open_for_append(self._config)
+        active.truncate_to(offset)
+        self._directory_dirty = True
+        self._log_end_offset = offset
+        self.leader_epoch_cache.truncate_from_end(offset)
+        self._log_start_offset = min(self._log_start_offset, offset)
+        self._recovery_point = min(self._recovery_point, offset)
+        self._high_watermark = min(self._high_watermark, offset)
+        return True
+
+    def truncate_fully_and_start_at(self, offset: int, *, now_ms: int | None = None) -> None:
+        """Drop every segment and restart the log, empty, at `offset`."""
+        created_ms = now_ms if now_ms is not None else self._active.created_ms
+        for segment in self._segments:
+            segment.delete()
+        segment = LogSegment.create(self.dir, offset, self._config, created_ms)
+        self._segments, self._bases = [segment], [offset]
+        self._directory_dirty = True
+        self.leader_epoch_cache.clear()
+        self._log_start_offset = self._log_end_offset = offset
+        self._recovery_point = self._high_watermark = offset
+        self._roll_flush_offset = None
+
+    def maybe_increment_log_start_offset(self, offset: int) -> bool:
+        """Move the log start forward (DeleteRecords); segments below it go at retention."""
+        if offset > self._high_watermark:
+            raise OffsetOutOfRange(
+                f"cannot move the log start offset of {self.dir.name} to {offset}, above its "
+                f"high watermark {self._high_watermark}"
+            )
+        if offset <= self._log_start_offset:
+            return False
+        self._log_start_offset = offset
+        self.leader_epoch_cache.truncate_from_start(offset)
+        return True
+
+    # -- retention -------------------------------------------------------------------------------
+
+    def delete_retention_segments(self, now_ms: int) -> int:
+        """Delete segments past retention.ms / retention.bytes / the log start; return count.
+
+        Only segments entirely below the high watermark go. If every segment qualifies, a
+        new empty segment is rolled first so the log always has an active one.
+        """
+        config = self._config
+        deleted = self._delete_segments(self._below_log_start, now_ms)
+        if config.delete:
+            if config.retention_ms >= 0:
+                deleted += self._delete_segments(
+                    lambda segment, _: now_ms - segment.largest_timestamp() > config.retention_ms,
+                    now_ms,
+                )
+            if config.retention_bytes >= 0:
+                excess = [self.size_bytes - config.retention_bytes]
+
+                def over_size(segment: LogSegment, _: LogSegment | None) -> bool:
+                    if excess[0] - segment.size < 0:
+                        return False
+                    excess[0] -= segment.size
+                    return True
+
+                deleted += self._delete_segments(over_size, now_ms)
+        return deleted
+
+    @staticmethod
+    def _below_log_start_of(start: int, following: LogSegment | None) -> bool:
+        return following is not None and following.base_offset <= start
+
+    def _below_log_start(self, _: LogSegment, following: LogSegment | None) -> bool:
+        return self._below_log_start_of(self._log_start_offset, following)
+
+    def _delete_segments(self, predicate: _SegmentPredicate, now_ms: int) -> int:
+        doomed: list[LogSegment] = []
+        for index, segment in enumerate(self._segments):
+            following = self._segments[index + 1] if index + 1 < len(self._segments) else None
+            upper = following.base_offset if following is not None else self._log_end_offset
+            if following is None and segment.size == 0:
+                break  # the empty active segment stays
+            if upper > self._high_watermark or not predicate(segment, following):
+                break
+            doomed.append(segment)
+        if not doomed:
+            return 0
+        if len(doomed) == len(self._segments):
+            self._roll_at(self._log_end_offset, now_ms)
+        for segment in doomed:
+            self._segments.remove(segment)
+            self._bases.remove(segment.base_offset)
+            self._schedule_delete(segment, now_ms)
+        self._log_start_offset = max(self._log_start_offset, self._segments[0].base_offset)
+        self.leader_epoch_cache.truncate_from_start(self._log_start_offset)
+        self._high_watermark = max(self._high_watermark, self._log_start_offset)
+        self._recovery_point = max(self._recovery_point, self._log_start_offset)
+        return len(doomed)
+
+    def _schedule_delete(self, segment: LogSegment, now_ms: int) -> None:
+        paths = segment.rename_with_suffix(DELETED_SUFFIX)
+        self._directory_dirty = True
+        self._pending_deletes.append((now_ms + self._config.file_delete_delay_ms, paths))
+        self.delete_pending(now_ms)
+
+    def delete_pending(self, now_ms: int) -> int:
+        """Remove `.deleted` files whose delay has passed; return how many segments went."""
+        due = [paths for due_ms, paths in self._pending_deletes if due_ms <= now_ms]
+        self._pending_deletes = [item for item in self._pending_deletes if item[0] > now_ms]
+        for paths in due:
+            for path in paths:
+                path.unlink(missing_ok=True)
+        return len(due)
+
+    # -- closing ---------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close files (no fsync: call flush first for a clean shutdown)."""
+        if self._closed:
+            return
+        for segment in self._segments:
+            segment.close()
+        self._closed = True
+
+    def delete(self) -> None:
+        """Close and remove the whole partition directory."""
+        self.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def check_invariants(self) -> None:
+        """Used by tests: offsets, segment order and index contents are consistent."""
+        invariant(
+            self._log_start_offset <= self._high_watermark <= self._log_end_offset,
+            f"{self._log_start_offset} <= {self._high_watermark} <= {self._log_end_offset}",
+        )
+        invariant(self._bases == sorted(set(self._bases)), f"segment bases {self._bases}")
+        previous = -1
+        for segment in self._segments:
+            invariant(segment.base_offset > previous, "segment bases increase")
+            segment.check_invariants()
+            for _, header in segment.iter_headers(0):
+                invariant(header.base_offset > previous, "offsets increase across batches")
+                invariant(header.base_offset >= segment.base_offset, "batch below its segment")
+                previous = header.last_offset
+        invariant(previous < self._log_end_offset, f"batch at {previous} beyond log end")
+
+    def __repr__(self) -> str:
+        return (
+            f"Log({self.dir.name}, start={self._log_start_offset}, "
+            f"end={self._log_end_offset}, segments={len(self._segments)})"
+        )
+

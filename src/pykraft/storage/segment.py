@@ -1,0 +1,427 @@
+"""One log segment: `<base offset>.log` plus its `.index` and `.timeindex`.
+
+The `.log` file is RecordBatch v2 batches back to back, exactly as they arrived (offsets and
+leader epoch stamped). `size` is the number of valid bytes; the file never holds more after
+recovery. Batches are found through the sparse offset index plus a short forward scan of
+batch headers; no record is ever decoded here.
+
+Indexing rule (Kafka's, shared by append and recovery so both build the same index): before
+writing a batch at byte P, if more than `index.interval.bytes` were written since the last
+index entry, add offset entry (batch last offset, P) and time entry (largest timestamp so
+far, last offset of the first batch that reached it). The first batch of a segment therefore
+never gets an entry, which is what lets a crashed index's zero tail be told from entries.
+
+Reads use `os.pread` on a descriptor opened on first use and kept; writes use `os.pwrite`
+at `size`, one call per append whatever the number of batches.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Final
+
+from pykraft.errors import CorruptRecord, invariant
+from pykraft.records.batch import (
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    BatchHeader,
+    check_batch,
+    read_header,
+)
+from pykraft.storage.index import INDEX_SUFFIX, TIME_INDEX_SUFFIX, OffsetIndex, TimeIndex
+from pykraft.storage.log_config import LogConfig
+
+__all__ = [
+    "LOG_SUFFIX",
+    "TXN_INDEX_SUFFIX",
+    "LogSegment",
+    "segment_base_name",
+]
+
+LOG_SUFFIX: Final = ".log"
+TXN_INDEX_SUFFIX: Final = ".txnindex"
+RELATIVE_OFFSET_MAX: Final = (1 << 31) - 1
+_SCAN_CHUNK_BYTES: Final = 64 * 1024
+_RECOVERY_CHUNK_BYTES: Final = 8 * 1024 * 1024
+# baseOffset, batchLength, (leader epoch, magic, crc, attributes skipped), lastOffsetDelta
+_PREFIX: Final = struct.Struct(">qi11xi")
+_INT32: Final = struct.Struct(">i")
+
+
+def segment_base_name(base_offset: int) -> str:
+    return f"{base_offset:020d}"
+
+
+def _pread_exact(fd: int, size: int, position: int) -> bytes:
+    data = os.pread(fd, size, position)
+    if len(data) == size:
+        return data
+    parts = [data]
+    got = len(data)
+    while got < size:
+        more = os.pread(fd, size - got, position + got)
+        if not more:
+            break
+        parts.append(more)
+        got += len(more)
+    return b"".join(parts)
+
+
+def _pwrite_all(fd: int, data: bytes | bytearray | memoryview, position: int) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, position)
+        view, position = view[written:], position + written
+
+
+class LogSegment:
+    """A segment's files and the facts about it the log needs (size, offsets, timestamps)."""
+
+    def __init__(
+        self, directory: Path, base_offset: int, config: LogConfig, created_ms: int,
+        *, suffix: str = "",
+    ) -> None:
+        name = segment_base_name(base_offset)
+        self.base_offset = base_offset
+        self.log_path = directory / f"{name}{LOG_SUFFIX}{suffix}"
+        self.offset_index = OffsetIndex(
+            directory / f"{name}{INDEX_SUFFIX}{suffix}", base_offset, config.segment_index_bytes
+        )
+        self.time_index = TimeIndex(
+            directory / f"{name}{TIME_INDEX_SUFFIX}{suffix}",
+            base_offset,
+            config.segment_index_bytes,
+        )
+        self.index_interval_bytes = config.index_interval_bytes
+        self.created_ms = created_ms
+        self.size = self.log_path.stat().st_size if self.log_path.exists() else 0
+        self._fd: int | None = None
+        self._max: tuple[int, int] | None = None  # (timestamp, offset) once known
+        self._first_batch_timestamp: int | None = None
+        self._bytes_since_index_entry = 0
+        self._dirty = False
+        self.indexes_were_missing = False
+
+    # -- creation, loading, files ---------------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls, directory: Path, base_offset: int, config: LogConfig, now_ms: int
+    ) -> LogSegment:
+        """A new empty active segment; stale files with its name are removed first."""
+        name = segment_base_name(base_offset)
+        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
+            (directory / f"{name}{suffix}").unlink(missing_ok=True)
+        segment = cls(directory, base_offset, config, now_ms)
+        segment._fd = os.open(segment.log_path, os.O_RDWR | os.O_CREAT, 0o644)
+        segment.open_for_append(config)
+        return segment
+
+    @classmethod
+    def load(
+        cls, directory: Path, base_offset: int, config: LogConfig, now_ms: int,
+        *, suffix: str = "",
+    ) -> LogSegment:
+        """An existing segment; indexes are opened lazily (and rebuilt if missing)."""
+        segment = cls(directory, base_offset, config, now_ms, suffix=suffix)
+        segment.indexes_were_missing = not (
+            segment.offset_index.path.exists() and segment.time_index.path.exists()
+        )
+        if not segment.indexes_were_missing:
+            entries = segment.offset_index.entries
+            last_position = segment.offset_index.last_entry[1] if entries else 0
+            segment._bytes_since_index_entry = max(0, segment.size - last_position)
+        return segment
+
+    @property
+    def fd(self) -> int:
+        if self._fd is None:
+            self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
+        return self._fd
+
+    def open_for_append(self, config: LogConfig) -> None:
+        self.index_interval_bytes = config.index_interval_bytes
+        self.offset_index.open_for_append(config.segment_index_bytes)
+        self.time_index.open_for_append(config.segment_index_bytes)
+
+    def on_become_inactive(self) -> None:
+        """Record the final max timestamp in the time index and trim both indexes."""
+        if self.time_index.writable:
+            timestamp, offset = self.max_timestamp_and_offset
+            self.time_index.maybe_append(timestamp, offset, final=True)
+        self.offset_index.seal()
+        self.time_index.seal()
+
+    def flush(self) -> None:
+        if self._dirty and self._fd is not None:
+            os.fsync(self._fd)
+            self._dirty = False
+        self.offset_index.flush()
+        self.time_index.flush()
+
+    def close(self) -> None:
+        self.on_become_inactive()
+        self.offset_index.close()
+        self.time_index.close()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def paths(self) -> list[Path]:
+        txn = self.log_path.with_name(self.log_path.name.replace(LOG_SUFFIX, TXN_INDEX_SUFFIX))
+        return [self.log_path, self.offset_index.path, self.time_index.path, txn]
+
+    def rename_with_suffix(self, suffix: str) -> list[Path]:
+        """Close and rename every file to `<name><suffix>`; return the new paths."""
+        self.close()
+        renamed = []
+        for path in self.paths():
+            if path.exists():
+                target = path.with_name(path.name + suffix)
+                os.replace(path, target)
+                renamed.append(target)
+        return renamed
+
+    def delete(self) -> None:
+        self.close()
+        for path in self.paths():
+            path.unlink(missing_ok=True)
+
+    # -- facts -------------------------------------------------------------------------------
+
+    @property
+    def max_timestamp_and_offset(self) -> tuple[int, int]:
+        """Largest batch max timestamp and the last offset of the first batch holding it."""
+        if self._max is None:
+            self._max = self.time_index.last_entry
+        return self._max
+
+    @property
+    def max_timestamp(self) -> int:
+        return self.max_timestamp_and_offset[0]
+
+    def largest_timestamp(self) -> int:
+        """The max timestamp, or the file's modification time when no timestamp is known."""
+        timestamp = self.max_timestamp
+        if timestamp >= 0:
+            return timestamp
+        return self.log_path.stat().st_mtime_ns // 1_000_000
+
+    def first_batch_timestamp(self) -> int | None:
+        if self._first_batch_timestamp is None and self.size >= HEADER_SIZE:
+            self._first_batch_timestamp = read_header(
+                _pread_exact(self.fd, HEADER_SIZE, 0)
+            ).max_timestamp
+        return self._first_batch_timestamp
+
+    def should_roll(
+        self, config: LogConfig, jitter_ms: int, *, incoming_bytes: int,
+        incoming_max_timestamp: int, incoming_last_offset: int, now_ms: int,
+    ) -> bool:
+        """Whether an append of `incoming_bytes` must go to a new segment (Kafka's rules)."""
+        if self.size == 0:
+            return False  # an empty segment takes anything; it is never rolled away
+        first_timestamp = self.first_batch_timestamp()
+        if first_timestamp is not None and first_timestamp >= 0:
+            waited_ms = incoming_max_timestamp - first_timestamp
+        else:
+            waited_ms = now_ms - self.created_ms
+        return (
+            self.size > config.segment_bytes - incoming_bytes
+            or waited_ms > config.max_segment_ms - jitter_ms
+            or self.offset_index.is_full
+            or self.time_index.is_full
+            or incoming_last_offset - self.base_offset > RELATIVE_OFFSET_MAX
+        )
+
+    # -- append ------------------------------------------------------------------------------
+
+    def append(
+        self, data: bytes | bytearray | memoryview, batches: Sequence[tuple[int, int, int]]
+    ) -> None:
+        """Write `data`, whose batches are (size, last offset, max timestamp), in one call."""
+        position = self.size
+        _pwrite_all(self.fd, data, position)
+        self._dirty = True
+        for size, last_offset, max_timestamp in batches:
+            self._index_batch(position, size, last_offset, max_timestamp)
+            position += size
+        self.size = position
+
+    def _index_batch(self, position: int, size: int, last_offset: int, max_timestamp: int) -> None:
+        if max_timestamp > self.max_timestamp_and_offset[0]:
+            self._max = (max_timestamp, last_offset)
+        if self._bytes_since_index_entry > self.index_interval_bytes:
+            if not self.offset_index.is_full:
+                self.offset_index.append(last_offset, position)
+            self.time_index.maybe_append(*self.max_timestamp_and_offset)
+            self._bytes_since_index_entry = 0
+        self._bytes_since_index_entry += size
+
+    # -- scanning and reading ------------------------------------------------------------------
+
+    def iter_headers(self, position: int) -> Iterator[tuple[int, BatchHeader]]:
+        """(position, header) of each batch from `position` to `size`; stops at broken framing."""
+        chunk, chunk_at = b"", position
+        while position + HEADER_SIZE <= self.size:
+            offset_in_chunk = position - chunk_at
+            if offset_in_chunk + HEADER_SIZE > len(chunk):
+                chunk_at = position
+                want = min(_SCAN_CHUNK_BYTES, self.size - position)
+                chunk, offset_in_chunk = _pread_exact(self.fd, want, position), 0
+            header = read_header(chunk, offset_in_chunk)
+            too_short = header.batch_length < HEADER_SIZE - LOG_OVERHEAD
+            if too_short or position + header.size > self.size:
+                return
+            yield position, header
+            position += header.size
+
+    def find_batch(self, offset: int) -> tuple[int, BatchHeader] | None:
+        """The first batch whose last offset is >= `offset`, or None if there is none here."""
+        _, start = self.offset_index.lookup(offset)
+        for position, header in self.iter_headers(start):
+            if header.last_offset >= offset:
+                return position, header
+        return None
+
+    def read(
+        self, position: int, first_size: int, max_bytes: int, *,
+        max_offset: int | None, min_one_message: bool,
+    ) -> tuple[bytes, int]:
+        """Whole batches from `position` within `max_bytes`; returns (bytes, next offset).
+
+        `first_size` is the size of the batch at `position` (the caller found it). Batches
+        whose base offset is >= `max_offset` are left out. Next offset is -1 when empty.
+        """
+        budget = max(max_bytes, first_size) if min_one_message else max_bytes
+        want = min(budget, self.size - position)
+        if want < first_size:
+            return b"", -1
+        data = _pread_exact(self.fd, want, position)
+        end, next_offset, length = 0, -1, len(data)
+        while end + _PREFIX.size <= length:
+            base_offset, batch_length, last_offset_delta = _PREFIX.unpack_from(data, end)
+            if end + LOG_OVERHEAD + batch_length > length:
+                break
+            if max_offset is not None and base_offset >= max_offset:
+                break
+            end += LOG_OVERHEAD + batch_length
+            next_offset = base_offset + last_offset_delta + 1
+        return (data if end == length else data[:end]), next_offset
+
+    def read_batch(self, position: int, size: int) -> bytes:
+        return _pread_exact(self.fd, size, position)
+
+    def read_next_offset(self) -> tuple[int, int]:
+        """(next offset after the last batch, end of the last whole batch) by scanning the tail."""
+        _, start = self.offset_index.last_entry if self.offset_index.entries else (0, 0)
+        next_offset, end = self.base_offset, start
+        for position, header in self.iter_headers(start):
+            next_offset, end = header.next_offset, position + header.size
+        return next_offset, end
+
+    def find_by_timestamp(self, timestamp: int) -> tuple[int, BatchHeader] | None:
+        """The first batch whose max timestamp is >= `timestamp`, if this segment has one."""
+        _, indexed_offset = self.time_index.lookup(timestamp)
+        _, start = self.offset_index.lookup(indexed_offset)
+        for position, header in self.iter_headers(start):
+            if header.max_timestamp >= timestamp:
+                return position, header
+        return None
+
+    # -- recovery and truncation ---------------------------------------------------------------
+
+    def recover(self) -> int:
+        """Re-validate every batch, rebuild both indexes; truncate at the first bad batch.
+
+        Returns the number of bytes cut off. The indexes must be open for append.
+        """
+        self.offset_index.reset()
+        self.time_index.reset()
+        self._max, self._first_batch_timestamp = (-1, self.base_offset), None
+        self._bytes_since_index_entry = 0
+        position, file_size = 0, os.fstat(self.fd).st_size
+        for header in self._iter_valid_batches(file_size):
+            self._index_batch(position, header.size, header.last_offset, header.max_timestamp)
+            position += header.size
+        truncated = file_size - position
+        if truncated:
+            os.ftruncate(self.fd, position)
+            self._dirty = True
+        self.size = position
+        return truncated
+
+    def _iter_valid_batches(self, file_size: int) -> Iterator[BatchHeader]:
+        """Checked batches from the start: framing, CRC32C, offsets increasing and in range."""
+        position, next_offset_min = 0, self.base_offset
+        chunk, chunk_at = b"", 0
+        while position + LOG_OVERHEAD <= file_size:
+            if position + LOG_OVERHEAD > chunk_at + len(chunk):
+                chunk_at = position
+                chunk = _pread_exact(
+                    self.fd, min(_RECOVERY_CHUNK_BYTES, file_size - position), position
+                )
+            (batch_length,) = _INT32.unpack_from(chunk, position - chunk_at + 8)
+            size = LOG_OVERHEAD + batch_length
+            if batch_length < HEADER_SIZE - LOG_OVERHEAD or position + size > file_size:
+                return  # a torn tail, or garbage where a header should be
+            if position + size > chunk_at + len(chunk):
+                chunk_at = position
+                chunk = _pread_exact(
+                    self.fd, max(size, min(_RECOVERY_CHUNK_BYTES, file_size - position)), position
+                )
+            try:
+                header = check_batch(chunk, position - chunk_at)
+            except CorruptRecord:
+                return
+            if header.base_offset < next_offset_min or (
+                header.last_offset - self.base_offset > RELATIVE_OFFSET_MAX
+            ):
+                return
+            yield header
+            next_offset_min = header.next_offset
+            position += size
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove batches whose last offset is >= `offset`; return the bytes removed.
+
+        A batch holding `offset` in its middle goes too: truncation is at batch boundaries.
+        """
+        found = self.find_batch(offset)
+        if found is None:
+            return 0
+        position = found[0]
+        removed = self.size - position
+        self.offset_index.truncate_to(offset)
+        self.time_index.truncate_to(offset)
+        os.ftruncate(self.fd, position)
+        self.size = position
+        self._dirty = True
+        self._first_batch_timestamp = None
+        self._recompute_max_after_truncation()
+        last_position = self.offset_index.last_entry[1] if self.offset_index.entries else 0
+        self._bytes_since_index_entry = max(0, self.size - last_position)
+        return removed
+
+    def _recompute_max_after_truncation(self) -> None:
+        timestamp, offset = self.time_index.last_entry
+        _, start = self.offset_index.lookup(offset)
+        best = (timestamp, offset)
+        for _, header in self.iter_headers(start):
+            if header.max_timestamp > best[0]:
+                best = (header.max_timestamp, header.last_offset)
+        self._max = best
+
+    def check_invariants(self) -> None:
+        """Used by tests: the offset index points at batch starts with matching offsets."""
+        for slot in range(self.offset_index.entries):
+            offset, position = self.offset_index._entry(slot)
+            header = read_header(_pread_exact(self.fd, HEADER_SIZE, position))
+            invariant(
+                header.last_offset == self.base_offset + offset,
+                f"index slot {slot} of {self.log_path} says {offset}, batch says "
+                f"{header.last_offset - self.base_offset}",
+            )

@@ -76,9 +76,8 @@ def partition(
 
 
 def topic(name: str, topic_id: uuid.UUID, count: int) -> list[MetadataRecord]:
-    return [TopicRecord(name=name, topic_id=topic_id)] + [
-        partition(topic_id, index) for index in range(count)
-    ]
+    records: list[MetadataRecord] = [TopicRecord(name=name, topic_id=topic_id)]
+    return records + [partition(topic_id, index) for index in range(count)]
 
 
 def broker(broker_id: int, epoch: int = 10, fenced: bool = True) -> RegisterBrokerRecord:
@@ -449,7 +448,7 @@ def test_local_changes_for_a_broker() -> None:
     }  # fmt: skip
     assert set(created.followers) == {TopicIdPartition(FOO, "foo", 2)}
 
-    changes = [
+    changes: list[MetadataRecord] = [
         PartitionChangeRecord(partition_id=0, topic_id=FOO, isr=(1,)),  # still leader
         PartitionChangeRecord(partition_id=1, topic_id=FOO, leader=3),  # not a replica
         PartitionChangeRecord(partition_id=2, topic_id=FOO, replicas=(2, 3), isr=(3,)),

@@ -218,11 +218,13 @@ def run(
         raise CommandError(kafka_error_message(exception)) from None
     deliveries = _Deliveries(topic)
     source: Iterable[bytes] = lines if lines is not None else _stdin_lines(sys.stdin.buffer)
-    for line_number, line in enumerate(source, start=1):
-        record = reader.read(_strip_line_ending(line), line_number)
-        _produce(producer, topic, record, deliveries)
-        if sync:
-            producer.flush(_FLUSH_TIMEOUT_S)
+    try:
+        _send_lines(producer, topic, reader, source, deliveries, sync=sync)
+    except KeyboardInterrupt:
+        pass  # Ctrl-C ends the input as EOF does: what was typed is still delivered
+    except CommandError:
+        producer.flush(_FLUSH_TIMEOUT_S)  # the lines before the bad one still go out
+        raise
     remaining = producer.flush(_FLUSH_TIMEOUT_S)
     if remaining:
         print(
@@ -231,6 +233,22 @@ def run(
         )
         return 1
     return 1 if deliveries.failed else 0
+
+
+def _send_lines(
+    producer: Producer,
+    topic: str,
+    reader: LineReader,
+    lines: Iterable[bytes],
+    deliveries: _Deliveries,
+    *,
+    sync: bool,
+) -> None:
+    for line_number, line in enumerate(lines, start=1):
+        record = reader.read(_strip_line_ending(line), line_number)
+        _produce(producer, topic, record, deliveries)
+        if sync:
+            producer.flush(_FLUSH_TIMEOUT_S)
 
 
 def _produce(

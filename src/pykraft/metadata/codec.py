@@ -31,6 +31,7 @@ the body; nothing may follow the body.
 
 from __future__ import annotations
 
+import functools
 import struct
 import uuid
 from collections.abc import Callable
@@ -247,7 +248,8 @@ def _array_codec(
         if count > len(buf) - pos:  # every element takes at least a byte
             raise MetadataDecodeError(f"{where}: {count} elements cannot fit the record")
         if fixed is not None:  # one C call for a whole replica list
-            return struct.unpack_from(f">{count}{code}", buf, pos), pos + count * fixed.size
+            layout = _fixed_array_layout(code, count)
+            return layout.unpack_from(buf, pos), pos + layout.size
         items = []
         for _ in range(count):
             item, pos = read_element(buf, pos)
@@ -264,12 +266,18 @@ def _array_codec(
             raise MetadataEncodeError(f"{where}: array field given {type(value).__name__}")
         write_length(out, len(value))
         if fixed is not None:
-            out += struct.pack(f">{len(value)}{code}", *value)
+            out += _fixed_array_layout(code, len(value)).pack(*value)
             return
         for item in value:
             write_element(out, item)
 
     return read, write
+
+
+@functools.lru_cache(maxsize=1024)
+def _fixed_array_layout(code: str, count: int) -> struct.Struct:
+    """The layout of `count` big-endian values of struct `code` (a replica list: "i")."""
+    return struct.Struct(f">{count}{code}")
 
 
 def _element_codec(spec: FieldSpec, version: int, flexible: bool) -> tuple[Read, Write]:

@@ -33,7 +33,7 @@ from typing import ClassVar, Final, Generic, TypeVar, assert_never
 
 import immutables
 
-from pykraft.errors import invariant
+from pykraft.errors import InvariantViolation, invariant
 from pykraft.metadata.records import (
     AbortTransactionRecord,
     AccessControlEntryRecord,
@@ -127,6 +127,13 @@ def _empty_map() -> immutables.Map[K, V]:
     return immutables.Map()
 
 
+def _required(value: V | None, message: str) -> V:
+    """`value`, which a valid log guarantees exists; None is a broken invariant."""
+    if value is None:
+        raise InvariantViolation(message)
+    return value
+
+
 # ---------------------------------------------------------------------------------------------
 # Images
 
@@ -214,6 +221,15 @@ class MetadataImage:
     delegation_tokens: DelegationTokensImage
 
     EMPTY: ClassVar[MetadataImage]
+
+    def __repr__(self) -> str:  # a summary: the whole image can be millions of partitions
+        partition_count = sum(len(topic.partitions) for topic in self.topics.by_id.values())
+        return (
+            f"MetadataImage(offset={self.offset}, epoch={self.epoch}, "
+            f"metadata_version={self.features.metadata_version}, "
+            f"brokers={len(self.cluster.brokers)}, topics={len(self.topics.by_id)}, "
+            f"partitions={partition_count}, config_resources={len(self.configs.resources)})"
+        )
 
     def topic_by_name(self, name: str) -> TopicImage | None:
         return self.topics.by_name.get(name)
@@ -307,12 +323,10 @@ class TopicDelta:
         self._applied = None
 
     def replay_change(self, record: PartitionChangeRecord) -> None:
-        current = self.partition(record.partition_id)
-        invariant(
-            current is not None,
+        current = _required(
+            self.partition(record.partition_id),
             f"change to unknown partition {self.image.name}-{record.partition_id}",
         )
-        assert current is not None  # for mypy: invariant() raised otherwise
         self.partition_changes[record.partition_id] = current.merge(record)
         self._applied = None
 
@@ -378,9 +392,10 @@ class TopicsDelta:
         self._names[record.name] = record.topic_id
 
     def replay_partition(self, record: PartitionRecord | PartitionChangeRecord) -> None:
-        topic = self.topic(record.topic_id)
-        invariant(topic is not None, f"{type(record).__name__} for unknown topic {record.topic_id}")
-        assert topic is not None  # for mypy: invariant() raised otherwise
+        topic = _required(
+            self.topic(record.topic_id),
+            f"{type(record).__name__} for unknown topic {record.topic_id}",
+        )
         if isinstance(record, PartitionRecord):
             topic.replay_partition(record)
         else:
@@ -388,9 +403,9 @@ class TopicsDelta:
 
     def replay_remove(self, record: RemoveTopicRecord) -> str:
         """Remove a topic; return its name (its configs go with it)."""
-        topic = self.topic(record.topic_id)
-        invariant(topic is not None, f"RemoveTopicRecord for unknown topic {record.topic_id}")
-        assert topic is not None  # for mypy: invariant() raised otherwise
+        topic = _required(
+            self.topic(record.topic_id), f"RemoveTopicRecord for unknown topic {record.topic_id}"
+        )
         del self.changed[record.topic_id]
         if record.topic_id in self.base.by_id:
             self.deleted.add(record.topic_id)
@@ -559,9 +574,7 @@ class MetadataDelta:
                 assert_never(record)
 
     def _registered(self, broker_id: int, epoch: int) -> BrokerRegistration:
-        current = self._brokers.get(broker_id)
-        invariant(current is not None, f"broker {broker_id} is not registered")
-        assert current is not None  # for mypy: invariant() raised otherwise
+        current = _required(self._brokers.get(broker_id), f"broker {broker_id} is not registered")
         invariant(
             current.epoch == epoch,
             f"broker {broker_id} is registered with epoch {current.epoch}, not {epoch}",

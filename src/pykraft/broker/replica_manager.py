@@ -26,13 +26,12 @@ from pykraft.errors import (
     UnknownTopicOrPartition,
 )
 from pykraft.metadata.image import MetadataDelta, MetadataImage
+from pykraft.metadata.registrations import ConfigResourceType, PartitionRegistration
 from pykraft.storage.log import AppendInfo, Log, ReadInfo
 from pykraft.storage.log_config import LogConfig
 from pykraft.storage.log_manager import LogManager
 
 log = logging.getLogger(__name__)
-
-TOPIC_RESOURCE = 2
 
 
 @dataclass(slots=True, eq=False)
@@ -83,64 +82,51 @@ class ReplicaManager:
     # -- following the metadata image --------------------------------------------------
 
     def apply_delta(self, delta: MetadataDelta, image: MetadataImage) -> None:
-        """Publisher: act on what changed, never on a diff of whole images."""
-        for topic_id, name in delta.deleted_topics():
-            self._delete_topic(name)
-        for topic_id in delta.changed_topic_ids():
-            topic = image.topics.by_id.get(topic_id)
-            if topic is None:
+        """Publisher: act on what changed for this broker, never on a diff of whole images."""
+        changes = delta.local_changes(self.node_id)
+        for deleted in changes.deletes:
+            self._remove(deleted.topic, deleted.partition)
+        for placed in (changes.leaders, changes.followers):
+            for key, registration in placed.items():
+                self._apply_partition(key.topic, key.topic_id, key.partition, registration,
+                                      self._log_config(image, key.topic))
+        for resource in delta.changed_configs:
+            if resource.resource_type != ConfigResourceType.TOPIC:
                 continue
-            config = self._log_config(image, topic.name)
-            for index in delta.changed_partition_indexes(topic_id):
-                registration = topic.partitions[index]
-                self._apply_partition(topic.name, topic_id, index, registration, config)
-        for topic_name in delta.changed_topic_configs():
-            topic = image.topics.by_name.get(topic_name)
-            if topic is None:
-                continue
-            config = self._log_config(image, topic_name)
-            for index in topic.partitions:
-                partition = self._partitions.get((topic_name, index))
-                if partition is not None:
+            config = self._log_config(image, resource.resource_name)
+            for partition in self._partitions.values():
+                if partition.topic == resource.resource_name:
                     partition.log.update_config(config)
 
     def _log_config(self, image: MetadataImage, topic: str) -> LogConfig:
-        overrides = image.configs.get(TOPIC_RESOURCE, topic)
+        overrides = image.configs.get(ConfigResourceType.TOPIC, topic)
         return LogConfig.from_configs(overrides, self.server_configs)
 
     def _apply_partition(
-        self, topic: str, topic_id: uuid.UUID, index: int, registration: object, config: LogConfig
+        self, topic: str, topic_id: uuid.UUID, index: int,
+        registration: PartitionRegistration, config: LogConfig,
     ) -> None:
-        replicas = tuple(registration.replicas)  # type: ignore[attr-defined]
         key = (topic, index)
-        if self.node_id not in replicas:
-            existing = self._partitions.pop(key, None)
-            if existing is not None:
-                existing.wake_waiters()
-                self.log_manager.delete_log(topic, index)
-            return
         partition = self._partitions.get(key)
         if partition is None:
             partition_log = self.log_manager.get_or_create_log(
                 topic, index, topic_id=topic_id, config=config, now_ms=self.now_ms()
             )
-            partition = Partition(
-                topic, topic_id, index, partition_log, -1, -1, replicas, tuple()
-            )
+            partition = Partition(topic, topic_id, index, partition_log, -1, -1, (), ())
             self._partitions[key] = partition
-        partition.leader_id = registration.leader  # type: ignore[attr-defined]
-        partition.leader_epoch = registration.leader_epoch  # type: ignore[attr-defined]
-        partition.replicas = replicas
-        partition.isr = tuple(registration.isr)  # type: ignore[attr-defined]
+        partition.leader_id = registration.leader
+        partition.leader_epoch = registration.leader_epoch
+        partition.replicas = registration.replicas
+        partition.isr = registration.isr
         if partition.leader_id == self.node_id:
             self._maybe_advance_high_watermark(partition)
         partition.wake_waiters()
 
-    def _delete_topic(self, topic: str) -> None:
-        for key in [key for key in self._partitions if key[0] == topic]:
-            partition = self._partitions.pop(key)
+    def _remove(self, topic: str, index: int) -> None:
+        partition = self._partitions.pop((topic, index), None)
+        if partition is not None:
             partition.wake_waiters()
-            self.log_manager.delete_log(topic, key[1])
+        self.log_manager.delete_log(topic, index)
 
     # -- lookups ----------------------------------------------------------------------
 

@@ -26,7 +26,7 @@ import itertools
 import logging
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Final, Protocol
 
@@ -108,12 +108,14 @@ class RaftNode:
         election_timeout_ms: int | None = None,
         clock: Clock | None = None,
         rng: random.Random | None = None,
+        server_configs: Mapping[str, str] | None = None,
     ) -> RaftNode:
         """Load `log_dir` (the `__cluster_metadata-0` directory: its quorum-state and its
         log, recovered and flushed) and build the node; nothing runs until `start`.
 
         `election_timeout_ms` is controller.quorum.election.timeout.ms; a single voter never
-        waits for an election, so it is only checked.
+        waits for an election, so it is only checked. `server_configs` supplies the
+        `metadata.log.segment.bytes` / `metadata.log.segment.ms` keys.
         """
         if election_timeout_ms is not None and election_timeout_ms <= 0:
             raise InvalidConfig(f"controller.quorum.election.timeout.ms={election_timeout_ms}")
@@ -121,7 +123,9 @@ class RaftNode:
         now_ms = clock.now_ms()
         state_store = QuorumStateStore(log_dir / QUORUM_STATE_FILE)
         persisted = state_store.read() or QuorumStateData()
-        store = DiskLogStore.open(log_dir, now_ms=clock.wall_clock_ms())
+        store = DiskLogStore.open(
+            log_dir, now_ms=clock.wall_clock_ms(), server_configs=server_configs
+        )
         try:
             core = RaftCore(
                 node_id,

@@ -19,14 +19,12 @@ from __future__ import annotations
 import bisect
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import Final, Protocol
 
 from pykraft.errors import OffsetOutOfRange, invariant
 from pykraft.records.batch import BatchHeader, iter_headers, read_header
-
-if TYPE_CHECKING:
-    from pykraft.storage.log import Log
-    from pykraft.storage.log_config import LogConfig
+from pykraft.storage.log import Log
+from pykraft.storage.log_config import LogConfig
 
 __all__ = [
     "METADATA_TOPIC",
@@ -41,6 +39,7 @@ __all__ = [
 METADATA_TOPIC: Final = "__cluster_metadata"
 METADATA_PARTITION: Final = 0
 NO_EPOCH: Final = 0  # Kafka's last fetched epoch of an empty log
+METADATA_BATCH_BYTES_MAX: Final = 8 * 1024 * 1024 + 1024  # a full raft batch and its framing
 
 
 class RaftLogView(Protocol):
@@ -187,28 +186,28 @@ class DiskLogStore:
 
     def __init__(self, log: Log) -> None:
         self._log = log
-        self._last_epoch = NO_EPOCH
-        self._flushed_offset = log.log_end_offset
+        self._last_epoch = _last_batch_epoch(log)
+        self._flushed_offset = log.recovery_point
 
     @classmethod
     def open(
         cls,
-        metadata_log_dir: Path,
+        directory: Path,
         *,
         now_ms: int,
         server_configs: Mapping[str, str] | None = None,
     ) -> DiskLogStore:
-        """Open (creating if needed) and recover the metadata log, then make it durable."""
-        directory = metadata_log_dir / f"{METADATA_TOPIC}-{METADATA_PARTITION}"
-        directory.mkdir(parents=True, exist_ok=True)
+        """Open (creating if needed) and recover the log in `directory`, the
+        `__cluster_metadata-0` partition directory, then make what it kept durable."""
         config = metadata_log_config(server_configs or {})
         # recovery_point=0: re-validate every batch, as Kafka does for the metadata log
         log = Log.open(directory, config, recovery_point=0, log_start_offset=0, now_ms=now_ms)
-        store = cls(log)
-        log.flush()  # what recovery kept may sit only in the page cache after a crash
-        store._flushed_offset = log.log_end_offset
-        store._last_epoch = store._read_last_epoch()
-        return store
+        try:
+            log.flush()  # what recovery kept may sit only in the page cache after a crash
+            return cls(log)
+        except BaseException:
+            log.close()
+            raise
 
     @property
     def log(self) -> Log:
@@ -229,8 +228,7 @@ class DiskLogStore:
     def read(self, start_offset: int, max_bytes: int) -> bytes:
         if start_offset == self._log.log_end_offset:
             return b""
-        info = self._log.read(start_offset, max_bytes, min_one_message=True)
-        return bytes(info.records)
+        return self._log.read(start_offset, max_bytes, min_one_message=True).records
 
     def append(self, batches: bytes) -> None:
         headers = check_appended(
@@ -251,37 +249,37 @@ class DiskLogStore:
         return self._flushed_offset
 
     def truncate_to(self, offset: int) -> None:
+        invariant(offset <= self._log.log_end_offset, f"truncation to {offset} past the end")
         self._log.truncate_to(offset)
         self._flushed_offset = min(self._flushed_offset, offset)
-        self._last_epoch = self._read_last_epoch()
+        self._last_epoch = _last_batch_epoch(self._log)
 
     def close(self) -> None:
         self._log.flush()
         self._log.close()
 
-    def _read_last_epoch(self) -> int:
-        """The epoch of the last batch, found by reading the log's tail forward."""
-        end = self._log.log_end_offset
-        if end == self._log.log_start_offset:
-            return NO_EPOCH
-        latest = self._log.leader_epoch_cache.latest_epoch
-        if latest is not None:
-            return latest
-        epoch, offset = NO_EPOCH, self._log.log_start_offset
-        while offset < end:
-            chunk = self.read(offset, 1 << 20)
-            for _, header in iter_headers(chunk):
-                epoch, offset = header.partition_leader_epoch, header.next_offset
-        return epoch
+
+def _last_batch_epoch(log: Log) -> int:
+    """The leader epoch of the log's last batch, read from the batch itself: the epoch
+    checkpoint is written after the data, so a crash can leave it one epoch behind."""
+    for segment in reversed(log.segments):
+        epoch = None
+        for _, header in segment.iter_headers(0):
+            epoch = header.partition_leader_epoch
+        if epoch is not None:
+            return epoch
+    return NO_EPOCH
 
 
 def metadata_log_config(server_configs: Mapping[str, str]) -> LogConfig:
-    """The metadata log's LogConfig: never deleted by retention, batches up to 8 MiB."""
+    """The metadata log's LogConfig, from the server's `metadata.log.*` keys only: it is
+    never trimmed by retention (snapshots will do that) and takes batches up to 8 MiB."""
     overrides = {
         "cleanup.policy": "delete",
         "retention.ms": "-1",
         "retention.bytes": "-1",
-        "max.message.bytes": str(8 * 1024 * 1024 + 1024),
+        "max.message.bytes": str(METADATA_BATCH_BYTES_MAX),
         "segment.bytes": server_configs.get("metadata.log.segment.bytes", str(1 << 30)),
+        "segment.ms": server_configs.get("metadata.log.segment.ms", str(7 * 24 * 3600 * 1000)),
     }
-    return LogConfig.from_configs(overrides, server_configs)
+    return LogConfig.from_configs(overrides, {})

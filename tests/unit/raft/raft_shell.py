@@ -80,3 +80,25 @@ class Shell:
             for batch in self.delivered
             for index, value in enumerate(batch.records)
         ]
+
+
+@dataclass
+class Recorder:
+    events: list[CommittedBatch | LeaderAndEpoch] = field(default_factory=list)
+    fail_on: bytes | None = None
+
+    def handle_commit(self, batch: CommittedBatch) -> None:
+        if self.fail_on is not None and self.fail_on in batch.records:
+            raise RuntimeError("listener failure")
+        self.events.append(batch)
+
+    def handle_leader_change(self, leader_id: int, epoch: int) -> None:
+        self.events.append(LeaderAndEpoch(leader_id, epoch))
+
+    @property
+    def values(self) -> list[bytes]:
+        return [v for e in self.events if isinstance(e, CommittedBatch) for v in e.records]
+
+    @property
+    def batches(self) -> list[CommittedBatch]:
+        return [event for event in self.events if isinstance(event, CommittedBatch)]

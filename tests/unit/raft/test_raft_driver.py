@@ -4,41 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import random
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from pykraft.errors import NotLeaderError
-from pykraft.raft.core import CommittedBatch, RaftConfig, RaftCore
+from pykraft.raft.core import RaftConfig, RaftCore
 from pykraft.raft.driver import RaftNode, SystemClock
 from pykraft.raft.log_store import MemoryLogStore
 from pykraft.raft.state import LeaderAndEpoch, QuorumStateData, QuorumStateStore
 from pykraft.records.batch import read_header
+from tests.unit.raft.raft_shell import Recorder
 
 NODE_ID = 1
-
-
-@dataclass
-class Recorder:
-    events: list[CommittedBatch | LeaderAndEpoch] = field(default_factory=list)
-    fail_on: bytes | None = None
-
-    def handle_commit(self, batch: CommittedBatch) -> None:
-        if self.fail_on is not None and self.fail_on in batch.records:
-            raise RuntimeError("listener failure")
-        self.events.append(batch)
-
-    def handle_leader_change(self, leader_id: int, epoch: int) -> None:
-        self.events.append(LeaderAndEpoch(leader_id, epoch))
-
-    @property
-    def values(self) -> list[bytes]:
-        return [v for e in self.events if isinstance(e, CommittedBatch) for v in e.records]
-
-    @property
-    def batches(self) -> list[CommittedBatch]:
-        return [event for event in self.events if isinstance(event, CommittedBatch)]
 
 
 def make_node(

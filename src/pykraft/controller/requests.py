@@ -17,6 +17,8 @@ from typing import Final, Generic, TypeVar
 
 from pykraft.errors import ErrorCode
 from pykraft.metadata.records import MetadataRecord
+from pykraft.metadata.registrations import ConfigResourceType
+from pykraft.storage.log_config import ConfigSource
 
 __all__ = [
     "NO_TOPIC_ID",
@@ -56,24 +58,6 @@ class OpResult(Generic[ResponseT]):
 
     records: tuple[MetadataRecord, ...]
     response: ResponseT
-
-
-class ConfigResourceType(IntEnum):
-    """Kafka's ConfigResource.Type ids (the ones the metadata log stores)."""
-
-    TOPIC = 2
-    BROKER = 4
-
-
-class ConfigSource(IntEnum):
-    """DescribeConfigs/CreateTopics `ConfigSource` ids."""
-
-    UNKNOWN = 0
-    TOPIC_CONFIG = 1
-    DYNAMIC_BROKER_CONFIG = 2
-    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
-    STATIC_BROKER_CONFIG = 4
-    DEFAULT_CONFIG = 5
 
 
 class AlterConfigOp(IntEnum):

@@ -1,0 +1,75 @@
+"""The quorum controller's own configuration, read from the node's server properties."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from pykraft.errors import InvalidConfig
+
+__all__ = ["ControllerConfig"]
+
+
+def _int(properties: Mapping[str, str], key: str, default: int, minimum: int) -> int:
+    text = properties.get(key)
+    if text is None:
+        return default
+    try:
+        value = int(text.strip())
+    except ValueError:
+        raise InvalidConfig(f"Invalid value {text} for configuration {key}") from None
+    if value < minimum:
+        raise InvalidConfig(f"Invalid value {value} for configuration {key}: below {minimum}")
+    return value
+
+
+def _bool(properties: Mapping[str, str], key: str, default: bool) -> bool:
+    text = properties.get(key)
+    if text is None:
+        return default
+    lowered = text.strip().lower()
+    if lowered not in ("true", "false"):
+        raise InvalidConfig(f"Invalid value {text} for configuration {key}: expected a boolean")
+    return lowered == "true"
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerConfig:
+    """What the controller's decisions depend on besides the metadata image.
+
+    `server_configs` are the node's static properties: the source of topic config defaults
+    (`log.retention.ms` for `retention.ms`, ...) reported as STATIC_BROKER_CONFIG.
+    `controller_ids` are the quorum voters, which may carry BROKER config resources too.
+    `cluster_id`, when set, must match the cluster id a registering broker sends.
+    """
+
+    node_id: int
+    cluster_id: str | None = None
+    num_partitions: int = 1
+    default_replication_factor: int = 1
+    broker_session_timeout_ms: int = 9000
+    delete_topic_enable: bool = True
+    controller_ids: frozenset[int] = frozenset()
+    server_configs: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+    @classmethod
+    def from_properties(
+        cls,
+        properties: Mapping[str, str],
+        *,
+        cluster_id: str | None = None,
+        controller_ids: frozenset[int] = frozenset(),
+    ) -> ControllerConfig:
+        """Kafka's keys: node.id, num.partitions, default.replication.factor,
+        broker.session.timeout.ms, delete.topic.enable."""
+        return cls(
+            node_id=_int(properties, "node.id", -1, -1),
+            cluster_id=cluster_id,
+            num_partitions=_int(properties, "num.partitions", 1, 1),
+            default_replication_factor=_int(properties, "default.replication.factor", 1, 1),
+            broker_session_timeout_ms=_int(properties, "broker.session.timeout.ms", 9000, 1),
+            delete_topic_enable=_bool(properties, "delete.topic.enable", True),
+            controller_ids=controller_ids,
+            server_configs=MappingProxyType(dict(properties)),
+        )

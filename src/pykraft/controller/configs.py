@@ -1,0 +1,465 @@
+"""Dynamic configuration: topic overrides and dynamic broker configs as ConfigRecords.
+
+Theory of operation. Dynamic configs live in the metadata log as ConfigRecords keyed by
+(resource type, resource name, key); a null value deletes the key. Two resource types are
+stored: TOPIC (name = topic name) and BROKER (name = broker id, or "" for the cluster-wide
+default every broker inherits).
+
+IncrementalAlterConfigs applies per-key operations to a resource's current overrides:
+SET replaces, DELETE removes, APPEND/SUBTRACT add or remove items of a LIST-typed key
+(starting from the key's default when unset). Legacy AlterConfigs replaces the whole set.
+Either way the resulting set is validated as a whole, and a resource either changes as
+asked or not at all; other resources of the request are independent.
+
+As in Kafka, a TOPIC record is only written when the value changes, while a BROKER record
+is always written (brokers reload the key when they see the record, even if equal).
+
+The effective value of a topic key, reported by CreateTopics, is the first of: the
+topic's override, this controller's own dynamic broker config, the cluster-wide dynamic
+broker config, the node's static properties, the key's default (`storage.log_config`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+import immutables
+
+from pykraft.controller.config import ControllerConfig
+from pykraft.controller.naming import validate_topic_name
+from pykraft.controller.requests import (
+    AlterableConfig,
+    AlterConfigOp,
+    AlterConfigsResource,
+    AlterConfigsResult,
+    CreatableTopicConfig,
+    LegacyAlterConfigsResource,
+)
+from pykraft.controller.state import ControllerState
+from pykraft.errors import (
+    BrokerIdNotRegistered,
+    ErrorCode,
+    InvalidConfig,
+    InvalidRequest,
+    KafkaError,
+    UnknownTopicOrPartition,
+)
+from pykraft.metadata.records import ConfigRecord
+from pykraft.metadata.registrations import ConfigResourceType
+from pykraft.storage.log_config import (
+    TOPIC_CONFIGS,
+    ConfigSource,
+    ConfigType,
+    parse_value,
+    server_default,
+    validate_topic_configs,
+)
+
+__all__ = [
+    "DYNAMIC_BROKER_CONFIGS",
+    "BrokerConfigDef",
+    "effective_topic_config",
+    "effective_topic_configs",
+    "check_topic_creation_configs",
+    "incremental_alter_configs",
+    "legacy_alter_configs",
+]
+
+TOPIC: Final = int(ConfigResourceType.TOPIC)
+BROKER: Final = int(ConfigResourceType.BROKER)
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfigDef:
+    """A broker config that may be changed at run time.
+
+    `topic_key` names the topic config this server key is the default of (its values are
+    checked by that topic config's rules); otherwise `type` and `minimum` check values.
+    """
+
+    name: str
+    type: ConfigType
+    default: str | None
+    minimum: int | None = None
+    per_broker_only: bool = False  # may not be set at the cluster-wide default level
+    topic_key: str | None = None
+
+    def check(self, value: str) -> None:
+        """Raise InvalidConfig (naming this key) unless `value` is valid."""
+        if self.topic_key is not None:
+            TOPIC_CONFIGS[self.topic_key].parse(value, key=self.name)
+            return
+        parsed = parse_value(self.name, self.type, value)
+        if self.minimum is not None and isinstance(parsed, int) and parsed < self.minimum:
+            raise InvalidConfig(
+                f"Invalid value {value} for configuration {self.name}: "
+                f"Value must be at least {self.minimum}"
+            )
+
+
+def _synonym_defs() -> dict[str, BrokerConfigDef]:
+    """`log.retention.ms` and the like: the primary server synonym of each topic config."""
+    found: dict[str, BrokerConfigDef] = {}
+    for definition in TOPIC_CONFIGS.values():
+        key = definition.server_key
+        if key is None or definition.internal or definition.synonyms[0].scale != 1:
+            continue
+        found[key] = BrokerConfigDef(
+            key, definition.type, definition.default, topic_key=definition.name
+        )
+    return found
+
+
+_B = BrokerConfigDef
+_OTHER_DYNAMIC: Final = (
+    _B("num.io.threads", "int", "8", 1),
+    _B("num.network.threads", "int", "3", 1),
+    _B("num.replica.fetchers", "int", "1", 1),
+    _B("num.recovery.threads.per.data.dir", "int", "2", 1),
+    _B("background.threads", "int", "10", 1),
+    _B("log.cleaner.threads", "int", "1", 0),
+    _B("log.cleaner.dedupe.buffer.size", "long", "134217728"),
+    _B("log.cleaner.io.buffer.size", "int", "524288", 0),
+    _B("log.cleaner.io.buffer.load.factor", "double", "0.9"),
+    _B("log.cleaner.io.max.bytes.per.second", "double", "1.7976931348623157E308"),
+    _B("log.cleaner.backoff.ms", "long", "15000", 0),
+    _B("max.connections", "int", "2147483647", 0),
+    _B("max.connections.per.ip", "int", "2147483647", 0),
+    _B("max.connections.per.ip.overrides", "string", ""),
+    _B("max.connection.creation.rate", "int", "2147483647", 0),
+    _B("metric.reporters", "list", ""),
+    _B("producer.id.expiration.ms", "int", "86400000", 1),
+    _B("transaction.partition.verification.enable", "boolean", "true"),
+    _B("follower.replication.throttled.rate", "long", "9223372036854775807", 0),
+    _B("leader.replication.throttled.rate", "long", "9223372036854775807", 0),
+    _B("listeners", "list", None, per_broker_only=True),
+    _B("advertised.listeners", "list", None, per_broker_only=True),
+    _B("listener.security.protocol.map", "list", None, per_broker_only=True),
+)
+
+DYNAMIC_BROKER_CONFIGS: Final[Mapping[str, BrokerConfigDef]] = immutables.Map(
+    {**_synonym_defs(), **{definition.name: definition for definition in _OTHER_DYNAMIC}}
+)
+
+# Broker keys Kafka knows but will only read at start-up.
+_STATIC_BROKER_KEYS: Final = frozenset(
+    {
+        "node.id",
+        "broker.id",
+        "process.roles",
+        "log.dir",
+        "log.dirs",
+        "metadata.log.dir",
+        "controller.quorum.voters",
+        "controller.quorum.bootstrap.servers",
+        "controller.listener.names",
+        "inter.broker.listener.name",
+        "num.partitions",
+        "default.replication.factor",
+        "auto.create.topics.enable",
+        "delete.topic.enable",
+        "broker.session.timeout.ms",
+        "broker.heartbeat.interval.ms",
+        "offsets.topic.replication.factor",
+        "offsets.topic.num.partitions",
+        "transaction.state.log.replication.factor",
+        "transaction.state.log.num.partitions",
+        "group.initial.rebalance.delay.ms",
+        "log.retention.minutes",
+        "log.retention.hours",
+        "log.roll.hours",
+        "log.roll.jitter.hours",
+    }
+)
+
+
+# -- effective topic configs ----------------------------------------------------------
+
+
+def _dynamic_layers(
+    state: ControllerState, config: ControllerConfig
+) -> tuple[tuple[Mapping[str, str], ConfigSource], ...]:
+    configs = state.image.configs
+    return (
+        (configs.get(BROKER, str(config.node_id)), ConfigSource.DYNAMIC_BROKER_CONFIG),
+        (configs.get(BROKER, ""), ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
+    )
+
+
+def _resolve(
+    name: str,
+    overrides: Mapping[str, str],
+    layers: Iterable[tuple[Mapping[str, str], ConfigSource]],
+    config: ControllerConfig,
+) -> tuple[str | None, ConfigSource]:
+    if name in overrides:
+        return overrides[name], ConfigSource.DYNAMIC_TOPIC_CONFIG
+    definition = TOPIC_CONFIGS[name]
+    for layer, source in layers:
+        for synonym in definition.synonyms:
+            raw = layer.get(synonym.name)
+            if raw is not None:
+                if synonym.scale != 1:
+                    raw = str(int(raw.strip()) * synonym.scale)
+                return raw, source
+    return server_default(name, config.server_configs)
+
+
+def effective_topic_config(
+    state: ControllerState, config: ControllerConfig, topic: str, name: str
+) -> str | None:
+    """The value topic `topic` runs with for key `name`."""
+    overrides = state.image.configs.get(TOPIC, topic)
+    value, _ = _resolve(name, overrides, _dynamic_layers(state, config), config)
+    return value
+
+
+def effective_topic_configs(
+    state: ControllerState, config: ControllerConfig, overrides: Mapping[str, str]
+) -> tuple[CreatableTopicConfig, ...]:
+    """Every (non-internal) topic config a topic with `overrides` gets, sorted by name."""
+    layers = _dynamic_layers(state, config)
+    result = []
+    for name in sorted(TOPIC_CONFIGS):
+        definition = TOPIC_CONFIGS[name]
+        if definition.internal:
+            continue
+        value, source = _resolve(name, overrides, layers, config)
+        sensitive = definition.type == "password"
+        result.append(
+            CreatableTopicConfig(
+                name=name,
+                value=None if sensitive else value,
+                read_only=False,
+                config_source=source,
+                is_sensitive=sensitive,
+            )
+        )
+    return tuple(result)
+
+
+def check_topic_creation_configs(
+    configs: Mapping[str, str | None], config: ControllerConfig
+) -> None:
+    """The configs of a CreateTopics topic: no nulls, every key known and valid."""
+    nulls = [name for name, value in configs.items() if value is None]
+    if nulls:
+        raise InvalidConfig("Null value not supported for topic configs: " + ",".join(nulls))
+    validate_topic_configs(configs, config.server_configs)
+
+
+# -- resources ------------------------------------------------------------------------
+
+
+def _check_resource(resource_type: int, name: str) -> None:
+    """The resource must be one we store, well named, and exist."""
+    if resource_type == TOPIC:
+        if not name:
+            raise InvalidRequest("Default topic resources are not allowed.")
+        validate_topic_name(name)
+    elif resource_type == BROKER:
+        if not name:
+            return
+        try:
+            broker_id = int(name)
+        except ValueError:
+            raise InvalidRequest("Unable to parse broker name as a base 10 number.") from None
+        if broker_id < 0:
+            raise InvalidRequest("Invalid negative broker ID.")
+    else:
+        raise InvalidRequest(f"Unknown resource type {resource_type}")
+
+
+def _check_exists(
+    state: ControllerState, config: ControllerConfig, resource_type: int, name: str
+) -> None:
+    if resource_type == TOPIC and name not in state.image.topics.by_name:
+        raise UnknownTopicOrPartition(f"The topic '{name}' does not exist.")
+    if resource_type == BROKER and name:
+        broker_id = int(name)
+        known = broker_id in state.image.cluster.brokers or broker_id in config.controller_ids
+        if not known and broker_id != config.node_id:
+            raise BrokerIdNotRegistered(f"No node with id {broker_id} found.")
+
+
+def _check_broker_configs(name: str, configs: Mapping[str, str]) -> None:
+    static = sorted(key for key in configs if key in _STATIC_BROKER_KEYS)
+    if static:
+        raise InvalidRequest("Cannot update these configs dynamically: " + ", ".join(static))
+    if not name:
+        per_broker = sorted(
+            key
+            for key in configs
+            if key in DYNAMIC_BROKER_CONFIGS and DYNAMIC_BROKER_CONFIGS[key].per_broker_only
+        )
+        if per_broker:
+            raise InvalidRequest(
+                "Cannot update these configs at default cluster level, broker id must be "
+                "specified: " + ", ".join(per_broker)
+            )
+    for key, value in configs.items():
+        definition = DYNAMIC_BROKER_CONFIGS.get(key)
+        if definition is not None:
+            definition.check(value)
+        # Keys we do not know are kept, as Kafka keeps custom (plugin) configs.
+
+
+def _validate_result(
+    config: ControllerConfig, resource_type: int, name: str, result: Mapping[str, str]
+) -> None:
+    if resource_type == TOPIC:
+        validate_topic_configs(result, config.server_configs)
+    else:
+        _check_broker_configs(name, result)
+
+
+def _default(resource_type: int, key: str) -> str | None:
+    if resource_type == TOPIC:
+        definition = TOPIC_CONFIGS.get(key)
+        return None if definition is None else definition.default
+    broker_definition = DYNAMIC_BROKER_CONFIGS.get(key)
+    return None if broker_definition is None else broker_definition.default
+
+
+def _is_list(resource_type: int, key: str) -> bool:
+    if resource_type == TOPIC:
+        definition = TOPIC_CONFIGS.get(key)
+        return definition is not None and definition.type == "list"
+    broker_definition = DYNAMIC_BROKER_CONFIGS.get(key)
+    return broker_definition is not None and broker_definition.type == "list"
+
+
+def _apply_op(resource_type: int, current: str | None, alter: AlterableConfig) -> str | None:
+    match alter.op:
+        case AlterConfigOp.SET:
+            return alter.value
+        case AlterConfigOp.DELETE:
+            return None
+        case AlterConfigOp.APPEND | AlterConfigOp.SUBTRACT:
+            if not _is_list(resource_type, alter.name):
+                raise InvalidConfig(
+                    f"Can't {alter.op.name} to key {alter.name} because its type is not LIST."
+                )
+            base = current if current is not None else _default(resource_type, alter.name)
+            items = [item for item in (base or "").split(",") if item]
+            for item in (alter.value or "").split(","):
+                if alter.op == AlterConfigOp.APPEND and item not in items:
+                    items.append(item)
+                elif alter.op == AlterConfigOp.SUBTRACT and item in items:
+                    items.remove(item)
+            return ",".join(items)
+    raise InvalidRequest(f"Unknown config operation {alter.op}")
+
+
+def _config_records(
+    resource_type: int,
+    name: str,
+    current: Mapping[str, str],
+    changes: Mapping[str, str | None],
+) -> list[ConfigRecord]:
+    return [
+        ConfigRecord(resource_type=resource_type, resource_name=name, name=key, value=value)
+        for key, value in changes.items()
+        if resource_type == BROKER or current.get(key) != value
+    ]
+
+
+def _incremental_resource(
+    state: ControllerState, config: ControllerConfig, resource: AlterConfigsResource
+) -> list[ConfigRecord]:
+    rtype, name = resource.resource_type, resource.resource_name
+    _check_resource(rtype, name)
+    keys = [alter.name for alter in resource.configs]
+    if len(set(keys)) != len(keys):
+        raise InvalidRequest("Error due to duplicate config keys")
+    current = state.image.configs.get(rtype, name)
+    changes: dict[str, str | None] = {}
+    for alter in resource.configs:
+        try:
+            op = AlterConfigOp(alter.op)
+        except ValueError:
+            raise InvalidRequest(f"Unknown config operation {alter.op}") from None
+        changed = AlterableConfig(alter.name, op, alter.value)
+        changes[alter.name] = _apply_op(rtype, current.get(alter.name), changed)
+    result = {key: value for key, value in current.items() if key not in changes}
+    result.update({key: value for key, value in changes.items() if value is not None})
+    _validate_result(config, rtype, name, result)
+    _check_exists(state, config, rtype, name)
+    return _config_records(rtype, name, current, changes)
+
+
+def _legacy_resource(
+    state: ControllerState, config: ControllerConfig, resource: LegacyAlterConfigsResource
+) -> list[ConfigRecord]:
+    rtype, name = resource.resource_type, resource.resource_name
+    _check_resource(rtype, name)
+    nulls = [key for key, value in resource.configs.items() if value is None]
+    if nulls:
+        kind = "topic" if rtype == TOPIC else "broker"
+        raise InvalidConfig(f"Null value not supported for {kind} configs: " + ",".join(nulls))
+    wanted = {key: value for key, value in resource.configs.items() if value is not None}
+    _validate_result(config, rtype, name, wanted)
+    _check_exists(state, config, rtype, name)
+    current = state.image.configs.get(rtype, name)
+    changes: dict[str, str | None] = dict(wanted)
+    changes.update({key: None for key in current.keys() if key not in wanted})
+    return _config_records(rtype, name, current, changes)
+
+
+def _alter(
+    resources: Sequence[AlterConfigsResource] | Sequence[LegacyAlterConfigsResource],
+    decide: Callable[[AlterConfigsResource | LegacyAlterConfigsResource], list[ConfigRecord]],
+) -> tuple[list[ConfigRecord], tuple[AlterConfigsResult, ...]]:
+    seen: dict[tuple[int, str], int] = {}
+    for resource in resources:
+        key = (resource.resource_type, resource.resource_name)
+        seen[key] = seen.get(key, 0) + 1
+    records: list[ConfigRecord] = []
+    results: list[AlterConfigsResult] = []
+    reported: set[tuple[int, str]] = set()
+    for resource in resources:
+        key = (resource.resource_type, resource.resource_name)
+        if seen[key] > 1:
+            if key not in reported:
+                reported.add(key)
+                results.append(
+                    AlterConfigsResult(*key, ErrorCode.invalid_request, "Duplicate resource.")
+                )
+            continue
+        try:
+            records.extend(decide(resource))
+        except KafkaError as error:
+            results.append(AlterConfigsResult(*key, error.code, str(error) or None))
+            continue
+        results.append(AlterConfigsResult(*key))
+    return records, tuple(results)
+
+
+def incremental_alter_configs(
+    state: ControllerState,
+    config: ControllerConfig,
+    resources: Sequence[AlterConfigsResource],
+) -> tuple[list[ConfigRecord], tuple[AlterConfigsResult, ...]]:
+    """Records and per-resource results of an IncrementalAlterConfigs request."""
+
+    def decide(resource: AlterConfigsResource | LegacyAlterConfigsResource) -> list[ConfigRecord]:
+        assert isinstance(resource, AlterConfigsResource)
+        return _incremental_resource(state, config, resource)
+
+    return _alter(resources, decide)
+
+
+def legacy_alter_configs(
+    state: ControllerState,
+    config: ControllerConfig,
+    resources: Sequence[LegacyAlterConfigsResource],
+) -> tuple[list[ConfigRecord], tuple[AlterConfigsResult, ...]]:
+    """Records and per-resource results of a (legacy, full-replace) AlterConfigs request."""
+
+    def decide(resource: AlterConfigsResource | LegacyAlterConfigsResource) -> list[ConfigRecord]:
+        assert isinstance(resource, LegacyAlterConfigsResource)
+        return _legacy_resource(state, config, resource)
+
+    return _alter(resources, decide)

@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Final, Protocol
 
-from pykraft.errors import InvalidConfig, NotLeaderError, invariant
+from pykraft.errors import InvalidConfig, NotLeaderError, RequestTimedOut, invariant
 from pykraft.raft.core import CommittedBatch, RaftConfig, RaftCore, Ready
 from pykraft.raft.log_store import DiskLogStore, LogStore
 from pykraft.raft.state import NO_LEADER, Leader, LeaderAndEpoch, QuorumStateData, QuorumStateStore
@@ -231,7 +231,7 @@ class RaftNode:
         if self._stopping:
             raise NotLeaderError(NO_LEADER, self.leader_and_epoch.epoch)
         if len(self._waiters) >= WAITERS_MAX:
-            raise RuntimeError(f"{WAITERS_MAX} callers already wait for commits")
+            raise RequestTimedOut(f"{WAITERS_MAX} callers already wait for commits")
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         heapq.heappush(self._waiters, (offset, next(self._sequence), future))
         await future

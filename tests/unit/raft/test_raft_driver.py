@@ -45,6 +45,7 @@ async def test_start_elects_the_node_and_appends_commit_in_order(tmp_path: Path)
     node = make_node(store, tmp_path / "quorum-state", recorder)
     with pytest.raises(NotLeaderError):
         node.append([b"too early"])
+    assert not node.is_leader
     await node.start()
     assert await asyncio.wait_for(node.wait_leader(), 5) == LeaderAndEpoch(NODE_ID, 1)
     assert node.is_leader

@@ -388,6 +388,10 @@ class Log:
         seed = zlib.crc32(f"{self.dir.name}/{base_offset}".encode())
         return seed % min(config.segment_jitter_ms, config.segment_ms)
 
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """(epoch, end offset) for OffsetsForLeaderEpoch; see LeaderEpochCache."""
+        return self.leader_epoch_cache.end_offset_for_epoch(epoch, self._log_end_offset)
+
     def _assign_epoch(self, epoch: int, start_offset: int) -> None:
         self.leader_epoch_cache.assign(epoch, start_offset)
 

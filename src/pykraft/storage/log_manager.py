@@ -1,0 +1,251 @@
+"""All partition logs of a node, spread over its `log.dirs`.
+
+Each log directory holds, besides `<topic>-<partition>/` directories:
+
+- `recovery-point-offset-checkpoint`: per partition, the offset below which data was
+  fsynced; an unclean restart re-validates only what lies above it.
+- `log-start-offset-checkpoint`: per partition, the log start offset where it is above the
+  first segment's base offset (after DeleteRecords or retention inside a segment).
+- `replication-offset-checkpoint`: per partition, the high watermark.
+- `.kafka_cleanshutdown`: written last by a clean `close()`, deleted once loading is done; if
+  present at load, no log is re-validated.
+- `.lock`: held (flock) while this manager uses the directory, so two nodes cannot share it.
+
+Deleting a partition renames its directory to `<topic>-<partition>.<uuid>-delete` first, so
+an interrupted deletion is finished at the next load. The metadata log
+(`__cluster_metadata-0`) may live in a log dir but belongs to raft; it is skipped.
+
+Time enters as `now_ms`; scheduling retention, flushes and checkpoints is the caller's job.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import random
+import shutil
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Final
+
+from pykraft.errors import KafkaStorageError, invariant
+from pykraft.storage.checkpoint import (
+    fsync_directory,
+    read_offsets_checkpoint,
+    write_atomically,
+    write_offsets_checkpoint,
+)
+from pykraft.storage.log import Log, parse_topic_partition
+from pykraft.storage.log_config import LogConfig
+
+__all__ = [
+    "CLEAN_SHUTDOWN_FILE",
+    "LOG_START_OFFSET_CHECKPOINT",
+    "LogManager",
+    "RECOVERY_POINT_CHECKPOINT",
+    "REPLICATION_OFFSET_CHECKPOINT",
+]
+
+RECOVERY_POINT_CHECKPOINT: Final = "recovery-point-offset-checkpoint"
+LOG_START_OFFSET_CHECKPOINT: Final = "log-start-offset-checkpoint"
+REPLICATION_OFFSET_CHECKPOINT: Final = "replication-offset-checkpoint"
+CLEAN_SHUTDOWN_FILE: Final = ".kafka_cleanshutdown"
+LOCK_FILE: Final = ".lock"
+METADATA_TOPIC: Final = "__cluster_metadata"
+DELETE_DIR_SUFFIX: Final = "-delete"
+FUTURE_DIR_SUFFIX: Final = "-future"
+STRAY_DIR_SUFFIX: Final = "-stray"
+
+TopicPartition = tuple[str, int]
+
+
+class LogManager:
+    def __init__(
+        self, log_dirs: Sequence[Path], server_configs: Mapping[str, str],
+        *, rng: random.Random | None = None,
+    ) -> None:
+        invariant(len(log_dirs) > 0, "a log manager needs at least one log dir")
+        self.log_dirs = [Path(directory) for directory in log_dirs]
+        self.server_configs = dict(server_configs)
+        self._rng = rng if rng is not None else random.Random()
+        self._logs: dict[TopicPartition, Log] = {}
+        self._home: dict[TopicPartition, Path] = {}
+        self._locks: dict[Path, int] = {}
+        self.had_clean_shutdown: dict[Path, bool] = {}
+        self.warnings: list[str] = []
+
+    @property
+    def default_config(self) -> LogConfig:
+        return LogConfig.from_configs({}, self.server_configs)
+
+    # -- loading -----------------------------------------------------------------------------
+
+    def load(self, now_ms: int, topic_configs: Mapping[str, LogConfig] | None = None) -> None:
+        """Lock every log dir and open every partition log in it."""
+        configs = topic_configs or {}
+        default = self.default_config
+        for log_dir in self.log_dirs:
+            log_dir.mkdir(parents=True, exist_ok=True)
+            self._lock(log_dir)
+            clean = (log_dir / CLEAN_SHUTDOWN_FILE).exists()
+            self.had_clean_shutdown[log_dir] = clean
+            recovery_points = read_offsets_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT)
+            start_offsets = read_offsets_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT)
+            high_watermarks = read_offsets_checkpoint(log_dir / REPLICATION_OFFSET_CHECKPOINT)
+            for directory in sorted(log_dir.iterdir()):
+                key = self._partition_dir_key(directory)
+                if key is None:
+                    continue
+                if key in self._logs:
+                    raise KafkaStorageError(
+                        f"duplicate log directories for {key[0]}-{key[1]}: "
+                        f"{self._home[key]} and {log_dir}"
+                    )
+                log = Log.open(
+                    directory, configs.get(key[0], default),
+                    recovery_point=recovery_points.get(key, 0),
+                    log_start_offset=start_offsets.get(key), now_ms=now_ms,
+                    had_clean_shutdown=clean,
+                )
+                if key in high_watermarks:
+                    log.update_high_watermark(high_watermarks[key])
+                self._logs[key], self._home[key] = log, log_dir
+        for log_dir in self.log_dirs:  # from here on, a crash is an unclean shutdown
+            (log_dir / CLEAN_SHUTDOWN_FILE).unlink(missing_ok=True)
+
+    def _partition_dir_key(self, directory: Path) -> TopicPartition | None:
+        """The partition a directory holds, None for anything that is not a live log."""
+        if not directory.is_dir():
+            return None
+        name = directory.name
+        if name.endswith(DELETE_DIR_SUFFIX) and "." in name:
+            shutil.rmtree(directory, ignore_errors=True)  # an interrupted deletion
+            return None
+        if name.endswith((FUTURE_DIR_SUFFIX, STRAY_DIR_SUFFIX)):
+            self.warnings.append(f"skipping {directory}: future and stray logs are not handled")
+            return None
+        try:
+            topic, partition = parse_topic_partition(name)
+        except ValueError:
+            self.warnings.append(f"skipping {directory}: not a <topic>-<partition> directory")
+            return None
+        return None if topic == METADATA_TOPIC else (topic, partition)
+
+    def _lock(self, log_dir: Path) -> None:
+        if log_dir in self._locks:
+            return
+        fd = os.open(log_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise KafkaStorageError(
+                f"Failed to acquire lock on file .lock in {log_dir}. A Kafka instance in "
+                "another process or thread is using this directory."
+            ) from None
+        self._locks[log_dir] = fd
+
+    # -- lookup, creation, deletion -------------------------------------------------------------
+
+    def get_log(self, topic: str, partition: int) -> Log | None:
+        return self._logs.get((topic, partition))
+
+    def logs(self) -> list[Log]:
+        return list(self._logs.values())
+
+    def log_dir_of(self, topic: str, partition: int) -> Path | None:
+        return self._home.get((topic, partition))
+
+    def get_or_create_log(
+        self, topic: str, partition: int, *, topic_id: uuid.UUID, config: LogConfig, now_ms: int
+    ) -> Log:
+        """The partition's log, created in the least loaded log dir if it does not exist."""
+        key = (topic, partition)
+        log = self._logs.get(key)
+        if log is None:
+            log_dir = min(self.log_dirs, key=lambda d: (self._count_in(d), self.log_dirs.index(d)))
+            self._lock(log_dir)
+            directory = log_dir / f"{topic}-{partition}"
+            log = Log.open(
+                directory, config, recovery_point=0, log_start_offset=None, now_ms=now_ms
+            )
+            fsync_directory(log_dir)
+            self._logs[key], self._home[key] = log, log_dir
+        log.assign_topic_id(topic_id)
+        return log
+
+    def _count_in(self, log_dir: Path) -> int:
+        return sum(1 for home in self._home.values() if home == log_dir)
+
+    def delete_log(self, topic: str, partition: int) -> bool:
+        """Close and remove the partition's log; False if there was none."""
+        key = (topic, partition)
+        log = self._logs.pop(key, None)
+        if log is None:
+            return False
+        log_dir = self._home.pop(key)
+        log.close()
+        unique = uuid.UUID(int=self._rng.getrandbits(128), version=4).hex
+        doomed = log_dir / f"{log.dir.name}.{unique}{DELETE_DIR_SUFFIX}"
+        os.replace(log.dir, doomed)
+        fsync_directory(log_dir)
+        shutil.rmtree(doomed, ignore_errors=True)
+        return True
+
+    # -- periodic work ---------------------------------------------------------------------------
+
+    def run_retention(self, now_ms: int) -> int:
+        """Apply retention to every log and remove due `.deleted` files; segments deleted."""
+        deleted = 0
+        for log in self._logs.values():
+            deleted += log.delete_retention_segments(now_ms)
+            log.delete_pending(now_ms)
+        return deleted
+
+    def flush_due(self, now_ms: int) -> int:
+        """Flush logs whose flush.ms passed or whose rolled segment awaits fsync; count them."""
+        return sum(1 for log in self._logs.values() if log.flush_due(now_ms))
+
+    def checkpoint(self) -> None:
+        """Write the three offset checkpoint files of every log dir."""
+        for log_dir in self.log_dirs:
+            if not log_dir.is_dir():
+                continue
+            here = {key: log for key, log in self._logs.items() if self._home[key] == log_dir}
+            write_offsets_checkpoint(
+                log_dir / RECOVERY_POINT_CHECKPOINT,
+                {key: log.recovery_point for key, log in here.items()},
+            )
+            write_offsets_checkpoint(
+                log_dir / LOG_START_OFFSET_CHECKPOINT,
+                {
+                    key: log.log_start_offset
+                    for key, log in here.items()
+                    if log.log_start_offset > log.segment_base_offsets[0]
+                },
+            )
+            write_offsets_checkpoint(
+                log_dir / REPLICATION_OFFSET_CHECKPOINT,
+                {key: log.high_watermark for key, log in here.items()},
+            )
+
+    def close(self, *, broker_epoch: int = -1) -> None:
+        """Clean shutdown: flush and close every log, checkpoint, mark, unlock."""
+        for log in self._logs.values():
+            log.flush()
+            log.close()
+        self.checkpoint()
+        marker = json.dumps({"version": 0, "brokerEpoch": broker_epoch})
+        for log_dir in self._locks:
+            write_atomically(log_dir / CLEAN_SHUTDOWN_FILE, marker)
+        self._logs.clear()
+        self._home.clear()
+        self.release_locks()
+
+    def release_locks(self) -> None:
+        """Unlock the log dirs without a clean shutdown (what a crash leaves)."""
+        for fd in self._locks.values():
+            os.close(fd)
+        self._locks.clear()

@@ -1,0 +1,167 @@
+"""LogManager: placement over log dirs, checkpoints, clean and unclean restarts, deletion."""
+
+from __future__ import annotations
+
+import json
+import random
+import uuid
+from pathlib import Path
+
+import pytest
+
+from pykraft.errors import InconsistentTopicId, KafkaStorageError
+from pykraft.storage.checkpoint import read_offsets_checkpoint
+from pykraft.storage.log_config import LogConfig
+from pykraft.storage.log_manager import (
+    CLEAN_SHUTDOWN_FILE,
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    LogManager,
+)
+from tests.unit.storage.storage_helpers import all_batches, make_batch, small_config
+
+TOPIC_ID = uuid.UUID(int=0x1234_5678_9ABC_DEF0_1234_5678_9ABC_DEF0)
+
+
+def _manager(tmp_path: Path, count: int = 2) -> LogManager:
+    dirs = [tmp_path / f"data{i}" for i in range(count)]
+    manager = LogManager(dirs, {"log.segment.bytes": str(1 << 20)}, rng=random.Random(7))
+    manager.load(now_ms=0)
+    return manager
+
+
+def test_logs_spread_over_dirs_and_survive_a_clean_restart(tmp_path: Path) -> None:
+    """New logs go to the least loaded dir; a clean close restores every offset on load."""
+    manager = _manager(tmp_path)
+    config = small_config(segment_bytes=400)
+    logs = {}
+    for partition in range(4):
+        log = manager.get_or_create_log(
+            "my.topic_with-dash", partition, topic_id=TOPIC_ID, config=config, now_ms=0
+        )
+        for _ in range(partition + 3):
+            log.append_as_leader(make_batch(2, value_size=60), leader_epoch=1, now_ms=0)
+        log.update_high_watermark(log.log_end_offset - 1)
+        logs[partition] = (log.log_end_offset, log.high_watermark, all_batches(log))
+    assert manager.get_log("my.topic_with-dash", 3) is not None
+    homes = [manager.log_dir_of("my.topic_with-dash", p) for p in range(4)]
+    assert homes.count(tmp_path / "data0") == homes.count(tmp_path / "data1") == 2
+    first = manager.get_log("my.topic_with-dash", 3)
+    assert first is not None
+    first.update_high_watermark(first.log_end_offset)
+    assert first.delete_retention_segments(now_ms=2_000) == 0  # within 7 days of the records
+    first.maybe_increment_log_start_offset(first.log_end_offset - 3)
+    manager.close(broker_epoch=42)
+    marker = json.loads((tmp_path / "data0" / CLEAN_SHUTDOWN_FILE).read_text())
+    assert marker == {"version": 0, "brokerEpoch": 42}
+
+    again = LogManager([tmp_path / "data0", tmp_path / "data1"], {})
+    again.load(now_ms=0, topic_configs={"my.topic_with-dash": config})
+    assert all(again.had_clean_shutdown.values())
+    assert not (tmp_path / "data0" / CLEAN_SHUTDOWN_FILE).exists()
+    for partition, (end, high_watermark, batches) in logs.items():
+        log = again.get_log("my.topic_with-dash", partition)
+        assert log is not None and log.topic_id == TOPIC_ID
+        assert log.log_end_offset == log.recovery_point == end
+        if partition == 3:
+            assert log.log_start_offset == end - 3
+        else:
+            assert log.high_watermark == high_watermark
+            assert all_batches(log) == batches
+    again.close()
+
+
+def test_checkpoint_files_use_kafkas_text_format(tmp_path: Path) -> None:
+    """Version 0, a count, then 'topic partition offset' lines, per log dir."""
+    manager = _manager(tmp_path, count=1)
+    log = manager.get_or_create_log("t", 0, topic_id=TOPIC_ID, config=LogConfig(), now_ms=0)
+    log.append_as_leader(make_batch(3), leader_epoch=0, now_ms=0)
+    log.update_high_watermark(2)
+    log.flush()
+    manager.checkpoint()
+    data = tmp_path / "data0"
+    assert (data / RECOVERY_POINT_CHECKPOINT).read_text() == "0\n1\nt 0 3\n"
+    assert (data / REPLICATION_OFFSET_CHECKPOINT).read_text() == "0\n1\nt 0 2\n"
+    assert (data / LOG_START_OFFSET_CHECKPOINT).read_text() == "0\n0\n"
+    assert read_offsets_checkpoint(data / RECOVERY_POINT_CHECKPOINT) == {("t", 0): 3}
+    epochs = (log.dir / "leader-epoch-checkpoint").read_text()
+    assert epochs == "0\n1\n0 0\n"
+    manager.close()
+
+
+def test_unclean_restart_recovers_from_the_checkpointed_recovery_point(tmp_path: Path) -> None:
+    """Without the clean marker, data above the recovery point is re-validated; tears are cut."""
+    manager = _manager(tmp_path, count=1)
+    log = manager.get_or_create_log("t", 0, topic_id=TOPIC_ID, config=LogConfig(), now_ms=0)
+    for _ in range(3):
+        log.append_as_leader(make_batch(2), leader_epoch=0, now_ms=0)
+    log.flush()
+    manager.checkpoint()
+    log.append_as_leader(make_batch(2), leader_epoch=0, now_ms=0)
+    segment_path = log.segments[-1].log_path
+    manager.release_locks()  # the process dies: no flush, no marker
+    with open(segment_path, "r+b") as stream:
+        stream.truncate(segment_path.stat().st_size - 3)
+    again = LogManager([tmp_path / "data0"], {})
+    again.load(now_ms=0)
+    assert again.had_clean_shutdown == {tmp_path / "data0": False}
+    recovered = again.get_log("t", 0)
+    assert recovered is not None and recovered.log_end_offset == 6
+    recovered.check_invariants()
+    again.close()
+
+
+def test_delete_log_and_interrupted_deletions(tmp_path: Path) -> None:
+    """delete_log removes the directory; a leftover '-delete' dir is removed at load."""
+    manager = _manager(tmp_path, count=1)
+    manager.get_or_create_log("gone", 0, topic_id=TOPIC_ID, config=LogConfig(), now_ms=0)
+    assert manager.delete_log("gone", 0)
+    assert not manager.delete_log("gone", 0)
+    assert not any((tmp_path / "data0").glob("gone-0*"))
+    manager.close()
+    leftover = tmp_path / "data0" / f"other-1.{uuid.uuid4().hex}-delete"
+    leftover.mkdir()
+    (leftover / "00000000000000000000.log").write_bytes(b"")
+    metadata = tmp_path / "data0" / "__cluster_metadata-0"
+    metadata.mkdir()
+    again = LogManager([tmp_path / "data0"], {})
+    again.load(now_ms=0)
+    assert not leftover.exists()
+    assert again.logs() == [] and metadata.exists()  # the raft log is not ours to load
+    again.close()
+
+
+def test_topic_id_mismatch_and_directory_lock(tmp_path: Path) -> None:
+    """A partition recreated under another topic id is refused; a locked dir is refused."""
+    manager = _manager(tmp_path, count=1)
+    manager.get_or_create_log("t", 0, topic_id=TOPIC_ID, config=LogConfig(), now_ms=0)
+    with pytest.raises(InconsistentTopicId):
+        manager.get_or_create_log("t", 0, topic_id=uuid.uuid4(), config=LogConfig(), now_ms=0)
+    second = LogManager([tmp_path / "data0"], {})
+    with pytest.raises(KafkaStorageError, match="lock"):
+        second.load(now_ms=0)
+    manager.close()
+    second.load(now_ms=0)
+    second.close()
+
+
+def test_retention_and_flush_run_over_all_logs(tmp_path: Path) -> None:
+    """run_retention and flush_due apply each log's own config."""
+    manager = _manager(tmp_path, count=1)
+    expiring = small_config(segment_bytes=300, retention_ms=100, flush_ms=1000)
+    kept = small_config(segment_bytes=300, retention_ms=-1)
+    for topic, config in (("expiring", expiring), ("kept", kept)):
+        log = manager.get_or_create_log(topic, 0, topic_id=TOPIC_ID, config=config, now_ms=0)
+        for _ in range(6):
+            log.append_as_leader(make_batch(2, timestamp=0, value_size=60), leader_epoch=0,
+                                 now_ms=0)
+        log.update_high_watermark(log.log_end_offset)
+    assert manager.run_retention(now_ms=10_000) > 0
+    expired, intact = manager.get_log("expiring", 0), manager.get_log("kept", 0)
+    assert expired is not None and intact is not None
+    assert expired.log_start_offset == expired.log_end_offset
+    assert intact.log_start_offset == 0
+    assert manager.flush_due(now_ms=10_000) >= 1
+    assert expired.recovery_point == expired.log_end_offset
+    manager.close()

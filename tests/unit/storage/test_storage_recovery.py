@@ -1,0 +1,182 @@
+"""Recovery on open: torn and corrupt tails, trusted flushed data, leftovers, lost indexes."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pykraft.records.batch import CRC_FROM, read_header
+from pykraft.storage.log import Log
+from tests.unit.storage.storage_helpers import (
+    all_batches,
+    crash_copy,
+    make_batch,
+    open_log,
+    small_config,
+)
+
+
+def _locate(log: Log) -> list[tuple[Path, int, int, int]]:
+    """(segment file, position, size, base offset) of every batch, in offset order."""
+    located = []
+    for segment in log.segments:
+        for position, header in segment.iter_headers(0):
+            located.append((segment.log_path, position, header.size, header.base_offset))
+    return located
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    shapes=st.lists(st.tuples(st.integers(1, 4), st.integers(1, 120)), min_size=1, max_size=25),
+    flush_after=st.integers(-1, 25),
+    damage=st.sampled_from(["truncate", "flip", "none"]),
+    pick=st.floats(0, 1, exclude_max=True),
+    where=st.floats(0, 1, exclude_max=True),
+)
+def test_crash_then_reopen_keeps_exactly_a_prefix(
+    shapes: list[tuple[int, int]], flush_after: int, damage: str, pick: float, where: float
+) -> None:
+    """A torn or corrupted unflushed tail is cut at the first bad batch; the rest is intact.
+
+    Damage is confined to batches above the recovery point (below it data was fsynced). A
+    tear loses everything written after it; a flipped byte may sit in any unflushed batch,
+    and everything from that batch on must go.
+    """
+    with tempfile.TemporaryDirectory() as directory:
+        root = Path(directory)
+        config = small_config()
+        log = open_log(root / "crash.me-0", config)
+        appended: list[bytes] = []
+        for index, (count, value_size) in enumerate(shapes):
+            batch = make_batch(count, value_size=value_size)
+            log.append_as_leader(batch, leader_epoch=index // 4, now_ms=0)
+            appended.append(bytes(batch))
+            if index == flush_after:
+                log.flush()
+        recovery_point = log.recovery_point
+        located = _locate(log)
+        (root / "crashed").mkdir()
+        copy = crash_copy(log, root / "crashed")
+        log.close()
+        unflushed = [i for i, item in enumerate(located) if item[3] >= recovery_point]
+        kept = len(appended)
+        if damage != "none" and unflushed:
+            kept = unflushed[int(pick * len(unflushed))]
+            path, position, size, _ = located[kept]
+            target = copy / path.name
+            if damage == "truncate":  # a crash loses a suffix of the writes
+                os.truncate(target, position + int(where * size))
+                for later in {item[0].name for item in located if item[0].name > path.name}:
+                    (copy / later).unlink()
+            else:  # flip a byte the CRC covers
+                offset = position + CRC_FROM + int(where * (size - CRC_FROM))
+                data = bytearray(target.read_bytes())
+                data[offset] ^= 0x5A
+                target.write_bytes(bytes(data))
+        reopened = open_log(copy, config, recovery_point=recovery_point)
+        assert all_batches(reopened) == appended[:kept]
+        expected_end = read_header(appended[kept - 1]).next_offset if kept else 0
+        assert reopened.log_end_offset == expected_end
+        assert all(e.start_offset < expected_end for e in reopened.leader_epoch_cache.entries)
+        reopened.check_invariants()
+        info = reopened.append_as_leader(make_batch(2), leader_epoch=99, now_ms=0)
+        assert info.first_offset == expected_end
+        assert reopened.read(expected_end, 1000).first_offset == expected_end
+        reopened.close()
+
+
+def test_segments_below_the_recovery_point_are_trusted(tmp_path: Path) -> None:
+    """Corruption below the recovery point is not re-read; from offset 0 it is found and cut."""
+    config = small_config()
+    log = open_log(tmp_path / "t-0", config)
+    for _ in range(12):
+        log.append_as_leader(make_batch(2, value_size=50), leader_epoch=0, now_ms=0)
+    log.flush()
+    end, first_segment = log.log_end_offset, log.segments[0].log_path
+    log.close()
+    data = bytearray(first_segment.read_bytes())
+    data[-5] ^= 0xFF  # inside the last batch of the first segment, under its CRC
+    first_segment.write_bytes(bytes(data))
+    trusted = open_log(tmp_path / "t-0", config, recovery_point=end)
+    assert trusted.log_end_offset == end
+    trusted.close()
+    recovered = open_log(tmp_path / "t-0", config, recovery_point=0)
+    assert recovered.log_end_offset < end
+    assert recovered.segment_count == 1
+    recovered.check_invariants()
+    recovered.close()
+
+
+def test_missing_index_files_are_rebuilt(tmp_path: Path) -> None:
+    """A segment without its index files is recovered and gets them back."""
+    config = small_config()
+    log = open_log(tmp_path / "t-0", config)
+    for _ in range(12):
+        log.append_as_leader(make_batch(2, value_size=50), leader_epoch=0, now_ms=0)
+    log.flush()
+    end = log.log_end_offset
+    middle = log.segments[1]
+    log.close()
+    middle.offset_index.path.unlink()
+    reopened = open_log(tmp_path / "t-0", config, recovery_point=end)
+    assert middle.offset_index.path.exists() and middle.time_index.path.exists()
+    assert reopened.segments[1].offset_index.entries > 0
+    assert reopened.log_end_offset == end
+    reopened.check_invariants()
+    reopened.close()
+
+
+def test_leftover_files_follow_kafkas_rules(tmp_path: Path) -> None:
+    """.deleted/.cleaned/.tmp go, a completed .swap replaces its segments, orphans go."""
+    config = small_config()
+    log = open_log(tmp_path / "t-0", config)
+    for _ in range(12):
+        log.append_as_leader(make_batch(2, value_size=50), leader_epoch=0, now_ms=0)
+    before = all_batches(log)
+    bases = log.segment_base_offsets
+    assert len(bases) >= 3
+    log.flush()
+    log.close()
+    directory = log.dir
+    name = lambda base, suffix: directory / f"{base:020d}{suffix}"  # noqa: E731
+    # a finished compaction of segments 1..end whose rename was interrupted: merged data
+    merged = b"".join(name(base, ".log").read_bytes() for base in bases[1:])
+    name(bases[1], ".log.swap").write_bytes(merged)
+    name(bases[1], ".index.swap").write_bytes(b"junk")
+    # an unfinished one at a higher offset: its .cleaned marks it, so its .swap goes too
+    name(bases[2], ".log.cleaned").write_bytes(b"partial")
+    name(bases[2] + 1, ".log.swap").write_bytes(b"partial")
+    (directory / "00000000000000000000.log.deleted").write_bytes(b"x")
+    name(999_999, ".index").write_bytes(b"orphan")
+    (directory / "leader-epoch-checkpoint.tmp").write_bytes(b"x")
+    reopened = open_log(directory, config, recovery_point=bases[-1])
+    leftovers = [p.name for p in directory.iterdir()
+                 if p.name.endswith((".swap", ".cleaned", ".deleted", ".tmp"))]
+    assert leftovers == []
+    assert not name(999_999, ".index").exists()
+    assert reopened.segment_base_offsets == (bases[0], bases[1])
+    assert all_batches(reopened) == before
+    reopened.check_invariants()
+    reopened.close()
+
+
+def test_clean_shutdown_skips_recovery_but_a_torn_tail_is_still_repaired(tmp_path: Path) -> None:
+    """After a clean shutdown nothing is re-validated, unless the tail's framing is broken."""
+    config = small_config(segment_bytes=1 << 20)
+    log = open_log(tmp_path / "t-0", config)
+    for _ in range(5):
+        log.append_as_leader(make_batch(2, value_size=50), leader_epoch=0, now_ms=0)
+    log.flush()
+    path, end = log.segments[-1].log_path, log.log_end_offset
+    log.close()
+    with open(path, "ab") as stream:
+        stream.write(b"\x00" * 7)  # a torn header after the last batch
+    reopened = open_log(tmp_path / "t-0", config, recovery_point=0, had_clean_shutdown=True)
+    assert reopened.log_end_offset == end
+    assert reopened.recovery_point == end
+    assert reopened.segments[-1].size == os.path.getsize(path)
+    reopened.close()

@@ -87,6 +87,7 @@ class Node:
             log_dir=self.config.metadata_log_dir / f"{METADATA_TOPIC}-0",
             listener=self,
             election_timeout_ms=self.config.get_int("controller.quorum.election.timeout.ms"),
+            server_configs=values,
         )
         self.controller = ControllerServer(self.controller_core, self.raft)
         await self.raft.start()
@@ -221,8 +222,22 @@ class Node:
     # -- DescribeQuorum ---------------------------------------------------------------
 
     def describe_quorum(self) -> dict[str, Any]:
+        """The single voter is the leader and is caught up with itself by definition."""
         assert self.raft is not None
-        return self.raft.describe_quorum()
+        leader = self.raft.leader_and_epoch
+        high_watermark = self.raft.high_watermark
+        end_offset = self.raft.store.log_end_offset
+        now = wall_clock_ms()
+        voters = [{"replica_id": voter, "log_end_offset": end_offset,
+                   "last_fetch_timestamp": now, "last_caught_up_timestamp": now}
+                  for voter in sorted(self.config.voters)]
+        nodes = {}
+        controller_names = set(self.config.controller_listeners)
+        nodes[self.node_id] = [(e.listener_name, e.host, e.port) for e in self.config.listeners
+                               if e.listener_name in controller_names]
+        return {"leader_id": leader.leader_id, "leader_epoch": leader.epoch,
+                "high_watermark": -1 if high_watermark is None else high_watermark,
+                "voters": voters, "observers": [], "nodes": nodes}
 
     # -- stop -------------------------------------------------------------------------
 

@@ -130,10 +130,6 @@ class LogSegment:
         segment.indexes_were_missing = not (
             segment.offset_index.path.exists() and segment.time_index.path.exists()
         )
-        if not segment.indexes_were_missing:
-            entries = segment.offset_index.entries
-            last_position = segment.offset_index.last_entry[1] if entries else 0
-            segment._bytes_since_index_entry = max(0, segment.size - last_position)
         return segment
 
     @property
@@ -146,6 +142,13 @@ class LogSegment:
         self.index_interval_bytes = config.index_interval_bytes
         self.offset_index.open_for_append(config.segment_index_bytes)
         self.time_index.open_for_append(config.segment_index_bytes)
+        self._reset_bytes_since_index_entry()
+
+    def _reset_bytes_since_index_entry(self) -> None:
+        """Bytes after the last index entry, so appends after a reopen index as before."""
+        entries = self.offset_index.entries
+        last_position = self.offset_index.last_entry[1] if entries else 0
+        self._bytes_since_index_entry = max(0, self.size - last_position)
 
     def on_become_inactive(self) -> None:
         """Record the final max timestamp in the time index and trim both indexes."""
@@ -402,8 +405,7 @@ class LogSegment:
         self._dirty = True
         self._first_batch_timestamp = None
         self._recompute_max_after_truncation()
-        last_position = self.offset_index.last_entry[1] if self.offset_index.entries else 0
-        self._bytes_since_index_entry = max(0, self.size - last_position)
+        self._reset_bytes_since_index_entry()
         return removed
 
     def _recompute_max_after_truncation(self) -> None:

@@ -25,7 +25,7 @@ def make_batch(
 ) -> bytearray:
     """A v2 batch of `count` records (values of `value_size` bytes)."""
     stamps = timestamps if timestamps is not None else [timestamp + i for i in range(count)]
-    records = [
+    records: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]], int]] = [
         (f"k{i}".encode(), bytes([i % 251]) * value_size, [], stamps[i]) for i in range(count)
     ]
     return bytearray(

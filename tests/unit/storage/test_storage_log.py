@@ -152,9 +152,9 @@ def test_read_limits(tmp_path: Path) -> None:
         batch = make_batch(2, value_size=40)
         sizes.append(len(batch))
         log.append_as_leader(batch, leader_epoch=0, now_ms=0)
-    info = log.read(3, sizes[1] + sizes[2])  # starts at the batch holding offset 3
-    assert (info.first_offset, info.next_offset) == (2, 6)
-    assert len(info.records) == sizes[1] + sizes[2]
+    read = log.read(3, sizes[1] + sizes[2])  # starts at the batch holding offset 3
+    assert (read.first_offset, read.next_offset) == (2, 6)
+    assert len(read.records) == sizes[1] + sizes[2]
     assert len(log.read(0, 1).records) == sizes[0]  # one batch even though it is larger
     assert log.read(0, 1, min_one_message=False).records == b""
     assert log.read(0, 10_000, max_offset=4).next_offset == 4  # batches from 4 on excluded
@@ -212,12 +212,12 @@ def test_random_appends_rolls_and_reads(
         assert log.log_end_offset == end
         for fraction in probes:
             offset = int(fraction * end)
-            info = log.read(offset, max_bytes)
+            read = log.read(offset, max_bytes)
             expected_start = next((i for i, m in enumerate(model) if m[1] >= offset), None)
             if expected_start is None:
-                assert info.records == b""
+                assert read.records == b""
                 continue
-            got = [bytes(info.records[p : p + h.size]) for p, h in iter_headers(info.records)]
+            got = [bytes(read.records[p : p + h.size]) for p, h in iter_headers(read.records)]
             assert got, "at least one batch (min_one_message)"
             assert got == [m[2] for m in model[expected_start : expected_start + len(got)]]
             assert len(got) == 1 or sum(len(b) for b in got) <= max_bytes
@@ -301,7 +301,7 @@ def test_truncate_to_across_segments(tmp_path: Path) -> None:
     assert (log.log_start_offset, log.log_end_offset, log.segment_base_offsets) == (
         100, 100, (100,)
     )
-    assert log.leader_epoch_cache.entries == ()
+    assert len(log.leader_epoch_cache.entries) == 0
     assert log.append_as_leader(make_batch(1), leader_epoch=10, now_ms=0).first_offset == 100
     log.close()
 

@@ -61,14 +61,14 @@ def test_logs_spread_over_dirs_and_survive_a_clean_restart(tmp_path: Path) -> No
     assert all(again.had_clean_shutdown.values())
     assert not (tmp_path / "data0" / CLEAN_SHUTDOWN_FILE).exists()
     for partition, (end, high_watermark, batches) in logs.items():
-        log = again.get_log("my.topic_with-dash", partition)
-        assert log is not None and log.topic_id == TOPIC_ID
-        assert log.log_end_offset == log.recovery_point == end
+        loaded = again.get_log("my.topic_with-dash", partition)
+        assert loaded is not None and loaded.topic_id == TOPIC_ID
+        assert loaded.log_end_offset == loaded.recovery_point == end
         if partition == 3:
-            assert log.log_start_offset == end - 3
+            assert loaded.log_start_offset == end - 3
         else:
-            assert log.high_watermark == high_watermark
-            assert all_batches(log) == batches
+            assert loaded.high_watermark == high_watermark
+            assert all_batches(loaded) == batches
     again.close()
 
 

@@ -142,7 +142,10 @@ def test_leftover_files_follow_kafkas_rules(tmp_path: Path) -> None:
     log.flush()
     log.close()
     directory = log.dir
-    name = lambda base, suffix: directory / f"{base:020d}{suffix}"  # noqa: E731
+
+    def name(base: int, suffix: str) -> Path:
+        return directory / f"{base:020d}{suffix}"
+
     # a finished compaction of segments 1..end whose rename was interrupted: merged data
     merged = b"".join(name(base, ".log").read_bytes() for base in bases[1:])
     name(bases[1], ".log.swap").write_bytes(merged)

@@ -40,6 +40,7 @@ class Harness:
         self.controller.activate(leader_epoch=LEADER_EPOCH, next_write_offset=0, now_ms=0)
         self.log: list[MetadataRecord] = []
         self.epochs: dict[int, int] = {}
+        self.records: tuple[MetadataRecord, ...] = ()  # of the last heartbeat
         self.run(self.controller.bootstrap(metadata_version))
 
     def run(self, result: OpResult[T]) -> T:

@@ -18,7 +18,8 @@ from pykraft.errors import InvalidReplicationFactor
 def clusters(draw: st.DrawFn) -> tuple[list[UsableBroker], int]:
     """A set of brokers (some fenced, some racked) and a replication factor that fits it."""
     ids = draw(st.lists(st.integers(0, 50), min_size=1, max_size=12, unique=True))
-    racks = draw(st.sampled_from([[None], ["a", "b"], ["a", "b", "c"], [None, "x"]]))
+    rack_choices: list[list[str | None]] = [[None], ["a", "b"], ["a", "b", "c"], [None, "x"]]
+    racks = draw(st.sampled_from(rack_choices))
     brokers = [
         UsableBroker(id=i, rack=draw(st.sampled_from(racks)), fenced=draw(st.booleans()))
         for i in ids

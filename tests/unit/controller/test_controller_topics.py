@@ -10,6 +10,9 @@ import pytest
 from pykraft.controller.naming import METADATA_TOPIC_ID, new_topic_id
 from pykraft.controller.requests import (
     NO_TOPIC_ID,
+    AlterableConfig,
+    AlterConfigOp,
+    AlterConfigsResource,
     CreatableTopic,
     CreatePartitionsTopic,
 )
@@ -47,7 +50,8 @@ def test_create_topic_writes_topic_configs_then_partitions(harness: Harness) -> 
     assert config == ConfigRecord(
         resource_type=2, resource_name="orders", name="retention.ms", value="1000"
     )
-    assert [p.partition_id for p in partitions] == [0, 1, 2]
+    assert all(isinstance(p, PartitionRecord) for p in partitions)
+    assert [p.partition_id for p in partitions if isinstance(p, PartitionRecord)] == [0, 1, 2]
     for partition in partitions:
         assert isinstance(partition, PartitionRecord)
         assert partition.topic_id == result.topic_id
@@ -98,9 +102,7 @@ def test_effective_configs_in_the_response_name_their_source() -> None:
     assert [c.name for c in result.configs] == sorted(by_name)
 
 
-def _broker_set(name: str, key: str, value: str) -> object:
-    from pykraft.controller.requests import AlterableConfig, AlterConfigOp, AlterConfigsResource
-
+def _broker_set(name: str, key: str, value: str) -> AlterConfigsResource:
     return AlterConfigsResource(4, name, (AlterableConfig(key, AlterConfigOp.SET, value),))
 
 

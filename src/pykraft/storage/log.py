@@ -501,17 +501,17 @@ class Log:
             return self._offset_of_max_timestamp()
         if timestamp < 0:
             return None
-        for segment in self._segments:
+        start = self._log_start_offset
+        for segment in self._segments[self._segment_for(start) :]:
             if segment.max_timestamp < timestamp:
                 continue
-            found = segment.find_by_timestamp(timestamp)
-            if found is None:
-                continue
-            position, header = found
-            batch = segment.read_batch(position, header.size)
-            result = first_record_at_or_after(batch, timestamp, self._log_start_offset)
-            if result is not None:
-                return result
+            for position, header in segment.iter_by_timestamp(timestamp):
+                if header.last_offset < start:
+                    continue  # wholly below the log start (after DeleteRecords)
+                batch = segment.read_batch(position, header.size)
+                result = first_record_at_or_after(batch, timestamp, start)
+                if result is not None:
+                    return result
         return None
 
     offset_for_timestamp = fetch_offset_by_timestamp
@@ -523,12 +523,10 @@ class Log:
                 best = segment
         if best is None or best.max_timestamp < 0:
             return None
-        found = best.find_by_timestamp(best.max_timestamp)
-        if found is None:
-            return None
-        position, header = found
-        batch = best.read_batch(position, header.size)
-        return first_record_at_or_after(batch, best.max_timestamp, self._log_start_offset)
+        for position, header in best.iter_by_timestamp(best.max_timestamp):
+            batch = best.read_batch(position, header.size)
+            return first_record_at_or_after(batch, best.max_timestamp, self._log_start_offset)
+        return None
 
     # -- flush ---------------------------------------------------------------------------------
 

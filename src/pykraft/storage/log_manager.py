@@ -161,7 +161,10 @@ class LogManager:
     def get_or_create_log(
         self, topic: str, partition: int, *, topic_id: uuid.UUID, config: LogConfig, now_ms: int
     ) -> Log:
-        """The partition's log, created in the least loaded log dir if it does not exist."""
+        """The partition's log, created in the least loaded log dir if it does not exist.
+
+        An existing log takes `config` (logs loaded at startup got the server defaults).
+        """
         key = (topic, partition)
         log = self._logs.get(key)
         if log is None:
@@ -173,6 +176,8 @@ class LogManager:
             )
             fsync_directory(log_dir)
             self._logs[key], self._home[key] = log, log_dir
+        elif log.config != config:
+            log.update_config(config)
         log.assign_topic_id(topic_id)
         return log
 

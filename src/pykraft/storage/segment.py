@@ -326,14 +326,17 @@ class LogSegment:
             next_offset, end = header.next_offset, position + header.size
         return next_offset, end
 
-    def find_by_timestamp(self, timestamp: int) -> tuple[int, BatchHeader] | None:
-        """The first batch whose max timestamp is >= `timestamp`, if this segment has one."""
+    def iter_by_timestamp(self, timestamp: int) -> Iterator[tuple[int, BatchHeader]]:
+        """Batches whose max timestamp is >= `timestamp`, in offset order.
+
+        The scan starts at the time index's hint: every batch before it has only smaller
+        timestamps.
+        """
         _, indexed_offset = self.time_index.lookup(timestamp)
         _, start = self.offset_index.lookup(indexed_offset)
         for position, header in self.iter_headers(start):
             if header.max_timestamp >= timestamp:
-                return position, header
-        return None
+                yield position, header
 
     # -- recovery and truncation ---------------------------------------------------------------
 
@@ -418,7 +421,7 @@ class LogSegment:
         self._max = best
 
     def check_invariants(self) -> None:
-        """Used by tests: the offset index points at batch starts with matching offsets."""
+        """Used by tests: both indexes agree with the batches they point at."""
         for slot in range(self.offset_index.entries):
             offset, position = self.offset_index._entry(slot)
             header = read_header(_pread_exact(self.fd, HEADER_SIZE, position))
@@ -427,3 +430,18 @@ class LogSegment:
                 f"index slot {slot} of {self.log_path} says {offset}, batch says "
                 f"{header.last_offset - self.base_offset}",
             )
+        previous = (-1, -1)
+        for slot in range(self.time_index.entries):
+            timestamp, relative = self.time_index._entry(slot)
+            found = self.find_batch(self.base_offset + relative)
+            invariant(found is not None, f"time index slot {slot} points past the data")
+            assert found is not None
+            header = found[1]
+            invariant(
+                timestamp > previous[0] and relative >= previous[1]
+                and header.last_offset == self.base_offset + relative
+                and header.max_timestamp == timestamp,
+                f"time index slot {slot} of {self.log_path}: ({timestamp}, {relative}) vs "
+                f"batch ({header.max_timestamp}, {header.last_offset - self.base_offset})",
+            )
+            previous = (timestamp, relative)

@@ -416,3 +416,17 @@ def test_directory_names_split_at_the_last_dash() -> None:
     for bad in ("nodash", "-3", "topic-", "topic-x"):
         with pytest.raises(ValueError):
             parse_topic_partition(bad)
+
+
+def test_timestamp_lookup_starts_at_the_log_start_offset(tmp_path: Path) -> None:
+    """After DeleteRecords inside a segment, lookups answer the first record still readable."""
+    log = open_log(tmp_path / "t-0", LogConfig())
+    for timestamp in (100, 200, 300):
+        log.append_as_leader(make_batch(2, timestamp=timestamp), leader_epoch=0, now_ms=0)
+    log.update_high_watermark(log.log_end_offset)
+    log.maybe_increment_log_start_offset(3)
+    assert log.fetch_offset_by_timestamp(0) == (3, 201)
+    assert log.fetch_offset_by_timestamp(150) == (3, 201)
+    assert log.fetch_offset_by_timestamp(250) == (4, 300)
+    assert log.fetch_offset_by_timestamp(-2) == (3, -1)
+    log.close()

@@ -389,9 +389,13 @@ def _leader_and_isr_updates(
 
     records = []
     metadata_version = state.image.features.metadata_version
+    elections: dict[uuid.UUID, Election] = {}  # per topic: its config decides
     for key in keys:
         partition = state.partition(key)
         target_isr = tuple(replica for replica in partition.isr if replica != broker_to_remove)
+        election = elections.get(key[0])
+        if election is None:
+            election = elections[key[0]] = _election(state, config, key)
         record = build_partition_change(
             partition,
             key[0],
@@ -399,7 +403,7 @@ def _leader_and_isr_updates(
             target_isr=target_isr,
             is_acceptable_leader=acceptable,
             metadata_version=metadata_version,
-            election=_election(state, config, key),
+            election=election,
         )
         if record is not None:
             records.append(record)
@@ -502,9 +506,10 @@ def fence_stale_brokers(
     )
     records: list[MetadataRecord] = []
     scratch = state
-    for broker_id in stale:
+    for position, broker_id in enumerate(stale):
         fenced = fence_records(scratch, config, broker_id)
         invariant(bool(fenced), "fencing always writes the fence itself")
         records.extend(fenced)
-        scratch = fold(scratch, fenced, scratch.image.offset + 1, scratch.image.epoch)
+        if position + 1 < len(stale):
+            scratch = fold(scratch, fenced, scratch.image.offset + 1, scratch.image.epoch)
     return records, stale

@@ -18,7 +18,14 @@ from __future__ import annotations
 from typing import Final
 
 from pykraft.errors import UnsupportedVersion
-from pykraft.metadata.records import FeatureLevelRecord
+from pykraft.metadata.records import (
+    BrokerRegistrationChangeRecord,
+    FeatureLevelRecord,
+    MetadataRecord,
+    PartitionChangeRecord,
+    PartitionRecord,
+    RegisterBrokerRecord,
+)
 
 __all__ = [
     "METADATA_VERSION_FEATURE",
@@ -39,6 +46,7 @@ __all__ = [
     "has_controlled_shutdown_state",
     "has_directory_assignment",
     "bumps_leader_epoch_on_isr_shrink",
+    "record_version",
 ]
 
 METADATA_VERSION_FEATURE: Final = "metadata.version"
@@ -47,6 +55,7 @@ MV_3_0_IV1: Final = 1  # the first KRaft level
 MV_3_3_IV0: Final = 4  # the first level that can be stored in the log (bootstrap minimum)
 MV_3_3_IV2: Final = 6  # BrokerRegistrationChangeRecord replaces Fence/UnfenceBrokerRecord
 MV_3_3_IV3: Final = 7  # brokers have an in-controlled-shutdown state in the log
+MV_3_4_IV0: Final = 8  # RegisterBrokerRecord v2 (is_migrating_zk_broker)
 MV_3_6_IV0: Final = 12  # ISR shrinks no longer bump the leader epoch (KAFKA-15021)
 MV_3_7_IV2: Final = 17  # replicas are assigned to log directories (KIP-858)
 MV_3_9_IV0: Final = 21
@@ -89,3 +98,23 @@ def has_directory_assignment(level: int) -> bool:
 
 def bumps_leader_epoch_on_isr_shrink(level: int) -> bool:
     return level < MV_3_6_IV0
+
+
+def record_version(record: MetadataRecord, metadata_version: int) -> int:
+    """The version to encode `record` at under `metadata_version`, as Kafka chooses it:
+    a reader at that level must understand every record the controller writes."""
+    match record:
+        case PartitionRecord() | PartitionChangeRecord():
+            return 1 if has_directory_assignment(metadata_version) else 0
+        case RegisterBrokerRecord():
+            if has_directory_assignment(metadata_version):
+                return 3
+            if metadata_version >= MV_3_4_IV0:
+                return 2
+            return 1 if has_controlled_shutdown_state(metadata_version) else 0
+        case BrokerRegistrationChangeRecord():
+            if record.log_dirs:
+                return 2
+            return 1 if record.in_controlled_shutdown else 0
+        case _:
+            return type(record).LATEST_VERSION

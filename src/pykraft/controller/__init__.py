@@ -1,0 +1,1 @@
+"""The quorum controller: decides metadata changes as records (see quorum_controller.py)."""

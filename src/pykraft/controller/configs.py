@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, TypeVar
 
 import immutables
 
@@ -408,10 +408,14 @@ def _legacy_resource(
     return _config_records(rtype, name, current, changes)
 
 
+_Resource = TypeVar("_Resource", AlterConfigsResource, LegacyAlterConfigsResource)
+
+
 def _alter(
-    resources: Sequence[AlterConfigsResource] | Sequence[LegacyAlterConfigsResource],
-    decide: Callable[[AlterConfigsResource | LegacyAlterConfigsResource], list[ConfigRecord]],
+    resources: Sequence[_Resource],
+    decide: Callable[[_Resource], list[ConfigRecord]],
 ) -> tuple[list[ConfigRecord], tuple[AlterConfigsResult, ...]]:
+    """Decide each resource on its own; a resource named twice is refused as Kafka does."""
     seen: dict[tuple[int, str], int] = {}
     for resource in resources:
         key = (resource.resource_type, resource.resource_name)
@@ -444,11 +448,7 @@ def incremental_alter_configs(
 ) -> tuple[list[ConfigRecord], tuple[AlterConfigsResult, ...]]:
     """Records and per-resource results of an IncrementalAlterConfigs request."""
 
-    def decide(resource: AlterConfigsResource | LegacyAlterConfigsResource) -> list[ConfigRecord]:
-        assert isinstance(resource, AlterConfigsResource)
-        return _incremental_resource(state, config, resource)
-
-    return _alter(resources, decide)
+    return _alter(resources, lambda resource: _incremental_resource(state, config, resource))
 
 
 def legacy_alter_configs(
@@ -458,8 +458,4 @@ def legacy_alter_configs(
 ) -> tuple[list[ConfigRecord], tuple[AlterConfigsResult, ...]]:
     """Records and per-resource results of a (legacy, full-replace) AlterConfigs request."""
 
-    def decide(resource: AlterConfigsResource | LegacyAlterConfigsResource) -> list[ConfigRecord]:
-        assert isinstance(resource, LegacyAlterConfigsResource)
-        return _legacy_resource(state, config, resource)
-
-    return _alter(resources, decide)
+    return _alter(resources, lambda resource: _legacy_resource(state, config, resource))

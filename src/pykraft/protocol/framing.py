@@ -124,11 +124,8 @@ def decode_request(header: RequestHeader, frame: bytes | memoryview) -> Any:
         raise InvalidRequest(
             f"cannot decode {entity_type.__name__} v{header.api_version}: {error}"
         ) from error
-    if header.body_offset + size != len(frame):
-        raise InvalidRequest(
-            f"{entity_type.__name__} v{header.api_version} left "
-            f"{len(frame) - header.body_offset - size} bytes unread"
-        )
+    # Bytes after the body are ignored, as Kafka's request parser does: librdkafka 2.x, for
+    # one, sends three extra bytes after a Metadata v12 request for all topics.
     return entity
 
 

@@ -3,9 +3,9 @@
 One event queue, as in Kafka's QuorumController: operations run one at a time against the
 controller's current (pending-inclusive) state. An operation's records are appended to the
 Raft log and replayed into the controller at once (so the next operation sees them); the
-caller is answered only when the high watermark has passed the last record. Committed
-batches the controller did not write itself (the log replayed at start-up) are replayed
-when they commit.
+caller is answered only when the high watermark has passed the last record. Every
+committed batch goes to the core's `handle_commit`, which replays what it has not folded
+in yet (the log replayed at start-up) and only marks its own proposals committed.
 """
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TypeVar
+
+from kio.schema.errors import ErrorCode
 
 from pykraft.controller.quorum_controller import QuorumController
 from pykraft.controller.requests import (
@@ -29,7 +31,8 @@ from pykraft.controller.requests import (
     LegacyAlterConfigsResource,
     OpResult,
 )
-from pykraft.errors import NotController
+from pykraft.controller.features import record_version
+from pykraft.errors import NotController, NotLeaderError, invariant
 from pykraft.metadata.codec import encode_metadata_record
 from pykraft.metadata.records import MetadataRecord
 from pykraft.raft.driver import RaftNode
@@ -52,38 +55,49 @@ class ControllerServer:
         self.raft = raft
         self.now_ms = now_ms
         self._queue_lock = asyncio.Lock()
-        self._own_last_offset = -1  # records up to here were replayed when proposed
 
-    # -- replay of committed records --------------------------------------------------
+    # -- leadership and replay ------------------------------------------------------------
 
-    def handle_committed(self, last_offset: int, records: Sequence[MetadataRecord]) -> None:
-        """Replay committed records this controller did not propose itself."""
-        if last_offset <= self._own_last_offset:
-            return
-        for record in records:
-            self.core.replay(record)
+    def handle_committed(self, base_offset: int, epoch: int,
+                         records: Sequence[MetadataRecord]) -> None:
+        self.core.handle_commit(records, base_offset=base_offset, epoch=epoch)
+
+    def activate(self) -> None:
+        """The log is replayed up to the leader's epoch start: from now on this node decides."""
+        leader = self.raft.leader_and_epoch
+        high_watermark = self.raft.high_watermark
+        invariant(high_watermark is not None, "activated before the epoch start committed")
+        assert high_watermark is not None
+        self.core.activate(leader_epoch=leader.epoch, next_write_offset=high_watermark,
+                           now_ms=self.now_ms())
 
     # -- running operations -----------------------------------------------------------
 
     async def run(self, operation: Callable[[QuorumController], OpResult[T]]) -> T:
+        """Decide, append and pre-apply one operation at a time; answer once committed."""
         async with self._queue_lock:
-            if not self.raft.is_leader:
-                raise NotController("this node is not the active controller")
             result = operation(self.core)
             if not result.records:
                 return result.response
-            last_offset = self.raft.append(
-                [encode_metadata_record(record) for record in result.records]
-            )
-            self._own_last_offset = last_offset
-            for record in result.records:
-                self.core.replay(record)
+            level = self.core.image.features.metadata_version
+            encoded = [encode_metadata_record(record, record_version(record, level))
+                       for record in result.records]
+            try:
+                last_offset = self.raft.append(encoded)
+            except NotLeaderError as error:
+                raise NotController(str(error)) from error
+            self.core.propose(result.records, base_offset=last_offset - len(encoded) + 1)
         await self.raft.wait_committed(last_offset)
         return result.response
 
-    async def append_records(self, records: Sequence[MetadataRecord]) -> None:
-        """Append records decided outside an operation (bootstrap records)."""
-        await self.run(lambda core: OpResult(tuple(records), None))
+    async def bootstrap(self) -> None:
+        """An empty log gets the bootstrap records (metadata.version)."""
+        await self.run(lambda core: core.bootstrap())
+
+    async def tick(self) -> int:
+        """Fence brokers whose sessions expired; return when to tick again (ms)."""
+        result = await self.run(lambda core: core.tick(self.now_ms()))
+        return result.wake_at_ms
 
     # -- ControllerChannel ------------------------------------------------------------
 
@@ -122,8 +136,6 @@ class ControllerServer:
         topics = [CreatableTopic(name=name) for name in names]
         results = await self.create_topics(topics, validate_only=False)
         for result in results:
-            if result.error_code not in (0, 36):  # none, TOPIC_ALREADY_EXISTS
+            if result.error_code not in (ErrorCode.none, ErrorCode.topic_already_exists):
                 log.info("auto-creating topic %s failed: %s", result.name, result.error_message)
 
-    def describe(self) -> dict[str, Any]:
-        return {"leader": self.raft.leader_and_epoch}

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import uuid
 from typing import Any
 
@@ -24,7 +25,10 @@ from pykraft.broker.admin_apis import AdminApis
 from pykraft.broker.apis import BrokerApis
 from pykraft.broker.metadata_cache import MetadataCache
 from pykraft.broker.replica_manager import ReplicaManager
+from pykraft.controller.config import ControllerConfig
+from pykraft.controller.features import BOOTSTRAP_METADATA_VERSION, MINIMUM_KRAFT_METADATA_VERSION
 from pykraft.controller.quorum_controller import QuorumController
+from pykraft.controller.requests import BrokerFeatureRange
 from pykraft.controller.requests import Listener as ControllerListener
 from pykraft.errors import InvariantViolation
 from pykraft.metadata.codec import decode_metadata_record
@@ -67,9 +71,11 @@ class Node:
 
     async def start(self) -> None:
         try:
-            self.cluster_id = check_storage(self.config)
+            storage = check_storage(self.config)
         except StorageToolError as error:
             raise NodeStartError(str(error)) from error
+        self.cluster_id = storage.cluster_id
+        self.directory_ids = storage.directory_ids
         now = wall_clock_ms()
         values = self.config.values
         self.log_manager = LogManager(self.config.log_dirs, values)
@@ -79,8 +85,9 @@ class Node:
         self.loader = MetadataLoader()
         self.loader.publishers.append(self.cache.publish)
         self.loader.publishers.append(self.replicas.apply_delta)
-        self.controller_core = QuorumController.from_config(
-            node_id=self.node_id, server_configs=values, seed=uuid.uuid4().int & 0xFFFFFFFF)
+        controller_config = ControllerConfig.from_properties(
+            values, cluster_id=self.cluster_id, controller_ids=frozenset(self.config.voters))
+        self.controller_core = QuorumController(controller_config, random.Random())
         self.raft = RaftNode.open(
             node_id=self.node_id,
             voters=frozenset(self.config.voters),
@@ -91,15 +98,16 @@ class Node:
         )
         self.controller = ControllerServer(self.controller_core, self.raft)
         await self.raft.start()
-        await self.raft.wait_leader()
-        if self.controller_core.image.features.metadata_version == 0:
-            await self.controller.append_records(self.controller_core.bootstrap_records())
+        await self.raft.wait_leader()  # the whole committed log has been replayed by now
+        self.controller.activate()
+        await self.controller.bootstrap()
         await self._controller_listeners()
         await self._register_broker()
         await self._broker_listeners()
         self._tasks += [
             asyncio.create_task(self._heartbeat_loop(), name="broker-heartbeat"),
             asyncio.create_task(self._housekeeping_loop(), name="log-housekeeping"),
+            asyncio.create_task(self._controller_tick_loop(), name="controller-tick"),
         ]
         log.info("pykraft node %d started (cluster %s): %s", self.node_id, self.cluster_id,
                  ", ".join(f"{l.name}://{l.host}:{l.port}" for l in self.listeners))
@@ -108,7 +116,8 @@ class Node:
     def handle_commit(self, batch: CommittedBatch) -> None:
         records = [decode_metadata_record(value) for value in batch.records]
         assert self.controller is not None
-        self.controller.handle_committed(batch.last_offset, records)
+        if records:
+            self.controller.handle_committed(batch.base_offset, batch.epoch, records)
         self.loader.handle_commit(batch.base_offset, batch.epoch, records, batch.last_offset)
 
     def handle_leader_change(self, leader_id: int, epoch: int) -> None:
@@ -166,10 +175,12 @@ class Node:
 
     async def _register_broker(self) -> None:
         assert self.controller is not None
+        features = [BrokerFeatureRange("metadata.version", MINIMUM_KRAFT_METADATA_VERSION,
+                                       BOOTSTRAP_METADATA_VERSION)]
         result = await self.controller.run(lambda core: core.register_broker(
-            broker_id=self.node_id, incarnation_id=self.incarnation_id,
-            listeners=self._advertised(), rack=self.config.get("broker.rack"),
-            now_ms=wall_clock_ms()))
+            self.node_id, self.incarnation_id, self._advertised(), features,
+            self.config.get("broker.rack"), wall_clock_ms(),
+            log_dirs=self.directory_ids, cluster_id=self.cluster_id))
         self.broker_epoch = result.broker_epoch
         while True:
             heartbeat = await self._heartbeat()
@@ -195,6 +206,20 @@ class Node:
                 self._fatal(error)
             except Exception:
                 log.exception("broker heartbeat failed")
+
+    async def _controller_tick_loop(self) -> None:
+        """Fence brokers whose heartbeats stopped (broker.session.timeout.ms)."""
+        assert self.controller is not None
+        while True:
+            try:
+                wake_at_ms = await self.controller.tick()
+            except InvariantViolation as error:
+                self._fatal(error)
+                return
+            except Exception:
+                log.exception("controller tick failed")
+                wake_at_ms = wall_clock_ms() + 1000
+            await asyncio.sleep(max(0.01, min(1.0, (wake_at_ms - wall_clock_ms()) / 1000)))
 
     # -- periodic log work ------------------------------------------------------------
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 from pykraft.server.config import ServerConfig
@@ -75,7 +76,8 @@ def format_storage(
         try:
             directory.mkdir(parents=True, exist_ok=True)
             write_meta_properties(directory, MetaProperties(
-                cluster_id=cluster_id, node_id=config.node_id, directory_id=uuid.uuid4()))
+                version=1, cluster_id=cluster_id, node_id=config.node_id,
+                directory_id=uuid.uuid4()))
         except OSError as error:
             raise StorageToolError(f"cannot format {directory}: {error.strerror}") from error
         if not quiet:
@@ -83,9 +85,16 @@ def format_storage(
     return cluster_id
 
 
-def check_storage(config: ServerConfig) -> str:
-    """Refuse to start on unformatted or foreign dirs; return the cluster id."""
+@dataclass(frozen=True, slots=True)
+class StorageInfo:
+    cluster_id: str
+    directory_ids: tuple[uuid.UUID, ...]  # of the data log dirs, in log.dirs order
+
+
+def check_storage(config: ServerConfig) -> StorageInfo:
+    """Refuse to start on unformatted or foreign dirs; return the cluster and dir ids."""
     cluster_id: str | None = None
+    directory_ids: dict[Path, uuid.UUID] = {}
     for directory in all_dirs(config):
         properties = _read(directory)
         if properties is None:
@@ -94,18 +103,22 @@ def check_storage(config: ServerConfig) -> str:
                 "format --config <file> --cluster-id <id>`?)")
         _check(directory, properties, cluster_id or properties.cluster_id, config.node_id)
         cluster_id = properties.cluster_id
+        if properties.directory_id is None:
+            raise StorageToolError(f"{directory}/meta.properties has no directory.id")
+        directory_ids[directory] = properties.directory_id
     assert cluster_id is not None
-    return cluster_id
+    return StorageInfo(cluster_id, tuple(directory_ids[d] for d in config.log_dirs))
 
 
 def _read(directory: Path) -> MetaProperties | None:
     try:
         return read_meta_properties(directory)
     except (OSError, ValueError) as error:
-        raise StorageToolError(f"cannot read {directory}/meta.properties: {error}") from error
+        raise StorageToolError(f"cannot use {directory}/meta.properties: {error}") from error
 
 
-def _check(directory: Path, properties: MetaProperties, cluster_id: str, node_id: int) -> None:
+def _check(directory: Path, properties: MetaProperties, cluster_id: str | None,
+           node_id: int) -> None:
     if properties.cluster_id != cluster_id:
         raise StorageToolError(
             f"Invalid cluster.id in {directory}/meta.properties: found {properties.cluster_id}, "

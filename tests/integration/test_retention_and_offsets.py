@@ -54,31 +54,39 @@ def _wait_for(condition: object, timeout_s: float = 20) -> None:
     raise AssertionError("condition not met in time")
 
 
+SEGMENT_BYTES = 1_048_576  # Kafka 4's smallest segment.bytes
+RECORD_BYTES = 10_000  # one record per batch: ~104 batches fill a segment
+
+
 def test_retention_by_time_deletes_old_segments(fast_retention_cluster: LocalCluster) -> None:
     bootstrap = fast_retention_cluster.bootstrap_servers
-    _create(bootstrap, "old-data", {"retention.ms": "60000", "segment.bytes": "2000"})
+    _create(bootstrap, "old-data", {"retention.ms": "60000",
+                                    "segment.bytes": str(SEGMENT_BYTES)})
     two_hours_ago = int(time.time() * 1000) - 7_200_000
-    _produce(bootstrap, "old-data", 100, timestamp_ms=two_hours_ago)
-    _produce(bootstrap, "old-data", 30)  # recent records: kept
-    # ~11 one-record batches fit a 2000-byte segment: the segments holding only old records
-    # go; the one where old and recent records meet stays, as does everything after it
-    _wait_for(lambda: _watermarks(bootstrap, "old-data")[0] >= 80)
+    _produce(bootstrap, "old-data", 300, timestamp_ms=two_hours_ago, size=RECORD_BYTES)
+    _produce(bootstrap, "old-data", 30, size=RECORD_BYTES)  # recent records: kept
+    # segments holding only old records go; the one where old and recent records meet
+    # stays, as does everything after it
+    _wait_for(lambda: _watermarks(bootstrap, "old-data")[0] >= 150)
     low, high = _watermarks(bootstrap, "old-data")
-    assert high == 130
-    assert 80 <= low <= 100, "no segment holding a recent record may be deleted"
+    assert high == 330
+    assert 150 <= low <= 300, "no segment holding a recent record may be deleted"
 
 
 def test_retention_by_size_keeps_the_newest_bytes(fast_retention_cluster: LocalCluster) -> None:
     bootstrap = fast_retention_cluster.bootstrap_servers
-    _create(bootstrap, "big-data", {"retention.bytes": "6000", "segment.bytes": "2000"})
-    _produce(bootstrap, "big-data", 200)
+    retention_bytes = 3 * SEGMENT_BYTES
+    _create(bootstrap, "big-data", {"retention.bytes": str(retention_bytes),
+                                    "segment.bytes": str(SEGMENT_BYTES)})
+    _produce(bootstrap, "big-data", 700, size=RECORD_BYTES)
     _wait_for(lambda: _watermarks(bootstrap, "big-data")[0] > 0)
     low, high = _watermarks(bootstrap, "big-data")
-    assert high == 200
-    # each record is one ~170-byte batch: what is left is at most retention.bytes plus
-    # the active segment
-    assert 200 - low <= (6000 + 2000) // 150
-    assert 200 - low >= 6000 // 400
+    assert high == 700
+    # what is left is at most retention.bytes plus the active segment, and deletion stops
+    # before dropping below retention.bytes by more than one segment
+    kept_bytes = (high - low) * RECORD_BYTES
+    assert kept_bytes <= retention_bytes + SEGMENT_BYTES
+    assert kept_bytes >= retention_bytes - SEGMENT_BYTES
 
 
 def test_list_offsets_by_timestamp(fast_retention_cluster: LocalCluster) -> None:

@@ -273,7 +273,8 @@ class AdminApis:
                                      f"Topic {name} does not exist")
             overrides = image.configs.get(ConfigResourceType.TOPIC, name)
             return [self._topic_entry(definition, overrides)
-                    for definition in log_config.TOPIC_CONFIGS.values()]
+                    for definition in log_config.TOPIC_CONFIGS.values()
+                    if not definition.internal]
         if resource_type == ConfigResourceType.BROKER:
             if name not in ("", str(self.node_id)):
                 raise _DescribeError(ErrorCode.invalid_request,
@@ -284,12 +285,12 @@ class AdminApis:
 
     def _topic_entry(self, definition: Any, overrides: Mapping[str, str]) -> _Entry:
         if definition.name in overrides:
-            value, source = overrides[definition.name], ConfigSource.TOPIC_CONFIG
+            value, source = overrides[definition.name], ConfigSource.DYNAMIC_TOPIC_CONFIG
         else:
             value, source = log_config.server_default(definition.name, self.server_configs)
         sensitive = definition.type == "password"
         return _Entry(definition.name, None if sensitive else value, False, int(source),
-                      sensitive, _CONFIG_TYPES.get(definition.type, 0), definition.doc)
+                      sensitive, definition.describe_type, definition.documentation)
 
     def _broker_entries(self) -> list[_Entry]:
         from pykraft.server.config import SERVER_KEYS

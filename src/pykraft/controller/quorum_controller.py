@@ -130,7 +130,12 @@ class QuorumController:
         self._active = True
         self._leader_epoch = leader_epoch
         self._next_write_offset = next_write_offset
-        self._sessions.reset(self._state.image.cluster.brokers.keys(), now_ms)
+        # Every registered broker gets a fresh session - except one with this controller's
+        # own node id: a combined node's broker cannot outlive the process that is becoming
+        # active now, so its old incarnation is known to be gone and it may re-register at
+        # once instead of waiting out broker.session.timeout.ms.
+        brokers = self._state.image.cluster.brokers.keys()
+        self._sessions.reset((b for b in brokers if b != self.config.node_id), now_ms)
 
     def deactivate(self) -> None:
         """Leadership lost: drop every uncommitted record and the soft state."""

@@ -20,12 +20,13 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import closing, contextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import Any
+
+from pykraft.server.storage_tool import random_uuid
 
 
 def free_port() -> int:
@@ -55,7 +56,7 @@ class LocalCluster:
         self.controller_port = free_port()
         self.extra_configs = dict(configs or {})
         self.startup_timeout_s = startup_timeout_s
-        self.cluster_id = _random_cluster_id()
+        self.cluster_id = random_uuid()
         self.process: subprocess.Popen[bytes] | None = None
         self._thread: threading.Thread | None = None
         self._node: Any = None
@@ -95,7 +96,7 @@ class LocalCluster:
             return
         result = subprocess.run(
             [sys.executable, "-m", "pykraft", "storage", "format", "--config",
-             str(self.config_path), "--cluster-id", self.cluster_id],
+             str(self.config_path), f"--cluster-id={self.cluster_id}"],
             capture_output=True, text=True, timeout=60,
         )
         if result.returncode != 0:
@@ -206,18 +207,32 @@ class LocalCluster:
         self.close()
 
 
-def _random_cluster_id() -> str:
-    import base64
-
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-
-
 def _broker_ready(bootstrap: str, node_id: int) -> bool:
-    from confluent_kafka.admin import AdminClient
+    """Ask the broker for Metadata over a plain socket: ready once it lists itself."""
+    import struct
 
-    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 2000})
-    metadata = admin.list_topics(timeout=2)
-    return node_id in metadata.brokers
+    from kio.schema.metadata.v12.request import MetadataRequest
+
+    from pykraft.protocol.framing import decode_response, encode_request
+
+    host, port = bootstrap.rsplit(":", 1)
+    request = MetadataRequest(topics=(), allow_auto_topic_creation=False,
+                              include_topic_authorized_operations=False)
+    with socket.create_connection((host, int(port)), timeout=2) as sock:
+        sock.sendall(encode_request(3, 12, 1, "local-cluster", request))
+        (size,) = struct.unpack(">i", _read_exactly(sock, 4))
+        _, response = decode_response(3, 12, _read_exactly(sock, size))
+    return any(broker.node_id == node_id for broker in response.brokers)
+
+
+def _read_exactly(sock: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        if not chunk:
+            raise ConnectionError("connection closed")
+        data += chunk
+    return data
 
 
 @contextmanager

@@ -311,7 +311,7 @@ def api_versions_response(
     level = image.features.metadata_version
     finalized: tuple[Any, ...] = ()
     supported: tuple[Any, ...] = ()
-    if level > 0:
+    if level > 0 and hasattr(module, "FinalizedFeatureKey"):  # v3+
         finalized = (make(module.FinalizedFeatureKey, name="metadata.version",
                           max_version_level=level, min_version_level=level),)
         supported = (make(module.SupportedFeatureKey, name="metadata.version",

@@ -116,3 +116,18 @@ def test_garbage_never_escapes_as_anything_but_frame_or_request_errors(data: byt
             decode_request(header, data)
     except (FrameError, InvalidRequest):
         pass
+
+
+def test_api_versions_answers_every_version() -> None:
+    """ApiVersions v0 (aiokafka's first request) has no feature fields; v3+ has them."""
+    from kio.schema.errors import ErrorCode
+
+    from pykraft.broker.apis import api_versions_response
+    from pykraft.metadata.image import MetadataImage
+
+    image = MetadataImage.EMPTY
+    for version in range(0, 5):
+        response = api_versions_response(BROKER_APIS, image, version, ErrorCode.none)
+        data = _frame(encode_response(1, response))
+        assert decode_response(18, version, data)[1] == response
+        assert {k.api_key for k in response.api_keys} == set(BROKER_APIS)

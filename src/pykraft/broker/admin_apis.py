@@ -284,6 +284,7 @@ class AdminApis:
                              f"unsupported config resource type {resource_type}")
 
     def _topic_entry(self, definition: Any, overrides: Mapping[str, str]) -> _Entry:
+        value: str | None
         if definition.name in overrides:
             value, source = overrides[definition.name], ConfigSource.DYNAMIC_TOPIC_CONFIG
         else:
@@ -297,6 +298,7 @@ class AdminApis:
 
         entries = []
         for name, key in sorted(SERVER_KEYS.items()):
+            value: str | None
             if name in self.server_configs:
                 value, source = self.server_configs[name], ConfigSource.STATIC_BROKER_CONFIG
             else:
@@ -376,7 +378,7 @@ class _Entry:
 
 
 def _config_entry(module: Any, entry: _Entry, synonyms: bool, documentation: bool) -> Any:
-    synonym_list = ()
+    synonym_list: tuple[Any, ...] = ()
     if synonyms and entry.source != ConfigSource.DEFAULT_CONFIG:
         synonym_list = (make(module.DescribeConfigsSynonym, name=entry.name, value=entry.value,
                              source=entry.source),)

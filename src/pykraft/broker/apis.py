@@ -20,13 +20,13 @@ from kio.schema.errors import ErrorCode
 
 from pykraft.broker.metadata_cache import MetadataCache
 from pykraft.broker.replica_manager import Partition, ReplicaManager
-from pykraft.metadata.image import MetadataImage
 from pykraft.errors import (
     InvariantViolation,
     KafkaError,
     UnknownTopicId,
     UnknownTopicOrPartition,
 )
+from pykraft.metadata.image import MetadataImage
 from pykraft.net.server import RequestContext
 from pykraft.protocol.api import BROKER_APIS, ApiKey
 from pykraft.protocol.entities import NO_THROTTLE, field, make, millis, response_module
@@ -104,10 +104,9 @@ class BrokerApis:
         version = context.header.api_version
         requested = field(request, "topics")
         if requested is not None and self.auto_create_topics is not None:
-            missing = [
-                topic.name for topic in requested
-                if topic.name is not None and self.cache.image.topics.by_name.get(topic.name) is None
-            ]
+            known = self.cache.image.topics.by_name
+            missing = [topic.name for topic in requested
+                       if topic.name is not None and known.get(topic.name) is None]
             if missing and field(request, "allow_auto_topic_creation", True):
                 await self.auto_create_topics(missing)
         return self.cache.metadata_response(version, context.listener_name, requested)

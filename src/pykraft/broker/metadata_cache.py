@@ -18,7 +18,6 @@ from pykraft.metadata.image import MetadataDelta, MetadataImage
 from pykraft.protocol.api import ApiKey
 from pykraft.protocol.entities import NO_THROTTLE, make, response_module
 
-
 INTERNAL_TOPICS: Final = frozenset({"__consumer_offsets", "__transaction_state"})
 _LEGAL_TOPIC: Final = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 

@@ -101,14 +101,22 @@ def response_type(api_key: int, api_version: int) -> Any:
     return load_response_schema(api_key, api_version)
 
 
-@cache
-def _reader(entity_type: Any) -> Any:
-    return entity_reader(entity_type)
+_READERS: dict[type, Any] = {}
+_WRITERS: dict[type, Any] = {}
 
 
-@cache
-def _writer(entity_type: Any) -> Any:
-    return entity_writer(entity_type)
+def _reader(entity_type: type) -> Any:
+    reader = _READERS.get(entity_type)
+    if reader is None:
+        reader = _READERS[entity_type] = entity_reader(entity_type)
+    return reader
+
+
+def _writer(entity_type: type) -> Any:
+    writer = _WRITERS.get(entity_type)
+    if writer is None:
+        writer = _WRITERS[entity_type] = entity_writer(entity_type)
+    return writer
 
 
 def is_flexible(api_key: int, api_version: int) -> bool:

@@ -19,6 +19,7 @@ from typing import TypeVar
 
 from kio.schema.errors import ErrorCode
 
+from pykraft.controller.features import record_version
 from pykraft.controller.quorum_controller import QuorumController
 from pykraft.controller.requests import (
     AlterConfigsResource,
@@ -31,7 +32,6 @@ from pykraft.controller.requests import (
     LegacyAlterConfigsResource,
     OpResult,
 )
-from pykraft.controller.features import record_version
 from pykraft.errors import NotController, NotLeaderError, invariant
 from pykraft.metadata.codec import encode_metadata_record
 from pykraft.metadata.records import MetadataRecord
@@ -110,8 +110,9 @@ class ControllerServer:
 
     async def delete_topics(
         self, names: Sequence[str], topic_ids: Sequence[uuid.UUID]
-    ) -> Sequence[DeleteTopicResult]:
-        return await self.run(lambda core: core.delete_topics(names, topic_ids))
+    ) -> tuple[DeleteTopicResult, ...]:
+        wanted: list[str | uuid.UUID] = [*names, *topic_ids]
+        return await self.run(lambda core: core.delete_topics(wanted))
 
     async def create_partitions(
         self, topics: Sequence[CreatePartitionsTopic], *, validate_only: bool

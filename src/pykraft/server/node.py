@@ -30,7 +30,7 @@ from pykraft.controller.features import BOOTSTRAP_METADATA_VERSION, MINIMUM_KRAF
 from pykraft.controller.quorum_controller import QuorumController
 from pykraft.controller.requests import BrokerFeatureRange
 from pykraft.controller.requests import Listener as ControllerListener
-from pykraft.errors import InvariantViolation
+from pykraft.errors import InvariantViolation, invariant
 from pykraft.metadata.codec import decode_metadata_record
 from pykraft.metadata.loader import MetadataLoader
 from pykraft.net.server import Listener
@@ -110,7 +110,7 @@ class Node:
             asyncio.create_task(self._controller_tick_loop(), name="controller-tick"),
         ]
         log.info("pykraft node %d started (cluster %s): %s", self.node_id, self.cluster_id,
-                 ", ".join(f"{l.name}://{l.host}:{l.port}" for l in self.listeners))
+                 ", ".join(f"{x.name}://{x.host}:{x.port}" for x in self.listeners))
 
     # RaftListener
     def handle_commit(self, batch: CommittedBatch) -> None:
@@ -191,6 +191,8 @@ class Node:
     async def _heartbeat(self) -> Any:
         assert self.controller is not None and self.raft is not None
         offset = self.raft.high_watermark
+        invariant(offset is not None, "a broker heartbeats only after the quorum committed")
+        assert offset is not None
         return await self.controller.run(lambda core: core.broker_heartbeat(
             broker_id=self.node_id, broker_epoch=self.broker_epoch,
             current_metadata_offset=offset, want_fence=False, want_shutdown=False,

@@ -59,7 +59,7 @@ def format_storage(
     existing = {d: _read(d) for d in all_dirs(config)}
     formatted = {d: p for d, p in existing.items() if p is not None}
     if cluster_id is None:
-        ids = {p.cluster_id for p in formatted.values()}
+        ids = {p.cluster_id for p in formatted.values() if p.cluster_id is not None}
         cluster_id = ids.pop() if len(ids) == 1 else random_uuid()
     if not _valid_cluster_id(cluster_id):
         raise StorageToolError(f"Cluster ID string {cluster_id} does not appear to be a valid "
@@ -103,6 +103,8 @@ def check_storage(config: ServerConfig) -> StorageInfo:
                 "format --config <file> --cluster-id <id>`?)")
         _check(directory, properties, cluster_id or properties.cluster_id, config.node_id)
         cluster_id = properties.cluster_id
+        if cluster_id is None:
+            raise StorageToolError(f"{directory}/meta.properties has no cluster.id")
         if properties.directory_id is None:
             raise StorageToolError(f"{directory}/meta.properties has no directory.id")
         directory_ids[directory] = properties.directory_id

@@ -209,30 +209,15 @@ class LocalCluster:
 
 def _broker_ready(bootstrap: str, node_id: int) -> bool:
     """Ask the broker for Metadata over a plain socket: ready once it lists itself."""
-    import struct
-
     from kio.schema.metadata.v12.request import MetadataRequest
 
-    from pykraft.protocol.framing import decode_response, encode_request
+    from pykraft.testing.wire import WireClient
 
-    host, port = bootstrap.rsplit(":", 1)
     request = MetadataRequest(topics=(), allow_auto_topic_creation=False,
                               include_topic_authorized_operations=False)
-    with socket.create_connection((host, int(port)), timeout=2) as sock:
-        sock.sendall(encode_request(3, 12, 1, "local-cluster", request))
-        (size,) = struct.unpack(">i", _read_exactly(sock, 4))
-        _, response = decode_response(3, 12, _read_exactly(sock, size))
+    with WireClient(bootstrap, timeout_s=2, client_id="local-cluster") as client:
+        response = client.request(3, 12, request)
     return any(broker.node_id == node_id for broker in response.brokers)
-
-
-def _read_exactly(sock: socket.socket, size: int) -> bytes:
-    data = b""
-    while len(data) < size:
-        chunk = sock.recv(size - len(data))
-        if not chunk:
-            raise ConnectionError("connection closed")
-        data += chunk
-    return data
 
 
 @contextmanager

@@ -1,21 +1,30 @@
 """Server configuration: Kafka's `server.properties` keys, defaults and validation.
 
 `ServerConfig.load(path, overrides)` reads a Java-properties file (or nothing: the
-single-node defaults), applies `--override key=value` pairs, checks every known key's value
-and stops with a `ConfigError` naming the key when one is invalid. Unknown keys are kept (the
-log and topic defaults are resolved by `storage.log_config`) and reported as warnings.
+single-node defaults), applies `--override key=value` pairs, checks every value it knows how
+to check and stops with a `ConfigError` naming the key when one is invalid, as Kafka's
+KafkaConfig does before the node touches its disks. Checked are this module's own keys, the
+server synonyms of topic configs (`log.segment.bytes`, `log.retention.hours`, ...) with the
+topic config's rules, and the dynamic broker keys of `controller.configs`. Other keys are kept
+and reported as warnings, as Kafka logs "supplied but isn't a known config".
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import re
-from collections.abc import Callable, Mapping, Sequence
+import socket
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from pykraft.controller.configs import DYNAMIC_BROKER_CONFIGS
+from pykraft.errors import InvalidConfig
 from pykraft.storage import log_config
+from pykraft.storage.log_config import ConfigType
+from pykraft.storage.meta_properties import parse_java_properties
 
 
 class ConfigError(ValueError):
@@ -32,30 +41,17 @@ class Endpoint:
 @dataclass(frozen=True, slots=True)
 class ServerKey:
     name: str
-    type: str  # int, long, double, boolean, string, list, password
+    type: ConfigType
     default: str | None
-    check: Callable[[str], bool] | None = None
-    expect: str = ""
+    minimum: int | None = None  # for the integer types
 
-
-def _at_least(minimum: int) -> Callable[[str], bool]:
-    return lambda value: int(value) >= minimum
-
-
-_ROLES: Final = {"broker", "controller"}
 
 SERVER_KEYS: Final[dict[str, ServerKey]] = {
     key.name: key
     for key in (
-        ServerKey("node.id", "int", None, _at_least(0), "a non-negative integer"),
-        ServerKey(
-            "process.roles",
-            "list",
-            None,
-            lambda v: {r.strip() for r in v.split(",") if r.strip()} <= _ROLES
-            and bool(v.strip()),
-            "a subset of broker,controller",
-        ),
+        ServerKey("node.id", "int", None, 0),
+        ServerKey("broker.id", "int", None, 0),
+        ServerKey("process.roles", "list", None),
         ServerKey("listeners", "list", "PLAINTEXT://:9092"),
         ServerKey("advertised.listeners", "list", None),
         ServerKey("controller.listener.names", "list", None),
@@ -68,42 +64,53 @@ SERVER_KEYS: Final[dict[str, ServerKey]] = {
         ServerKey("inter.broker.listener.name", "string", None),
         ServerKey("controller.quorum.voters", "list", ""),
         ServerKey("controller.quorum.bootstrap.servers", "list", ""),
-        ServerKey("controller.quorum.election.timeout.ms", "int", "1000", _at_least(1)),
-        ServerKey("controller.quorum.fetch.timeout.ms", "int", "2000", _at_least(1)),
+        ServerKey("controller.quorum.election.timeout.ms", "int", "1000", 1),
+        ServerKey("controller.quorum.fetch.timeout.ms", "int", "2000", 1),
         ServerKey("log.dirs", "list", None),
         ServerKey("log.dir", "string", "/tmp/kafka-logs"),
         ServerKey("metadata.log.dir", "string", None),
-        ServerKey("num.partitions", "int", "1", _at_least(1)),
-        ServerKey("default.replication.factor", "int", "1", _at_least(1)),
+        ServerKey("metadata.log.segment.bytes", "int", "1073741824", 1048576),
+        ServerKey("metadata.log.segment.ms", "long", "604800000", 1),
+        ServerKey("num.partitions", "int", "1", 1),
+        ServerKey("default.replication.factor", "int", "1", 1),
         ServerKey("auto.create.topics.enable", "boolean", "true"),
         ServerKey("delete.topic.enable", "boolean", "true"),
-        ServerKey("message.max.bytes", "int", "1048588", _at_least(0)),
-        ServerKey("socket.request.max.bytes", "int", "104857600", _at_least(1)),
-        ServerKey("log.retention.check.interval.ms", "long", "300000", _at_least(1)),
-        ServerKey("log.flush.scheduler.interval.ms", "long", "9223372036854775807", _at_least(0)),
-        ServerKey("log.flush.offset.checkpoint.interval.ms", "int", "60000", _at_least(0)),
-        ServerKey("broker.heartbeat.interval.ms", "int", "2000", _at_least(1)),
-        ServerKey("broker.session.timeout.ms", "int", "9000", _at_least(1)),
+        ServerKey("message.max.bytes", "int", "1048588", 0),
+        ServerKey("socket.request.max.bytes", "int", "104857600", 1),
+        ServerKey("log.retention.check.interval.ms", "long", "300000", 1),
+        ServerKey("log.flush.scheduler.interval.ms", "long", "9223372036854775807", 0),
+        ServerKey("log.flush.offset.checkpoint.interval.ms", "int", "60000", 0),
+        ServerKey("broker.heartbeat.interval.ms", "int", "2000", 1),
+        ServerKey("broker.session.timeout.ms", "int", "9000", 1),
         ServerKey("broker.rack", "string", None),
-        ServerKey("num.network.threads", "int", "3", _at_least(1)),
-        ServerKey("num.io.threads", "int", "8", _at_least(1)),
-        ServerKey("num.recovery.threads.per.data.dir", "int", "1", _at_least(1)),
-        ServerKey("offsets.topic.replication.factor", "short", "3", _at_least(1)),
-        ServerKey("transaction.state.log.replication.factor", "short", "3", _at_least(1)),
-        ServerKey("transaction.state.log.min.isr", "int", "2", _at_least(1)),
-        ServerKey("group.initial.rebalance.delay.ms", "int", "3000", _at_least(0)),
-        ServerKey("replica.lag.time.max.ms", "long", "30000", _at_least(0)),
-        ServerKey("min.insync.replicas", "int", "1", _at_least(1)),
-        ServerKey("metadata.log.max.record.bytes.between.snapshots", "long", "20971520"),
-        ServerKey("metadata.log.max.snapshot.interval.ms", "long", "3600000"),
+        ServerKey("num.network.threads", "int", "3", 1),
+        ServerKey("num.io.threads", "int", "8", 1),
+        ServerKey("num.recovery.threads.per.data.dir", "int", "1", 1),
+        ServerKey("offsets.topic.num.partitions", "int", "50", 1),
+        ServerKey("offsets.topic.replication.factor", "short", "3", 1),
+        ServerKey("transaction.state.log.num.partitions", "int", "50", 1),
+        ServerKey("transaction.state.log.replication.factor", "short", "3", 1),
+        ServerKey("transaction.state.log.min.isr", "int", "2", 1),
+        ServerKey("group.initial.rebalance.delay.ms", "int", "3000", 0),
+        ServerKey("replica.lag.time.max.ms", "long", "30000", 0),
+        ServerKey("min.insync.replicas", "int", "1", 1),
+        ServerKey("metadata.log.max.record.bytes.between.snapshots", "long", "20971520", 1),
+        ServerKey("metadata.log.max.snapshot.interval.ms", "long", "3600000", 0),
         ServerKey("socket.send.buffer.bytes", "int", "102400"),
         ServerKey("socket.receive.buffer.bytes", "int", "102400"),
     )
 }
 
-_INT_TYPES: Final = {"int": (-(2**31), 2**31 - 1), "short": (-(2**15), 2**15 - 1),
-                     "long": (-(2**63), 2**63 - 1)}
+_ROLES: Final = ("broker", "controller")
+# Server keys that set a topic config's default (log.segment.bytes -> segment.bytes, ...).
+_TOPIC_SYNONYMS: Final = {
+    synonym.name: definition.name
+    for definition in log_config.TOPIC_CONFIGS.values()
+    for synonym in definition.synonyms
+}
 _LISTENER: Final = re.compile(r"^([A-Za-z0-9_]+)://(\[[0-9a-fA-F:]+\]|[^:\[\]]*):(\d+)$")
+_VOTER: Final = re.compile(r"^(\d+)@(\[[0-9a-fA-F:]+\]|[^:@\[\]]+):(\d+)$")
+_NON_ROUTABLE_HOSTS: Final = ("0.0.0.0", "::")
 
 
 def single_node_defaults(data_dir: str) -> dict[str, str]:
@@ -120,24 +127,10 @@ def single_node_defaults(data_dir: str) -> dict[str, str]:
 
 
 def read_properties(text: str) -> dict[str, str]:
-    """Parse Java-properties text: `key=value` or `key: value`, # and ! comments, `\\` joins."""
-    properties: dict[str, str] = {}
-    logical = ""
-    for raw in text.splitlines():
-        line = raw.strip() if not logical else raw.lstrip()
-        if not logical and (not line or line[0] in "#!"):
-            continue
-        if line.endswith("\\") and not line.endswith("\\\\"):
-            logical += line[:-1]
-            continue
-        logical += line
-        match = re.match(r"^((?:[^=:\s\\]|\\.)+)\s*[=:\s]\s*(.*)$", logical)
-        if match:
-            properties[match.group(1).replace("\\", "")] = match.group(2).strip()
-        elif logical:
-            properties[logical] = ""
-        logical = ""
-    return properties
+    """Parse Java-properties text as `java.util.Properties.load` does (values untrimmed):
+    `key=value`, `key: value` or `key value`, # and ! comments, `\\` continues a line,
+    and the escapes `\\t \\n \\r \\f \\uXXXX` and `\\<any>`."""
+    return parse_java_properties(text)
 
 
 def parse_endpoints(value: str, key: str) -> list[Endpoint]:
@@ -147,15 +140,19 @@ def parse_endpoints(value: str, key: str) -> list[Endpoint]:
             continue
         match = _LISTENER.match(item)
         if match is None:
-            raise ConfigError(f"Invalid value {item!r} for configuration {key}: "
+            raise ConfigError(f"Invalid value {item} for configuration {key}: "
                               "expected LISTENER_NAME://host:port")
         name, host, port = match.group(1), match.group(2).strip("[]"), int(match.group(3))
-        if not 0 <= port <= 65535:
-            raise ConfigError(f"Invalid port {port} in {key}")
+        if port > 65535:
+            raise ConfigError(f"Invalid value {item} for configuration {key}: "
+                              f"port {port} is out of range")
         endpoints.append(Endpoint(name.upper(), host, port))
     names = [endpoint.listener_name for endpoint in endpoints]
     if len(set(names)) != len(names):
-        raise ConfigError(f"Each listener must have a different name in {key}: {value!r}")
+        raise ConfigError(f"Each listener must have a different name in {key}: {value}")
+    addresses = [(endpoint.host, endpoint.port) for endpoint in endpoints if endpoint.port]
+    if len(set(addresses)) != len(addresses):
+        raise ConfigError(f"Each listener must have a different host:port in {key}: {value}")
     return endpoints
 
 
@@ -164,67 +161,90 @@ def parse_voters(value: str) -> dict[int, tuple[str, int]]:
     for item in (part.strip() for part in value.split(",")):
         if not item:
             continue
-        match = re.match(r"^(\d+)@(\[[0-9a-fA-F:]+\]|[^:@]+):(\d+)$", item)
-        if match is None:
-            raise ConfigError(f"Invalid value {item!r} for configuration "
+        match = _VOTER.match(item)
+        if match is None or int(match.group(3)) > 65535 or int(match.group(1)) >= 2**31:
+            raise ConfigError(f"Invalid value {item} for configuration "
                               "controller.quorum.voters: expected id@host:port")
-        voters[int(match.group(1))] = (match.group(2).strip("[]"), int(match.group(3)))
+        voter_id = int(match.group(1))
+        if voter_id in voters:
+            raise ConfigError(f"Invalid value {value} for configuration "
+                              f"controller.quorum.voters: voter {voter_id} is named twice")
+        voters[voter_id] = (match.group(2).strip("[]"), int(match.group(3)))
     return voters
 
 
-def _check_value(key: ServerKey, value: str) -> None:
+def _check_value(name: str, value: str) -> None:
+    """Raise ConfigError (naming the key) unless `value` is valid for a key we know."""
     try:
-        if key.type in _INT_TYPES:
-            low, high = _INT_TYPES[key.type]
-            if not low <= int(value) <= high:
-                raise ValueError
-        elif key.type == "double":
-            float(value)
-        elif key.type == "boolean" and value.lower() not in ("true", "false"):
-            raise ValueError
-        if key.check is not None and not key.check(value):
-            raise ValueError
-    except ValueError:
-        expectation = key.expect or f"a {key.type}"
-        raise ConfigError(
-            f"Invalid value {value!r} for configuration {key.name}: must be {expectation}"
-        ) from None
+        key = SERVER_KEYS.get(name)
+        if key is not None:
+            parsed = log_config.parse_value(name, key.type, value)
+            if key.minimum is not None and isinstance(parsed, int) and parsed < key.minimum:
+                raise InvalidConfig(f"Invalid value {value} for configuration {name}: "
+                                    f"Value must be at least {key.minimum}")
+        if name in _TOPIC_SYNONYMS:  # the topic config's rules, on the scaled value
+            log_config.server_default(_TOPIC_SYNONYMS[name], {name: value})
+        elif name in DYNAMIC_BROKER_CONFIGS and key is None:
+            DYNAMIC_BROKER_CONFIGS[name].check(value)
+    except InvalidConfig as error:
+        raise ConfigError(str(error)) from None
+
+
+def is_known_key(name: str) -> bool:
+    return (name in SERVER_KEYS or name in _TOPIC_SYNONYMS or name in DYNAMIC_BROKER_CONFIGS
+            or name.startswith("listener.name."))
+
+
+@functools.cache
+def _canonical_host_name() -> str:
+    """The name an empty listener host is advertised under, as Kafka does."""
+    return socket.getfqdn()
 
 
 class ServerConfig:
-    """Validated server configuration. `values` holds every given key as a string."""
+    """Validated server configuration. `values` holds every given key as a (trimmed) string."""
 
     def __init__(self, values: Mapping[str, str]) -> None:
-        self.values = dict(values)
+        self.values = {name.strip(): value.strip() for name, value in values.items()}
         self.warnings: list[str] = []
+        self._apply_broker_id_synonym()
         for name, value in self.values.items():
-            key = SERVER_KEYS.get(name)
-            if key is not None:
-                _check_value(key, value)
-            elif not self._is_known_elsewhere(name):
-                self.warnings.append(f"unknown configuration {name!r} was supplied; ignored")
+            _check_value(name, value)
+            if not is_known_key(name):
+                self.warnings.append(f"The configuration '{name}' was supplied but isn't a "
+                                     "known config; it is ignored")
+        try:  # cross-key rules of the topic defaults (min.compaction.lag.ms <= max...)
+            log_config.LogConfig.from_configs({}, self.values)
+        except InvalidConfig as error:
+            raise ConfigError(f"the log.* keys set inconsistent topic defaults: {error}") from None
         self._validate_shape()
 
-    @staticmethod
-    def _is_known_elsewhere(name: str) -> bool:
-        server_keys = {d.server_key for d in log_config.TOPIC_CONFIGS.values() if d.server_key}
-        return name in server_keys or name.startswith(("log.", "listener.name."))
+    def _apply_broker_id_synonym(self) -> None:
+        """Kafka's node.id and broker.id name the same thing; either may be given."""
+        node_id, broker_id = self.values.get("node.id"), self.values.get("broker.id")
+        if node_id is None and broker_id is not None:
+            self.values["node.id"] = broker_id
+        elif node_id is not None and broker_id is not None and node_id != broker_id:
+            raise ConfigError(f"broker.id ({broker_id}) and node.id ({node_id}) must match "
+                              "when both are set")
 
     @classmethod
     def load(cls, path: str | Path | None, overrides: Sequence[str] = ()) -> ServerConfig:
         if path is None:
-            data_dir = os.environ.get("PYKRAFT_DATA", "./data")
-            values = single_node_defaults(data_dir)
+            values = single_node_defaults(os.environ.get("PYKRAFT_DATA") or "./data")
         else:
             try:
                 values = read_properties(Path(path).read_text(encoding="utf-8"))
             except OSError as error:
-                raise ConfigError(f"cannot read config file {path}: {error.strerror}") from None
+                raise ConfigError(f"cannot read config file {path}: "
+                                  f"{error.strerror or error}") from None
+            except UnicodeDecodeError as error:
+                raise ConfigError(f"config file {path} is not UTF-8 text: {error}") from None
         for override in overrides:
             name, sep, value = override.partition("=")
             if not sep or not name.strip():
                 raise ConfigError(f"--override expects key=value, got {override!r}")
-            values[name.strip()] = value.strip()
+            values[name.strip()] = value
         return cls(values)
 
     def get(self, name: str) -> str | None:
@@ -269,10 +289,16 @@ class ServerConfig:
 
     @property
     def advertised_listeners(self) -> list[Endpoint]:
+        """advertised.listeners, or the non-controller listeners; an empty host means this
+        machine's canonical host name."""
         given = self.get("advertised.listeners")
-        if not given:
-            return [e for e in self.listeners if e.listener_name not in self.controller_listeners]
-        return parse_endpoints(given, "advertised.listeners")
+        if given:
+            endpoints = parse_endpoints(given, "advertised.listeners")
+        else:
+            controllers = self.controller_listeners
+            endpoints = [e for e in self.listeners if e.listener_name not in controllers]
+        return [e if e.host else Endpoint(e.listener_name, _canonical_host_name(), e.port)
+                for e in endpoints]
 
     @property
     def controller_listeners(self) -> list[str]:
@@ -298,38 +324,93 @@ class ServerConfig:
         brokers = [e for e in self.listeners if e.listener_name not in self.controller_listeners]
         return brokers[0].listener_name if brokers else "PLAINTEXT"
 
+    # -- the shape of the node, checked as Kafka's KafkaConfig checks it -------------------
+
     def _validate_shape(self) -> None:
         if self.get("node.id") is None:
-            raise ConfigError("Missing required configuration node.id")
-        if self.get("process.roles") is None:
+            raise ConfigError("Missing required configuration node.id which has no default "
+                              "value")
+        self._validate_roles()
+        names = self._validate_listeners()
+        self._validate_advertised(names)
+        self._validate_quorum(names)
+        if self.roles != frozenset(_ROLES):
+            raise ConfigError(f"process.roles={self.get('process.roles')}: only combined "
+                              "broker,controller nodes are supported yet")
+
+    def _validate_roles(self) -> None:
+        raw = self.get("process.roles")
+        if raw is None or not raw.strip():
             raise ConfigError("Missing required configuration process.roles "
-                              "(pykraft runs in KRaft mode only)")
+                              "(pykraft runs in KRaft mode only: broker, controller or both)")
+        roles = [role.strip() for role in raw.split(",")]
+        for role in roles:
+            if role not in _ROLES:
+                raise ConfigError(f"Invalid value {raw} for configuration process.roles: "
+                                  f"unknown role {role!r} (expected broker, controller or both)")
+        if len(set(roles)) != len(roles):
+            raise ConfigError(f"Invalid value {raw} for configuration process.roles: "
+                              "duplicate role names")
+
+    def _validate_listeners(self) -> set[str]:
         listeners = self.listeners
         names = {e.listener_name for e in listeners}
         protocols = self.security_protocols
-        for name in names:
+        for name in sorted(names):
             if name not in protocols:
-                raise ConfigError(f"listener {name} has no entry in listener.security.protocol.map")
+                raise ConfigError(f"listener {name} (in listeners) has no entry in "
+                                  "listener.security.protocol.map")
             if protocols[name] != "PLAINTEXT":
                 raise ConfigError(f"listener {name} uses {protocols[name]}; "
                                   "only PLAINTEXT listeners are supported yet")
         controller_names = self.controller_listeners
         if not controller_names:
             raise ConfigError("controller.listener.names must be set in KRaft mode")
+        if "controller" in self.roles and not names & set(controller_names):
+            raise ConfigError("controller.listener.names: the controller role needs one of "
+                              f"{', '.join(controller_names)} in listeners")
+        if "broker" in self.roles and not names - set(controller_names):
+            raise ConfigError("listeners: the broker role needs a listener that is not in "
+                              "controller.listener.names")
+        if "broker" not in self.roles and names - set(controller_names):
+            raise ConfigError("listeners: a controller-only node may only have the listeners "
+                              "named in controller.listener.names")
+        inter_broker = self.get("inter.broker.listener.name")
+        if inter_broker and inter_broker.upper() not in names - set(controller_names):
+            raise ConfigError(f"inter.broker.listener.name {inter_broker} must be a "
+                              "non-controller listener in listeners")
+        return names
+
+    def _validate_advertised(self, names: set[str]) -> None:
+        given = self.get("advertised.listeners")
+        advertised = parse_endpoints(given, "advertised.listeners") if given else []
+        unknown = sorted({e.listener_name for e in advertised} - names)
+        if unknown:
+            raise ConfigError(f"advertised.listeners names {', '.join(unknown)}, which "
+                              f"listeners does not define (it has {', '.join(sorted(names))})")
+        controllers = set(self.controller_listeners)
+        if "broker" in self.roles and {e.listener_name for e in advertised} & controllers:
+            raise ConfigError("advertised.listeners must not contain the controller listeners "
+                              "(controller.listener.names): clients only talk to brokers")
+        effective = advertised or [e for e in self.listeners if e.listener_name not in controllers]
+        for endpoint in effective:
+            if endpoint.host in _NON_ROUTABLE_HOSTS:
+                raise ConfigError(
+                    f"advertised.listeners cannot use the non-routable address {endpoint.host} "
+                    f"(listener {endpoint.listener_name}): advertise a routable host")
+
+    def _validate_quorum(self, names: set[str]) -> None:
         voters = self.voters
         if not voters:
-            raise ConfigError("controller.quorum.voters must name at least one voter")
-        if "controller" in self.roles:
-            if self.node_id not in voters:
-                raise ConfigError(f"node.id {self.node_id} has the controller role but is not "
-                                  "in controller.quorum.voters")
-            if not names & set(controller_names):
-                raise ConfigError("a controller needs a listener named in "
-                                  "controller.listener.names")
-        if "broker" in self.roles and not names - set(controller_names):
-            raise ConfigError("a broker needs a listener that is not a controller listener")
-        if "broker" not in self.roles and names - set(controller_names):
-            raise ConfigError("a controller-only node may only have controller listeners")
+            raise ConfigError("controller.quorum.voters must name at least one voter "
+                              "(controller.quorum.bootstrap.servers, the dynamic quorum, is "
+                              "not supported yet)")
+        if "controller" in self.roles and self.node_id not in voters:
+            raise ConfigError(f"node.id {self.node_id} has the controller role but is not "
+                              "in controller.quorum.voters")
+        if "controller" not in self.roles and self.node_id in voters:
+            raise ConfigError(f"node.id {self.node_id} is in controller.quorum.voters but "
+                              "process.roles does not contain controller")
         if len(voters) > 1:
             raise ConfigError("controller.quorum.voters names several voters; the multi-voter "
                               "quorum is not supported yet (one voter only)")

@@ -1,7 +1,7 @@
 """`pykraft server start` and `pykraft storage ...`: the node's own commands.
 
 Errors are one readable line on stderr and exit code 1; a node that started and then stopped
-on a signal exits 0.
+on a signal (SIGTERM or Ctrl-C, even one that arrives while it is still starting) exits 0.
 """
 
 from __future__ import annotations
@@ -10,17 +10,34 @@ import asyncio
 import logging
 import signal
 import sys
+from types import FrameType
 
+from pykraft.errors import KafkaError
 from pykraft.server.config import ConfigError, ServerConfig
 from pykraft.server.storage_tool import StorageToolError, format_storage, random_uuid
 
+log = logging.getLogger("pykraft.server")
+
 
 def _fail(message: str) -> int:
-    print(f"pykraft: {message}", file=sys.stderr)
+    print(f"pykraft: {message}", file=sys.stderr, flush=True)
     return 1
 
 
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
 def run_server(config_path: str | None, overrides: list[str]) -> int:
+    # Until the event loop takes the signals over, SIGTERM stops start-up as Ctrl-C does.
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        return _run_server(config_path, overrides)
+    except KeyboardInterrupt:
+        return 0
+
+
+def _run_server(config_path: str | None, overrides: list[str]) -> int:
     logging.basicConfig(
         level=logging.INFO,
         format="[%(asctime)s] %(levelname)s %(message)s (%(name)s)",
@@ -30,8 +47,8 @@ def run_server(config_path: str | None, overrides: list[str]) -> int:
     except ConfigError as error:
         return _fail(str(error))
     for warning in config.warnings:
-        logging.getLogger("pykraft.server").warning(warning)
-    if config_path is None:
+        log.warning(warning)
+    if config_path is None:  # the quick start formats its data dir on first start
         try:
             format_storage(config, cluster_id=None, ignore_formatted=True, quiet=True)
         except StorageToolError as error:
@@ -42,24 +59,28 @@ def run_server(config_path: str | None, overrides: list[str]) -> int:
         uvloop.install()
     except ImportError:
         pass
-    try:
-        return asyncio.run(_serve(config))
-    except StorageToolError as error:
-        return _fail(str(error))
-    except KeyboardInterrupt:
-        return 0
+    return asyncio.run(_serve(config))
 
 
 async def _serve(config: ServerConfig) -> int:
     from pykraft.server.node import Node, NodeStartError
 
     node = Node(config)
+    starting = asyncio.create_task(node.start(), name="node-start")
+
+    def on_signal() -> None:
+        starting.cancel()  # nothing once started; else start-up ends where it is
+        asyncio.ensure_future(node.stop())
+
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, lambda: asyncio.ensure_future(node.stop()))
+        loop.add_signal_handler(sig, on_signal)
     try:
-        await node.start()
-    except NodeStartError as error:
+        await starting
+    except asyncio.CancelledError:
+        if not starting.cancelled():
+            raise
+    except (NodeStartError, KafkaError, OSError) as error:
         await node.stop()
         return _fail(str(error))
     await node.wait_stopped()

@@ -14,7 +14,12 @@ from types import FrameType
 
 from pykraft.errors import KafkaError
 from pykraft.server.config import ConfigError, ServerConfig
-from pykraft.server.storage_tool import StorageToolError, format_storage, random_uuid
+from pykraft.server.storage_tool import (
+    StorageToolError,
+    check_storage,
+    format_storage,
+    random_uuid,
+)
 
 log = logging.getLogger("pykraft.server")
 
@@ -48,11 +53,12 @@ def _run_server(config_path: str | None, overrides: list[str]) -> int:
         return _fail(str(error))
     for warning in config.warnings:
         log.warning(warning)
-    if config_path is None:  # the quick start formats its data dir on first start
-        try:
+    try:
+        if config_path is None:  # the quick start formats its data dir on first start
             format_storage(config, cluster_id=None, ignore_formatted=True, quiet=True)
-        except StorageToolError as error:
-            return _fail(str(error))
+        check_storage(config)  # the node checks again; this fails before anything starts
+    except StorageToolError as error:
+        return _fail(str(error))
     try:
         import uvloop
 

@@ -207,12 +207,12 @@ class ServerConfig:
     def __init__(self, values: Mapping[str, str]) -> None:
         self.values = {name.strip(): value.strip() for name, value in values.items()}
         self.warnings: list[str] = []
-        self._apply_broker_id_synonym()
         for name, value in self.values.items():
             _check_value(name, value)
             if not is_known_key(name):
                 self.warnings.append(f"The configuration '{name}' was supplied but isn't a "
                                      "known config; it is ignored")
+        self._apply_broker_id_synonym()
         try:  # cross-key rules of the topic defaults (min.compaction.lag.ms <= max...)
             log_config.LogConfig.from_configs({}, self.values)
         except InvalidConfig as error:
@@ -224,7 +224,7 @@ class ServerConfig:
         node_id, broker_id = self.values.get("node.id"), self.values.get("broker.id")
         if node_id is None and broker_id is not None:
             self.values["node.id"] = broker_id
-        elif node_id is not None and broker_id is not None and node_id != broker_id:
+        elif node_id is not None and broker_id is not None and int(node_id) != int(broker_id):
             raise ConfigError(f"broker.id ({broker_id}) and node.id ({node_id}) must match "
                               "when both are set")
 

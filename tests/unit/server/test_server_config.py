@@ -192,6 +192,8 @@ def test_log_dir_is_used_when_log_dirs_is_absent() -> None:
 def test_broker_id_is_a_synonym_of_node_id() -> None:
     assert config(node_id=None, broker_id="1").node_id == 1
     assert config(broker_id="1").node_id == 1
+    assert config(node_id="001", broker_id="1").node_id == 1
+    assert "broker.id" in error_of(node_id=None, broker_id="x")
     assert "broker.id" in error_of(broker_id="2")
 
 

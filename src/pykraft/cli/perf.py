@@ -446,6 +446,9 @@ def _perf_consumer(options: ConsumeOptions, errors: ErrorReporter) -> Consumer:
     # 100,000 records in ~50 ms would idle most of that second, so a throughput test
     # measures the client's pause instead of the broker. Java's consumer has no such pause.
     config.setdefault("fetch.queue.backoff.ms", "0")
+    # and prefetch deeper than librdkafka's default 100,000 records per partition, as a
+    # throughput test should: a consumer this fast empties that queue between fetches
+    config.setdefault("queued.min.messages", "1000000")
     if options.group is not None:
         config["group.id"] = options.group
         config.setdefault("auto.offset.reset", "latest" if options.from_latest else "earliest")

@@ -1,6 +1,6 @@
-"""Time building and iterating 100,000 small records per codec (not collected by pytest).
+"""Time building and iterating 100,000 small records per codec.
 
-Run: .venv/bin/python tests/unit/records/bench_records.py
+Run: .venv/bin/python benchmarks/records_codec.py
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Micro-benchmark of Log append, read and recovery (page cache, no fsync).
 
-Run: .venv/bin/python tests/unit/storage/bench_storage.py
+Run: .venv/bin/python benchmarks/storage_log.py
 """
 
 from __future__ import annotations

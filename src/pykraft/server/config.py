@@ -129,7 +129,7 @@ def single_node_defaults(data_dir: str) -> dict[str, str]:
 def read_properties(text: str) -> dict[str, str]:
     """Parse Java-properties text as `java.util.Properties.load` does (values untrimmed):
     `key=value`, `key: value` or `key value`, # and ! comments, `\\` continues a line,
-    and the escapes `\\t \\n \\r \\f \\uXXXX` and `\\<any>`."""
+    and the escapes `\\t \\n \\r \\f`, `\\u` with four hex digits, and `\\<any>`."""
     return parse_java_properties(text)
 
 

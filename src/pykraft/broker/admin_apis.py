@@ -30,7 +30,7 @@ from pykraft.controller.requests import (
     LegacyAlterConfigsResource,
 )
 from pykraft.net.server import RequestContext
-from pykraft.protocol.api import ApiKey
+from pykraft.protocol.api import ADMIN_APIS, ApiKey
 from pykraft.protocol.entities import NO_THROTTLE, field, make, response_module
 from pykraft.storage import log_config
 
@@ -84,6 +84,10 @@ class AdminApis:
         self.controller = controller
         self.server_configs = server_configs
         self.quorum = quorum
+
+    @property
+    def versions(self) -> Mapping[int, tuple[int, int]]:
+        return ADMIN_APIS
 
     def handlers(self) -> dict[int, Callable[[RequestContext, Any], Awaitable[Any]]]:
         return {

@@ -13,7 +13,7 @@ import asyncio
 import datetime
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
@@ -25,10 +25,11 @@ from pykraft.errors import (
     KafkaError,
     UnknownTopicId,
     UnknownTopicOrPartition,
+    invariant,
 )
 from pykraft.metadata.image import MetadataImage
 from pykraft.net.server import RequestContext
-from pykraft.protocol.api import BROKER_APIS, ApiKey
+from pykraft.protocol.api import DATA_APIS, ApiKey
 from pykraft.protocol.entities import NO_THROTTLE, field, make, millis, response_module
 
 log = logging.getLogger(__name__)
@@ -40,10 +41,16 @@ EARLIEST_LOCAL_TIMESTAMP = -4
 LATEST_TIERED_TIMESTAMP = -5
 
 
-class AdminHandlers(Protocol):
-    """Handlers for APIs that change or describe metadata (topics, configs, cluster)."""
+Handler = Callable[[RequestContext, Any], Awaitable[Any]]
 
-    def handlers(self) -> dict[int, Callable[[RequestContext, Any], Awaitable[Any]]]: ...
+
+class ApiGroup(Protocol):
+    """A set of APIs served together: their version ranges and their handlers."""
+
+    @property
+    def versions(self) -> Mapping[int, tuple[int, int]]: ...
+
+    def handlers(self) -> dict[int, Handler]: ...
 
 
 def error_of(error: BaseException) -> tuple[ErrorCode, str | None]:
@@ -63,7 +70,7 @@ class BrokerApis:
         node_id: int,
         cache: MetadataCache,
         replicas: ReplicaManager,
-        admin: AdminHandlers,
+        groups: Sequence[ApiGroup],
         *,
         auto_create_topics: Callable[[list[str]], Awaitable[None]] | None,
     ) -> None:
@@ -71,18 +78,24 @@ class BrokerApis:
         self.cache = cache
         self.replicas = replicas
         self.auto_create_topics = auto_create_topics
-        self._handlers: dict[int, Callable[[RequestContext, Any], Awaitable[Any]]] = {
+        self._handlers: dict[int, Handler] = {
             ApiKey.API_VERSIONS: self.api_versions,
             ApiKey.METADATA: self.metadata,
             ApiKey.PRODUCE: self.produce,
             ApiKey.FETCH: self.fetch,
             ApiKey.LIST_OFFSETS: self.list_offsets,
         }
-        self._handlers.update(admin.handlers())
+        self._apis = dict(DATA_APIS)
+        for group in groups:
+            handlers = group.handlers()
+            invariant(set(handlers) == set(group.versions), "each API has one handler")
+            invariant(not set(handlers) & set(self._handlers), "an API is served once")
+            self._handlers.update(handlers)
+            self._apis.update(group.versions)
 
     @property
     def apis(self) -> dict[int, tuple[int, int]]:
-        return BROKER_APIS
+        return self._apis
 
     async def handle(self, context: RequestContext, request: Any) -> Any | None:
         return await self._handlers[context.header.api_key](context, request)

@@ -27,13 +27,18 @@ class ApiKey(IntEnum):
     DESCRIBE_CLUSTER = 60
 
 
-# api key -> (min version, max version) served on broker listeners
-BROKER_APIS: Final[dict[int, tuple[int, int]]] = {
+# api key -> (min version, max version). Each group of APIs is served by one handler group
+# (broker.apis for the data path, broker.admin_apis for metadata); a feature that adds APIs
+# brings its own table with its handlers (see broker.apis.ApiGroup).
+DATA_APIS: Final[dict[int, tuple[int, int]]] = {
     ApiKey.PRODUCE: (3, 12),  # v13 addresses topics by id (Kafka 4.1); not yet
     ApiKey.FETCH: (4, 16),
     ApiKey.LIST_OFFSETS: (1, 9),
     ApiKey.METADATA: (0, 12),
     ApiKey.API_VERSIONS: (0, 4),
+}
+
+ADMIN_APIS: Final[dict[int, tuple[int, int]]] = {
     ApiKey.CREATE_TOPICS: (2, 7),
     ApiKey.DELETE_TOPICS: (1, 6),
     ApiKey.DESCRIBE_CONFIGS: (1, 4),
@@ -43,6 +48,9 @@ BROKER_APIS: Final[dict[int, tuple[int, int]]] = {
     ApiKey.DESCRIBE_QUORUM: (0, 2),
     ApiKey.DESCRIBE_CLUSTER: (0, 1),
 }
+
+# what a broker listener serves before any feature adds its own APIs
+BROKER_APIS: Final[dict[int, tuple[int, int]]] = {**DATA_APIS, **ADMIN_APIS}
 
 # served on controller listeners (more come with the multi-node controller)
 CONTROLLER_APIS: Final[dict[int, tuple[int, int]]] = {

@@ -133,7 +133,7 @@ class Node:
     async def _broker_listeners(self) -> None:
         controller_names = set(self.config.controller_listeners)
         apis = BrokerApis(
-            self.node_id, self.cache, self.replicas, self._admin_apis(),
+            self.node_id, self.cache, self.replicas, [self._admin_apis()],
             auto_create_topics=self._auto_create_topics
             if self.config.get_bool("auto.create.topics.enable") else None,
         )

@@ -3,6 +3,7 @@
     pykraft server start [CONFIG] [--override key=value ...]
     pykraft storage random-uuid | format --config FILE --cluster-id ID [--ignore-formatted]
     pykraft topics | console-producer | console-consumer | dump-log | perf produce|consume
+    pykraft delete-records --bootstrap-server H:P --offset-json-file FILE
 
 Every failure the user can act on ends as one line on stderr and exit code 1 (a usage
 mistake, a broker's refusal, an unreadable file); `--help` and `--version` exit 0. Server
@@ -21,7 +22,14 @@ from typing import Any
 from confluent_kafka import KafkaException
 
 import pykraft
-from pykraft.cli import console_consumer, console_producer, dump_log, perf, topics
+from pykraft.cli import (
+    console_consumer,
+    console_producer,
+    delete_records,
+    dump_log,
+    perf,
+    topics,
+)
 from pykraft.cli.args import ArgumentParser, CommandError, UsageError
 from pykraft.cli.client_config import kafka_error_message
 
@@ -40,6 +48,7 @@ def build_parser() -> ArgumentParser:
     console_producer.add_parser(commands)
     console_consumer.add_parser(commands)
     dump_log.add_parser(commands)
+    delete_records.add_parser(commands)
     perf.add_parser(commands)
     return parser
 

@@ -24,6 +24,7 @@ from typing import Any
 from pykraft.broker.admin_apis import AdminApis
 from pykraft.broker.apis import BrokerApis
 from pykraft.broker.metadata_cache import MetadataCache
+from pykraft.broker.records_apis import RecordsApis
 from pykraft.broker.replica_manager import ReplicaManager
 from pykraft.controller.config import ControllerConfig
 from pykraft.controller.features import BOOTSTRAP_METADATA_VERSION, MINIMUM_KRAFT_METADATA_VERSION
@@ -133,13 +134,18 @@ class Node:
     async def _broker_listeners(self) -> None:
         controller_names = set(self.config.controller_listeners)
         apis = BrokerApis(
-            self.node_id, self.cache, self.replicas, [self._admin_apis()],
+            self.node_id, self.cache, self.replicas,
+            [self._admin_apis(), RecordsApis(self.cache, self.replicas, self._checkpoint_logs)],
             auto_create_topics=self._auto_create_topics
             if self.config.get_bool("auto.create.topics.enable") else None,
         )
         for endpoint in self.config.listeners:
             if endpoint.listener_name not in controller_names:
                 await self._listen(endpoint.listener_name, endpoint.host, endpoint.port, apis)
+
+    def _checkpoint_logs(self) -> None:
+        assert self.log_manager is not None
+        self.log_manager.checkpoint()
 
     def _admin_apis(self) -> AdminApis:
         assert self.controller is not None

@@ -49,6 +49,7 @@ from pykraft.errors import (
     invariant,
 )
 from pykraft.records.batch import BatchHeader, set_log_append_time, split_batches, stamp_batch
+from pykraft.records.record import iter_records
 from pykraft.storage import log_files
 from pykraft.storage.checkpoint import (
     fsync_directory,
@@ -253,6 +254,8 @@ class Log:
         invariant(not self._closed, f"append to closed log {self.dir.name}")
         batches = split_batches(records)
         self._validate_producer_batches(batches, len(records), now_ms)
+        if self._config.compact:
+            self._check_keys(records, batches)
         log_append_time = self._config.is_log_append_time
         offset = first_offset = self._log_end_offset
         entries: list[tuple[int, int, int]] = []
@@ -300,6 +303,21 @@ class Log:
                 )
             if not config.is_log_append_time:
                 self._check_timestamps(header, now_ms)
+
+    def _check_keys(
+        self, records: bytearray, batches: list[tuple[int, BatchHeader]]
+    ) -> None:
+        """A compacted topic takes only keyed records (Kafka's LogValidator): the one place
+        the produce path decodes records, and only for topics with cleanup.policy compact."""
+        for position, header in batches:
+            if header.is_control:
+                continue
+            for record in iter_records(records, position):
+                if record.key is None:
+                    raise InvalidRecord(
+                        "Compacted topic cannot accept message without key in topic "
+                        f"partition {self.dir.name}."
+                    )
 
     def _check_timestamps(self, header: BatchHeader, now_ms: int) -> None:
         """CreateTime bounds, checked on the batch's first and max timestamps (no decoding)."""
@@ -608,6 +626,13 @@ class Log:
         self._log_start_offset = offset
         self.leader_epoch_cache.truncate_from_start(offset)
         return True
+
+    def delete_records(self, offset: int, now_ms: int) -> int:
+        """DeleteRecords: move the log start to `offset` and delete the segments wholly below
+        it at once (Kafka leaves that to the next retention pass); return the log start."""
+        self.maybe_increment_log_start_offset(offset)
+        self._delete_segments(self._below_log_start, now_ms)
+        return self._log_start_offset
 
     # -- retention -------------------------------------------------------------------------------
 

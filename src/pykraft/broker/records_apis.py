@@ -1,0 +1,94 @@
+"""DeleteRecords (API 21): move partitions' log start offsets (low watermarks) forward.
+
+Per partition, as Kafka's leader does: the broker must lead it (NOT_LEADER_OR_FOLLOWER,
+UNKNOWN_TOPIC_OR_PARTITION otherwise); the topic's cleanup.policy must include `delete`
+(POLICY_VIOLATION for compact-only topics, whose records only the cleaner removes); offset
+-1 means the high watermark, any other negative offset or one above the high watermark is
+OFFSET_OUT_OF_RANGE. The log start moves, segments wholly below it are deleted at once, and
+the log-start-offset checkpoint is written before the answer, so the new low watermark
+survives a crash. The answer carries each partition's low watermark: with one replica per
+partition (all this node has), the leader's log start offset.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Final
+
+from kio.schema.errors import ErrorCode
+
+from pykraft.broker.apis import error_of
+from pykraft.broker.metadata_cache import MetadataCache
+from pykraft.broker.replica_manager import ReplicaManager
+from pykraft.errors import OffsetOutOfRange, PolicyViolation
+from pykraft.net.server import RequestContext
+from pykraft.protocol.entities import NO_THROTTLE, make, response_module
+
+__all__ = ["DELETE_RECORDS", "RECORDS_APIS", "RecordsApis"]
+
+DELETE_RECORDS: Final = 21
+RECORDS_APIS: Final[dict[int, tuple[int, int]]] = {DELETE_RECORDS: (0, 2)}
+HIGH_WATERMARK: Final = -1  # the offset that means "up to the high watermark"
+
+
+class RecordsApis:
+    """The DeleteRecords API group (see broker.apis.ApiGroup)."""
+
+    def __init__(
+        self, cache: MetadataCache, replicas: ReplicaManager,
+        checkpoint: Callable[[], None],
+    ) -> None:
+        self.cache = cache
+        self.replicas = replicas
+        self.checkpoint = checkpoint  # writes the log-start-offset checkpoint files
+
+    @property
+    def versions(self) -> Mapping[int, tuple[int, int]]:
+        return RECORDS_APIS
+
+    def handlers(self) -> dict[int, Callable[[RequestContext, Any], Awaitable[Any]]]:
+        return {DELETE_RECORDS: self.delete_records}
+
+    async def delete_records(self, context: RequestContext, request: Any) -> Any:
+        module = response_module(DELETE_RECORDS, context.header.api_version)
+        image = self.cache.image
+        moved = False
+        topics = []
+        for topic in request.topics:
+            partitions = []
+            for wanted in topic.partitions:
+                code, low_watermark, changed = self._delete_partition(
+                    topic.name, wanted.partition_index, wanted.offset, image)
+                moved = moved or changed
+                partitions.append(make(module.DeleteRecordsPartitionResult,
+                                       partition_index=wanted.partition_index,
+                                       low_watermark=low_watermark, error_code=code))
+            topics.append(make(module.DeleteRecordsTopicResult, name=topic.name,
+                               partitions=tuple(partitions)))
+        if moved:
+            self.checkpoint()
+        return make(module.DeleteRecordsResponse, throttle_time=NO_THROTTLE,
+                    topics=tuple(topics))
+
+    def _delete_partition(
+        self, topic: str, index: int, offset: int, image: Any
+    ) -> tuple[ErrorCode, int, bool]:
+        """(error code, low watermark or -1, whether the log start moved)."""
+        try:
+            partition = self.replicas.leader_partition(topic, index, image)
+            log = partition.log
+            if not log.config.delete:
+                raise PolicyViolation(
+                    f"Records of partition {topic}-{index} can not be deleted due to the "
+                    "configured policy")
+            if offset == HIGH_WATERMARK:
+                offset = log.high_watermark
+            if offset < 0:
+                raise OffsetOutOfRange(f"cannot delete records of {topic}-{index} before "
+                                       f"negative offset {offset}")
+            before = log.log_start_offset
+            after = log.delete_records(offset, self.replicas.now_ms())
+        except Exception as error:  # noqa: BLE001 - mapped to the partition's error code
+            code, _ = error_of(error)
+            return code, -1, False
+        return ErrorCode.none, after, after != before

@@ -1,0 +1,33 @@
+"""Spark fixtures: one local[2] SparkSession for the whole test session (start-up is ~6 s)."""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+
+pytest.importorskip("pyspark", reason="the spark extra is not installed")
+if shutil.which("java") is None:
+    pytest.skip("no Java runtime for Spark (scripts/setup --test installs one)",
+                allow_module_level=True)
+
+from pyspark.sql import SparkSession  # noqa: E402
+
+from pykraft.spark import local_session  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    session = local_session("pykraft-tests", master="local[2]")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def topic_name() -> Callable[[str], str]:
+    """Unique topic names, so tests sharing one cluster never see each other's records."""
+    def make(prefix: str) -> str:
+        return f"{prefix}-{uuid.uuid4().hex[:8]}"
+    return make

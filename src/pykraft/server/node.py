@@ -23,6 +23,9 @@ from typing import Any
 
 from pykraft.broker.admin_apis import AdminApis
 from pykraft.broker.apis import BrokerApis
+from pykraft.broker.group_apis import GroupApis
+from pykraft.broker.group_coordinator.core import GroupConfig, GroupCoordinator
+from pykraft.broker.group_coordinator.shell import GroupCoordinatorShell
 from pykraft.broker.metadata_cache import MetadataCache
 from pykraft.broker.records_apis import RecordsApis
 from pykraft.broker.replica_manager import ReplicaManager
@@ -86,6 +89,10 @@ class Node:
         self.loader = MetadataLoader()
         self.loader.publishers.append(self.cache.publish)
         self.loader.publishers.append(self.replicas.apply_delta)
+        self.groups = GroupCoordinatorShell(
+            GroupCoordinator(GroupConfig.from_properties(values), random.Random()),
+            self.node_id, self.replicas, self.cache, wall_clock_ms)
+        self.loader.publishers.append(self.groups.on_metadata)
         controller_config = ControllerConfig.from_properties(
             values, cluster_id=self.cluster_id, controller_ids=frozenset(self.config.voters))
         self.controller_core = QuorumController(controller_config, random.Random())
@@ -109,6 +116,7 @@ class Node:
             asyncio.create_task(self._heartbeat_loop(), name="broker-heartbeat"),
             asyncio.create_task(self._housekeeping_loop(), name="log-housekeeping"),
             asyncio.create_task(self._controller_tick_loop(), name="controller-tick"),
+            asyncio.create_task(self.groups.run(), name="group-coordinator"),
         ]
         log.info("pykraft node %d started (cluster %s): %s", self.node_id, self.cluster_id,
                  ", ".join(f"{x.name}://{x.host}:{x.port}" for x in self.listeners))
@@ -135,7 +143,8 @@ class Node:
         controller_names = set(self.config.controller_listeners)
         apis = BrokerApis(
             self.node_id, self.cache, self.replicas,
-            [self._admin_apis(), RecordsApis(self.cache, self.replicas, self._checkpoint_logs)],
+            [self._admin_apis(), RecordsApis(self.cache, self.replicas, self._checkpoint_logs),
+             self._group_apis()],
             auto_create_topics=self._auto_create_topics
             if self.config.get_bool("auto.create.topics.enable") else None,
         )
@@ -146,6 +155,11 @@ class Node:
     def _checkpoint_logs(self) -> None:
         assert self.log_manager is not None
         self.log_manager.checkpoint()
+
+    def _group_apis(self) -> GroupApis:
+        assert self.controller is not None
+        return GroupApis(self.node_id, self.cache, self.groups, self.controller,
+                         self.config.values)
 
     def _admin_apis(self) -> AdminApis:
         assert self.controller is not None

@@ -1,0 +1,410 @@
+"""Handlers for the group APIs: coordinator lookup, the classic group protocol, offsets,
+and group administration.
+
+Each handler turns a kio request (of whatever version) into the core's neutral request,
+runs it through the coordinator shell, and builds the response of the same version with
+`make`. FindCoordinator creates `__consumer_offsets` on first use through the controller
+channel, as Kafka's broker does, with offsets.topic.num.partitions partitions and a
+replication factor capped by the live brokers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Final
+
+from kio.schema.errors import ErrorCode
+
+from pykraft.broker.admin_apis import ControllerChannel
+from pykraft.broker.group_coordinator.core import (
+    CommitPartition,
+    CommitRequest,
+    HeartbeatRequest,
+    JoinRequest,
+    JoinResult,
+    LeaveMember,
+    SyncRequest,
+    SyncResult,
+)
+from pykraft.broker.group_coordinator.shell import CONSUMER_OFFSETS_TOPIC, GroupCoordinatorShell
+from pykraft.broker.metadata_cache import MetadataCache
+from pykraft.controller.requests import CreatableTopic
+from pykraft.errors import KafkaError
+from pykraft.net.server import RequestContext
+from pykraft.protocol.entities import NO_THROTTLE, field, make, millis, response_module
+
+log = logging.getLogger(__name__)
+
+OFFSET_COMMIT = 8
+OFFSET_FETCH = 9
+FIND_COORDINATOR = 10
+JOIN_GROUP = 11
+HEARTBEAT = 12
+LEAVE_GROUP = 13
+SYNC_GROUP = 14
+DESCRIBE_GROUPS = 15
+LIST_GROUPS = 16
+DELETE_GROUPS = 42
+OFFSET_DELETE = 47
+
+GROUP_APIS: Final[dict[int, tuple[int, int]]] = {
+    OFFSET_COMMIT: (2, 9),  # v10 names topics by id (Kafka 4.1): not yet
+    OFFSET_FETCH: (1, 9),
+    FIND_COORDINATOR: (0, 6),
+    JOIN_GROUP: (0, 9),
+    HEARTBEAT: (0, 4),
+    LEAVE_GROUP: (0, 5),
+    SYNC_GROUP: (0, 5),
+    DESCRIBE_GROUPS: (0, 6),
+    LIST_GROUPS: (0, 5),
+    DELETE_GROUPS: (0, 2),
+    OFFSET_DELETE: (0, 0),
+}
+
+KEY_TYPE_GROUP: Final = 0
+KEY_TYPE_TRANSACTION: Final = 1
+OFFSETS_TOPIC_CONFIGS: Final = {"cleanup.policy": "compact", "compression.type": "producer",
+                                "segment.bytes": "104857600"}
+
+Handler = Callable[[RequestContext, Any], Awaitable[Any]]
+
+
+class GroupApis:
+    """The group API group (see broker.apis.ApiGroup)."""
+
+    def __init__(
+        self,
+        node_id: int,
+        cache: MetadataCache,
+        coordinator: GroupCoordinatorShell,
+        controller: ControllerChannel,
+        server_configs: Mapping[str, str],
+    ) -> None:
+        self.node_id = node_id
+        self.cache = cache
+        self.shell = coordinator
+        self.core = coordinator.core
+        self.controller = controller
+        self.server_configs = server_configs
+        self._creating: asyncio.Lock = asyncio.Lock()
+
+    @property
+    def versions(self) -> Mapping[int, tuple[int, int]]:
+        return GROUP_APIS
+
+    def handlers(self) -> dict[int, Handler]:
+        return {
+            FIND_COORDINATOR: self.find_coordinator,
+            JOIN_GROUP: self.join_group,
+            SYNC_GROUP: self.sync_group,
+            HEARTBEAT: self.heartbeat,
+            LEAVE_GROUP: self.leave_group,
+            OFFSET_COMMIT: self.offset_commit,
+            OFFSET_FETCH: self.offset_fetch,
+            LIST_GROUPS: self.list_groups,
+            DESCRIBE_GROUPS: self.describe_groups,
+            DELETE_GROUPS: self.delete_groups,
+            OFFSET_DELETE: self.offset_delete,
+        }
+
+    # -- FindCoordinator --------------------------------------------------------------
+
+    async def find_coordinator(self, context: RequestContext, request: Any) -> Any:
+        version = context.header.api_version
+        module = response_module(FIND_COORDINATOR, version)
+        key_type = field(request, "key_type", KEY_TYPE_GROUP)
+        keys = list(request.coordinator_keys) if version >= 4 else [request.key]
+        found = [await self._coordinator(key, key_type, context.listener_name) for key in keys]
+        if version >= 4:
+            return make(module.FindCoordinatorResponse, throttle_time=NO_THROTTLE,
+                        coordinators=tuple(
+                            make(module.Coordinator, key=key, node_id=node, host=host, port=port,
+                                 error_code=code, error_message=message)
+                            for key, (code, message, node, host, port) in zip(keys, found,
+                                                                               strict=True)))
+        code, message, node, host, port = found[0]
+        return make(module.FindCoordinatorResponse, throttle_time=NO_THROTTLE, error_code=code,
+                    error_message=message, node_id=node, host=host, port=port)
+
+    async def _coordinator(
+        self, key: str, key_type: int, listener: str
+    ) -> tuple[ErrorCode, str | None, int, str, int]:
+        if key_type != KEY_TYPE_GROUP:
+            message = ("the transaction coordinator is not available yet"
+                       if key_type == KEY_TYPE_TRANSACTION else f"unsupported key type {key_type}")
+            code = (ErrorCode.coordinator_not_available if key_type == KEY_TYPE_TRANSACTION
+                    else ErrorCode.invalid_request)
+            return code, message, -1, "", -1
+        if self.cache.image.topics.by_name.get(CONSUMER_OFFSETS_TOPIC) is None:
+            await self._create_offsets_topic(listener)
+        topic = self.cache.image.topics.by_name.get(CONSUMER_OFFSETS_TOPIC)
+        registration = None if topic is None else topic.partitions.get(
+            self.core.partition_for(key))
+        leader = -1 if registration is None else registration.leader
+        for broker_id, host, port, _ in self.cache.live_brokers(listener):
+            if broker_id == leader:
+                return ErrorCode.none, None, broker_id, host, port
+        return (ErrorCode.coordinator_not_available, "the group coordinator is not available",
+                -1, "", -1)
+
+    async def _create_offsets_topic(self, listener: str) -> None:
+        async with self._creating:
+            if self.cache.image.topics.by_name.get(CONSUMER_OFFSETS_TOPIC) is not None:
+                return
+            live = len(self.cache.live_brokers(listener)) or 1
+            wanted = int(self.server_configs.get("offsets.topic.replication.factor", "3"))
+            topic = CreatableTopic(
+                name=CONSUMER_OFFSETS_TOPIC,
+                num_partitions=self.core.config.partition_count,
+                replication_factor=max(1, min(wanted, live)),
+                configs=dict(OFFSETS_TOPIC_CONFIGS),
+            )
+            results = await self.controller.create_topics([topic], validate_only=False)
+            for result in results:
+                if result.error_code not in (ErrorCode.none, ErrorCode.topic_already_exists):
+                    log.warning("cannot create %s: %s", CONSUMER_OFFSETS_TOPIC,
+                                result.error_message)
+
+    # -- JoinGroup / SyncGroup / Heartbeat / LeaveGroup ---------------------------------
+
+    async def join_group(self, context: RequestContext, request: Any) -> Any:
+        version = context.header.api_version
+        module = response_module(JOIN_GROUP, version)
+        session_timeout_ms = millis(request.session_timeout)
+        joining = JoinRequest(
+            group_id=request.group_id,
+            member_id=request.member_id,
+            group_instance_id=field(request, "group_instance_id"),
+            protocol_type=request.protocol_type,
+            protocols=tuple((p.name, p.metadata) for p in request.protocols),
+            session_timeout_ms=session_timeout_ms,
+            rebalance_timeout_ms=millis(field(request, "rebalance_timeout", session_timeout_ms)),
+            client_id=context.header.client_id or "",
+            client_host=f"/{context.client_host}",
+            require_known_member_id=version >= 4,
+            supports_skip_assignment=version >= 9,
+        )
+        try:
+            result: JoinResult = await self.shell.call(
+                lambda token, now: self.core.join_group(token, joining, now))
+        except KafkaError as error:
+            result = JoinResult(error.code, request.member_id)
+        return make(
+            module.JoinGroupResponse, throttle_time=NO_THROTTLE, error_code=result.error,
+            generation_id=result.generation_id, protocol_type=result.protocol_type,
+            protocol_name=result.protocol_name if version >= 7 else result.protocol_name or "",
+            leader=result.leader, skip_assignment=result.skip_assignment,
+            member_id=result.member_id,
+            members=tuple(make(module.JoinGroupResponseMember, member_id=member_id,
+                               group_instance_id=instance, metadata=metadata)
+                          for member_id, instance, metadata in result.members),
+        )
+
+    async def sync_group(self, context: RequestContext, request: Any) -> Any:
+        module = response_module(SYNC_GROUP, context.header.api_version)
+        syncing = SyncRequest(
+            group_id=request.group_id, generation_id=request.generation_id,
+            member_id=request.member_id, group_instance_id=field(request, "group_instance_id"),
+            protocol_type=field(request, "protocol_type"),
+            protocol_name=field(request, "protocol_name"),
+            assignments=tuple((a.member_id, a.assignment) for a in request.assignments),
+        )
+        try:
+            result: SyncResult = await self.shell.call(
+                lambda token, now: self.core.sync_group(token, syncing, now))
+        except KafkaError as error:
+            result = SyncResult(error.code)
+        return make(module.SyncGroupResponse, throttle_time=NO_THROTTLE, error_code=result.error,
+                    protocol_type=result.protocol_type, protocol_name=result.protocol_name,
+                    assignment=result.assignment)
+
+    async def heartbeat(self, context: RequestContext, request: Any) -> Any:
+        module = response_module(HEARTBEAT, context.header.api_version)
+        beat = HeartbeatRequest(request.group_id, request.generation_id, request.member_id,
+                                field(request, "group_instance_id"))
+        try:
+            code: ErrorCode = await self.shell.call(
+                lambda token, now: self.core.heartbeat(token, beat, now))
+        except KafkaError as error:
+            code = error.code
+        return make(module.HeartbeatResponse, throttle_time=NO_THROTTLE, error_code=code)
+
+    async def leave_group(self, context: RequestContext, request: Any) -> Any:
+        version = context.header.api_version
+        module = response_module(LEAVE_GROUP, version)
+        if version >= 3:
+            leaving = [LeaveMember(m.member_id, m.group_instance_id) for m in request.members]
+        else:
+            leaving = [LeaveMember(request.member_id, None)]
+        try:
+            code, results = await self.shell.call(
+                lambda token, now: self.core.leave_group(token, request.group_id, leaving, now))
+        except KafkaError as error:
+            code, results = error.code, [error.code] * len(leaving)
+        if version < 3 and code == ErrorCode.none:
+            code = results[0]
+        if version < 3:
+            return make(module.LeaveGroupResponse, throttle_time=NO_THROTTLE, error_code=code)
+        return make(module.LeaveGroupResponse, throttle_time=NO_THROTTLE, error_code=code,
+                    members=tuple(make(module.MemberResponse, member_id=m.member_id,
+                                       group_instance_id=m.group_instance_id, error_code=e)
+                                  for m, e in zip(leaving, results, strict=True)))
+
+    # -- offsets ------------------------------------------------------------------------
+
+    async def offset_commit(self, context: RequestContext, request: Any) -> Any:
+        module = response_module(OFFSET_COMMIT, context.header.api_version)
+        image = self.cache.image
+        wanted: list[CommitPartition] = []
+        unknown: set[tuple[str, int]] = set()
+        for topic in request.topics:
+            known = image.topics.by_name.get(topic.name)
+            for p in topic.partitions:
+                if known is None or p.partition_index not in known.partitions:
+                    unknown.add((topic.name, p.partition_index))
+                    continue
+                wanted.append(CommitPartition(
+                    topic.name, p.partition_index, p.committed_offset,
+                    field(p, "committed_leader_epoch", -1), p.committed_metadata))
+        retention = field(request, "retention_time")
+        commit = CommitRequest(
+            group_id=request.group_id,
+            generation_id=request.generation_id_or_member_epoch,
+            member_id=request.member_id,
+            group_instance_id=field(request, "group_instance_id"),
+            partitions=tuple(wanted),
+            retention_ms=-1 if retention is None else millis(retention),
+        )
+        try:
+            codes: list[ErrorCode] = await self.shell.call(
+                lambda token, now: self.core.commit_offsets(token, commit, now))
+        except KafkaError as error:
+            codes = [error.code] * len(wanted)
+        by_partition = {(p.topic, p.partition): c for p, c in zip(wanted, codes, strict=True)}
+        return make(module.OffsetCommitResponse, throttle_time=NO_THROTTLE, topics=tuple(
+            make(module.OffsetCommitResponseTopic, name=topic.name, partitions=tuple(
+                make(module.OffsetCommitResponsePartition, partition_index=p.partition_index,
+                     error_code=ErrorCode.unknown_topic_or_partition
+                     if (topic.name, p.partition_index) in unknown
+                     else by_partition[(topic.name, p.partition_index)])
+                for p in topic.partitions))
+            for topic in request.topics))
+
+    async def offset_fetch(self, context: RequestContext, request: Any) -> Any:
+        version = context.header.api_version
+        module = response_module(OFFSET_FETCH, version)
+        if version >= 8:
+            groups = [self._fetch_group(module, g.group_id, g.topics, version)
+                      for g in request.groups]
+            return make(module.OffsetFetchResponse, throttle_time=NO_THROTTLE,
+                        groups=tuple(make(module.OffsetFetchResponseGroup, group_id=g,
+                                          topics=topics, error_code=code)
+                                     for g, topics, code in groups))
+        _, topics, code = self._fetch_group(module, request.group_id, request.topics, version)
+        if version < 2 and code != ErrorCode.none:  # v0-1 carry errors per partition only
+            topics = self._with_error(module, request.topics, code)
+        return make(module.OffsetFetchResponse, throttle_time=NO_THROTTLE, topics=topics,
+                    error_code=code)
+
+    def _fetch_group(self, module: Any, group_id: str, requested: Any,
+                     version: int) -> tuple[str, tuple[Any, ...], ErrorCode]:
+        names = ("OffsetFetchResponseTopics", "OffsetFetchResponsePartitions") if version >= 8 \
+            else ("OffsetFetchResponseTopic", "OffsetFetchResponsePartition")
+        topic_type, partition_type = getattr(module, names[0]), getattr(module, names[1])
+        wanted = None if requested is None else [
+            (t.name, index) for t in requested for index in t.partition_indexes]
+        code, found = self.core.fetch_offsets(group_id, wanted)
+        if code != ErrorCode.none:
+            return group_id, (), code
+        if wanted is None:
+            wanted = sorted(found)
+        by_topic: dict[str, list[Any]] = {}
+        for topic, index in wanted:
+            offset = found.get((topic, index))
+            by_topic.setdefault(topic, []).append(make(
+                partition_type, partition_index=index,
+                committed_offset=-1 if offset is None else offset.offset,
+                committed_leader_epoch=-1 if offset is None else offset.leader_epoch,
+                metadata="" if offset is None else offset.metadata,
+                error_code=ErrorCode.none))
+        return group_id, tuple(make(topic_type, name=name, partitions=tuple(partitions))
+                               for name, partitions in by_topic.items()), ErrorCode.none
+
+    @staticmethod
+    def _with_error(module: Any, requested: Any, code: ErrorCode) -> tuple[Any, ...]:
+        return tuple(make(module.OffsetFetchResponseTopic, name=t.name, partitions=tuple(
+            make(module.OffsetFetchResponsePartition, partition_index=index,
+                 committed_offset=-1, committed_leader_epoch=-1, metadata="", error_code=code)
+            for index in t.partition_indexes)) for t in requested or ())
+
+    # -- administration -------------------------------------------------------------------
+
+    async def list_groups(self, context: RequestContext, request: Any) -> Any:
+        module = response_module(LIST_GROUPS, context.header.api_version)
+        listed = self.core.list_groups(field(request, "states_filter", ()) or (),
+                                       field(request, "types_filter", ()) or ())
+        return make(module.ListGroupsResponse, throttle_time=NO_THROTTLE,
+                    error_code=ErrorCode.none, groups=tuple(
+                        make(module.ListedGroup, group_id=g.group_id,
+                             protocol_type=g.protocol_type, group_state=g.state.value,
+                             group_type="classic")
+                        for g in listed))
+
+    async def describe_groups(self, context: RequestContext, request: Any) -> Any:
+        version = context.header.api_version
+        module = response_module(DESCRIBE_GROUPS, version)
+        described = []
+        for group_id in request.groups:
+            d = self.core.describe_group(group_id)
+            code = d.error
+            if code == ErrorCode.group_id_not_found and version < 6:
+                code = ErrorCode.none  # before v6 an unknown group is described as Dead
+            described.append(make(
+                module.DescribedGroup, error_code=code,
+                error_message=None if code == ErrorCode.none else f"group {group_id}: "
+                f"{code.name}", group_id=group_id, group_state=d.state.value,
+                protocol_type=d.protocol_type, protocol_data=d.protocol,
+                members=tuple(make(module.DescribedGroupMember, member_id=m.member_id,
+                                   group_instance_id=m.group_instance_id,
+                                   client_id=m.client_id, client_host=m.client_host,
+                                   member_metadata=m.metadata, member_assignment=m.assignment)
+                              for m in d.members),
+                authorized_operations=-2147483648))
+        return make(module.DescribeGroupsResponse, throttle_time=NO_THROTTLE,
+                    groups=tuple(described))
+
+    async def delete_groups(self, context: RequestContext, request: Any) -> Any:
+        module = response_module(DELETE_GROUPS, context.header.api_version)
+        results = []
+        for group_id in request.groups_names:
+            def delete(token: int, now: int, group: str = group_id) -> None:
+                self.core.delete_group(token, group, now)
+
+            try:
+                code: ErrorCode = await self.shell.call(delete)
+            except KafkaError as error:
+                code = error.code
+            results.append(make(module.DeletableGroupResult, group_id=group_id, error_code=code))
+        return make(module.DeleteGroupsResponse, throttle_time=NO_THROTTLE,
+                    results=tuple(results))
+
+    async def offset_delete(self, context: RequestContext, request: Any) -> Any:
+        module = response_module(OFFSET_DELETE, context.header.api_version)
+        wanted = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
+        try:
+            code, results = await self.shell.call(
+                lambda token, now: self.core.delete_offsets(token, request.group_id, wanted, now))
+        except KafkaError as error:
+            code, results = error.code, []
+        codes = dict(zip(wanted, results, strict=False))
+        topics: Sequence[Any] = () if code != ErrorCode.none else request.topics
+        return make(module.OffsetDeleteResponse, throttle_time=NO_THROTTLE, error_code=code,
+                    topics=tuple(make(module.OffsetDeleteResponseTopic, name=t.name,
+                                      partitions=tuple(make(
+                                          module.OffsetDeleteResponsePartition,
+                                          partition_index=p.partition_index,
+                                          error_code=codes[(t.name, p.partition_index)])
+                                          for p in t.partitions))
+                                 for t in topics))

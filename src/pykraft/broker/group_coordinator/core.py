@@ -1,0 +1,1197 @@
+"""The group coordinator's core: classic consumer groups and committed offsets, sans I/O.
+
+Theory of operation. The broker coordinates the groups that hash to the `__consumer_offsets`
+partitions it leads. For each such partition the core holds every group's state, rebuilt by
+replaying the partition's log (`begin_load`, `load`, `complete_load`) and dropped when the
+broker stops leading it (`unload`). Requests come in as method calls with a reply token and
+`now_ms`; the core never blocks, reads a clock or touches the log. What it wants done comes
+out of `ready()`:
+
+- `replies`: answers to send now;
+- `appends`: records to append to a partition, each with the replies to send once the
+  records are committed (the high watermark passed them) — an OffsetCommit is answered only
+  when its offsets are durable, SyncGroup only when the generation's assignment is;
+- `wake_at_ms`: call `tick(now_ms)` again no later than this (session, rebalance and sync
+  deadlines, the initial rebalance delay, offset expiration).
+
+The core changes its memory before the shell appends, and the shell appends synchronously
+after each call, so log order is decision order. When an append fails the shell unloads the
+partition and reloads it from the log: the log, not memory, is the truth.
+
+Classic protocol (JoinGroup/SyncGroup/Heartbeat/LeaveGroup), as Kafka's ClassicGroup does it:
+a new dynamic member is first told MEMBER_ID_REQUIRED with an id (KIP-394) and kept pending
+until it rejoins with it; static members (KIP-345) are known by group.instance.id, and a
+rejoin under a known instance id takes over the old member id (fencing the old one). A
+rebalance waits until every member has rejoined (or the rebalance timeout: non-rejoined
+dynamic members are dropped), then bumps the generation, picks the protocol every member
+supports that most members prefer, and answers the joins — the leader with every member's
+metadata. The leader's SyncGroup carries the assignment, which is persisted and handed out.
+
+Invariants: a member id appears in at most one group; a static instance id maps to exactly
+one member; a group with members has a leader among them; generations only increase.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import random
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Final
+
+from kio.schema.errors import ErrorCode
+
+from pykraft.broker.group_coordinator.records import (
+    CoordinatorRecord,
+    GroupMetadataKey,
+    GroupMetadataValue,
+    MemberMetadata,
+    OffsetCommitKey,
+    OffsetCommitValue,
+)
+from pykraft.broker.group_coordinator.state import GroupState, check_transition
+from pykraft.errors import invariant
+
+__all__ = [
+    "Append",
+    "CommitPartition",
+    "CommitRequest",
+    "GroupConfig",
+    "GroupCoordinator",
+    "HeartbeatRequest",
+    "JoinRequest",
+    "JoinResult",
+    "LeaveMember",
+    "Ready",
+    "Reply",
+    "SyncRequest",
+    "SyncResult",
+    "java_string_hash",
+    "partition_for",
+]
+
+CONSUMER_PROTOCOL_TYPE: Final = "consumer"
+NO_GENERATION: Final = -1
+_NONE = ErrorCode.none
+
+
+def java_string_hash(text: str) -> int:
+    """Java's String.hashCode (over UTF-16 code units), as a signed 32-bit int."""
+    value = 0
+    data = text.encode("utf-16-be")
+    for index in range(0, len(data), 2):
+        value = (31 * value + (data[index] << 8 | data[index + 1])) & 0xFFFFFFFF
+    return value - (1 << 32) if value >= 1 << 31 else value
+
+
+def partition_for(group_id: str, partition_count: int) -> int:
+    """Kafka's placement: Utils.abs(groupId.hashCode) % offsets.topic.num.partitions."""
+    hashed = java_string_hash(group_id)
+    return (0 if hashed == -(1 << 31) else abs(hashed)) % partition_count
+
+
+@dataclass(frozen=True, slots=True)
+class GroupConfig:
+    """The group.* and offsets.* server settings the core obeys (Kafka's defaults)."""
+
+    partition_count: int = 50
+    session_timeout_ms_min: int = 6000
+    session_timeout_ms_max: int = 1_800_000
+    initial_rebalance_delay_ms: int = 3000
+    group_size_max: int = 0x7FFFFFFF
+    offset_metadata_bytes_max: int = 4096
+    offsets_retention_ms: int = 7 * 24 * 3600 * 1000
+    offsets_retention_check_interval_ms: int = 600_000
+
+    @classmethod
+    def from_properties(cls, values: Mapping[str, str]) -> GroupConfig:
+        def number(key: str, default: int) -> int:
+            text = values.get(key)
+            return default if text is None or not text.strip() else int(text)
+
+        return cls(
+            partition_count=number("offsets.topic.num.partitions", 50),
+            session_timeout_ms_min=number("group.min.session.timeout.ms", 6000),
+            session_timeout_ms_max=number("group.max.session.timeout.ms", 1_800_000),
+            initial_rebalance_delay_ms=number("group.initial.rebalance.delay.ms", 3000),
+            group_size_max=number("group.max.size", 0x7FFFFFFF),
+            offset_metadata_bytes_max=number("offset.metadata.max.bytes", 4096),
+            offsets_retention_ms=number("offsets.retention.minutes", 10080) * 60_000,
+            offsets_retention_check_interval_ms=number(
+                "offsets.retention.check.interval.ms", 600_000),
+        )
+
+
+# -- requests and results (the edge translates kio entities to and from these) -------------
+
+
+@dataclass(frozen=True, slots=True)
+class JoinRequest:
+    group_id: str
+    member_id: str
+    group_instance_id: str | None
+    protocol_type: str
+    protocols: tuple[tuple[str, bytes], ...]
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    client_id: str
+    client_host: str
+    require_known_member_id: bool  # JoinGroup v4+ (KIP-394)
+    supports_skip_assignment: bool  # JoinGroup v9+
+
+
+@dataclass(frozen=True, slots=True)
+class JoinResult:
+    error: ErrorCode
+    member_id: str
+    generation_id: int = NO_GENERATION
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader: str = ""
+    skip_assignment: bool = False
+    members: tuple[tuple[str, str | None, bytes], ...] = ()  # (id, instance id, metadata)
+
+
+@dataclass(frozen=True, slots=True)
+class SyncRequest:
+    group_id: str
+    generation_id: int
+    member_id: str
+    group_instance_id: str | None
+    protocol_type: str | None
+    protocol_name: str | None
+    assignments: tuple[tuple[str, bytes], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SyncResult:
+    error: ErrorCode
+    assignment: bytes = b""
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatRequest:
+    group_id: str
+    generation_id: int
+    member_id: str
+    group_instance_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class LeaveMember:
+    member_id: str
+    group_instance_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class CommitPartition:
+    topic: str
+    partition: int
+    offset: int
+    leader_epoch: int
+    metadata: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class CommitRequest:
+    group_id: str
+    generation_id: int
+    member_id: str
+    group_instance_id: str | None
+    partitions: tuple[CommitPartition, ...]
+    retention_ms: int = -1  # OffsetCommit v2-v4's retention_time_ms; -1: the broker's
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedOffset:
+    offset: int
+    leader_epoch: int
+    metadata: str
+
+
+@dataclass(frozen=True, slots=True)
+class GroupListing:
+    group_id: str
+    protocol_type: str
+    state: GroupState
+
+
+@dataclass(frozen=True, slots=True)
+class MemberDescription:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    metadata: bytes
+    assignment: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDescription:
+    error: ErrorCode
+    group_id: str
+    state: GroupState
+    protocol_type: str
+    protocol: str
+    members: tuple[MemberDescription, ...]
+
+
+# -- outputs ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    token: int
+    result: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Append:
+    partition: int
+    records: tuple[CoordinatorRecord, ...]
+    replies: tuple[Reply, ...]  # to send once the records are committed
+
+
+@dataclass(frozen=True, slots=True)
+class Ready:
+    replies: tuple[Reply, ...]
+    appends: tuple[Append, ...]
+    wake_at_ms: int | None
+
+
+# -- state --------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Member:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    protocol_type: str
+    protocols: tuple[tuple[str, bytes], ...]
+    assignment: bytes = b""
+    join_token: int | None = None  # a JoinGroup waiting for the rebalance to complete
+    join_skip_assignment: bool = False
+    sync_token: int | None = None  # a SyncGroup waiting for the leader's assignment
+
+    def metadata_for(self, protocol: str | None) -> bytes:
+        for name, metadata in self.protocols:
+            if name == protocol:
+                return metadata
+        return b""
+
+
+@dataclass(slots=True)
+class Group:
+    group_id: str
+    state: GroupState = GroupState.EMPTY
+    state_timestamp_ms: int = -1
+    generation_id: int = 0
+    protocol_type: str = ""
+    protocol: str | None = None
+    leader: str | None = None
+    members: dict[str, Member] = field(default_factory=dict)
+    static_members: dict[str, str] = field(default_factory=dict)  # instance id -> member id
+    pending_members: set[str] = field(default_factory=set)  # KIP-394: told their id
+    pending_sync: set[str] = field(default_factory=set)
+    initial_delay_remaining_ms: int = 0
+    in_initial_delay: bool = False
+    new_member_added: bool = False
+    offsets: dict[tuple[str, int], OffsetCommitValue] = field(default_factory=dict)
+    has_metadata_record: bool = False  # a GroupMetadata record exists in the log
+
+    def transition(self, target: GroupState, now_ms: int) -> None:
+        self.state = check_transition(self.state, target)
+        self.state_timestamp_ms = now_ms
+
+    def candidate_protocols(self) -> set[str]:
+        """The protocols every member supports."""
+        members = iter(self.members.values())
+        first = next(members, None)
+        if first is None:
+            return set()
+        names = {name for name, _ in first.protocols}
+        for member in members:
+            names &= {name for name, _ in member.protocols}
+        return names
+
+    def supports(self, protocol_type: str, protocols: Sequence[tuple[str, bytes]]) -> bool:
+        names = {name for name, _ in protocols}
+        if not self.members:
+            return bool(protocol_type) and bool(names)
+        return protocol_type == self.protocol_type and bool(names & self.candidate_protocols())
+
+    def select_protocol(self) -> str:
+        candidates = self.candidate_protocols()
+        invariant(bool(candidates), f"group {self.group_id}: no protocol all members support")
+        votes: dict[str, int] = {}
+        order: list[str] = []
+        for member in self.members.values():
+            vote = next(name for name, _ in member.protocols if name in candidates)
+            if vote not in votes:
+                order.append(vote)
+            votes[vote] = votes.get(vote, 0) + 1
+        return max(order, key=lambda name: votes[name])  # ties: the earliest voted
+
+    def rebalance_timeout_ms(self) -> int:
+        return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
+
+    def all_members_joined(self) -> bool:
+        return not self.pending_members and all(
+            m.join_token is not None for m in self.members.values())
+
+    def subscribed_topics(self) -> set[str] | None:
+        """Topics the members subscribe to (consumer protocol); None when unknowable."""
+        if self.protocol_type != CONSUMER_PROTOCOL_TYPE or self.protocol is None:
+            return None
+        topics: set[str] = set()
+        for member in self.members.values():
+            parsed = consumer_subscription_topics(member.metadata_for(self.protocol))
+            if parsed is None:
+                return None
+            topics.update(parsed)
+        return topics
+
+    def is_empty_shell(self) -> bool:
+        """Nothing left worth keeping: no members, no offsets."""
+        return not self.members and not self.offsets and not self.pending_members
+
+
+class PartitionStatus(Enum):
+    LOADING = "loading"
+    ACTIVE = "active"
+
+
+@dataclass(slots=True)
+class PartitionState:
+    index: int
+    leader_epoch: int
+    status: PartitionStatus = PartitionStatus.LOADING
+    groups: dict[str, Group] = field(default_factory=dict)
+
+
+def consumer_subscription_topics(metadata: bytes) -> list[str] | None:
+    """The topics of a ConsumerProtocolSubscription (any version): int16 version, then an
+    array of int16-length strings; None when the bytes are not one."""
+    try:
+        count = int.from_bytes(metadata[2:6], "big", signed=True)
+        position = 6
+        topics = []
+        for _ in range(max(0, count)):
+            length = int.from_bytes(metadata[position:position + 2], "big", signed=True)
+            position += 2
+            if length < 0 or position + length > len(metadata):
+                return None
+            topics.append(metadata[position:position + length].decode("utf-8"))
+            position += length
+        return topics if len(metadata) >= 6 else None
+    except UnicodeDecodeError:
+        return None
+
+
+# Timer keys: ("heartbeat", partition, group, member), ("pending", partition, group, member),
+# ("join", partition, group), ("sync", partition, group), ("expire", partition)
+TimerKey = tuple[Any, ...]
+
+
+class GroupCoordinator:
+    def __init__(self, config: GroupConfig, rng: random.Random) -> None:
+        self.config = config
+        self.rng = rng
+        self.partitions: dict[int, PartitionState] = {}
+        self._replies: list[Reply] = []
+        self._appends: list[Append] = []
+        self._deadlines: dict[TimerKey, int] = {}
+        self._timers: list[tuple[int, int, TimerKey]] = []
+        self._sequence = itertools.count()
+
+    # -- outputs ------------------------------------------------------------------------
+
+    def ready(self) -> Ready:
+        """Everything decided since the last call; the caller must act on all of it."""
+        ready = Ready(tuple(self._replies), tuple(self._appends), self.wake_at_ms())
+        self._replies.clear()
+        self._appends.clear()
+        return ready
+
+    def wake_at_ms(self) -> int | None:
+        while self._timers:
+            deadline, _, key = self._timers[0]
+            if self._deadlines.get(key) == deadline:
+                return deadline
+            heapq.heappop(self._timers)  # cancelled or moved
+        return None
+
+    def _reply(self, token: int, result: Any) -> None:
+        self._replies.append(Reply(token, result))
+
+    def _set_timer(self, key: TimerKey, deadline_ms: int) -> None:
+        self._deadlines[key] = deadline_ms
+        heapq.heappush(self._timers, (deadline_ms, next(self._sequence), key))
+
+    def _cancel_timer(self, key: TimerKey) -> None:
+        self._deadlines.pop(key, None)
+
+    # -- partitions: load and unload ------------------------------------------------------
+
+    def partition_for(self, group_id: str) -> int:
+        return partition_for(group_id, self.config.partition_count)
+
+    def begin_load(self, partition: int, leader_epoch: int) -> None:
+        """This broker now leads `partition`: its groups are loading until complete_load."""
+        self.unload(partition)
+        self.partitions[partition] = PartitionState(partition, leader_epoch)
+
+    def load(self, partition: int, record: CoordinatorRecord) -> None:
+        """Replay one record of the partition's log, in log order."""
+        state = self.partitions[partition]
+        invariant(state.status is PartitionStatus.LOADING, f"load into active {partition}")
+        if isinstance(record.key, OffsetCommitKey):
+            self._replay_offset(state, record.key, record.value)
+            return
+        group_id = record.key.group
+        value = record.value
+        if value is None:
+            group = state.groups.get(group_id)
+            if group is not None:
+                group.members.clear()
+                group.static_members.clear()
+                group.has_metadata_record = False
+                group.state, group.generation_id, group.leader = GroupState.EMPTY, 0, None
+                if group.is_empty_shell():
+                    del state.groups[group_id]
+            return
+        invariant(isinstance(value, GroupMetadataValue), "a group key holds group metadata")
+        assert isinstance(value, GroupMetadataValue)
+        group = state.groups.get(group_id) or Group(group_id)
+        state.groups[group_id] = group
+        offsets = group.offsets
+        group = Group(
+            group_id,
+            state=GroupState.STABLE if value.members else GroupState.EMPTY,
+            state_timestamp_ms=value.current_state_timestamp,
+            generation_id=value.generation,
+            protocol_type=value.protocol_type,
+            protocol=value.protocol,
+            leader=value.leader,
+            offsets=offsets,
+            has_metadata_record=True,
+        )
+        for stored in value.members:
+            group.members[stored.member_id] = Member(
+                member_id=stored.member_id,
+                group_instance_id=stored.group_instance_id,
+                client_id=stored.client_id,
+                client_host=stored.client_host,
+                rebalance_timeout_ms=(stored.rebalance_timeout if stored.rebalance_timeout >= 0
+                                      else stored.session_timeout),
+                session_timeout_ms=stored.session_timeout,
+                protocol_type=value.protocol_type,
+                protocols=((value.protocol or "", stored.subscription),),
+                assignment=stored.assignment,
+            )
+            if stored.group_instance_id is not None:
+                group.static_members[stored.group_instance_id] = stored.member_id
+        state.groups[group_id] = group
+
+    def complete_load(self, partition: int, now_ms: int) -> None:
+        state = self.partitions[partition]
+        state.status = PartitionStatus.ACTIVE
+        for group in state.groups.values():
+            for member in group.members.values():
+                self._schedule_heartbeat(partition, group, member, now_ms)
+        self._set_timer(("expire", partition),
+                        now_ms + self.config.offsets_retention_check_interval_ms)
+
+    def unload(self, partition: int) -> None:
+        """This broker no longer leads `partition`: forget it, answer whoever waits."""
+        state = self.partitions.pop(partition, None)
+        if state is None:
+            return
+        for group in state.groups.values():
+            for member in group.members.values():
+                self._fail_waiting(member, ErrorCode.not_coordinator)
+        for key in [key for key in self._deadlines if key[1] == partition]:
+            del self._deadlines[key]
+
+    def leader_epoch(self, partition: int) -> int | None:
+        state = self.partitions.get(partition)
+        return None if state is None else state.leader_epoch
+
+    def _active(self, group_id: str) -> tuple[PartitionState | None, ErrorCode]:
+        state = self.partitions.get(self.partition_for(group_id))
+        if state is None:
+            return None, ErrorCode.not_coordinator
+        if state.status is PartitionStatus.LOADING:
+            return None, ErrorCode.coordinator_load_in_progress
+        return state, _NONE
+
+    # -- JoinGroup ----------------------------------------------------------------------
+
+    def join_group(self, token: int, request: JoinRequest, now_ms: int) -> None:
+        state, error = self._active(request.group_id)
+        if not request.group_id:
+            error = ErrorCode.invalid_group_id
+        elif state is not None and not (
+            self.config.session_timeout_ms_min <= request.session_timeout_ms
+            <= self.config.session_timeout_ms_max
+        ):
+            error = ErrorCode.invalid_session_timeout
+        if state is None or error is not _NONE:
+            self._reply(token, JoinResult(error, request.member_id))
+            return
+        group = state.groups.get(request.group_id)
+        if group is None:
+            if request.member_id:
+                self._reply(token, JoinResult(ErrorCode.unknown_member_id, request.member_id))
+                return
+            group = state.groups[request.group_id] = Group(request.group_id,
+                                                           state_timestamp_ms=now_ms)
+        if not group.supports(request.protocol_type, request.protocols):
+            self._reply(token, JoinResult(ErrorCode.inconsistent_group_protocol,
+                                          request.member_id))
+        elif not request.member_id:
+            self._join_new_member(state, group, token, request, now_ms)
+        else:
+            self._join_known_member(state, group, token, request, now_ms)
+        if group.is_empty_shell() and not group.has_metadata_record:
+            if group.state is GroupState.EMPTY:
+                del state.groups[group.group_id]
+
+    def _new_member_id(self, prefix: str) -> str:
+        return f"{prefix}-{uuid.UUID(int=self.rng.getrandbits(128), version=4)}"
+
+    def _join_new_member(self, state: PartitionState, group: Group, token: int,
+                         request: JoinRequest, now_ms: int) -> None:
+        instance = request.group_instance_id
+        if instance is not None and instance in group.static_members:
+            self._rejoin_static_member(state, group, token, request, now_ms)
+            return
+        if len(group.members) + len(group.pending_members) >= self.config.group_size_max:
+            self._reply(token, JoinResult(ErrorCode.group_max_size_reached, ""))
+            return
+        member_id = self._new_member_id(instance if instance is not None else request.client_id)
+        if instance is None and request.require_known_member_id:
+            group.pending_members.add(member_id)
+            self._set_timer(("pending", state.index, group.group_id, member_id),
+                            now_ms + request.session_timeout_ms)
+            self._reply(token, JoinResult(ErrorCode.member_id_required, member_id))
+            return
+        self._add_member_and_rebalance(state, group, member_id, token, request, now_ms)
+
+    def _join_known_member(self, state: PartitionState, group: Group, token: int,
+                           request: JoinRequest, now_ms: int) -> None:
+        member_id = request.member_id
+        if member_id in group.pending_members:
+            group.pending_members.discard(member_id)
+            self._cancel_timer(("pending", state.index, group.group_id, member_id))
+            self._add_member_and_rebalance(state, group, member_id, token, request, now_ms)
+            return
+        error = self._validate_member(group, member_id, request.group_instance_id)
+        if error is not _NONE:
+            self._reply(token, JoinResult(error, member_id))
+            return
+        member = group.members[member_id]
+        if group.state is GroupState.PREPARING_REBALANCE:
+            self._update_member_and_rebalance(state, group, member, token, request, now_ms)
+        elif group.state is GroupState.COMPLETING_REBALANCE:
+            if member.protocols == request.protocols:
+                self._reply(token, self._join_result(group, member, False))
+            else:
+                self._update_member_and_rebalance(state, group, member, token, request, now_ms)
+        elif group.state is GroupState.STABLE:
+            if member_id == group.leader or member.protocols != request.protocols:
+                self._update_member_and_rebalance(state, group, member, token, request, now_ms)
+            else:
+                self._schedule_heartbeat(state.index, group, member, now_ms)
+                self._reply(token, self._join_result(group, member, False))
+        else:
+            self._reply(token, JoinResult(ErrorCode.unknown_member_id, member_id))
+
+    def _rejoin_static_member(self, state: PartitionState, group: Group, token: int,
+                              request: JoinRequest, now_ms: int) -> None:
+        """A static member came back without its member id: it takes over the old one's
+        place under a new id; the old id is fenced (its waiting requests are answered
+        FENCED_INSTANCE_ID and it gets UNKNOWN_MEMBER_ID / FENCED_INSTANCE_ID hereafter)."""
+        instance = request.group_instance_id
+        assert instance is not None
+        old_id = group.static_members[instance]
+        old = group.members.pop(old_id)
+        self._fail_waiting(old, ErrorCode.fenced_instance_id)
+        self._cancel_timer(("heartbeat", state.index, group.group_id, old_id))
+        group.pending_sync.discard(old_id)
+        new_id = self._new_member_id(instance)
+        member = Member(new_id, instance, request.client_id, request.client_host,
+                        request.rebalance_timeout_ms, request.session_timeout_ms,
+                        request.protocol_type, old.protocols, assignment=old.assignment)
+        group.members[new_id] = member
+        group.static_members[instance] = new_id
+        if group.leader == old_id:
+            group.leader = new_id
+        protocols_changed = old.protocols != request.protocols
+        if group.state is GroupState.STABLE and not protocols_changed and (
+                group.leader != new_id or request.supports_skip_assignment):
+            # Nothing changes but the id: persist it, answer with the current generation.
+            self._schedule_heartbeat(state.index, group, member, now_ms)
+            result = self._join_result(group, member, request.supports_skip_assignment)
+            self._append(state.index, [self._group_record(group, now_ms)], [Reply(token, result)])
+            return
+        member.protocols = request.protocols
+        member.join_token = token
+        member.join_skip_assignment = False
+        self._maybe_prepare_rebalance(state, group, now_ms)
+
+    def _add_member_and_rebalance(self, state: PartitionState, group: Group, member_id: str,
+                                  token: int, request: JoinRequest, now_ms: int) -> None:
+        member = Member(member_id, request.group_instance_id, request.client_id,
+                        request.client_host, request.rebalance_timeout_ms,
+                        request.session_timeout_ms, request.protocol_type, request.protocols,
+                        join_token=token)
+        if not group.members:
+            group.protocol_type = request.protocol_type
+        group.members[member_id] = member
+        if request.group_instance_id is not None:
+            group.static_members[request.group_instance_id] = member_id
+        if group.leader is None:
+            group.leader = member_id
+        group.new_member_added = True
+        self._maybe_prepare_rebalance(state, group, now_ms)
+
+    def _update_member_and_rebalance(self, state: PartitionState, group: Group, member: Member,
+                                     token: int, request: JoinRequest, now_ms: int) -> None:
+        if member.join_token is not None:  # a duplicate join: the newer one is answered
+            self._reply(member.join_token, JoinResult(ErrorCode.unknown_member_id,
+                                                      member.member_id))
+        member.protocols = request.protocols
+        member.session_timeout_ms = request.session_timeout_ms
+        member.rebalance_timeout_ms = request.rebalance_timeout_ms
+        member.join_token = token
+        self._maybe_prepare_rebalance(state, group, now_ms)
+
+    def _maybe_prepare_rebalance(self, state: PartitionState, group: Group, now_ms: int) -> None:
+        if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE, GroupState.EMPTY):
+            self._prepare_rebalance(state, group, now_ms)
+        elif group.state is GroupState.PREPARING_REBALANCE:
+            self._try_complete_join(state, group, now_ms)
+
+    def _prepare_rebalance(self, state: PartitionState, group: Group, now_ms: int) -> None:
+        if group.state is GroupState.COMPLETING_REBALANCE:
+            for member in group.members.values():
+                member.assignment = b""
+                if member.sync_token is not None:
+                    self._reply(member.sync_token, SyncResult(ErrorCode.rebalance_in_progress))
+                    member.sync_token = None
+            group.pending_sync.clear()
+            self._cancel_timer(("sync", state.index, group.group_id))
+        key = ("join", state.index, group.group_id)
+        rebalance_timeout_ms = group.rebalance_timeout_ms()
+        if group.state is GroupState.EMPTY:
+            delay = min(self.config.initial_rebalance_delay_ms, rebalance_timeout_ms)
+            group.in_initial_delay = delay > 0
+            group.initial_delay_remaining_ms = rebalance_timeout_ms - delay
+            group.new_member_added = False
+            self._set_timer(key, now_ms + delay)
+        else:
+            group.in_initial_delay = False
+            self._set_timer(key, now_ms + rebalance_timeout_ms)
+        group.transition(GroupState.PREPARING_REBALANCE, now_ms)
+        self._try_complete_join(state, group, now_ms)
+
+    def _try_complete_join(self, state: PartitionState, group: Group, now_ms: int) -> None:
+        if group.state is not GroupState.PREPARING_REBALANCE:
+            return
+        if not group.members or (not group.in_initial_delay and group.all_members_joined()):
+            self._complete_join(state, group, now_ms)
+
+    def _join_deadline(self, state: PartitionState, group: Group, now_ms: int) -> None:
+        if group.in_initial_delay and group.new_member_added and (
+                group.initial_delay_remaining_ms > 0):
+            delay = min(self.config.initial_rebalance_delay_ms, group.initial_delay_remaining_ms)
+            group.initial_delay_remaining_ms -= delay
+            group.new_member_added = False
+            self._set_timer(("join", state.index, group.group_id), now_ms + delay)
+            return
+        self._complete_join(state, group, now_ms)
+
+    def _complete_join(self, state: PartitionState, group: Group, now_ms: int) -> None:
+        self._cancel_timer(("join", state.index, group.group_id))
+        group.in_initial_delay = False
+        for member in list(group.members.values()):
+            if member.join_token is None and member.group_instance_id is None:
+                self._remove_member(state, group, member)
+        group.generation_id += 1
+        if not group.members:
+            group.protocol = None
+            group.leader = None
+            group.transition(GroupState.EMPTY, now_ms)
+            self._append(state.index, [self._group_record(group, now_ms)], [])
+            return
+        group.protocol = group.select_protocol()
+        if group.leader not in group.members:
+            group.leader = next((m.member_id for m in group.members.values()
+                                 if m.join_token is not None), next(iter(group.members)))
+        group.transition(GroupState.COMPLETING_REBALANCE, now_ms)
+        for member in group.members.values():
+            if member.join_token is not None:
+                self._reply(member.join_token, self._join_result(group, member, False))
+                member.join_token = None
+            self._schedule_heartbeat(state.index, group, member, now_ms)
+        group.pending_sync = set(group.members)
+        self._set_timer(("sync", state.index, group.group_id),
+                        now_ms + group.rebalance_timeout_ms())
+
+    def _join_result(self, group: Group, member: Member, skip_assignment: bool) -> JoinResult:
+        is_leader = member.member_id == group.leader
+        members: tuple[tuple[str, str | None, bytes], ...] = ()
+        if is_leader:
+            members = tuple((m.member_id, m.group_instance_id, m.metadata_for(group.protocol))
+                            for m in group.members.values())
+        return JoinResult(_NONE, member.member_id, group.generation_id, group.protocol_type,
+                          group.protocol, group.leader or "", skip_assignment and is_leader,
+                          members)
+
+    # -- SyncGroup ----------------------------------------------------------------------
+
+    def sync_group(self, token: int, request: SyncRequest, now_ms: int) -> None:
+        state, error = self._active(request.group_id)
+        group = state.groups.get(request.group_id) if state is not None else None
+        if error is _NONE and not request.group_id:
+            error = ErrorCode.invalid_group_id
+        elif error is _NONE and (group is None or group.state is GroupState.DEAD):
+            error = ErrorCode.unknown_member_id
+        if error is _NONE:
+            assert group is not None
+            error = self._validate_member(group, request.member_id, request.group_instance_id)
+            if error is _NONE and request.generation_id != group.generation_id:
+                error = ErrorCode.illegal_generation
+            elif error is _NONE and (
+                (request.protocol_type is not None
+                 and request.protocol_type != group.protocol_type)
+                or (request.protocol_name is not None and request.protocol_name != group.protocol)
+            ):
+                error = ErrorCode.inconsistent_group_protocol
+            elif error is _NONE and group.state is GroupState.PREPARING_REBALANCE:
+                error = ErrorCode.rebalance_in_progress
+            elif error is _NONE and group.state is GroupState.EMPTY:
+                error = ErrorCode.unknown_member_id
+        if error is not _NONE:
+            self._reply(token, SyncResult(error))
+            return
+        assert state is not None and group is not None
+        member = group.members[request.member_id]
+        group.pending_sync.discard(member.member_id)
+        self._schedule_heartbeat(state.index, group, member, now_ms)
+        if group.state is GroupState.STABLE:
+            self._reply(token, self._sync_result(group, member))
+            return
+        if member.sync_token is not None:
+            self._reply(member.sync_token, SyncResult(ErrorCode.unknown_member_id))
+        member.sync_token = token
+        if member.member_id != group.leader:
+            return
+        assignments = dict(request.assignments)
+        for each in group.members.values():
+            each.assignment = assignments.get(each.member_id, b"")
+        group.transition(GroupState.STABLE, now_ms)
+        self._cancel_timer(("sync", state.index, group.group_id))
+        replies = []
+        for each in group.members.values():
+            if each.sync_token is not None:
+                replies.append(Reply(each.sync_token, self._sync_result(group, each)))
+                each.sync_token = None
+        self._append(state.index, [self._group_record(group, now_ms)], replies)
+
+    @staticmethod
+    def _sync_result(group: Group, member: Member) -> SyncResult:
+        return SyncResult(_NONE, member.assignment, group.protocol_type, group.protocol)
+
+    # -- Heartbeat and LeaveGroup ---------------------------------------------------------
+
+    def heartbeat(self, token: int, request: HeartbeatRequest, now_ms: int) -> None:
+        state, error = self._active(request.group_id)
+        group = state.groups.get(request.group_id) if state is not None else None
+        if error is _NONE:
+            if group is None or group.state is GroupState.EMPTY:
+                error = ErrorCode.unknown_member_id
+            elif group.state is GroupState.DEAD:
+                error = ErrorCode.coordinator_not_available
+            else:
+                error = self._validate_member(group, request.member_id,
+                                              request.group_instance_id)
+                if error is _NONE and request.generation_id != group.generation_id:
+                    error = ErrorCode.illegal_generation
+        if error is _NONE:
+            assert state is not None and group is not None
+            self._schedule_heartbeat(state.index, group, group.members[request.member_id],
+                                     now_ms)
+            if group.state is GroupState.PREPARING_REBALANCE:
+                error = ErrorCode.rebalance_in_progress
+        self._reply(token, error)
+
+    def leave_group(self, token: int, group_id: str, members: Sequence[LeaveMember],
+                    now_ms: int) -> None:
+        """Reply: (top-level error, per-member errors in request order)."""
+        state, error = self._active(group_id)
+        if error is not _NONE or state is None:
+            self._reply(token, (error, [error] * len(members)))
+            return
+        group = state.groups.get(group_id)
+        results: list[ErrorCode] = []
+        removed = False
+        for leaving in members:
+            if group is None or group.state is GroupState.DEAD:
+                results.append(ErrorCode.unknown_member_id)
+                continue
+            member_id = leaving.member_id
+            if leaving.group_instance_id is not None and not member_id:
+                member_id = group.static_members.get(leaving.group_instance_id, "")
+            if member_id in group.pending_members:
+                group.pending_members.discard(member_id)
+                self._cancel_timer(("pending", state.index, group_id, member_id))
+                results.append(_NONE)
+                removed = True
+                continue
+            member_error = self._validate_member(group, member_id, leaving.group_instance_id)
+            results.append(member_error)
+            if member_error is _NONE:
+                self._remove_member(state, group, group.members[member_id])
+                removed = True
+        if removed and group is not None:
+            self._after_member_removed(state, group, now_ms)
+        self._reply(token, (_NONE, results))
+
+    def _validate_member(self, group: Group, member_id: str, instance: str | None) -> ErrorCode:
+        if instance is not None:
+            known = group.static_members.get(instance)
+            if known is None:
+                return ErrorCode.unknown_member_id
+            if known != member_id:
+                return ErrorCode.fenced_instance_id
+            return _NONE
+        return _NONE if member_id in group.members else ErrorCode.unknown_member_id
+
+    def _remove_member(self, state: PartitionState, group: Group, member: Member) -> None:
+        self._fail_waiting(member, ErrorCode.unknown_member_id)
+        del group.members[member.member_id]
+        if member.group_instance_id is not None:
+            group.static_members.pop(member.group_instance_id, None)
+        group.pending_sync.discard(member.member_id)
+        self._cancel_timer(("heartbeat", state.index, group.group_id, member.member_id))
+        if group.leader == member.member_id:
+            group.leader = next(iter(group.members), None)
+
+    def _after_member_removed(self, state: PartitionState, group: Group, now_ms: int) -> None:
+        if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            self._prepare_rebalance(state, group, now_ms)
+        elif group.state is GroupState.PREPARING_REBALANCE:
+            self._try_complete_join(state, group, now_ms)
+
+    def _fail_waiting(self, member: Member, error: ErrorCode) -> None:
+        if member.join_token is not None:
+            self._reply(member.join_token, JoinResult(error, member.member_id))
+            member.join_token = None
+        if member.sync_token is not None:
+            self._reply(member.sync_token, SyncResult(error))
+            member.sync_token = None
+
+    def _schedule_heartbeat(self, partition: int, group: Group, member: Member,
+                            now_ms: int) -> None:
+        self._set_timer(("heartbeat", partition, group.group_id, member.member_id),
+                        now_ms + member.session_timeout_ms)
+
+    # -- timers -------------------------------------------------------------------------
+
+    def tick(self, now_ms: int) -> None:
+        """Act on every deadline at or before `now_ms`."""
+        while self._timers and self._timers[0][0] <= now_ms:
+            deadline, _, key = heapq.heappop(self._timers)
+            if self._deadlines.get(key) != deadline:
+                continue
+            del self._deadlines[key]
+            self._fire(key, now_ms)
+
+    def _fire(self, key: TimerKey, now_ms: int) -> None:
+        kind, partition = key[0], key[1]
+        state = self.partitions.get(partition)
+        if state is None:
+            return
+        if kind == "expire":
+            self._expire_offsets(state, now_ms)
+            self._set_timer(key, now_ms + self.config.offsets_retention_check_interval_ms)
+            return
+        group = state.groups.get(key[2])
+        if group is None:
+            return
+        if kind == "heartbeat":
+            member = group.members.get(key[3])
+            if member is not None and member.join_token is None:
+                self._remove_member(state, group, member)
+                self._after_member_removed(state, group, now_ms)
+            elif member is not None:  # waiting in a rebalance: the rebalance timeout rules
+                self._schedule_heartbeat(partition, group, member, now_ms)
+        elif kind == "pending":
+            if key[3] in group.pending_members:
+                group.pending_members.discard(key[3])
+                self._try_complete_join(state, group, now_ms)
+        elif kind == "join" and group.state is GroupState.PREPARING_REBALANCE:
+            self._join_deadline(state, group, now_ms)
+        elif kind == "sync" and group.state is GroupState.COMPLETING_REBALANCE:
+            for member_id in list(group.pending_sync):
+                member = group.members.get(member_id)
+                if member is not None:
+                    self._remove_member(state, group, member)
+            self._prepare_rebalance(state, group, now_ms)
+
+    # -- offsets ------------------------------------------------------------------------
+
+    def commit_offsets(self, token: int, request: CommitRequest, now_ms: int) -> None:
+        """Reply: a per-partition error list in request order (or one error for all)."""
+        state, error = self._active(request.group_id)
+        if state is None or error is not _NONE:
+            self._reply(token, [error] * len(request.partitions))
+            return
+        group = state.groups.get(request.group_id)
+        error = self._validate_commit(group, request)
+        if error is not _NONE:
+            self._reply(token, [error] * len(request.partitions))
+            return
+        if group is None:
+            group = state.groups[request.group_id] = Group(request.group_id,
+                                                           state_timestamp_ms=now_ms)
+        if request.member_id in group.members and group.state is GroupState.STABLE:
+            self._schedule_heartbeat(state.index, group, group.members[request.member_id],
+                                     now_ms)
+        results: list[ErrorCode] = []
+        records = []
+        expire = now_ms + request.retention_ms if request.retention_ms > 0 else -1
+        for wanted in request.partitions:
+            metadata = wanted.metadata or ""
+            if len(metadata.encode("utf-8")) > self.config.offset_metadata_bytes_max:
+                results.append(ErrorCode.offset_metadata_too_large)
+                continue
+            results.append(_NONE)
+            key = OffsetCommitKey(group=request.group_id, topic=wanted.topic,
+                                  partition=wanted.partition)
+            value = OffsetCommitValue(offset=wanted.offset, leader_epoch=wanted.leader_epoch,
+                                      metadata=metadata, commit_timestamp=now_ms,
+                                      expire_timestamp=expire)
+            records.append(CoordinatorRecord(key, value))
+            self._replay_offset(state, key, value)
+        if group.is_empty_shell() and not group.has_metadata_record:
+            state.groups.pop(group.group_id, None)
+        if records:
+            self._append(state.index, records, [Reply(token, results)])
+        else:
+            self._reply(token, results)
+
+    @staticmethod
+    def _validate_commit(group: Group | None, request: CommitRequest) -> ErrorCode:
+        simple = (request.generation_id < 0 and not request.member_id
+                  and request.group_instance_id is None)
+        if group is None:
+            return _NONE if request.generation_id < 0 else ErrorCode.illegal_generation
+        if group.state is GroupState.DEAD:
+            return ErrorCode.coordinator_not_available
+        if simple:
+            return _NONE if group.state is GroupState.EMPTY else ErrorCode.unknown_member_id
+        if request.group_instance_id is not None:
+            known = group.static_members.get(request.group_instance_id)
+            if known is None:
+                return ErrorCode.unknown_member_id
+            if known != request.member_id:
+                return ErrorCode.fenced_instance_id
+        elif request.member_id not in group.members:
+            return ErrorCode.unknown_member_id
+        if request.generation_id != group.generation_id:
+            return ErrorCode.illegal_generation
+        if group.state is GroupState.COMPLETING_REBALANCE:
+            return ErrorCode.rebalance_in_progress
+        return _NONE
+
+    def _replay_offset(self, state: PartitionState, key: OffsetCommitKey,
+                       value: OffsetCommitValue | GroupMetadataValue | None) -> None:
+        group = state.groups.get(key.group)
+        if value is None:
+            if group is not None:
+                group.offsets.pop((key.topic, key.partition), None)
+                if group.is_empty_shell() and not group.has_metadata_record:
+                    del state.groups[key.group]
+            return
+        invariant(isinstance(value, OffsetCommitValue), "an offset key holds an offset")
+        assert isinstance(value, OffsetCommitValue)
+        if group is None:
+            group = state.groups[key.group] = Group(key.group)
+        group.offsets[(key.topic, key.partition)] = value
+
+    def fetch_offsets(
+        self, group_id: str, partitions: Sequence[tuple[str, int]] | None
+    ) -> tuple[ErrorCode, dict[tuple[str, int], CommittedOffset]]:
+        """Committed offsets of `partitions` (all of the group's when None); a partition
+        without one is absent from the result."""
+        state, error = self._active(group_id)
+        if state is None:
+            return error, {}
+        group = state.groups.get(group_id)
+        if group is None:
+            return _NONE, {}
+        wanted: Iterable[tuple[str, int]] = (
+            group.offsets.keys() if partitions is None else partitions)
+        found = {}
+        for topic_partition in wanted:
+            value = group.offsets.get(topic_partition)
+            if value is not None:
+                found[topic_partition] = CommittedOffset(value.offset, value.leader_epoch,
+                                                         value.metadata)
+        return _NONE, found
+
+    def _expire_offsets(self, state: PartitionState, now_ms: int) -> None:
+        """KIP-211: an empty group's offsets expire `offsets.retention` after it became
+        empty (or after their commit, for groups without a protocol); an active consumer
+        group's offsets expire only for topics no member subscribes to."""
+        retention = self.config.offsets_retention_ms
+        records = []
+        for group in list(state.groups.values()):
+            subscribed = group.subscribed_topics() if group.members else set()
+            if group.members and subscribed is None:
+                continue
+            assert subscribed is not None
+            for (topic, partition), value in list(group.offsets.items()):
+                if value.expire_timestamp >= 0:
+                    expired = now_ms >= value.expire_timestamp
+                elif group.members:
+                    expired = topic not in subscribed and (
+                        now_ms - value.commit_timestamp >= retention)
+                else:
+                    base = max(value.commit_timestamp, group.state_timestamp_ms
+                               if group.protocol_type else -1)
+                    expired = now_ms - base >= retention
+                if expired:
+                    key = OffsetCommitKey(group=group.group_id, topic=topic, partition=partition)
+                    records.append(CoordinatorRecord(key, None))
+                    del group.offsets[(topic, partition)]
+            if group.is_empty_shell() and group.state is GroupState.EMPTY:
+                if group.has_metadata_record:
+                    records.append(CoordinatorRecord(GroupMetadataKey(group=group.group_id),
+                                                     None))
+                del state.groups[group.group_id]
+        if records:
+            self._append(state.index, records, [])
+
+    # -- admin: list, describe, delete ------------------------------------------------------
+
+    def list_groups(self, states: Iterable[str] = (),
+                    types: Iterable[str] = ()) -> list[GroupListing]:
+        wanted_states = {s.lower() for s in states}
+        wanted_types = {t.lower() for t in types}
+        if wanted_types and "classic" not in wanted_types:
+            return []
+        found = []
+        for state in self.partitions.values():
+            if state.status is not PartitionStatus.ACTIVE:
+                continue
+            for group in state.groups.values():
+                if group.state is GroupState.DEAD:
+                    continue
+                if wanted_states and group.state.value.lower() not in wanted_states:
+                    continue
+                found.append(GroupListing(group.group_id, group.protocol_type, group.state))
+        return found
+
+    def describe_group(self, group_id: str) -> GroupDescription:
+        state, error = self._active(group_id)
+        group = state.groups.get(group_id) if state is not None else None
+        if group is None:
+            if error is _NONE:
+                error = ErrorCode.group_id_not_found
+            return GroupDescription(error, group_id, GroupState.DEAD, "", "", ())
+        stable = group.state is GroupState.STABLE
+        members = tuple(
+            MemberDescription(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                              m.metadata_for(group.protocol) if stable else b"",
+                              m.assignment if stable else b"")
+            for m in group.members.values())
+        return GroupDescription(_NONE, group_id, group.state, group.protocol_type,
+                                (group.protocol or "") if stable else "", members)
+
+    def delete_group(self, token: int, group_id: str, now_ms: int) -> None:
+        """Reply: the group's error code."""
+        state, error = self._active(group_id)
+        group = state.groups.get(group_id) if state is not None else None
+        if error is _NONE and (group is None or group.state is GroupState.DEAD):
+            error = ErrorCode.group_id_not_found
+        elif error is _NONE and group is not None and group.state is not GroupState.EMPTY:
+            error = ErrorCode.non_empty_group
+        if error is not _NONE or state is None or group is None:
+            self._reply(token, error)
+            return
+        records = [CoordinatorRecord(OffsetCommitKey(group=group_id, topic=t, partition=p), None)
+                   for t, p in group.offsets]
+        records.append(CoordinatorRecord(GroupMetadataKey(group=group_id), None))
+        group.transition(GroupState.DEAD, now_ms)
+        del state.groups[group_id]
+        for key in [k for k in self._deadlines if k[1] == state.index and len(k) > 2
+                    and k[2] == group_id]:
+            del self._deadlines[key]
+        self._append(state.index, records, [Reply(token, _NONE)])
+
+    def delete_offsets(self, token: int, group_id: str,
+                       partitions: Sequence[tuple[str, int]], now_ms: int) -> None:
+        """Reply: (group error, per-partition errors in request order)."""
+        state, error = self._active(group_id)
+        group = state.groups.get(group_id) if state is not None else None
+        if error is _NONE and (group is None or group.state is GroupState.DEAD):
+            error = ErrorCode.group_id_not_found
+        subscribed: set[str] | None = set()
+        if error is _NONE and group is not None and group.members:
+            subscribed = group.subscribed_topics()
+            if subscribed is None:
+                error = ErrorCode.non_empty_group
+        if error is not _NONE or state is None or group is None or subscribed is None:
+            self._reply(token, (error, []))
+            return
+        results = []
+        records = []
+        for topic, partition in partitions:
+            if topic in subscribed:
+                results.append(ErrorCode.group_subscribed_to_topic)
+                continue
+            results.append(_NONE)
+            if (topic, partition) in group.offsets:
+                key = OffsetCommitKey(group=group_id, topic=topic, partition=partition)
+                records.append(CoordinatorRecord(key, None))
+                self._replay_offset(state, key, None)
+        if records:
+            self._append(state.index, records, [Reply(token, (_NONE, results))])
+        else:
+            self._reply(token, (_NONE, results))
+
+    # -- records ------------------------------------------------------------------------
+
+    def _append(self, partition: int, records: Sequence[CoordinatorRecord],
+                replies: Sequence[Reply]) -> None:
+        self._appends.append(Append(partition, tuple(records), tuple(replies)))
+
+    @staticmethod
+    def _group_record(group: Group, now_ms: int) -> CoordinatorRecord:
+        group.has_metadata_record = True
+        members = tuple(
+            MemberMetadata(member_id=m.member_id, group_instance_id=m.group_instance_id,
+                           client_id=m.client_id, client_host=m.client_host,
+                           rebalance_timeout=m.rebalance_timeout_ms,
+                           session_timeout=m.session_timeout_ms,
+                           subscription=m.metadata_for(group.protocol),
+                           assignment=m.assignment)
+            for m in group.members.values())
+        value = GroupMetadataValue(protocol_type=group.protocol_type,
+                                   generation=group.generation_id, protocol=group.protocol,
+                                   leader=group.leader, current_state_timestamp=now_ms,
+                                   members=members)
+        return CoordinatorRecord(GroupMetadataKey(group=group.group_id), value)

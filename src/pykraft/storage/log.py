@@ -30,11 +30,12 @@ asynchronously; a restart removes any that remain.
 
 from __future__ import annotations
 
+import os
 import shutil
 import uuid
 import zlib
 from bisect import bisect_right
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -633,6 +634,46 @@ class Log:
         self.maybe_increment_log_start_offset(offset)
         self._delete_segments(self._below_log_start, now_ms)
         return self._log_start_offset
+
+    # -- compaction ------------------------------------------------------------------------------
+
+    def replace_segments(
+        self, cleaned: LogSegment, old: Sequence[LogSegment], now_ms: int
+    ) -> LogSegment | None:
+        """Swap the cleaner's output in for `old`, consecutive inactive segments of this log.
+
+        `cleaned` is a closed segment written with the `.cleaned` suffix and fsynced, at the
+        base offset of `old[0]`. Kafka's order, each step durable before the next: its files
+        are renamed `.swap` (the log file last), the old segments `.deleted`, then the swap
+        files take their live names. `Log.open` finishes or discards any step a crash
+        interrupted (see log_files). Returns the live segment, or None when `old` is no
+        longer a run of this log's inactive segments (retention, DeleteRecords or truncation
+        got there first); then nothing is changed.
+        """
+        if self._closed or not old or cleaned.base_offset != old[0].base_offset:
+            return None
+        first = next((i for i, s in enumerate(self._segments) if s is old[0]), None)
+        last = None if first is None else first + len(old)
+        if first is None or last is None or last >= len(self._segments) or any(
+            a is not b for a, b in zip(self._segments[first:last], old, strict=True)
+        ):
+            return None
+        cleaned_paths = [path for path in cleaned.paths()[1:] + cleaned.paths()[:1]
+                         if path.exists()]
+        swaps = [path.with_name(path.name[: -len(log_files.CLEANED_SUFFIX)]
+                                + log_files.SWAP_SUFFIX) for path in cleaned_paths]
+        for source, target in zip(cleaned_paths, swaps, strict=True):
+            os.replace(source, target)
+        fsync_directory(self.dir)
+        for segment in old:
+            self._schedule_delete(segment, now_ms)
+        for swap in swaps:
+            os.replace(swap, swap.with_name(swap.name[: -len(log_files.SWAP_SUFFIX)]))
+        fsync_directory(self.dir)
+        segment = LogSegment.load(self.dir, cleaned.base_offset, self._config, now_ms)
+        self._segments[first:last] = [segment]
+        self._bases[first:last] = [segment.base_offset]
+        return segment
 
     # -- retention -------------------------------------------------------------------------------
 

@@ -1,0 +1,460 @@
+"""The log cleaner on real files: the pure cleaning decision, the offset map and its passes,
+the rewrite (latest record per key, offsets and producer metadata kept, tombstones gone after
+delete.retention.ms), the swap and what a crash at each swap step leaves; plus the produce-path
+key check for compacted topics and DeleteRecords at the Log level."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pykraft.errors import InvalidRecord, OffsetOutOfRange
+from pykraft.records.batch import DELETE_HORIZON_BIT
+from pykraft.records.record import Record, build_batch, iter_records
+from pykraft.storage import log_files
+from pykraft.storage.cleaner import (
+    CLEANER_OFFSET_CHECKPOINT,
+    CleanerConfig,
+    CleaningPlan,
+    LogCleaner,
+    LogFacts,
+    SegmentFacts,
+    choose_filthiest,
+    plan_cleaning,
+)
+from pykraft.storage.log import Log
+from pykraft.storage.log_config import LogConfig
+
+from .storage_helpers import open_log, small_config
+
+NOW = 1_700_000_000_000
+DAY_MS = 86_400_000
+
+
+def compacted(**overrides: Any) -> LogConfig:
+    values: dict[str, Any] = {"cleanup_policy": ("compact",), "segment_bytes": 600,
+                              "min_cleanable_dirty_ratio": 0.0, "delete_retention_ms": 1_000}
+    values.update(overrides)
+    return small_config(**values)
+
+
+def put(log: Log, pairs: list[tuple[bytes | None, bytes | None]], now_ms: int = NOW,
+        **batch: Any) -> int:
+    """Append one batch of (key, value) records; return its base offset."""
+    data = build_batch([(k, v, [], now_ms) for k, v in pairs], **batch)
+    info = log.append_as_leader(bytearray(data), leader_epoch=0, now_ms=now_ms)
+    log.update_high_watermark(log.log_end_offset)
+    return info.first_offset
+
+
+def records(log: Log) -> list[Record]:
+    found: list[Record] = []
+    for header, batch in log.iter_batches():
+        if not header.is_control:
+            found.extend(iter_records(batch))
+    return found
+
+
+def fold(items: list[Record]) -> dict[bytes, bytes]:
+    state: dict[bytes, bytes] = {}
+    for record in items:
+        assert record.key is not None
+        if record.value is None:
+            state.pop(record.key, None)
+        else:
+            state[record.key] = record.value
+    return state
+
+
+def cleaner(log: Log, dedupe_bytes: int = 1 << 20) -> LogCleaner:
+    config = CleanerConfig(dedupe_buffer_size=dedupe_bytes, io_buffer_load_factor=1.0)
+    return LogCleaner(config, lambda: [(log, log.dir.parent)])
+
+
+def clean_until_done(the_cleaner: LogCleaner, now_ms: int, rounds_max: int = 200) -> int:
+    rounds = 0
+    while the_cleaner.clean_once(now_ms) is not None:
+        rounds += 1
+        assert rounds < rounds_max, "cleaning never settles"
+    return rounds
+
+
+def facts(sizes: list[int], bases: list[int], **overrides: Any) -> LogFacts:
+    values: dict[str, Any] = dict(
+        segments=tuple(SegmentFacts(b, s, NOW - DAY_MS, NOW - DAY_MS)
+                       for b, s in zip(bases, sizes, strict=True)),
+        log_start_offset=bases[0], high_watermark=1_000, log_end_offset=1_000,
+        checkpoint_offset=None, min_cleanable_dirty_ratio=0.5, min_compaction_lag_ms=0,
+        max_compaction_lag_ms=2**63 - 1)
+    values.update(overrides)
+    return LogFacts(**values)
+
+
+# -- the decision ------------------------------------------------------------------------------
+
+
+def test_dirty_ratio_counts_whole_segments_below_the_active_one() -> None:
+    plan = plan_cleaning(facts([100, 100, 100, 50], [0, 100, 200, 300],
+                               checkpoint_offset=100), NOW)
+    assert (plan.first_dirty_offset, plan.first_uncleanable_offset) == (100, 300)
+    assert (plan.clean_bytes, plan.cleanable_bytes) == (100, 200)
+    assert plan.dirty_ratio == pytest.approx(2 / 3) and plan.needs_cleaning
+    lazy = plan_cleaning(facts([100, 100, 100, 50], [0, 100, 200, 300], checkpoint_offset=200,
+                               min_cleanable_dirty_ratio=0.5), NOW)
+    assert lazy.dirty_ratio == pytest.approx(1 / 3) and not lazy.needs_cleaning
+
+
+def test_nothing_at_or_above_the_high_watermark_or_too_young_is_cleanable() -> None:
+    above = plan_cleaning(facts([100, 100, 100, 50], [0, 100, 200, 300],
+                                high_watermark=150), NOW)
+    assert above.first_uncleanable_offset == 100
+    young = facts([100, 100, 100, 50], [0, 100, 200, 300], min_compaction_lag_ms=60_000)
+    segments = list(young.segments)
+    segments[1] = dataclasses.replace(segments[1], largest_timestamp_ms=NOW - 1_000)
+    plan = plan_cleaning(dataclasses.replace(young, segments=tuple(segments)), NOW)
+    assert plan.first_uncleanable_offset == 100 and plan.cleanable_bytes == 100
+    only_active = plan_cleaning(facts([500], [0]), NOW)
+    assert only_active.cleanable_bytes == 0 and not only_active.needs_cleaning
+
+
+def test_checkpoint_outside_the_log_restarts_at_the_log_start() -> None:
+    for checkpoint in (-5, 10, 5_000):
+        plan = plan_cleaning(facts([100, 100], [20, 120], log_start_offset=20,
+                                   checkpoint_offset=checkpoint), NOW)
+        assert plan.first_dirty_offset == 20
+
+
+def test_max_compaction_lag_forces_a_clean_below_the_ratio() -> None:
+    base = facts([1_000, 10, 10], [0, 100, 200], checkpoint_offset=100,
+                 max_compaction_lag_ms=60_000)
+    plan = plan_cleaning(base, NOW)
+    assert plan.dirty_ratio < 0.5 and plan.max_compaction_delay_ms > 0 and plan.needs_cleaning
+    relaxed = plan_cleaning(dataclasses.replace(base, max_compaction_lag_ms=2 * DAY_MS), NOW)
+    assert not relaxed.needs_cleaning
+
+
+def test_the_dirtiest_due_log_is_chosen() -> None:
+    def plan(ratio_parts: tuple[int, int], minimum: float = 0.5) -> CleaningPlan:
+        clean, dirty = ratio_parts
+        return CleaningPlan(0, 1, clean, dirty, 0, False, minimum)
+
+    assert choose_filthiest([("a", plan((50, 50))), ("b", plan((10, 90))),
+                             ("c", plan((30, 70)))]) == "b"
+    assert choose_filthiest([("a", plan((90, 10))), ("b", plan((60, 40)))]) is None
+    assert choose_filthiest([("a", plan((90, 10), minimum=0.05))]) == "a"
+
+
+def test_cleaner_config_from_server_keys() -> None:
+    config = CleanerConfig.from_server_configs({
+        "log.cleaner.enable": "false", "log.cleaner.threads": "2",
+        "log.cleaner.dedupe.buffer.size": "1000", "log.cleaner.backoff.ms": "5"})
+    assert not config.active and config.backoff_ms == 5
+    assert config.map_bytes_max == 450  # 1000 / 2 threads * 0.9
+    assert CleanerConfig.from_server_configs({}).active
+
+
+# -- cleaning ------------------------------------------------------------------------------------
+
+
+def test_clean_keeps_the_latest_record_per_key_at_its_offset(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0", compacted(), now_ms=NOW)
+    written: dict[int, tuple[bytes, bytes]] = {}
+    for round_ in range(30):
+        for key in range(5):
+            pair = (f"k{key}".encode(), f"v{round_}".encode() * 3)
+            written[put(log, [pair])] = pair
+    log.roll(NOW)
+    before = log.size_bytes
+    assert clean_until_done(cleaner(log), NOW) >= 1
+    kept = records(log)
+    assert [(r.key, r.value) for r in kept] == [(f"k{k}".encode(), b"v29" * 3) for k in range(5)]
+    for record in kept:
+        assert written[record.offset] == (record.key, record.value), "offsets are preserved"
+    assert log.size_bytes < before / 10
+    assert log.log_end_offset == 150
+    log.check_invariants()
+    assert not list(log.dir.glob("*.cleaned")) and not list(log.dir.glob("*.swap"))
+    checkpoint = (tmp_path / CLEANER_OFFSET_CHECKPOINT).read_text().split()
+    assert checkpoint[2:] == ["t", "0", "150"]
+
+
+def test_the_active_segment_and_records_above_the_high_watermark_stay(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0", compacted(), now_ms=NOW)
+    for round_ in range(20):
+        put(log, [(b"k", f"v{round_}".encode())])
+    active_before = log.segments[-1].size
+    log.update_high_watermark(log.segments[2].base_offset)
+    clean_until_done(cleaner(log), NOW)
+    assert log.segments[-1].size == active_before
+    offsets = [r.offset for r in records(log)]
+    assert all(o in offsets for o in range(log.segments[2].base_offset, 20))
+    log.check_invariants()
+
+
+def test_tiny_dedupe_buffer_takes_several_passes(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0", compacted(segment_bytes=2_000), now_ms=NOW)
+    for round_ in range(4):
+        for key in range(40):
+            put(log, [(f"key{key:03d}".encode(), f"{round_}".encode())])
+    log.roll(NOW)
+    the_cleaner = cleaner(log, dedupe_bytes=1_300)  # about ten keys per pass
+    assert clean_until_done(the_cleaner, NOW) > 3
+    kept = records(log)
+    assert fold(kept) == {f"key{k:03d}".encode(): b"3" for k in range(40)}
+    assert len(kept) == 40
+
+
+def test_tombstones_stay_until_their_delete_horizon(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0", compacted(delete_retention_ms=5_000), now_ms=NOW)
+    for round_ in range(10):
+        put(log, [(b"a", f"{round_}".encode()), (b"b", b"x" * 20)])
+    put(log, [(b"a", None)])
+    log.roll(NOW)
+    the_cleaner = cleaner(log)
+    clean_until_done(the_cleaner, NOW)
+    kept = records(log)
+    assert [(r.key, r.value) for r in kept] == [(b"b", b"x" * 20), (b"a", None)]
+    stamped = [h for h, _ in log.iter_batches() if h.attributes & DELETE_HORIZON_BIT]
+    assert len(stamped) == 1 and stamped[0].base_timestamp == NOW + 5_000
+    assert kept[1].timestamp == NOW, "record timestamps survive the horizon stamp"
+    assert the_cleaner.clean_once(NOW + 4_999) is None
+    assert the_cleaner.clean_once(NOW + 5_000) is not None
+    assert [(r.key, r.value) for r in records(log)] == [(b"b", b"x" * 20)]
+    assert the_cleaner.clean_once(NOW + 10_000) is None
+    log.check_invariants()
+
+
+def test_keyless_records_in_a_compacted_log_are_dropped(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0", compacted(cleanup_policy=("delete",)), now_ms=NOW)
+    put(log, [(None, b"no key"), (b"k", b"1")])
+    put(log, [(b"k", b"2")])
+    log.update_config(compacted())
+    log.roll(NOW)
+    clean_until_done(cleaner(log), NOW)
+    assert [(r.key, r.value) for r in records(log)] == [(b"k", b"2")]
+
+
+def test_rebuilt_batches_keep_producer_metadata(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0", compacted(), now_ms=NOW)
+    producer = dict(producer_id=7, producer_epoch=3, base_sequence=10, compression=1)
+    first = put(log, [(b"a", b"1"), (b"b", b"1"), (b"c", b"1")], **producer)
+    put(log, [(b"a", b"2"), (b"b", b"2"), (b"c", b"2")],
+        producer_id=8, producer_epoch=0, base_sequence=0)
+    put(log, [(b"x", b"1"), (b"a", b"3")], producer_id=7, producer_epoch=3, base_sequence=13)
+    put(log, [(b"b", b"3"), (b"c", b"3"), (b"x", b"2")], producer_id=9, producer_epoch=1,
+        base_sequence=0)
+    log.roll(NOW)
+    clean_until_done(cleaner(log), NOW)
+    headers = [h for h, _ in log.iter_batches()]
+    # producer 7's first batch is empty and not its last: gone; producer 8's only batch is
+    # emptied but is its last: its header stays, empty
+    assert first not in [h.base_offset for h in headers]
+    by_producer = {h.producer_id: h for h in headers}
+    assert by_producer[8].records_count == 0 and by_producer[8].last_offset_delta == 2
+    assert by_producer[8].base_offset == 3 and by_producer[8].base_sequence == 0
+    seven = by_producer[7]
+    assert (seven.base_offset, seven.last_offset_delta, seven.records_count) == (6, 1, 1)
+    assert (seven.producer_epoch, seven.base_sequence, seven.compression) == (3, 13, 0)
+    assert fold(records(log)) == {b"a": b"3", b"b": b"3", b"c": b"3", b"x": b"2"}
+    log.check_invariants()
+
+
+def test_a_job_whose_segments_changed_is_dropped(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0", compacted(cleanup_policy=("compact", "delete")),
+                   now_ms=NOW)
+    for round_ in range(20):
+        put(log, [(b"k", f"v{round_}".encode())])
+    log.roll(NOW)
+    the_cleaner = cleaner(log)
+    job = the_cleaner.next_job(NOW)
+    assert job is not None
+    job.run()
+    assert list(log.dir.glob("*.cleaned"))
+    log.delete_records(log.segments[2].base_offset, NOW)
+    assert not the_cleaner.finish(job, NOW)
+    assert not list(log.dir.glob("*.cleaned"))
+    log.check_invariants()
+
+
+def test_checkpoint_is_read_back_by_a_new_cleaner(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0", compacted(), now_ms=NOW)
+    for round_ in range(20):
+        put(log, [(b"k", f"v{round_}".encode())])
+    log.roll(NOW)
+    clean_until_done(cleaner(log), NOW)
+    put(log, [(b"k", b"late")])
+    fresh = cleaner(log)
+    plan, _ = fresh.status()[("t", 0)]
+    assert plan.first_dirty_offset == 20
+
+
+# -- crashes during the swap -------------------------------------------------------------------
+
+
+def _dirty_log(directory: Path) -> tuple[Log, dict[bytes, bytes]]:
+    log = open_log(directory, compacted(), now_ms=NOW)
+    for round_ in range(12):
+        for key in range(4):
+            put(log, [(f"k{key}".encode(), f"v{round_}".encode() * 4)])
+    log.roll(NOW)
+    return log, fold(records(log))
+
+
+def _count_replaces(tmp_path: Path) -> int:
+    log, _ = _dirty_log(tmp_path / "count" / "t-0")
+    job = cleaner(log).next_job(NOW)
+    assert job is not None
+    job.run()
+    calls = [0]
+    real = os.replace
+
+    def counting(*args: Any) -> None:
+        calls[0] += 1
+        real(*args)
+
+    os.replace = counting  # type: ignore[assignment]
+    try:
+        assert cleaner(log).finish(job, NOW)
+    finally:
+        os.replace = real
+    return calls[0]
+
+
+def test_a_crash_at_any_swap_step_leaves_an_intact_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    steps = _count_replaces(tmp_path)
+    assert steps >= 4
+    for crash_at in range(steps):
+        directory = tmp_path / f"crash{crash_at}" / "t-0"
+        log, expected = _dirty_log(directory)
+        job = cleaner(log).next_job(NOW)
+        assert job is not None
+        job.run()
+        real = os.replace
+        calls = [0]
+
+        def failing(*args: Any, real: Callable[..., None] = real, at: int = crash_at,
+                    calls: list[int] = calls) -> None:
+            if calls[0] == at:
+                raise OSError("power cut")
+            calls[0] += 1
+            real(*args)
+
+        monkeypatch.setattr(os, "replace", failing)
+        with pytest.raises(OSError, match="power cut"):
+            cleaner(log).finish(job, NOW)
+        monkeypatch.setattr(os, "replace", real)
+        log.close()  # what the process leaves behind; nothing is flushed or checkpointed
+        reopened = open_log(directory, compacted(), now_ms=NOW, recovery_point=0)
+        reopened.update_high_watermark(reopened.log_end_offset)
+        assert fold(records(reopened)) == expected, f"crash at rename {crash_at}"
+        offsets = [r.offset for r in records(reopened)]
+        assert offsets == sorted(set(offsets))
+        assert not list(directory.glob("*.cleaned")) and not list(directory.glob("*.swap"))
+        reopened.check_invariants()
+        clean_until_done(cleaner(reopened), NOW)
+        assert fold(records(reopened)) == expected and len(records(reopened)) == 4
+
+
+def test_a_crash_before_the_swap_leaves_the_log_as_it_was(tmp_path: Path) -> None:
+    log, expected = _dirty_log(tmp_path / "t-0")
+    size = log.size_bytes
+    job = cleaner(log).next_job(NOW)
+    assert job is not None
+    job.run()
+    log.close()
+    assert list((tmp_path / "t-0").glob("*" + log_files.CLEANED_SUFFIX))
+    reopened = open_log(tmp_path / "t-0", compacted(), now_ms=NOW)
+    assert not list((tmp_path / "t-0").glob("*" + log_files.CLEANED_SUFFIX))
+    assert reopened.size_bytes == size and fold(records(reopened)) == expected
+
+
+# -- the property --------------------------------------------------------------------------------
+
+_OPERATIONS = st.lists(
+    st.tuples(st.integers(0, 11), st.one_of(st.none(), st.binary(min_size=0, max_size=30)),
+              st.integers(1, 4)),
+    min_size=1, max_size=120)
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(operations=_OPERATIONS, dedupe_bytes=st.sampled_from([200, 700, 1 << 20]))
+def test_compaction_keeps_exactly_the_latest_value_per_key(
+    tmp_path_factory: pytest.TempPathFactory, operations: list[tuple[int, bytes | None, int]],
+    dedupe_bytes: int,
+) -> None:
+    """Random puts and tombstones over many segments, compacted with a buffer that may hold
+    only a key or two: the log folds to the same state, each surviving record sits at the
+    offset it was written at, every key appears once, and tombstones go after their horizon."""
+    directory = tmp_path_factory.mktemp("prop") / "t-0"
+    log = open_log(directory, compacted(segment_bytes=300, delete_retention_ms=1_000),
+                   now_ms=NOW)
+    written: dict[int, tuple[bytes, bytes | None]] = {}
+    the_cleaner = cleaner(log, dedupe_bytes)
+    for index, (key, value, repeat) in enumerate(operations):
+        pairs = [(f"key{key}".encode(), value) for _ in range(repeat)]
+        base = put(log, pairs)
+        for i, pair in enumerate(pairs):
+            written[base + i] = pair
+        if index % 17 == 16:  # clean along the way too, with part of the log still active
+            the_cleaner.clean_once(NOW)
+    expected = fold(records(log))
+    log.roll(NOW)
+    clean_until_done(the_cleaner, NOW)
+    kept = records(log)
+    assert fold(kept) == expected
+    offsets = [r.offset for r in kept]
+    assert offsets == sorted(set(offsets)), "offsets strictly increase"
+    for record in kept:
+        assert written[record.offset] == (record.key, record.value)
+    keys = [r.key for r in kept]
+    assert len(keys) == len(set(keys)), "one record per key"
+    clean_until_done(the_cleaner, NOW + 1_000)
+    final = records(log)
+    assert all(r.value is not None for r in final), "tombstones gone after delete.retention.ms"
+    assert {r.key: r.value for r in final} == expected
+    for offset in written:  # a consumer's position still finds that record or a later one
+        if offset >= log.log_start_offset:
+            info = log.read(offset, 1 << 20, max_offset=log.high_watermark)
+            assert info.next_offset > offset or info.records == b""
+    log.check_invariants()
+    log.close()
+
+
+# -- the produce path and DeleteRecords at the Log level ---------------------------------------
+
+
+def test_keyless_records_are_refused_by_compacted_logs_only(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0", compacted(), now_ms=NOW)
+    put(log, [(b"k", b"v")])
+    with pytest.raises(InvalidRecord, match="Compacted topic cannot accept message without key"):
+        put(log, [(b"k", b"v"), (None, b"v")])
+    assert log.log_end_offset == 1
+    plain = open_log(tmp_path / "p-0", small_config(), now_ms=NOW)
+    put(plain, [(None, b"v")])
+    assert plain.log_end_offset == 1
+
+
+def test_delete_records_moves_the_start_and_drops_whole_segments(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0", small_config(), now_ms=NOW)
+    for _ in range(40):
+        put(log, [(b"k", b"x" * 50)])
+    segments = log.segment_count
+    assert log.delete_records(25, NOW) == 25
+    assert log.log_start_offset == 25 and log.segment_count < segments
+    assert log.segments[0].base_offset <= 25
+    with pytest.raises(OffsetOutOfRange):
+        log.read(24, 1 << 20)
+    with pytest.raises(OffsetOutOfRange):
+        log.delete_records(41, NOW)
+    assert log.delete_records(10, NOW) == 25
+    log.check_invariants()

@@ -5,9 +5,12 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQuery
 
 
 @dataclass(frozen=True)
@@ -89,3 +92,26 @@ def watermarks(bootstrap: str, topic: str, partition: int = 0) -> tuple[int, int
         return int(low), int(high)
     finally:
         consumer.close()
+
+
+def stream(spark: SparkSession, bootstrap: str, **options: str) -> DataFrame:
+    reader = spark.readStream.format("pykraft").option("kafka.bootstrap.servers", bootstrap)
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load()
+
+
+def to_parquet_per_batch(df: DataFrame, out: Path, checkpoint: Path, *,
+                         available_now: bool = True,
+                         processing_time: str | None = None) -> StreamingQuery:
+    """A foreachBatch collector: batch N goes to out/batch=N, replacing any earlier attempt of
+    the same batch, so what is left is exactly what the committed batches held."""
+    def collect(batch: DataFrame, batch_id: int) -> None:
+        batch.write.mode("overwrite").parquet(str(out / f"batch={batch_id}"))
+
+    writer = df.writeStream.foreachBatch(collect).option("checkpointLocation", str(checkpoint))
+    if available_now:
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime=processing_time or "200 milliseconds")
+    return writer.start()

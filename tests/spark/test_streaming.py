@@ -11,37 +11,20 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient, NewPartitions
 from pyspark.errors import StreamingQueryException
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from pykraft.testing import LocalCluster
-from tests.spark.helpers import consume_all, create_topic, produce
+from tests.spark.helpers import (
+    consume_all,
+    create_topic,
+    produce,
+    stream,
+    to_parquet_per_batch,
+)
 
 TopicName = Callable[[str], str]
-
-
-def stream(spark: SparkSession, bootstrap: str, **options: str) -> DataFrame:
-    reader = spark.readStream.format("pykraft").option("kafka.bootstrap.servers", bootstrap)
-    for key, value in options.items():
-        reader = reader.option(key, value)
-    return reader.load()
-
-
-def to_parquet_per_batch(df: DataFrame, out: Path, checkpoint: Path, *,
-                         available_now: bool = True,
-                         processing_time: str | None = None) -> StreamingQuery:
-    """A foreachBatch collector: batch N goes to out/batch=N, replacing any earlier attempt of
-    the same batch, so what is left is exactly what the committed batches held."""
-    def collect(batch: DataFrame, batch_id: int) -> None:
-        batch.write.mode("overwrite").parquet(str(out / f"batch={batch_id}"))
-
-    writer = df.writeStream.foreachBatch(collect).option("checkpointLocation", str(checkpoint))
-    if available_now:
-        writer = writer.trigger(availableNow=True)
-    else:
-        writer = writer.trigger(processingTime=processing_time or "200 milliseconds")
-    return writer.start()
 
 
 def produce_keyed(bootstrap: str, topic: str, partitions: int, start: int, count: int) -> None:

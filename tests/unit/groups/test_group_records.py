@@ -1,0 +1,90 @@
+"""The `__consumer_offsets` record codec writes Kafka's bytes and reads back what it wrote."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pykraft.broker.group_coordinator.records import (
+    CoordinatorRecord,
+    GroupMetadataKey,
+    GroupMetadataValue,
+    MemberMetadata,
+    OffsetCommitKey,
+    OffsetCommitValue,
+    decode_record,
+    encode_record,
+)
+from pykraft.errors import CorruptRecord
+
+INT32 = st.integers(-(1 << 31), (1 << 31) - 1)
+INT64 = st.integers(-(1 << 63), (1 << 63) - 1)
+TEXT = st.text(max_size=20)
+
+
+def test_offset_commit_bytes_match_kafkas_layout() -> None:
+    """Key: int16 version 1, then group/topic as int16-length strings and the partition;
+    value: int16 version 3, offset, leader epoch, metadata, commit timestamp."""
+    record = CoordinatorRecord(OffsetCommitKey(group="g", topic="t", partition=3),
+                               OffsetCommitValue(offset=5, leader_epoch=2, metadata="x",
+                                                 commit_timestamp=9))
+    key, value = encode_record(record)
+    assert key == bytes.fromhex("0001" "000167" "000174" "00000003")
+    assert value == bytes.fromhex("0003" "0000000000000005" "00000002" "000178"
+                                  "0000000000000009")
+    assert decode_record(key, value) == record
+
+
+def test_an_expiring_offset_is_written_at_version_1() -> None:
+    value = OffsetCommitValue(offset=1, metadata="", commit_timestamp=2, expire_timestamp=3)
+    _, data = encode_record(CoordinatorRecord(OffsetCommitKey(group="g", topic="t"), value))
+    assert data is not None and data[:2] == b"\x00\x01"
+    decoded = decode_record(b"\x00\x01\x00\x01g\x00\x01t\x00\x00\x00\x00", data)
+    assert decoded is not None and decoded.value == value
+
+
+def test_group_metadata_key_is_version_2_and_a_tombstone_has_no_value() -> None:
+    key, value = encode_record(CoordinatorRecord(GroupMetadataKey(group="grp"), None))
+    assert key == bytes.fromhex("0002" "0003") + b"grp"
+    assert value is None
+    assert decode_record(key, None) == CoordinatorRecord(GroupMetadataKey(group="grp"), None)
+
+
+def test_kip_848_records_are_skipped_not_misread() -> None:
+    assert decode_record(b"\x00\x03\x00\x01g", b"\x00\x00") is None
+
+
+@pytest.mark.parametrize("key,value", [
+    (None, None),
+    (b"\x00", None),
+    (b"\x00\x01\x00\x05ab", None),  # string runs past the end
+    (b"\x00\x02\x00\x01g", b"\x00"),  # value without a whole version
+    (b"\x00\x02\x00\x01g", b"\x00\x09"),  # unknown value version
+])
+def test_malformed_records_raise_corrupt_record(key: bytes | None, value: bytes | None) -> None:
+    with pytest.raises(CorruptRecord):
+        decode_record(key, value)
+
+
+members = st.builds(
+    MemberMetadata, member_id=TEXT, group_instance_id=st.none() | TEXT, client_id=TEXT,
+    client_host=TEXT, rebalance_timeout=INT32, session_timeout=INT32,
+    subscription=st.binary(max_size=30), assignment=st.binary(max_size=30))
+group_values = st.builds(
+    GroupMetadataValue, protocol_type=TEXT, generation=INT32, protocol=st.none() | TEXT,
+    leader=st.none() | TEXT, current_state_timestamp=INT64,
+    members=st.lists(members, max_size=4).map(tuple))
+offset_values = st.builds(OffsetCommitValue, offset=INT64, leader_epoch=INT32, metadata=TEXT,
+                          commit_timestamp=INT64, expire_timestamp=st.just(-1))
+
+
+@given(st.one_of(
+    st.builds(CoordinatorRecord, st.builds(GroupMetadataKey, group=TEXT),
+              st.none() | group_values),
+    st.builds(CoordinatorRecord,
+              st.builds(OffsetCommitKey, group=TEXT, topic=TEXT, partition=INT32),
+              st.none() | offset_values),
+))
+def test_every_record_round_trips(record: CoordinatorRecord) -> None:
+    assert decode_record(*encode_record(record)) == record

@@ -1,0 +1,317 @@
+"""Consumer groups against a real node: real clients share partitions, survive a member's
+death and a node restart with their committed offsets; the wire answers bad input with
+Kafka's error codes and writes nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.errors import ErrorCode
+from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
+from kio.schema.join_group.v5.request import JoinGroupRequest, JoinGroupRequestProtocol
+from kio.schema.offset_commit.v8.request import (
+    OffsetCommitRequest,
+    OffsetCommitRequestPartition,
+    OffsetCommitRequestTopic,
+)
+from kio.schema.offset_fetch.v8.request import (
+    OffsetFetchRequest,
+    OffsetFetchRequestGroup,
+    OffsetFetchRequestTopics,
+)
+from kio.schema.sync_group.v3.request import SyncGroupRequest, SyncGroupRequestAssignment
+
+from pykraft.testing import LocalCluster
+from pykraft.testing.wire import WireClient
+
+TOPIC = "shared"
+PARTITIONS = 6
+SESSION_MS = 1000
+GROUP_CONFIGS = {
+    "group.initial.rebalance.delay.ms": "0",
+    "group.min.session.timeout.ms": "500",
+    "offsets.topic.num.partitions": "5",
+    "offset.metadata.max.bytes": "100",
+}
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalCluster]:
+    with LocalCluster(configs=GROUP_CONFIGS) as node:
+        admin = AdminClient({"bootstrap.servers": node.bootstrap_servers})
+        admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)])[TOPIC].result(30)
+        producer = Producer({"bootstrap.servers": node.bootstrap_servers})
+        for i in range(600):
+            producer.produce(TOPIC, value=b"%d" % i, partition=i % PARTITIONS)
+        producer.flush(30)
+        yield node
+
+
+def confluent_consumer(bootstrap: str, group: str, **extra: Any) -> Consumer:
+    return Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                     "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                     "session.timeout.ms": SESSION_MS, "heartbeat.interval.ms": 100, **extra})
+
+
+def assignments_of(consumers: list[Consumer]) -> list[set[int]]:
+    return [{tp.partition for tp in c.assignment()} for c in consumers]
+
+
+def poll_until(consumers: list[Consumer], done: Any, timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for consumer in consumers:
+            consumer.poll(0.05)
+        if done():
+            return
+    raise AssertionError(f"not done in {timeout_s}s: {assignments_of(consumers)}")
+
+
+def owned_exactly_once(assignments: list[set[int]]) -> bool:
+    every = [p for owned in assignments for p in owned]
+    return sorted(every) == list(range(PARTITIONS)) and all(assignments)
+
+
+def test_confluent_three_members_share_partitions_and_a_killed_one_is_replaced(
+    cluster: LocalCluster,
+) -> None:
+    """Every partition has exactly one owner; SIGKILL one member (no LeaveGroup) and its
+    partitions move to the others within the session timeout (plus a rebalance)."""
+    group = "confluent-three"
+    victim = subprocess.Popen([sys.executable, "-c", _MEMBER_SCRIPT, cluster.bootstrap_servers,
+                               group, TOPIC], stdout=subprocess.PIPE, text=True)
+    try:
+        assert victim.stdout is not None and victim.stdout.readline().strip() == "assigned"
+        consumers = [confluent_consumer(cluster.bootstrap_servers, group) for _ in range(2)]
+        for consumer in consumers:
+            consumer.subscribe([TOPIC])
+        poll_until(consumers, lambda: all(assignments_of(consumers))
+                   and sum(len(a) for a in assignments_of(consumers)) == 4)
+        surviving = assignments_of(consumers)
+        assert not surviving[0] & surviving[1]
+        victim.send_signal(signal.SIGKILL)
+        victim.wait(10)
+        killed_at = time.monotonic()
+        poll_until(consumers, lambda: owned_exactly_once(assignments_of(consumers)))
+        took_s = time.monotonic() - killed_at
+        assert took_s < SESSION_MS / 1000 + 3, took_s
+        for consumer in consumers:
+            consumer.close()
+    finally:
+        if victim.poll() is None:
+            victim.kill()
+
+
+_MEMBER_SCRIPT = """
+import sys
+from confluent_kafka import Consumer
+bootstrap, group, topic = sys.argv[1:4]
+c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "session.timeout.ms": 1000,
+              "heartbeat.interval.ms": 100, "auto.offset.reset": "earliest"})
+c.subscribe([topic])
+told = False
+while True:
+    c.poll(0.05)
+    if c.assignment() and not told:
+        print("assigned", flush=True)
+        told = True
+"""
+
+
+def test_confluent_three_members_each_partition_once_and_offsets_resume(
+    cluster: LocalCluster,
+) -> None:
+    """Three members consume everything once between them, commit, and a new generation
+    of consumers in the same group resumes after the commits (reads nothing again)."""
+    group = "confluent-resume"
+    consumers = [confluent_consumer(cluster.bootstrap_servers, group) for _ in range(3)]
+    for consumer in consumers:
+        consumer.subscribe([TOPIC])
+    seen: list[tuple[int, int]] = []
+    deadline = time.monotonic() + 30
+    while len(seen) < 600 and time.monotonic() < deadline:
+        for consumer in consumers:
+            message = consumer.poll(0.05)
+            if message is not None and message.error() is None:
+                seen.append((message.partition(), message.offset()))
+    assert owned_exactly_once(assignments_of(consumers))
+    assert len(seen) == len(set(seen)) == 600
+    for consumer in consumers:
+        consumer.commit(asynchronous=False)
+        consumer.close()
+    again = confluent_consumer(cluster.bootstrap_servers, group)
+    committed = again.committed([TopicPartition(TOPIC, p) for p in range(PARTITIONS)], 10)
+    assert [tp.offset for tp in committed] == [100] * PARTITIONS
+    again.subscribe([TOPIC])
+    poll_until([again], lambda: len(again.assignment()) == PARTITIONS)
+    assert again.poll(1.0) is None  # nothing after the committed offsets
+    again.close()
+
+
+def test_kafka_python_three_members(cluster: LocalCluster) -> None:
+    """kafka-python's group protocol (its own JoinGroup/SyncGroup versions) shares the
+    partitions among three members and commits."""
+    from kafka import KafkaConsumer
+    from kafka.structs import OffsetAndMetadata
+
+    consumers = [KafkaConsumer(TOPIC, bootstrap_servers=cluster.bootstrap_servers,
+                               group_id="kafka-python", auto_offset_reset="earliest",
+                               enable_auto_commit=False, session_timeout_ms=SESSION_MS * 6,
+                               heartbeat_interval_ms=100) for _ in range(3)]
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            for consumer in consumers:
+                consumer.poll(timeout_ms=50)
+            owned = [{tp.partition for tp in c.assignment()} for c in consumers]
+            if owned_exactly_once(owned):
+                break
+        assert owned_exactly_once(owned), owned
+        partition = next(iter(consumers[0].assignment()))
+        consumers[0].commit({partition: OffsetAndMetadata(7, "note", -1)})
+        assert consumers[0].committed(partition) == 7
+    finally:
+        for consumer in consumers:
+            consumer.close()
+
+
+def test_aiokafka_three_members(cluster: LocalCluster) -> None:
+    """aiokafka shares the partitions among three members."""
+    from aiokafka import AIOKafkaConsumer
+
+    async def run() -> list[set[int]]:
+        consumers = [AIOKafkaConsumer(TOPIC, bootstrap_servers=cluster.bootstrap_servers,
+                                      group_id="aiokafka", auto_offset_reset="earliest",
+                                      session_timeout_ms=SESSION_MS * 6,
+                                      heartbeat_interval_ms=100) for _ in range(3)]
+        for consumer in consumers:
+            await consumer.start()
+        try:
+            owned: list[set[int]] = []
+            for _ in range(300):
+                await asyncio.gather(*(c.getmany(timeout_ms=50) for c in consumers))
+                owned = [{tp.partition for tp in c.assignment()} for c in consumers]
+                if owned_exactly_once(owned):
+                    break
+            return owned
+        finally:
+            for consumer in consumers:
+                await consumer.stop()
+
+    owned = asyncio.run(run())
+    assert owned_exactly_once(owned), owned
+
+
+# -- the wire: exact error codes ----------------------------------------------------------
+
+ONE_S = datetime.timedelta(seconds=1)
+
+
+def _join(client: WireClient, group: str, member_id: str) -> Any:
+    request = JoinGroupRequest(group_id=group, session_timeout=ONE_S, rebalance_timeout=ONE_S,
+                               member_id=member_id, group_instance_id=None,
+                               protocol_type="consumer",
+                               protocols=(JoinGroupRequestProtocol(name="range",
+                                                                   metadata=b"m"),))
+    return client.request(11, 5, request)
+
+
+def _commit(client: WireClient, group: str, generation: int, member_id: str,
+            metadata: str = "") -> Any:
+    request = OffsetCommitRequest(
+        group_id=group, generation_id_or_member_epoch=generation, member_id=member_id,
+        group_instance_id=None, topics=(OffsetCommitRequestTopic(name=TOPIC, partitions=(
+            OffsetCommitRequestPartition(partition_index=0, committed_offset=5,
+                                         committed_leader_epoch=-1,
+                                         committed_metadata=metadata),)),))
+    response = client.request(8, 8, request)
+    return response.topics[0].partitions[0].error_code
+
+
+def _fetched(client: WireClient, group: str) -> int:
+    request = OffsetFetchRequest(groups=(OffsetFetchRequestGroup(group_id=group, topics=(
+        OffsetFetchRequestTopics(name=TOPIC, partition_indexes=(0,)),)),), require_stable=True)
+    response = client.request(9, 8, request)
+    return int(response.groups[0].topics[0].partitions[0].committed_offset)
+
+
+def test_wire_bad_commits_get_their_codes_and_write_nothing(cluster: LocalCluster) -> None:
+    group = "wire-group"
+    with WireClient(cluster.bootstrap_servers) as client:
+        found = client.request(10, 4, FindCoordinatorRequest(
+            key_type=0, coordinator_keys=(group, "other-group")))
+        assert [c.error_code for c in found.coordinators] == [ErrorCode.none] * 2
+        assert {c.node_id for c in found.coordinators} == {cluster.node_id}
+        first = _join(client, group, "")
+        assert first.error_code == ErrorCode.member_id_required
+        joined = _join(client, group, first.member_id)
+        assert joined.error_code == ErrorCode.none and joined.leader == first.member_id
+        member, generation = joined.member_id, joined.generation_id
+        synced = client.request(14, 3, SyncGroupRequest(
+            group_id=group, generation_id=generation, member_id=member, group_instance_id=None,
+            assignments=(SyncGroupRequestAssignment(member_id=member, assignment=b"A"),)))
+        assert synced.error_code == ErrorCode.none and synced.assignment == b"A"
+
+        assert _commit(client, group, generation - 1, member) == ErrorCode.illegal_generation
+        assert _commit(client, group, generation, "stranger") == ErrorCode.unknown_member_id
+        assert _commit(client, group, generation, member, "x" * 101) == (
+            ErrorCode.offset_metadata_too_large)
+        assert _fetched(client, group) == -1  # none of them was written
+        assert _commit(client, group, generation, member, "ok") == ErrorCode.none
+        assert _fetched(client, group) == 5
+
+
+def test_admin_lists_describes_and_deletes_groups(cluster: LocalCluster) -> None:
+    bootstrap = cluster.bootstrap_servers
+    consumer = confluent_consumer(bootstrap, "admin-active")
+    consumer.subscribe([TOPIC])
+    poll_until([consumer], lambda: len(consumer.assignment()) == PARTITIONS)
+    idle = confluent_consumer(bootstrap, "admin-idle")
+    idle.commit(offsets=[TopicPartition(TOPIC, 0, 3)], asynchronous=False)
+    idle.close()
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    listed = admin.list_consumer_groups().result(10)
+    states = {g.group_id: g.state.name for g in listed.valid}
+    assert states["admin-active"] == "STABLE" and states["admin-idle"] == "EMPTY"
+    described = admin.describe_consumer_groups(["admin-active"])["admin-active"].result(10)
+    [member] = described.members
+    assert len(member.assignment.topic_partitions) == PARTITIONS
+    refused = admin.delete_consumer_groups(["admin-active"])["admin-active"]
+    with pytest.raises(Exception, match="NON_EMPTY_GROUP"):
+        refused.result(10)
+    admin.delete_consumer_groups(["admin-idle"])["admin-idle"].result(10)
+    assert "admin-idle" not in {g.group_id for g in admin.list_consumer_groups().result(10).valid}
+    consumer.close()
+
+
+def test_committed_offsets_survive_a_node_restart(tmp_path: Any) -> None:
+    """Offsets and group metadata are rebuilt from __consumer_offsets (default 50
+    partitions) after the node restarts, cleanly and after SIGKILL."""
+    with LocalCluster(data_dir=tmp_path / "node", configs={
+            "group.initial.rebalance.delay.ms": "0"}) as node:
+        bootstrap = node.bootstrap_servers
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic("kept", 3, 1)])["kept"].result(30)
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "kept-group"})
+        consumer.commit(offsets=[TopicPartition("kept", p, 10 + p) for p in range(3)],
+                        asynchronous=False)
+        consumer.close()
+        for restart in (node.stop, node.kill):
+            restart()
+            node.start()
+            consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "kept-group"})
+            committed = consumer.committed([TopicPartition("kept", p) for p in range(3)], 20)
+            consumer.close()
+            assert [tp.offset for tp in committed] == [10, 11, 12], restart
+        assert os.path.isdir(node.log_dir / "__consumer_offsets-49")

@@ -43,6 +43,7 @@ from pykraft.raft.driver import RaftNode
 from pykraft.server.config import ServerConfig
 from pykraft.server.controller_server import ControllerServer, wall_clock_ms
 from pykraft.server.storage_tool import StorageToolError, check_storage
+from pykraft.storage.cleaner import CleanerConfig, LogCleaner
 from pykraft.storage.log_manager import LogManager
 
 log = logging.getLogger("pykraft.server")
@@ -115,6 +116,7 @@ class Node:
         self._tasks += [
             asyncio.create_task(self._heartbeat_loop(), name="broker-heartbeat"),
             asyncio.create_task(self._housekeeping_loop(), name="log-housekeeping"),
+            asyncio.create_task(self._cleaner_loop(), name="log-cleaner"),
             asyncio.create_task(self._controller_tick_loop(), name="controller-tick"),
             asyncio.create_task(self.groups.run(), name="group-coordinator"),
         ]
@@ -244,6 +246,42 @@ class Node:
             await asyncio.sleep(max(0.01, min(1.0, (wake_at_ms - wall_clock_ms()) / 1000)))
 
     # -- periodic log work ------------------------------------------------------------
+
+    async def _cleaner_loop(self) -> None:
+        """Compaction (storage.cleaner): choose and swap on the loop, which owns the logs;
+        the rewrite runs in a worker thread, as it only reads and writes files of its own."""
+        manager = self.log_manager
+        assert manager is not None
+        config = CleanerConfig.from_server_configs(self.config.values)
+        if not config.active:
+            return
+        self.cleaner = LogCleaner(config, lambda: [
+            (lg, home) for lg in manager.logs()
+            if (home := manager.log_dir_of(lg.topic, lg.partition)) is not None])
+        while True:
+            job = None
+            try:
+                job = self.cleaner.next_job(wall_clock_ms())
+                if job is not None:
+                    work = asyncio.get_running_loop().run_in_executor(None, job.run)
+                    try:
+                        await asyncio.shield(work)
+                    except asyncio.CancelledError:
+                        job.abort()  # stop the thread before the logs close
+                        await asyncio.gather(work, return_exceptions=True)
+                        raise
+                    self.cleaner.finish(job, wall_clock_ms())
+            except FileNotFoundError:
+                log.info("log cleaning dropped: a segment went away meanwhile")
+            except InvariantViolation as error:
+                self._fatal(error)
+                return
+            except Exception:
+                log.exception("cleaning %s failed; it is skipped until restart",
+                              job.log if job is not None else "a log")
+                if job is not None:
+                    self.cleaner.uncleanable.add((job.log.topic, job.log.partition))
+            await asyncio.sleep(0 if job is not None else config.backoff_ms / 1000)
 
     async def _housekeeping_loop(self) -> None:
         retention_every_ms = self.config.get_int("log.retention.check.interval.ms")

@@ -628,6 +628,9 @@ class LogCleaner:
     logs: Callable[[], Sequence[tuple[Log, Path]]]
     _states: dict[tuple[str, int], _PartitionState] = field(default_factory=dict)
     _loaded_dirs: set[Path] = field(default_factory=set)
+    # partitions whose cleaning failed (a corrupt batch, an I/O error): skipped until restart,
+    # as Kafka's cleaner marks them uncleanable
+    uncleanable: set[tuple[str, int]] = field(default_factory=set)
 
     def _state(self, log_: Log, log_dir: Path) -> _PartitionState:
         if log_dir not in self._loaded_dirs:
@@ -658,7 +661,7 @@ class LogCleaner:
         """The job for the dirtiest compacted log that is due, if any."""
         candidates: list[tuple[Log, CleaningPlan]] = []
         for log_, log_dir in self.logs():
-            if not log_.config.compact:
+            if not log_.config.compact or (log_.topic, log_.partition) in self.uncleanable:
                 continue
             state = self._state(log_, log_dir)
             facts = log_facts(log_, state.checkpoint_offset, state.delete_horizon_due_ms)

@@ -1,0 +1,224 @@
+"""Compaction on a real node with real clients: a changelog topic shrinks to about one
+record per key and a consumer reading from the beginning sees the latest values; tombstones
+disappear after delete.retention.ms; the cleaner's topic configs are described and altered
+like any other; a kill -9 in the middle of cleaning leaves an intact, readable log."""
+
+from __future__ import annotations
+
+import random
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+)
+
+from pykraft.testing import LocalCluster
+
+SEGMENT_BYTES = 1_048_576
+CLEANER_CONFIGS = {"log.cleaner.backoff.ms": "100"}
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalCluster]:
+    with LocalCluster(configs=CLEANER_CONFIGS) as node:
+        yield node
+
+
+def _create(bootstrap: str, name: str, config: dict[str, str]) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(name, num_partitions=1, replication_factor=1,
+                                  config=config)])[name].result(30)
+
+
+def _compacted(**overrides: str) -> dict[str, str]:
+    config = {"cleanup.policy": "compact", "segment.bytes": str(SEGMENT_BYTES),
+              "min.cleanable.dirty.ratio": "0.01", "segment.ms": "1000"}
+    config.update(overrides)
+    return config
+
+
+def _update(bootstrap: str, topic: str, keys: int, updates: int, value_bytes: int = 100,
+            seed: int = 1) -> dict[bytes, bytes]:
+    """`updates` writes spread over `keys` keys; returns the latest value of each key."""
+    rng = random.Random(seed)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5,
+                         "batch.num.messages": 500, "queue.buffering.max.messages": 500_000})
+    latest: dict[bytes, bytes] = {}
+    padding = b"." * value_bytes
+    for version in range(updates):
+        key = f"key-{version % keys if version < keys else rng.randrange(keys):06d}".encode()
+        value = b"%d:" % version + padding
+        while True:
+            try:
+                producer.produce(topic, value, key=key, partition=0)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        latest[key] = value
+        if version % 10_000 == 0:
+            producer.poll(0)
+    assert producer.flush(120) == 0
+    return latest
+
+
+def _roll_active_segment(bootstrap: str, topic: str, latest: dict[bytes, bytes]) -> None:
+    """Wait out segment.ms and rewrite one key, so the data before it leaves the active
+    segment and becomes cleanable."""
+    time.sleep(1.2)
+    key = next(iter(latest))
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+    producer.produce(topic, latest[key], key=key, partition=0)
+    assert producer.flush(30) == 0
+
+
+def _read_all(bootstrap: str, topic: str) -> list[tuple[int, bytes | None, bytes | None]]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{topic}",
+                         "enable.auto.commit": False, "fetch.queue.backoff.ms": 0})
+    try:
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+        consumer.assign([TopicPartition(topic, 0, int(low))])
+        found: list[tuple[int, bytes | None, bytes | None]] = []
+        deadline = time.monotonic() + 120
+        while high > low and (not found or found[-1][0] < high - 1):
+            assert time.monotonic() < deadline, "reading the topic took too long"
+            for message in consumer.consume(10_000, 1.0):
+                assert message.error() is None, message.error()
+                found.append((message.offset(), message.key(), message.value()))
+        return found
+    finally:
+        consumer.close()
+
+
+def _fold(found: list[tuple[int, bytes | None, bytes | None]]) -> dict[bytes, bytes]:
+    state: dict[bytes, bytes] = {}
+    for _, key, value in found:
+        assert key is not None
+        if value is None:
+            state.pop(key, None)
+        else:
+            state[key] = value
+    return state
+
+
+def _wait_for(condition: Callable[[], bool], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.3)
+    raise AssertionError("condition not met in time")
+
+
+def _log_bytes(cluster: LocalCluster, topic: str) -> int:
+    return sum(path.stat().st_size for path in (cluster.log_dir / f"{topic}-0").glob("*.log"))
+
+
+def test_changelog_shrinks_to_one_record_per_key(cluster: LocalCluster) -> None:
+    bootstrap = cluster.bootstrap_servers
+    _create(bootstrap, "changelog", _compacted())
+    keys = 1_000
+    latest = _update(bootstrap, "changelog", keys, 50_000)
+    _roll_active_segment(bootstrap, "changelog", latest)
+    written = 50_001 * 100  # the values alone
+    _wait_for(lambda: _log_bytes(cluster, "changelog") < written // 20, 90)
+    found = _read_all(bootstrap, "changelog")
+    assert _fold(found) == latest
+    assert len(found) <= keys + 1, "one record per key, plus the one in the active segment"
+    offsets = [offset for offset, _, _ in found]
+    assert offsets == sorted(set(offsets)) and offsets[-1] == 50_000
+
+
+def test_tombstones_disappear_after_delete_retention(cluster: LocalCluster) -> None:
+    bootstrap = cluster.bootstrap_servers
+    _create(bootstrap, "tombstones", _compacted(**{"delete.retention.ms": "500"}))
+    latest = _update(bootstrap, "tombstones", 50, 20_000, value_bytes=200)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+    deleted = sorted(latest)[:10]
+    for key in deleted:
+        producer.produce("tombstones", None, key=key, partition=0)
+        del latest[key]
+    assert producer.flush(30) == 0
+    _roll_active_segment(bootstrap, "tombstones", latest)
+
+    def tombstones_gone() -> bool:
+        found = _read_all(bootstrap, "tombstones")
+        return all(value is not None for _, _, value in found) and len(found) <= 41
+
+    _wait_for(tombstones_gone, 90)
+    assert _fold(_read_all(bootstrap, "tombstones")) == latest
+
+
+def test_describe_and_alter_cleaner_configs(cluster: LocalCluster) -> None:
+    bootstrap = cluster.bootstrap_servers
+    _create(bootstrap, "cleaner-configs", _compacted(**{"min.compaction.lag.ms": "1000"}))
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    resource = ConfigResource(ResourceType.TOPIC, "cleaner-configs")
+    entries = admin.describe_configs([resource])[resource].result(30)
+    assert entries["cleanup.policy"].value == "compact"
+    assert entries["min.cleanable.dirty.ratio"].value == "0.01"
+    assert entries["min.compaction.lag.ms"].value == "1000"
+    assert entries["max.compaction.lag.ms"].value == "9223372036854775807"
+    assert entries["delete.retention.ms"].value == "86400000"
+    assert entries["segment.ms"].value == "1000"
+    _set_configs(bootstrap, "cleaner-configs",
+                 {"delete.retention.ms": "1234", "cleanup.policy": "compact,delete"})
+    entries = admin.describe_configs([resource])[resource].result(30)
+    assert entries["delete.retention.ms"].value == "1234"
+    assert entries["cleanup.policy"].value == "compact,delete"
+
+
+def _cleaner_files(directory: Path) -> list[Path]:
+    return [*directory.glob("*.cleaned"), *directory.glob("*.swap")]
+
+
+def _set_configs(bootstrap: str, topic: str, configs: dict[str, str]) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    change = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
+        ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
+        for name, value in configs.items()])
+    admin.incremental_alter_configs([change])[change].result(30)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_kill_9_during_cleaning_leaves_an_intact_log(seed: int) -> None:
+    with LocalCluster(configs=CLEANER_CONFIGS) as node:
+        bootstrap = node.bootstrap_servers
+        # written as a plain topic, then made compacted: one large dirty log to clean
+        _create(bootstrap, "crashy", _compacted(**{"cleanup.policy": "delete"}))
+        latest = _update(bootstrap, "crashy", 5_000, 80_000, value_bytes=150, seed=seed)
+        _roll_active_segment(bootstrap, "crashy", latest)
+        directory = node.log_dir / "crashy-0"
+        _set_configs(bootstrap, "crashy", {"cleanup.policy": "compact"})
+        deadline = time.monotonic() + 60
+        while not _cleaner_files(directory):
+            assert time.monotonic() < deadline, "the cleaner never started"
+            time.sleep(0.005)
+        time.sleep(random.Random(seed).uniform(0, 0.3))
+        node.kill(signal.SIGKILL)
+        node.start()
+        assert _fold(_read_all(bootstrap, "crashy")) == latest, "nothing acknowledged is lost"
+        _wait_for(lambda: len(_read_all(bootstrap, "crashy")) <= 5_001, 90)
+        assert _fold(_read_all(bootstrap, "crashy")) == latest
+        assert not _cleaner_files(directory)
+
+
+@pytest.mark.slow
+def test_a_million_updates_of_ten_thousand_keys_shrink_to_ten_thousand_records() -> None:
+    with LocalCluster(configs=CLEANER_CONFIGS) as node:
+        bootstrap = node.bootstrap_servers
+        _create(bootstrap, "offsets-like", _compacted())
+        latest = _update(bootstrap, "offsets-like", 10_000, 1_000_000, value_bytes=20)
+        _roll_active_segment(bootstrap, "offsets-like", latest)
+        _wait_for(lambda: len(_read_all(bootstrap, "offsets-like")) <= 10_001, 600)
+        found = _read_all(bootstrap, "offsets-like")
+        assert _fold(found) == latest

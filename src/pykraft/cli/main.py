@@ -3,6 +3,7 @@
     pykraft server start [CONFIG] [--override key=value ...]
     pykraft storage random-uuid | format --config FILE --cluster-id ID [--ignore-formatted]
     pykraft topics | console-producer | console-consumer | dump-log | perf produce|consume
+    pykraft consumer-groups --bootstrap-server H:P --list | --describe | --reset-offsets | --delete
     pykraft delete-records --bootstrap-server H:P --offset-json-file FILE
 
 Every failure the user can act on ends as one line on stderr and exit code 1 (a usage
@@ -25,6 +26,7 @@ import pykraft
 from pykraft.cli import (
     console_consumer,
     console_producer,
+    consumer_groups,
     delete_records,
     dump_log,
     perf,
@@ -47,6 +49,7 @@ def build_parser() -> ArgumentParser:
     topics.add_parser(commands)
     console_producer.add_parser(commands)
     console_consumer.add_parser(commands)
+    consumer_groups.add_parser(commands)
     dump_log.add_parser(commands)
     delete_records.add_parser(commands)
     perf.add_parser(commands)

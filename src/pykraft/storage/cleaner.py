@@ -52,8 +52,10 @@ from pathlib import Path
 from typing import Any, Final, TypeVar
 
 import crc32c
+from kio._kio_native import read_signed_varint, read_signed_varlong
+from kio.serial.errors import DecodeError
 
-from pykraft.errors import InvalidConfig, invariant
+from pykraft.errors import CorruptRecord, InvalidConfig, invariant
 from pykraft.records.batch import (
     BATCH_HEADER,
     COMPRESSION_MASK,
@@ -63,8 +65,10 @@ from pykraft.records.batch import (
     HEADER_SIZE,
     LOG_OVERHEAD,
     BatchHeader,
+    check_batch,
     read_header,
 )
+from pykraft.records.codecs import compress, decompress
 from pykraft.records.record import BatchBuilder, Record, _encode_record, iter_records
 from pykraft.storage import log_files
 from pykraft.storage.checkpoint import read_offsets_checkpoint, write_offsets_checkpoint
@@ -367,6 +371,70 @@ def _empty_batch(header: BatchHeader) -> bytes:
     return bytes(data)
 
 
+# (offset, key, value is null, timestamp delta, start, end): one record of a batch, with
+# where its bytes (length prefix included) lie in the decompressed records section
+_Scanned = tuple[int, bytes | None, bool, int, int, int]
+
+
+def _scan_records(batch: bytes, header: BatchHeader) -> tuple[bytes, list[_Scanned]]:
+    """The batch's records section (decompressed) and, per record, what compaction needs.
+
+    Cheaper than decoding Records: headers and values are skipped, nothing is copied but the
+    keys. The CRC is checked first, and every record must end where its length says."""
+    check_batch(batch)
+    data = decompress(header.compression, memoryview(batch)[HEADER_SIZE:])
+    scanned: list[_Scanned] = []
+    append = scanned.append
+    base_offset, position, size = header.base_offset, 0, len(data)
+    try:
+        for _ in range(header.records_count):
+            start = position
+            length, used = read_signed_varint(data, position)
+            position += used
+            end = position + length
+            timestamp_delta, used = read_signed_varlong(data, position + 1)
+            position += 1 + used
+            offset_delta, used = read_signed_varint(data, position)
+            position += used
+            key_length, used = read_signed_varint(data, position)
+            position += used
+            key = None
+            if key_length >= 0:
+                key = data[position : position + key_length]
+                position += key_length
+            value_length, _ = read_signed_varint(data, position)
+            if length < 0 or end > size or position > end or key_length < -1:
+                raise CorruptRecord(f"malformed record at byte {start} of a batch at "
+                                    f"offset {base_offset}")
+            append((base_offset + offset_delta, key, value_length < 0, timestamp_delta,
+                    start, end))
+            position = end
+    except (DecodeError, ValueError) as error:
+        raise CorruptRecord(f"malformed record in batch at offset {base_offset}") from error
+    if position != size:
+        raise CorruptRecord(f"{size - position} bytes follow the records of the batch at "
+                            f"offset {base_offset}")
+    return data, scanned
+
+
+def _rebuild_raw(header: BatchHeader, data: bytes, kept: list[_Scanned]) -> bytes:
+    """The batch with only `kept` records, copied byte for byte (same base offset and base
+    timestamp, so every delta stays valid); count, max timestamp and CRC are recomputed."""
+    section = compress(header.compression, b"".join(data[k[4] : k[5]] for k in kept))
+    if header.is_log_append_time:
+        max_timestamp = header.max_timestamp
+    else:
+        max_timestamp = header.base_timestamp + max(k[3] for k in kept)
+    out = bytearray(BATCH_HEADER.pack(
+        header.base_offset, HEADER_SIZE - LOG_OVERHEAD + len(section),
+        header.partition_leader_epoch, 2, 0, header.attributes, header.last_offset_delta,
+        header.base_timestamp, max_timestamp, header.producer_id, header.producer_epoch,
+        header.base_sequence, len(kept)))
+    out += section
+    struct.pack_into(">I", out, CRC_AT, crc32c.crc32c(memoryview(out)[CRC_FROM:]))
+    return bytes(out)
+
+
 def _iter_file_batches(path: Path, abort: threading.Event) -> Iterator[tuple[BatchHeader, bytes]]:
     """Every whole batch of a segment file, read through a descriptor of our own."""
     with open(path, "rb", buffering=0) as stream:
@@ -454,7 +522,8 @@ class CleaningJob:
                     continue
                 if header.base_offset >= stop:
                     break
-                keyed = [(r.key, r.offset) for r in iter_records(batch) if r.key is not None]
+                _, scanned = _scan_records(batch, header)
+                keyed = [(key, offset) for offset, key, *_ in scanned if key is not None]
                 if not offset_map.try_put_batch(keyed):
                     stats.passes_needed = True
                     self._finish_map(offset_map, end)
@@ -526,34 +595,43 @@ class CleaningJob:
         """The batch as it stays in the cleaned log: unchanged, rebuilt, empty, or None."""
         if header.is_control:
             return batch
-        records = list(iter_records(batch))
-        self.stats.records_read += len(records)
+        data, scanned = _scan_records(batch, header)
+        stats = self.stats
+        stats.records_read += len(scanned)
         horizon = header.base_timestamp if _has_horizon(header) else None
         retain_deletes = horizon is None or self.now_ms < horizon
         offsets = offset_map.offsets
-        kept = [
-            r for r in records
-            if r.key is not None and r.offset >= offsets.get(r.key, -1)
-            and (r.value is not None or retain_deletes)
-        ]
-        self.stats.tombstones_removed += sum(
-            1 for r in records if r.value is None and r.key is not None and not retain_deletes
-            and r.offset >= offsets.get(r.key, -1))
-        self.stats.records_kept += len(kept)
-        has_tombstone = any(r.value is None for r in kept)
+        kept: list[_Scanned] = []
+        has_tombstone = False
+        for item in scanned:
+            offset, key, is_tombstone = item[0], item[1], item[2]
+            if key is None or offset < offsets.get(key, -1):
+                continue
+            if is_tombstone:
+                if not retain_deletes:
+                    stats.tombstones_removed += 1
+                    continue
+                has_tombstone = True
+            kept.append(item)
+        stats.records_kept += len(kept)
         if has_tombstone:
             horizon = horizon if horizon is not None else (
                 self.now_ms + self.config.delete_retention_ms)
             due = self.delete_horizon_due_ms
             self.delete_horizon_due_ms = horizon if due is None else min(due, horizon)
-        if len(kept) == len(records) and (not has_tombstone or _has_horizon(header)):
+        if len(kept) == len(scanned) and (not has_tombstone or _has_horizon(header)):
             return batch
         if not kept:
             if header.producer_id != _NO_PRODUCER and self._is_producers_last(header):
-                self.stats.batches_kept_empty += 1
+                stats.batches_kept_empty += 1
                 return _empty_batch(header)
             return None
-        return self._rebuild(header, kept, horizon if has_tombstone else None)
+        if has_tombstone and not _has_horizon(header):
+            assert horizon is not None
+            wanted = {item[0] for item in kept}
+            records = [r for r in iter_records(batch) if r.offset in wanted]
+            return self._rebuild(header, records, horizon)
+        return _rebuild_raw(header, data, kept)
 
     def _rebuild(self, header: BatchHeader, kept: list[Record], horizon: int | None) -> bytes:
         arguments: dict[str, Any] = dict(

@@ -315,3 +315,53 @@ def test_committed_offsets_survive_a_node_restart(tmp_path: Any) -> None:
             consumer.close()
             assert [tp.offset for tp in committed] == [10, 11, 12], restart
         assert os.path.isdir(node.log_dir / "__consumer_offsets-49")
+
+
+# -- the consumer-groups tool --------------------------------------------------------------
+
+
+def _tool(bootstrap: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pykraft", "consumer-groups",
+                           "--bootstrap-server", bootstrap, *argv],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_cli_describes_lag_and_resets_an_inactive_group_only(cluster: LocalCluster) -> None:
+    """--describe shows committed offset, log end and lag per partition; --reset-offsets
+    --to-earliest is refused while a member is active, and once the group is empty it makes
+    the next consumer reread the topic from the start."""
+    bootstrap, group = cluster.bootstrap_servers, "cli-group"
+    committer = confluent_consumer(bootstrap, group)
+    committer.commit(offsets=[TopicPartition(TOPIC, p, 40 + p) for p in range(PARTITIONS)],
+                     asynchronous=False)
+    committer.close()
+    described = _tool(bootstrap, "--describe", "--group", group)
+    assert described.returncode == 0, described.stderr
+    rows = [line.split() for line in described.stdout.splitlines()
+            if line.startswith(f"{group} ")]
+    assert [(r[2], r[3], r[4], r[5]) for r in rows] == [
+        (str(p), str(40 + p), "100", str(60 - p)) for p in range(PARTITIONS)]
+    assert "has no active members" in described.stdout
+
+    active = confluent_consumer(bootstrap, group)
+    active.subscribe([TOPIC])
+    poll_until([active], lambda: len(active.assignment()) == PARTITIONS)
+    refused = _tool(bootstrap, "--reset-offsets", "--group", group, "--topic", TOPIC,
+                    "--to-earliest", "--execute")
+    assert refused.returncode == 1
+    assert "can only be reset if the group 'cli-group' is inactive" in refused.stderr
+    active.close()
+
+    reset = _tool(bootstrap, "--reset-offsets", "--group", group, "--topic", TOPIC,
+                  "--to-earliest", "--execute")
+    assert reset.returncode == 0, reset.stderr
+    reader = confluent_consumer(bootstrap, group)
+    reader.subscribe([TOPIC])
+    first_offsets: dict[int, int] = {}
+    deadline = time.monotonic() + 20
+    while len(first_offsets) < PARTITIONS and time.monotonic() < deadline:
+        message = reader.poll(0.1)
+        if message is not None and message.error() is None:
+            first_offsets.setdefault(message.partition(), message.offset())
+    reader.close()
+    assert first_offsets == {p: 0 for p in range(PARTITIONS)}

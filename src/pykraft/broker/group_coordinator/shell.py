@@ -216,8 +216,9 @@ class GroupCoordinatorShell:
                 timeout = None if wake_at is None else max(0.0, (wake_at - now) / 1000)
                 if self._pending_loads:
                     continue
-                try:
-                    await asyncio.wait_for(self._wake.wait(), timeout)
+                try:  # not wait_for: on 3.11 it can swallow a cancellation that races a wake
+                    async with asyncio.timeout(timeout):
+                        await self._wake.wait()
                 except TimeoutError:
                     pass
         finally:

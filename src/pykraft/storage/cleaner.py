@@ -753,7 +753,16 @@ class LogCleaner:
     def finish(self, job: CleaningJob, now_ms: int) -> bool:
         """Swap the job's output in and record progress; False if it was dropped."""
         if not job.swap(now_ms):
+            log.info("cleaning of %s dropped: its segments changed meanwhile", job.log.dir.name)
             return False
+        stats = job.stats
+        log.info(
+            "cleaned %s: dirty ratio %.2f, offsets [%d, %d) mapped (%d keys, %d bytes of map), "
+            "%d -> %d bytes, %d of %d records kept, %d tombstones removed, next dirty offset %d",
+            job.log.dir.name, job.plan.dirty_ratio, job.plan.first_dirty_offset,
+            job.end_offset, stats.map_entries, stats.map_bytes, stats.bytes_read,
+            stats.bytes_written, stats.records_kept, stats.records_read,
+            stats.tombstones_removed, job.end_offset)
         home = {(lg.topic, lg.partition): d for lg, d in self.logs()}
         key = (job.log.topic, job.log.partition)
         state = self._states.setdefault(key, _PartitionState(owner=job.log))

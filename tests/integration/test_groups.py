@@ -365,3 +365,71 @@ def test_cli_describes_lag_and_resets_an_inactive_group_only(cluster: LocalClust
             first_offsets.setdefault(message.partition(), message.offset())
     reader.close()
     assert first_offsets == {p: 0 for p in range(PARTITIONS)}
+
+
+# -- cooperative rebalancing and static membership ----------------------------------------
+
+
+class Tracker:
+    """Records a consumer's rebalance callbacks (partition numbers)."""
+
+    def __init__(self) -> None:
+        self.assigned: list[set[int]] = []
+        self.revoked: list[set[int]] = []
+
+    def on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self.assigned.append({tp.partition for tp in partitions})
+
+    def on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self.revoked.append({tp.partition for tp in partitions})
+
+
+def test_cooperative_sticky_a_joining_member_revokes_only_what_moves(
+    cluster: LocalCluster,
+) -> None:
+    """With cooperative-sticky, the first member keeps every partition that does not move
+    to the newcomer: its revocations are exactly the newcomer's partitions."""
+    bootstrap, group = cluster.bootstrap_servers, "cooperative"
+    extra = {"partition.assignment.strategy": "cooperative-sticky"}
+    first_calls = Tracker()
+    first = confluent_consumer(bootstrap, group, **extra)
+    first.subscribe([TOPIC], on_assign=first_calls.on_assign, on_revoke=first_calls.on_revoke)
+    poll_until([first], lambda: len(first.assignment()) == PARTITIONS)
+    second = confluent_consumer(bootstrap, group, **extra)
+    second.subscribe([TOPIC])
+    consumers = [first, second]
+    poll_until(consumers, lambda: owned_exactly_once(assignments_of(consumers)))
+    kept, moved = assignments_of(consumers)
+    revoked = set().union(*first_calls.revoked)
+    assert revoked == moved and len(kept) == len(moved) == PARTITIONS // 2
+    assert first_calls.assigned[0] == set(range(PARTITIONS))
+    for consumer in consumers:
+        consumer.close()
+
+
+def test_a_restarted_static_member_gets_its_partitions_back_without_a_rebalance(
+    cluster: LocalCluster,
+) -> None:
+    """group.instance.id (KIP-345): a member that restarts within the session timeout
+    takes its old place and assignment; the other member sees no revocation."""
+    bootstrap, group = cluster.bootstrap_servers, "static"
+    static = {"session.timeout.ms": 6000}
+    leader_calls = Tracker()
+    leader = confluent_consumer(bootstrap, group, **{"group.instance.id": "s-1"}, **static)
+    leader.subscribe([TOPIC], on_assign=leader_calls.on_assign,
+                     on_revoke=leader_calls.on_revoke)
+    poll_until([leader], lambda: len(leader.assignment()) == PARTITIONS)
+    follower = confluent_consumer(bootstrap, group, **{"group.instance.id": "s-2"}, **static)
+    follower.subscribe([TOPIC])
+    consumers = [leader, follower]
+    poll_until(consumers, lambda: owned_exactly_once(assignments_of(consumers)))
+    before = assignments_of(consumers)
+    revocations = len(leader_calls.revoked)
+    follower.close()  # a static member does not leave the group on close
+    restarted = confluent_consumer(bootstrap, group, **{"group.instance.id": "s-2"}, **static)
+    restarted.subscribe([TOPIC])
+    poll_until([leader, restarted], lambda: bool(restarted.assignment()))
+    assert assignments_of([leader, restarted]) == before
+    assert len(leader_calls.revoked) == revocations
+    for consumer in (leader, restarted):
+        consumer.close()

@@ -631,20 +631,19 @@ class GroupCoordinator:
         new_id = self._new_member_id(instance)
         member = Member(new_id, instance, request.client_id, request.client_host,
                         request.rebalance_timeout_ms, request.session_timeout_ms,
-                        request.protocol_type, old.protocols, assignment=old.assignment)
+                        request.protocol_type, request.protocols, assignment=old.assignment)
         group.members[new_id] = member
         group.static_members[instance] = new_id
         if group.leader == old_id:
             group.leader = new_id
-        protocols_changed = old.protocols != request.protocols
-        if group.state is GroupState.STABLE and not protocols_changed and (
+        # As Kafka: new metadata alone does not rebalance a stable group; a change of the
+        # protocol the group would select does (and a leader that cannot skip assignment).
+        if group.state is GroupState.STABLE and group.select_protocol() == group.protocol and (
                 group.leader != new_id or request.supports_skip_assignment):
-            # Nothing changes but the id: persist it, answer with the current generation.
             self._schedule_heartbeat(state.index, group, member, now_ms)
             result = self._join_result(group, member, request.supports_skip_assignment)
             self._append(state.index, [self._group_record(group, now_ms)], [Reply(token, result)])
             return
-        member.protocols = request.protocols
         member.join_token = token
         member.join_skip_assignment = False
         self._maybe_prepare_rebalance(state, group, now_ms)

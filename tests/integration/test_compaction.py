@@ -222,3 +222,14 @@ def test_a_million_updates_of_ten_thousand_keys_shrink_to_ten_thousand_records()
         _wait_for(lambda: len(_read_all(bootstrap, "offsets-like")) <= 10_001, 600)
         found = _read_all(bootstrap, "offsets-like")
         assert _fold(found) == latest
+
+
+def test_cleaner_disabled_leaves_compacted_topics_alone() -> None:
+    with LocalCluster(configs={**CLEANER_CONFIGS, "log.cleaner.enable": "false"}) as node:
+        bootstrap = node.bootstrap_servers
+        _create(bootstrap, "uncleaned", _compacted())
+        latest = _update(bootstrap, "uncleaned", 10, 2_000)
+        _roll_active_segment(bootstrap, "uncleaned", latest)
+        time.sleep(2)
+        found = _read_all(bootstrap, "uncleaned")
+        assert len(found) == 2_001 and _fold(found) == latest

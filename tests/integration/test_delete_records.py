@@ -203,3 +203,25 @@ def test_keyless_record_to_compacted_topic_is_refused(cluster: LocalCluster) -> 
     producer.produce("plain-keys", b"no key", partition=0)
     assert producer.flush(30) == 0
     assert _watermarks(bootstrap, "plain-keys") == (0, 1)
+
+
+def test_offset_json_file_format_is_checked() -> None:
+    from pykraft.cli.args import CommandError
+    from pykraft.cli.delete_records import parse_offset_json
+
+    parsed = parse_offset_json(json.dumps({"partitions": [
+        {"topic": "a", "partition": 0, "offset": 5},
+        {"topic": "b", "partition": 2, "offset": -1}], "version": 1}))
+    assert [(tp.topic, tp.partition, tp.offset) for tp in parsed] == [("a", 0, 5), ("b", 2, -1)]
+    bad = [
+        ("not json", "not valid JSON"),
+        ("[]", "'partitions'"),
+        ('{"partitions": [], "version": 2}', "Not supported version field value 2"),
+        ('{"partitions": [{"topic": "a", "partition": "0", "offset": 1}]}', "'partition'"),
+        ('{"partitions": [{"partition": 0, "offset": 1}]}', "'topic'"),
+        ('{"partitions": [{"topic": "a", "partition": 0, "offset": 1}, '
+         '{"topic": "a", "partition": 0, "offset": 2}]}', "duplicate topic partitions: a-0"),
+    ]
+    for text, message in bad:
+        with pytest.raises(CommandError, match=message):
+            parse_offset_json(text)

@@ -46,6 +46,7 @@ import logging
 import os
 import struct
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,6 +83,7 @@ __all__ = [
     "CleaningJob",
     "CleaningPlan",
     "CleanStats",
+    "Throttle",
     "LogCleaner",
     "LogFacts",
     "SegmentFacts",
@@ -113,6 +115,7 @@ class CleanerConfig:
     dedupe_buffer_size: int = 134_217_728
     io_buffer_load_factor: float = 0.9
     backoff_ms: int = 15_000
+    io_max_bytes_per_second: float = float("inf")
 
     @classmethod
     def from_server_configs(cls, values: Mapping[str, str]) -> CleanerConfig:
@@ -132,10 +135,14 @@ class CleanerConfig:
             dedupe_buffer_size=int(number("log.cleaner.dedupe.buffer.size", "134217728", int)),
             io_buffer_load_factor=number("log.cleaner.io.buffer.load.factor", "0.9", float),
             backoff_ms=int(number("log.cleaner.backoff.ms", "15000", int)),
+            io_max_bytes_per_second=number("log.cleaner.io.max.bytes.per.second",
+                                           "1.7976931348623157E308", float),
         )
         if config.threads < 0 or config.backoff_ms < 0 or config.dedupe_buffer_size <= 0:
             raise InvalidConfig("log.cleaner.threads and log.cleaner.backoff.ms must be >= 0, "
                                 "log.cleaner.dedupe.buffer.size > 0")
+        if config.io_max_bytes_per_second <= 0:
+            raise InvalidConfig("log.cleaner.io.max.bytes.per.second must be > 0")
         if not 0 < config.io_buffer_load_factor <= 1:
             raise InvalidConfig("log.cleaner.io.buffer.load.factor must be in (0, 1]")
         return config
@@ -463,12 +470,46 @@ def _iter_file_batches(path: Path, abort: threading.Event) -> Iterator[tuple[Bat
             position += size
 
 
+class Throttle:
+    """Paces the cleaner's reads and writes to `rate_max` bytes/s (Kafka's
+    log.cleaner.io.max.bytes.per.second): whenever a check interval's worth of bytes has
+    gone, or the interval has passed, it sleeps off any excess. The clock and the sleep are
+    injected (tests pass fakes); sleeping also gives the event loop's thread the GIL."""
+
+    CHECK_INTERVAL_S: Final = 0.1
+
+    def __init__(self, rate_max: float, clock: Callable[[], float],
+                 sleep: Callable[[float], None]) -> None:
+        self.rate_max = rate_max
+        self.clock = clock
+        self.sleep = sleep
+        self.slept_s = 0.0
+        self._period_start = clock()
+        self._period_bytes = 0
+
+    def account(self, size: int) -> None:
+        if self.rate_max == float("inf"):
+            return
+        self._period_bytes += size
+        elapsed = self.clock() - self._period_start
+        if elapsed < self.CHECK_INTERVAL_S and (
+                self._period_bytes < self.rate_max * self.CHECK_INTERVAL_S):
+            return
+        excess = self._period_bytes / self.rate_max - elapsed
+        if excess > 0:
+            self.sleep(excess)
+            self.slept_s += excess
+        self._period_start = self.clock()
+        self._period_bytes = 0
+
+
 class CleaningJob:
     """One cleaning of one log. Built and finished by the Log's owner; `run` may go to a
     worker thread."""
 
     def __init__(
         self, log_: Log, plan: CleaningPlan, map_bytes_max: int, now_ms: int,
+        throttle: Throttle | None = None,
     ) -> None:
         self.log = log_
         self.plan = plan
@@ -484,6 +525,7 @@ class CleaningJob:
         ]
         self._tail_paths = [s.log_path for s in segments]
         self._abort = threading.Event()
+        self._throttle = throttle
         self.stats = CleanStats()
         self.end_offset = plan.first_dirty_offset
         self.delete_horizon_due_ms: int | None = None
@@ -492,6 +534,10 @@ class CleaningJob:
 
     def abort(self) -> None:
         self._abort.set()
+
+    def _account(self, size: int) -> None:
+        if self._throttle is not None:
+            self._throttle.account(size)
 
     # -- run: off the owner's thread ----------------------------------------------------------
 
@@ -529,6 +575,7 @@ class CleaningJob:
                     self._finish_map(offset_map, end)
                     return offset_map
                 stats.dirty_bytes_read += header.size
+                self._account(header.size)
                 end = header.next_offset
         self._finish_map(offset_map, max(end, stop) if stop > start else end)
         return offset_map
@@ -569,6 +616,7 @@ class CleaningJob:
         for source in group:
             for header, batch in _iter_file_batches(source.path, self._abort):
                 self.stats.bytes_read += header.size
+                self._account(header.size)
                 kept = self._filter_batch(header, batch, offset_map, source)
                 if kept is None:
                     continue
@@ -579,6 +627,7 @@ class CleaningJob:
                 if pending_bytes >= _WRITE_CHUNK_BYTES:
                     output.append(b"".join(pending), entries)
                     self.stats.bytes_written += pending_bytes
+                    self._account(pending_bytes)
                     pending, entries, pending_bytes = [], [], 0
         if pending:
             output.append(b"".join(pending), entries)
@@ -709,6 +758,9 @@ class LogCleaner:
     # partitions whose cleaning failed (a corrupt batch, an I/O error): skipped until restart,
     # as Kafka's cleaner marks them uncleanable
     uncleanable: set[tuple[str, int]] = field(default_factory=set)
+    # only the I/O throttle reads a clock; decisions take now_ms
+    io_clock: Callable[[], float] = time.monotonic
+    io_sleep: Callable[[float], None] = time.sleep
 
     def _state(self, log_: Log, log_dir: Path) -> _PartitionState:
         if log_dir not in self._loaded_dirs:
@@ -748,7 +800,8 @@ class LogCleaner:
         if chosen is None:
             return None
         plan = next(plan for candidate, plan in candidates if candidate is chosen)
-        return CleaningJob(chosen, plan, self.config.map_bytes_max, now_ms)
+        throttle = Throttle(self.config.io_max_bytes_per_second, self.io_clock, self.io_sleep)
+        return CleaningJob(chosen, plan, self.config.map_bytes_max, now_ms, throttle)
 
     def finish(self, job: CleaningJob, now_ms: int) -> bool:
         """Swap the job's output in and record progress; False if it was dropped."""

@@ -458,3 +458,29 @@ def test_delete_records_moves_the_start_and_drops_whole_segments(tmp_path: Path)
         log.delete_records(41, NOW)
     assert log.delete_records(10, NOW) == 25
     log.check_invariants()
+
+
+def test_io_throttle_paces_the_cleaner_to_its_rate(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0", compacted(segment_bytes=5_000), now_ms=NOW)
+    for round_ in range(200):
+        put(log, [(f"k{round_ % 7}".encode(), b"x" * 40)])
+    log.roll(NOW)
+    clock = [0.0]
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        clock[0] += seconds
+
+    rate = 2_000.0
+    the_cleaner = LogCleaner(
+        CleanerConfig(io_max_bytes_per_second=rate), lambda: [(log, log.dir.parent)],
+        io_clock=lambda: clock[0], io_sleep=sleep)
+    job = the_cleaner.clean_once(NOW)
+    assert job is not None
+    moved = job.stats.dirty_bytes_read + job.stats.bytes_read + job.stats.bytes_written
+    assert len(slept) > 5
+    assert sum(slept) == pytest.approx(moved / rate, rel=0.25)
+    assert fold(records(log)) == {f"k{k}".encode(): b"x" * 40 for k in range(7)}
+    unthrottled = CleanerConfig.from_server_configs({})
+    assert unthrottled.io_max_bytes_per_second > 1e300

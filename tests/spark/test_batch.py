@@ -182,3 +182,51 @@ def test_write_needs_value_and_a_topic(
     with pytest.raises(Exception, match="Use the option 'topic'"):
         no_topic.write.format("pykraft").option("kafka.bootstrap.servers", bootstrap) \
             .mode("append").save()
+
+
+def _produce_timed(bootstrap: str, topic: str, base_ms: int, count: int) -> None:
+    """Record i goes to partition i % 2 with timestamp base + i seconds."""
+    from confluent_kafka import Producer
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for i in range(count):
+        producer.produce(topic, str(i).encode(), partition=i % 2, timestamp=base_ms + i * 1000)
+    assert producer.flush(30) == 0
+
+
+def test_timestamps_select_the_first_records_at_or_after(
+        spark: SparkSession, pykraft_cluster: LocalCluster, topic_name: TopicName) -> None:
+    """startingTimestamp / endingTimestamp and startingOffsetsByTimestamp resolve through
+    ListOffsets by time; a time after the last record fails unless the strategy is latest."""
+    bootstrap = pykraft_cluster.bootstrap_servers
+    topic = topic_name("batch-times")
+    create_topic(bootstrap, topic, partitions=2)
+    base = 1_700_000_000_000
+    _produce_timed(bootstrap, topic, base, 100)
+
+    def values(**options: str) -> list[int]:
+        rows = _read(spark, bootstrap, subscribe=topic, **options).select("value").collect()
+        return sorted(int(r.value) for r in rows)
+
+    assert values(startingTimestamp=str(base + 10_500),
+                  endingTimestamp=str(base + 40_000)) == list(range(11, 40))
+    by_partition = json.dumps({topic: {"0": base + 10_500, "1": base}})
+    assert values(startingOffsetsByTimestamp=by_partition,
+                  endingOffsets=json.dumps({topic: {"0": 10, "1": 3}})) == [1, 3, 5, 12, 14,
+                                                                           16, 18]
+    later = str(base + 10_000_000)
+    with pytest.raises(Exception, match="no record at or after the timestamp"):
+        values(startingTimestamp=later)
+    assert values(startingTimestamp=later, startingOffsetsByTimestampStrategy="latest") == []
+    with pytest.raises(Exception, match="must give every subscribed partition"):
+        values(startingOffsetsByTimestamp=json.dumps({topic: {"0": base}}))
+
+
+def test_assign_reads_only_the_assigned_partitions(
+        spark: SparkSession, pykraft_cluster: LocalCluster, topic_name: TopicName) -> None:
+    bootstrap = pykraft_cluster.bootstrap_servers
+    topic = topic_name("batch-assign")
+    create_topic(bootstrap, topic, partitions=3)
+    _fill(bootstrap, topic, 3, 20)
+    rows = _read(spark, bootstrap, assign=json.dumps({topic: [2, 0]})).collect()
+    assert sorted((r.partition, r.offset) for r in rows) == \
+        [(p, o) for p in (0, 2) for o in range(20)]

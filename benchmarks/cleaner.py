@@ -45,6 +45,8 @@ def main() -> None:
     parser.add_argument("--dedupe-mib", type=int, default=128)
     parser.add_argument("--impact", action="store_true")
     parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--io-max-mb", type=float, default=None,
+                        help="with --impact: log.cleaner.io.max.bytes.per.second in MB/s")
     args = parser.parse_args()
     if args.impact:
         impact(args)
@@ -130,7 +132,10 @@ def impact(args: argparse.Namespace) -> None:
 
     from pykraft.testing import LocalCluster
 
-    with LocalCluster(configs={"log.cleaner.backoff.ms": "100"}) as node:
+    configs = {"log.cleaner.backoff.ms": "100"}
+    if args.io_max_mb is not None:
+        configs["log.cleaner.io.max.bytes.per.second"] = str(args.io_max_mb * 1e6)
+    with LocalCluster(configs=configs) as node:
         bootstrap = node.bootstrap_servers
         admin = AdminClient({"bootstrap.servers": bootstrap})
         topics = [NewTopic("hot", 1, 1),

@@ -379,32 +379,49 @@ def test_a_crash_before_the_swap_leaves_the_log_as_it_was(tmp_path: Path) -> Non
 
 # -- the property --------------------------------------------------------------------------------
 
-_OPERATIONS = st.lists(
-    st.tuples(st.integers(0, 11), st.one_of(st.none(), st.binary(min_size=0, max_size=30)),
-              st.integers(1, 4)),
-    min_size=1, max_size=120)
+_BATCHES = st.lists(
+    st.tuples(
+        st.lists(st.tuples(st.integers(0, 11),
+                           st.one_of(st.none(), st.binary(min_size=0, max_size=30)),
+                           st.integers(0, 5_000)),
+                 min_size=1, max_size=4),
+        st.sampled_from([0, 1, 3, 4]),  # codec
+        st.sampled_from([-1, 5, 6]),  # producer id
+    ),
+    min_size=1, max_size=100)
 
 
-@settings(max_examples=60, deadline=None,
+@settings(max_examples=40, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(operations=_OPERATIONS, dedupe_bytes=st.sampled_from([200, 700, 1 << 20]))
+@given(batches=_BATCHES, dedupe_bytes=st.sampled_from([200, 700, 1 << 20]),
+       log_append_time=st.booleans())
 def test_compaction_keeps_exactly_the_latest_value_per_key(
-    tmp_path_factory: pytest.TempPathFactory, operations: list[tuple[int, bytes | None, int]],
-    dedupe_bytes: int,
+    tmp_path_factory: pytest.TempPathFactory,
+    batches: list[tuple[list[tuple[int, bytes | None, int]], int, int]],
+    dedupe_bytes: int, log_append_time: bool,
 ) -> None:
-    """Random puts and tombstones over many segments, compacted with a buffer that may hold
-    only a key or two: the log folds to the same state, each surviving record sits at the
-    offset it was written at, every key appears once, and tombstones go after their horizon."""
+    """Random puts and tombstones over many segments (any codec, idempotent producers or
+    none, CreateTime or LogAppendTime), compacted with a buffer that may hold only a key or
+    two: the log folds to the same state, each surviving record sits at the offset it was
+    written at with its timestamp, every key appears once, and tombstones go after their
+    horizon."""
     directory = tmp_path_factory.mktemp("prop") / "t-0"
-    log = open_log(directory, compacted(segment_bytes=300, delete_retention_ms=1_000),
-                   now_ms=NOW)
-    written: dict[int, tuple[bytes, bytes | None]] = {}
+    timestamp_type = "LogAppendTime" if log_append_time else "CreateTime"
+    log = open_log(directory, compacted(segment_bytes=300, delete_retention_ms=1_000,
+                                        message_timestamp_type=timestamp_type), now_ms=NOW)
+    written: dict[int, tuple[bytes, bytes | None, int]] = {}
     the_cleaner = cleaner(log, dedupe_bytes)
-    for index, (key, value, repeat) in enumerate(operations):
-        pairs = [(f"key{key}".encode(), value) for _ in range(repeat)]
-        base = put(log, pairs)
-        for i, pair in enumerate(pairs):
-            written[base + i] = pair
+    sequences: dict[int, int] = {}
+    for index, (items, codec, producer_id) in enumerate(batches):
+        data = build_batch(
+            [(f"key{key}".encode(), value, [], NOW - age) for key, value, age in items],
+            compression=codec, producer_id=producer_id, producer_epoch=0 if producer_id >= 0
+            else -1, base_sequence=sequences.get(producer_id, 0) if producer_id >= 0 else -1)
+        sequences[producer_id] = sequences.get(producer_id, 0) + len(items)
+        base = log.append_as_leader(bytearray(data), leader_epoch=0, now_ms=NOW).first_offset
+        log.update_high_watermark(log.log_end_offset)
+        for i, (key, value, age) in enumerate(items):
+            written[base + i] = (f"key{key}".encode(), value, NOW if log_append_time else NOW - age)
         if index % 17 == 16:  # clean along the way too, with part of the log still active
             the_cleaner.clean_once(NOW)
     expected = fold(records(log))
@@ -415,7 +432,7 @@ def test_compaction_keeps_exactly_the_latest_value_per_key(
     offsets = [r.offset for r in kept]
     assert offsets == sorted(set(offsets)), "offsets strictly increase"
     for record in kept:
-        assert written[record.offset] == (record.key, record.value)
+        assert written[record.offset] == (record.key, record.value, record.timestamp)
     keys = [r.key for r in kept]
     assert len(keys) == len(set(keys)), "one record per key"
     clean_until_done(the_cleaner, NOW + 1_000)

@@ -93,3 +93,30 @@ def test_batch_read_of_deleted_offsets(
     with pytest.raises(Exception, match=f"offsets 10 to {low - 1} were deleted"):
         read("true")
     assert read("false") == 750 - low
+
+
+def test_executor_finds_offsets_deleted_after_planning(
+        retention_cluster: LocalCluster, topic_name: TopicName,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A task whose planned range starts below the log start offset (retention ran between
+    planning and reading) fails, or reads from the log start and logs what it skipped."""
+    from pykraft.spark.client import read_range
+    from pykraft.spark.options import parse_read_options
+    from pykraft.spark.planning import DataLossError, OffsetRange
+
+    bootstrap = retention_cluster.bootstrap_servers
+    topic = topic_name("lossy-task")
+    low = _topic_losing_its_head(bootstrap, topic, lambda: None)
+    planned = OffsetRange(topic, 0, 20, low + 30)
+
+    def read(fail_on_data_loss: str) -> list[int]:
+        options = parse_read_options({"kafka.bootstrap.servers": bootstrap, "subscribe": topic,
+                                      "failOnDataLoss": fail_on_data_loss}, streaming=True)
+        return [offset for batch in read_range(options, planned)
+                for offset in batch.column("offset").to_pylist()]
+
+    with pytest.raises(DataLossError, match=f"offsets 20 to {low - 1} were deleted"):
+        read("true")
+    with caplog.at_level("WARNING", logger="pykraft.spark"):
+        assert read("false") == list(range(low, low + 30))
+    assert f"offsets 20 to {low - 1} were deleted" in caplog.text

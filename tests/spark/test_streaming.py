@@ -165,3 +165,28 @@ def test_stream_write_mirrors_keys_values_headers_partitions(
                       for r in consume_all(bootstrap, topic, 3))
     assert records(sink) == records(source)
     assert len(records(sink)) == 3000
+
+
+def test_latest_starts_after_what_is_there_and_assign_limits_partitions(
+        spark: SparkSession, pykraft_cluster: LocalCluster, topic_name: TopicName,
+        tmp_path: Path) -> None:
+    """startingOffsets=latest (the streaming default) skips records already in the topic;
+    assign reads only the partitions it names."""
+    bootstrap = pykraft_cluster.bootstrap_servers
+    topic = topic_name("stream-latest")
+    create_topic(bootstrap, topic, partitions=3)
+    produce_keyed(bootstrap, topic, 3, 0, 300)  # before the query: not read
+    df = stream(spark, bootstrap, assign=f'{{"{topic}":[0,2]}}')
+    out = tmp_path / "out"
+    query = to_parquet_per_batch(df, out, tmp_path / "checkpoint", available_now=False)
+    try:
+        deadline = time.monotonic() + 60
+        while query.lastProgress is None and time.monotonic() < deadline:
+            time.sleep(0.2)  # the first batch has fixed the starting offsets
+        produce_keyed(bootstrap, topic, 3, 300, 300)
+        _wait_rows(spark, query, out, 200)
+    finally:
+        query.stop()
+    rows = spark.read.parquet(str(out)).collect()
+    assert sorted((r.partition, r.offset) for r in rows) == \
+        [(p, o) for p in (0, 2) for o in range(100, 200)]

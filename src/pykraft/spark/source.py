@@ -229,9 +229,11 @@ class PykraftStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._view: ClusterView | None = None
         self._latest: dict[Partition, int] = {}
         self._target: dict[Partition, int] | None = None  # Trigger.AvailableNow's end
+        self._initial: dict[str, Any] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"options": self.options, "_view": None, "_latest": {}, "_target": None}
+        return {"options": self.options, "_view": None, "_latest": {}, "_target": None,
+                "_initial": None}
 
     def _cluster(self) -> ClusterView:
         if self._view is None:
@@ -239,12 +241,17 @@ class PykraftStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._view
 
     def initialOffset(self) -> dict[str, Any]:
-        options = self.options
-        view = self._cluster()
-        known = _known_partitions(view, options)
-        offsets = resolve_offsets(view, options.starting, known, name=_starting_name(options),
-                                  no_record_means_latest=options.timestamp_strategy == "latest")
-        return offsets_to_json(offsets)
+        """Resolved once per run: Spark asks again at every trigger until a first batch has
+        data, and "latest" must not move on in between, or records would be skipped."""
+        if self._initial is None:
+            options = self.options
+            view = self._cluster()
+            known = _known_partitions(view, options)
+            offsets = resolve_offsets(
+                view, options.starting, known, name=_starting_name(options),
+                no_record_means_latest=options.timestamp_strategy == "latest")
+            self._initial = offsets_to_json(offsets)
+        return self._initial
 
     def getDefaultReadLimit(self) -> ReadLimit:
         limit = self.options.max_offsets_per_trigger

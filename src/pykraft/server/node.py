@@ -43,7 +43,7 @@ from pykraft.raft.driver import RaftNode
 from pykraft.server.config import ServerConfig
 from pykraft.server.controller_server import ControllerServer, wall_clock_ms
 from pykraft.server.storage_tool import StorageToolError, check_storage
-from pykraft.storage.cleaner import CleanerConfig, LogCleaner
+from pykraft.storage.cleaner import CleanerConfig, LogCleaner, SwapFailed
 from pykraft.storage.log_manager import LogManager
 
 log = logging.getLogger("pykraft.server")
@@ -271,6 +271,10 @@ class Node:
                         await asyncio.gather(work, return_exceptions=True)
                         raise
                     self.cleaner.finish(job, wall_clock_ms())
+            except SwapFailed as error:
+                log.critical("%s", error)
+                self._fatal(error)
+                return
             except FileNotFoundError:
                 log.info("log cleaning dropped: a segment went away meanwhile")
             except InvariantViolation as error:

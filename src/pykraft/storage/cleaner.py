@@ -42,6 +42,7 @@ charged `len(key) + MAP_ENTRY_OVERHEAD_BYTES` per entry against the budget.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import struct
@@ -56,7 +57,7 @@ import crc32c
 from kio._kio_native import read_signed_varint, read_signed_varlong
 from kio.serial.errors import DecodeError
 
-from pykraft.errors import CorruptRecord, InvalidConfig, invariant
+from pykraft.errors import CorruptRecord, InvalidConfig, KafkaStorageError, invariant
 from pykraft.records.batch import (
     BATCH_HEADER,
     COMPRESSION_MASK,
@@ -83,6 +84,7 @@ __all__ = [
     "CleaningJob",
     "CleaningPlan",
     "CleanStats",
+    "SwapFailed",
     "Throttle",
     "LogCleaner",
     "LogFacts",
@@ -288,6 +290,11 @@ def log_facts(
 
 class CleaningAborted(Exception):
     """The job was asked to stop (the node is stopping)."""
+
+
+class SwapFailed(KafkaStorageError):
+    """An I/O error in the middle of a swap: the Log's files and its segment list may
+    disagree until a restart, whose leftover rules finish or undo the swap."""
 
 
 @dataclass(slots=True)
@@ -608,6 +615,19 @@ class CleaningJob:
             path.unlink()
         output = LogSegment(directory, base, self.config, self.now_ms,
                             suffix=log_files.CLEANED_SUFFIX)
+        try:
+            self._write_group(output, group, offset_map)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                output.close()
+            for path in output.paths():
+                path.unlink(missing_ok=True)
+            raise
+        return output
+
+    def _write_group(
+        self, output: LogSegment, group: list[_Source], offset_map: _OffsetMap
+    ) -> None:
         output.open_for_append(self.config)
         output.fd  # noqa: B018 - the log file exists even if nothing is kept
         pending: list[bytes] = []
@@ -636,7 +656,6 @@ class CleaningJob:
         output.flush()
         os.fsync(output.fd)  # the new file is durable before any swap step
         output.close()
-        return output
 
     def _filter_batch(
         self, header: BatchHeader, batch: bytes, offset_map: _OffsetMap, source: _Source
@@ -805,7 +824,12 @@ class LogCleaner:
 
     def finish(self, job: CleaningJob, now_ms: int) -> bool:
         """Swap the job's output in and record progress; False if it was dropped."""
-        if not job.swap(now_ms):
+        try:
+            swapped = job.swap(now_ms)
+        except OSError as error:
+            raise SwapFailed(f"swapping cleaned segments into {job.log.dir.name} failed: "
+                             f"{error}; a restart completes or undoes the swap") from error
+        if not swapped:
             log.info("cleaning of %s dropped: its segments changed meanwhile", job.log.dir.name)
             return False
         stats = job.stats

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pykraft.errors import InvalidRecord, OffsetOutOfRange
+from pykraft.errors import CorruptRecord, InvalidRecord, OffsetOutOfRange
 from pykraft.records.batch import DELETE_HORIZON_BIT
 from pykraft.records.record import Record, build_batch, iter_records
 from pykraft.storage import log_files
@@ -26,6 +26,7 @@ from pykraft.storage.cleaner import (
     LogCleaner,
     LogFacts,
     SegmentFacts,
+    SwapFailed,
     choose_filthiest,
     plan_cleaning,
 )
@@ -349,7 +350,7 @@ def test_a_crash_at_any_swap_step_leaves_an_intact_log(
             real(*args)
 
         monkeypatch.setattr(os, "replace", failing)
-        with pytest.raises(OSError, match="power cut"):
+        with pytest.raises((SwapFailed, OSError), match="power cut"):
             cleaner(log).finish(job, NOW)
         monkeypatch.setattr(os, "replace", real)
         log.close()  # what the process leaves behind; nothing is flushed or checkpointed
@@ -501,3 +502,16 @@ def test_io_throttle_paces_the_cleaner_to_its_rate(tmp_path: Path) -> None:
     assert fold(records(log)) == {f"k{k}".encode(): b"x" * 40 for k in range(7)}
     unthrottled = CleanerConfig.from_server_configs({})
     assert unthrottled.io_max_bytes_per_second > 1e300
+
+
+def test_a_corrupt_batch_fails_the_job_and_leaves_no_output(tmp_path: Path) -> None:
+    log, expected = _dirty_log(tmp_path / "t-0")
+    victim = log.segments[1]
+    with open(victim.log_path, "r+b") as stream:
+        stream.seek(victim.size - 3)
+        stream.write(b"\xff\xff")  # under the CRC of the segment's last batch
+    job = cleaner(log).next_job(NOW)
+    assert job is not None
+    with pytest.raises(CorruptRecord):
+        job.run()
+    assert not list((tmp_path / "t-0").glob("*" + log_files.CLEANED_SUFFIX))

@@ -190,3 +190,34 @@ def test_latest_starts_after_what_is_there_and_assign_limits_partitions(
     rows = spark.read.parquet(str(out)).collect()
     assert sorted((r.partition, r.offset) for r in rows) == \
         [(p, o) for p in (0, 2) for o in range(100, 200)]
+
+
+@pytest.mark.parametrize("fail_on_data_loss", ["true", "false"])
+def test_deleted_topic_fails_or_is_dropped(
+        spark: SparkSession, pykraft_cluster: LocalCluster, topic_name: TopicName,
+        tmp_path: Path, fail_on_data_loss: str) -> None:
+    """A subscribed topic deleted between runs: failOnDataLoss=true stops the query with a
+    clear message; false goes on with the topics that remain."""
+    bootstrap = pykraft_cluster.bootstrap_servers
+    prefix = topic_name("deleted")
+    keep, drop = f"{prefix}-keep", f"{prefix}-drop"
+    for topic in (keep, drop):
+        create_topic(bootstrap, topic)
+        produce(bootstrap, topic, ((0, b"k", b"v") for _ in range(10)))
+    df = stream(spark, bootstrap, subscribePattern=f"{prefix}-.*",
+                startingOffsets="earliest", failOnDataLoss=fail_on_data_loss)
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    to_parquet_per_batch(df, out, checkpoint).awaitTermination(60)
+    assert spark.read.parquet(str(out)).count() == 20
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # must outlive its futures
+    admin.delete_topics([drop])[drop].result(30)
+    time.sleep(1)
+    produce(bootstrap, keep, ((0, b"k", b"v") for _ in range(5)))
+    query = to_parquet_per_batch(df, out, checkpoint)
+    if fail_on_data_loss == "true":
+        with pytest.raises(StreamingQueryException, match=f"Partition {drop}-0 is gone"):
+            query.awaitTermination(60)
+    else:
+        query.awaitTermination(60)
+        assert query.exception() is None
+        assert spark.read.parquet(str(out)).count() == 25

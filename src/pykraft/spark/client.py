@@ -62,8 +62,10 @@ class ClusterView:
     def __init__(self, params: Mapping[str, str], *, timeout_s: float = 30.0) -> None:
         self.params = dict(params)
         self.timeout_s = timeout_s
+        config = dict[str, str | int | float | bool](self.params)
+        config.setdefault("log_level", 5)  # notices and worse; not the info lines of shutdown
         try:
-            self._admin = AdminClient(dict[str, str | int | float | bool](self.params))
+            self._admin = AdminClient(config)
         except KafkaException as error:
             raise InvalidOptionError(f"Bad Kafka client option: {error.args[0]}") from None
 

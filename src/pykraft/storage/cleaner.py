@@ -533,6 +533,7 @@ class CleaningJob:
         self._tail_paths = [s.log_path for s in segments]
         self._abort = threading.Event()
         self._throttle = throttle
+        self.ran = False
         self.stats = CleanStats()
         self.end_offset = plan.first_dirty_offset
         self.delete_horizon_due_ms: int | None = None
@@ -557,6 +558,7 @@ class CleaningJob:
                           for s in g), "the cleaner never rewrites an uncleanable segment")
             for group in groups:
                 self._outputs.append(_Output(self._clean_group(group, offset_map), group))
+            self.ran = True
         except BaseException:
             self.discard()
             raise
@@ -824,6 +826,7 @@ class LogCleaner:
 
     def finish(self, job: CleaningJob, now_ms: int) -> bool:
         """Swap the job's output in and record progress; False if it was dropped."""
+        invariant(job.ran, f"cleaning job for {job.log.dir.name} finished before it ran")
         try:
             swapped = job.swap(now_ms)
         except OSError as error:

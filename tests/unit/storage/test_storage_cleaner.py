@@ -515,3 +515,37 @@ def test_a_corrupt_batch_fails_the_job_and_leaves_no_output(tmp_path: Path) -> N
     with pytest.raises(CorruptRecord):
         job.run()
     assert not list((tmp_path / "t-0").glob("*" + log_files.CLEANED_SUFFIX))
+
+
+def test_the_cleaner_picks_the_dirtiest_log_and_skips_uncleanable_ones(tmp_path: Path) -> None:
+    logs = []
+    for name, updates in (("a-0", 3), ("b-0", 12), ("c-0", 12)):
+        log = open_log(tmp_path / name, compacted(min_cleanable_dirty_ratio=0.1), now_ms=NOW)
+        for round_ in range(updates):
+            for key in range(4):
+                put(log, [(f"k{key}".encode(), f"{round_}".encode() * 30)])
+        log.roll(NOW)
+        logs.append(log)
+    logs[2].update_config(compacted(cleanup_policy=("delete",)))
+    the_cleaner = LogCleaner(CleanerConfig(), lambda: [(lg, tmp_path) for lg in logs])
+    first = the_cleaner.next_job(NOW)
+    assert first is not None and first.log is logs[1]  # c is not compacted
+    the_cleaner.uncleanable.add(("b", 0))
+    second = the_cleaner.next_job(NOW)
+    assert second is not None and second.log is logs[0]
+    second.run()
+    assert the_cleaner.finish(second, NOW)
+    assert the_cleaner.next_job(NOW) is None
+
+
+def test_a_recreated_partition_starts_with_a_fresh_cleaner_state(tmp_path: Path) -> None:
+    log, _ = _dirty_log(tmp_path / "t-0")
+    current = [log]
+    the_cleaner = LogCleaner(CleanerConfig(), lambda: [(current[0], tmp_path)])
+    clean_until_done(the_cleaner, NOW)
+    assert the_cleaner.status()[("t", 0)][0].first_dirty_offset == log.log_end_offset
+    log.delete()
+    recreated, _ = _dirty_log(tmp_path / "t-0")
+    current[0] = recreated
+    plan, last_clean_ms = the_cleaner.status()[("t", 0)]
+    assert plan.first_dirty_offset == 0 and last_clean_ms == -1

@@ -78,6 +78,7 @@ SERVER_KEYS: Final[dict[str, ServerKey]] = {
         ServerKey("message.max.bytes", "int", "1048588", 0),
         ServerKey("socket.request.max.bytes", "int", "104857600", 1),
         ServerKey("log.retention.check.interval.ms", "long", "300000", 1),
+        ServerKey("log.cleaner.enable", "boolean", "true"),
         ServerKey("log.flush.scheduler.interval.ms", "long", "9223372036854775807", 0),
         ServerKey("log.flush.offset.checkpoint.interval.ms", "int", "60000", 0),
         ServerKey("broker.heartbeat.interval.ms", "int", "2000", 1),

@@ -85,6 +85,9 @@ def test_min_partitions_splits_without_overlap_or_gap(
         F.count("*").alias("n")).orderBy("low").collect()
     assert [r.n for r in per_task] == [1000] * 5
     assert [(r.low, r.high) for r in per_task] == [(i * 1000, i * 1000 + 999) for i in range(5)]
+    capped = _read(spark, bootstrap, subscribe=topic, maxRecordsPerPartition="1500")
+    assert capped.rdd.getNumPartitions() == 4  # ceil(5000 / 1500) pieces of 1250
+    assert capped.select("offset").distinct().count() == 5000
 
 
 def test_write_then_read_round_trips_keys_values_headers(

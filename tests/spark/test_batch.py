@@ -233,3 +233,11 @@ def test_assign_reads_only_the_assigned_partitions(
     rows = _read(spark, bootstrap, assign=json.dumps({topic: [2, 0]})).collect()
     assert sorted((r.partition, r.offset) for r in rows) == \
         [(p, o) for p in (0, 2) for o in range(20)]
+
+
+def test_unreachable_cluster_is_named_in_the_error(spark: SparkSession) -> None:
+    from pykraft.testing import free_port
+    bootstrap = f"127.0.0.1:{free_port()}"  # nothing listens there
+    df = _read(spark, bootstrap, subscribe="t", **{"kafka.socket.timeout.ms": "2000"})
+    with pytest.raises(Exception, match=f"no metadata from kafka.bootstrap.servers={bootstrap}"):
+        df.count()

@@ -61,7 +61,10 @@ class ClusterView:
 
     def __init__(self, params: Mapping[str, str], *, timeout_s: float = 30.0) -> None:
         self.params = dict(params)
-        self.timeout_s = timeout_s
+        # librdkafka's timeout for network requests, when set, bounds each lookup too
+        socket_timeout_ms = self.params.get("socket.timeout.ms", "")
+        self.timeout_s = min(timeout_s, int(socket_timeout_ms) / 1000) \
+            if socket_timeout_ms.isdigit() else timeout_s
         config = dict[str, str | int | float | bool](self.params)
         config.setdefault("log_level", 5)  # notices and worse; not the info lines of shutdown
         try:
@@ -71,7 +74,13 @@ class ClusterView:
 
     def topic_partitions(self, strategy: Strategy) -> tuple[set[Partition], list[str]]:
         """The partitions the strategy names that exist, and the named topics that do not."""
-        metadata = self._admin.list_topics(timeout=self.timeout_s)
+        try:
+            metadata = self._admin.list_topics(timeout=self.timeout_s)
+        except KafkaException as error:
+            raise ConnectionError(
+                f"pykraft source: no metadata from kafka.bootstrap.servers="
+                f"{self.params.get('bootstrap.servers')} within {self.timeout_s:g}s: "
+                f"{error.args[0].str()}") from None
         existing = {name: {p for p in topic.partitions}
                     for name, topic in metadata.topics.items() if topic.error is None}
         if isinstance(strategy, Subscribe):

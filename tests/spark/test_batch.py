@@ -241,3 +241,17 @@ def test_unreachable_cluster_is_named_in_the_error(spark: SparkSession) -> None:
     df = _read(spark, bootstrap, subscribe="t", **{"kafka.socket.timeout.ms": "2000"})
     with pytest.raises(Exception, match=f"no metadata from kafka.bootstrap.servers={bootstrap}"):
         df.count()
+
+
+def test_write_failure_fails_the_write(
+        spark: SparkSession, pykraft_cluster: LocalCluster, topic_name: TopicName) -> None:
+    """A record the cluster refuses (a partition the topic does not have) fails the job
+    instead of being dropped."""
+    bootstrap = pykraft_cluster.bootstrap_servers
+    topic = topic_name("batch-write-bad-partition")
+    create_topic(bootstrap, topic, partitions=1)
+    df = spark.range(10).select(F.col("id").cast("string").alias("value"),
+                                F.lit(7).alias("partition"))
+    with pytest.raises(Exception, match="(?i)unknown partition"):
+        df.write.format("pykraft").option("kafka.bootstrap.servers", bootstrap) \
+            .option("topic", topic).mode("append").save()

@@ -1,20 +1,60 @@
-"""The sans-I/O Raft core of the KRaft metadata log.
+"""The sans-I/O Raft core of the KRaft metadata log (KIP-595, with KIP-996 pre-vote).
 
 Theory of operation. The core decides; the shell (driver.py, or the simulator) does every
-read of a clock and every write of a file, in the order `Ready` spells out:
+read of a clock, every write of a file and every send, in the order `Ready` spells out:
 
     1. persist `ready.quorum_state` (atomically)        -- the epoch, the vote, the leader
-    2. append `ready.batches` to the log, then fsync    -- offsets and epochs already set
-    3. send `ready.messages`
+    2. truncate the log to `ready.truncate_to`, append `ready.batches`, then fsync
+    3. send `ready.messages`                            -- only now: they may rest on 1 and 2
     4. deliver `ready.committed` to listeners, then `ready.leader_change`
     5. `advance(ready)`, then `flushed(end_offset)` with the log's durable end
-    6. call `tick` again no later than `ready.wake_at_ms`, or sooner on a proposal
+    6. call `tick` again no later than `ready.wake_at_ms`, or sooner on a proposal or message
 
 The core trusts the shell's reports and nothing else: a vote (its own included) counts only
 once the quorum state carrying it was persisted, and an entry counts toward the high
-watermark only once `flushed` says it is durable -- appended is not enough.
+watermark only once `flushed` says it is durable -- appended is not enough. A follower
+fetches from its durable log end only, so the offset a leader learns from a fetch is
+durable at the follower too.
 
-With a single voter (all this core supports for now) the life of a node is:
+Roles (the states of state.py; timers are the core's):
+
+    voter, no leader known   waits a randomized election timeout (election.timeout.ms plus
+                             up to as much again, drawn from the injected rng), then turns
+                             Prospective and asks every voter for a pre-vote; a majority of
+                             pre-votes makes it Candidate of epoch + 1 (its vote for itself
+                             persisted first), a majority of durable votes makes it Leader
+    leader                   appends a LeaderChangeMessage at its epoch start, sends
+                             BeginQuorumEpoch to the voters (again until they answer or
+                             fetch), answers Fetch; resigns when no majority has fetched
+                             within 1.5 x fetch.timeout.ms (check-quorum), or on `resign`,
+                             sending EndQuorumEpoch with its most caught-up voters first
+    follower / observer      fetches (fetch offset + last fetched epoch) from its leader,
+                             one request at a time; truncates on a DivergingEpoch; a voter
+                             that has not heard from its leader within fetch.timeout.ms
+                             turns Prospective, an observer looks for the leader again by
+                             fetching from any voter
+    single voter             skips pre-vote: it runs for the next epoch at start and leads
+
+Votes. A voter grants a vote in an epoch at most once, durably, and only to a candidate
+whose log is at least as up to date: (last epoch, log end offset) compared in that order.
+A pre-vote is granted on the same log test, to a candidate of a higher epoch, when the
+voter has not heard from a live leader within fetch.timeout.ms: a node that rejoins after a
+partition cannot unseat a healthy leader. Nothing about a pre-vote is persisted.
+
+Commit. The leader's high watermark is the largest offset that a majority of voters (the
+leader's own fsynced end included) has reached, once that offset covers an entry of the
+leader's own epoch: an entry of an earlier epoch is never committed by counting replicas
+(Raft's figure 8), only by the commit of a later entry of the current epoch. A follower's
+high watermark is the leader's, capped at its own durable log end. Neither ever decreases.
+
+Divergence. The leader checks (fetch offset, last fetched epoch) against its epoch cache: if
+it has no entries of that epoch, or that epoch ends below the fetch offset in its log, it
+answers DivergingEpoch(largest epoch <= last fetched epoch, where that epoch ends). The
+follower truncates to the smaller of that end and where that epoch ends in its own log --
+never below its high watermark -- and fetches again; each round strictly shortens its log
+until it matches the leader's.
+
+With a single voter the life of a node is:
 
     start:   restore the state of the quorum-state file, then become Candidate(epoch + 1)
              whatever it was: every restart bumps the epoch, and a node that led before the
@@ -30,24 +70,29 @@ With a single voter (all this core supports for now) the life of a node is:
              them: group commit
 
 Invariants: offsets are assigned contiguously by the leader and never reused in an epoch;
-the high watermark never decreases and never passes the durable end; committed batches
-are delivered once each, in offset order, and always come out of the log itself (so a
-restart and a live run deliver the same bytes); the leader change is announced to
-listeners only once every batch before the epoch start has been delivered to them.
+the high watermark never decreases and never passes the durable end; no truncation goes
+below it; committed batches are delivered once each, in offset order, and always come out
+of the log itself (so a restart and a live run deliver the same bytes); the leader change is
+announced to listeners only once every batch before the epoch start has been delivered.
 
-The core reads committed batches back through `RaftLogView` (the in-memory store in the
-simulator), as etcd's raft reads its `Storage`; it never writes.
+The core reads its log back through `RaftLogView` (the in-memory store in the simulator),
+as etcd's raft reads its `Storage`; it never writes. At start it scans the batch headers
+once to build its epoch cache (epoch -> start offset).
 """
 
 from __future__ import annotations
 
+import bisect
 import random
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Final
 
+from kio.schema.errors import ErrorCode
+
 from pykraft.errors import (
+    CorruptRecord,
     InvalidConfig,
     InvariantViolation,
     KafkaStorageError,
@@ -57,33 +102,62 @@ from pykraft.errors import (
     invariant,
 )
 from pykraft.raft.control import leader_change_record
-from pykraft.raft.log_store import RaftLogView
+from pykraft.raft.log_store import NO_EPOCH, RaftLogView, check_appended
+from pykraft.raft.messages import (
+    BeginQuorumEpochRequest,
+    BeginQuorumEpochResponse,
+    DivergingEpoch,
+    EndQuorumEpochRequest,
+    EndQuorumEpochResponse,
+    FetchRequest,
+    FetchResponse,
+    InboundMessage,
+    OutboundMessage,
+    RaftMessage,
+    VoteRequest,
+    VoteResponse,
+)
 from pykraft.raft.state import (
+    NO_LEADER,
+    NO_VOTE,
     Candidate,
     EpochState,
+    Follower,
     Leader,
     LeaderAndEpoch,
+    Prospective,
     QuorumStateData,
+    Resigned,
+    Unattached,
+    Voted,
     become_candidate,
+    become_follower,
     become_leader,
+    become_prospective,
+    become_resigned,
+    become_unattached,
+    become_voted,
     has_majority,
     leader_and_epoch,
     restore,
     to_quorum_state,
 )
-from pykraft.records.batch import iter_headers, read_header
+from pykraft.records.batch import BatchHeader, iter_headers, read_header
 from pykraft.records.record import build_batch, iter_records
 
 __all__ = [
     "RaftConfig",
     "CommittedBatch",
     "OutboundMessage",
+    "ReplicaState",
     "Ready",
     "RaftCore",
 ]
 
 IDLE_WAKE_MS: Final = 1_000  # nothing is due: look again anyway, so a lost wake-up costs little
 RECORD_OVERHEAD_BYTES_MAX: Final = 24  # a v2 record's framing around a value, keys null
+SCAN_BYTES: Final = 1 << 20  # bytes read at a time when scanning the log's epochs at start
+NO_HIGH_WATERMARK: Final = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,12 +166,31 @@ class RaftConfig:
     batch_bytes_max: int = 8 * 1024 * 1024  # Kafka's metadata batch limit
     pending_batches_max: int = 5  # batches' worth of proposals held before appends refuse
     apply_bytes_max: int = 8 * 1024 * 1024  # committed bytes read back per Ready
+    election_timeout_ms: int = 1_000  # controller.quorum.election.timeout.ms
+    election_backoff_max_ms: int = 1_000  # controller.quorum.election.backoff.max.ms
+    fetch_timeout_ms: int = 2_000  # controller.quorum.fetch.timeout.ms
+    request_timeout_ms: int = 2_000  # controller.quorum.request.timeout.ms
+    retry_backoff_ms: int = 20  # controller.quorum.retry.backoff.ms
+    fetch_max_wait_ms: int = 500  # how long the leader parks a fetch with nothing new
+    fetch_bytes_max: int = 8 * 1024 * 1024 + 1024  # one full batch at least
 
     def __post_init__(self) -> None:
         if self.append_linger_ms < 0 or self.batch_bytes_max < 1024:
             raise InvalidConfig(f"invalid raft configuration {self!r}")
         if self.pending_batches_max < 1 or self.apply_bytes_max < 1:
             raise InvalidConfig(f"invalid raft configuration {self!r}")
+        if min(self.election_timeout_ms, self.fetch_timeout_ms, self.request_timeout_ms) < 1:
+            raise InvalidConfig(f"invalid raft configuration {self!r}")
+        if self.election_backoff_max_ms < 0 or self.retry_backoff_ms < 0:
+            raise InvalidConfig(f"invalid raft configuration {self!r}")
+        if not 0 <= self.fetch_max_wait_ms < self.request_timeout_ms:
+            raise InvalidConfig("a parked fetch must be answered before its request times out")
+        if self.fetch_bytes_max < self.batch_bytes_max:
+            raise InvalidConfig("a fetch must hold at least one full batch")
+
+    @property
+    def check_quorum_timeout_ms(self) -> int:
+        return self.fetch_timeout_ms * 3 // 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,28 +206,32 @@ class CommittedBatch:
     is_control: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class OutboundMessage:
-    """A request for another voter; a single voter never sends one."""
+@dataclass(slots=True)
+class ReplicaState:
+    """What the leader knows of another replica (for the high watermark, check-quorum and
+    DescribeQuorum): its last validated fetch offset and when it fetched."""
 
-    destination_id: int
-    body: object
+    end_offset: int | None
+    last_fetch_ms: int
+    last_caught_up_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Ready:
     quorum_state: QuorumStateData | None  # 1. persist before anything below
-    batches: tuple[bytes, ...]  # 2. append, then fsync, before step 3
+    batches: tuple[bytes, ...]  # 2. truncate, append, then fsync, before step 3
     messages: tuple[OutboundMessage, ...]  # 3. send
     committed: tuple[CommittedBatch, ...]  # 4. deliver in order, then the leader change
     leader_change: LeaderAndEpoch | None
     high_watermark: int | None  # None until this leader's first entry is committed
     wake_at_ms: int  # 6. tick again no later than this
+    truncate_to: int | None = None  # 2. first remove every batch at or above this offset
 
     @property
     def has_work(self) -> bool:
         return bool(
             self.quorum_state is not None
+            or self.truncate_to is not None
             or self.batches
             or self.messages
             or self.committed
@@ -152,6 +249,21 @@ class _Draft:
     size_bytes: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class _InFlightFetch:
+    destination_id: int
+    correlation_id: int
+    sent_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class _ParkedFetch:
+    source_id: int
+    correlation_id: int
+    request: FetchRequest
+    deadline_ms: int
+
+
 class RaftCore:
     def __init__(
         self,
@@ -164,11 +276,8 @@ class RaftCore:
         *,
         config: RaftConfig | None = None,
     ) -> None:
-        if voters != frozenset({node_id}):
-            raise InvalidConfig(
-                f"node {node_id} with voters {sorted(voters)}: only a single-voter quorum, "
-                "this node alone, is supported so far"
-            )
+        if not voters or min(voters) < 0 or node_id < 0:
+            raise InvalidConfig(f"node {node_id} with voters {sorted(voters)}")
         if persisted.leader_epoch < log.last_epoch:
             raise KafkaStorageError(
                 f"the metadata log holds epoch {log.last_epoch}, newer than epoch "
@@ -176,25 +285,53 @@ class RaftCore:
             )
         self.node_id = node_id
         self.voters = voters
+        self.is_voter = node_id in voters
         self.config = config or RaftConfig()
         self._log = log
-        self._rng = rng  # election jitter, once there are elections to lose
+        self._rng = rng  # election jitter and the voter an observer asks first
         self._now_ms = now_ms
         self._timestamp_offset_ms = 0  # wall clock minus now_ms, for batch timestamps
         self._persisted = persisted
+        self._epochs: list[tuple[int, int]] = _scan_epochs(log)  # (epoch, start offset)
         self._log_end_offset = log.log_end_offset  # appended by the shell
         self._flushed_end_offset = log.log_end_offset  # the shell opens the log flushed
-        self._next_offset = log.log_end_offset  # promised to proposals
+        self._end_offset = log.log_end_offset  # appended or handed out to append
+        self._next_offset = log.log_end_offset  # ... and promised to proposals
+        self._pending_truncate: int | None = None
         self._high_watermark: int | None = None
+        self._leader_high_watermark: int | None = None  # a follower's view of the leader's
         self._applied_offset = 0  # next offset to deliver to listeners
         self._notified: LeaderAndEpoch | None = None
         self._draft: _Draft | None = None
-        self._sealed: deque[bytes] = deque()
+        self._sealed: deque[bytes] = deque()  # batches for the shell to append, in order
         self._pending_bytes = 0
+        self._outbox: list[OutboundMessage] = []
+        self._correlation_ids = 0
+        # timers (absolute ms) and per-role bookkeeping
+        self._election_deadline_ms = now_ms
+        self._fetch_deadline_ms = now_ms
+        self._leader_contact_ms: int | None = None  # last proof that our leader is alive
+        self._fetch_in_flight: _InFlightFetch | None = None
+        self._fetch_backoff_until_ms = now_ms
+        self._replicas: dict[int, ReplicaState] = {}
+        self._parked: dict[int, _ParkedFetch] = {}
+        self._begin_pending: set[int] = set()
+        self._begin_resend_at_ms = now_ms
+        self._check_quorum_at_ms = now_ms
+        self._leader_start_ms = now_ms
         restored = restore(persisted, local_id=node_id, voters=voters)
-        self._state: EpochState = become_candidate(
-            restored, local_id=node_id, voters=voters, log_last_epoch=log.last_epoch
-        )
+        if not self.is_voter and not isinstance(restored, Follower):
+            restored = Unattached(restored.epoch)
+        self._state: EpochState = restored
+        if voters == frozenset({node_id}):
+            self._state = become_candidate(
+                restored, local_id=node_id, voters=voters, log_last_epoch=self._last_epoch()
+            )
+            self._election_deadline_ms = now_ms + self._election_timeout_ms()
+        elif isinstance(restored, Follower):
+            self._fetch_deadline_ms = now_ms + self.config.fetch_timeout_ms
+        else:
+            self._election_deadline_ms = now_ms + self._election_timeout_ms()
 
     # observers ----------------------------------------------------------------------------
 
@@ -221,15 +358,59 @@ class RaftCore:
         return self._log_end_offset
 
     @property
+    def flushed_end_offset(self) -> int:
+        return self._flushed_end_offset
+
+    @property
     def next_offset(self) -> int:
         """The offset the next proposed record will get."""
         return self._next_offset
+
+    @property
+    def replica_states(self) -> dict[int, ReplicaState]:
+        """The leader's view of the other replicas (empty unless leading)."""
+        return dict(self._replicas)
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """(the largest epoch <= `epoch` in the log, the offset where it ends): Kafka's
+        OffsetsForLeaderEpoch over the log as appended or handed out to append."""
+        index = bisect.bisect_right(self._epochs, (epoch, self._end_offset + 1)) - 1
+        if index < 0:
+            return NO_EPOCH, self._epochs[0][1] if self._epochs else self._end_offset
+        found, _ = self._epochs[index]
+        if index + 1 < len(self._epochs):
+            return found, self._epochs[index + 1][1]
+        return found, self._end_offset
 
     # inputs -------------------------------------------------------------------------------
 
     def tick(self, now_ms: int, *, timestamp_ms: int | None = None) -> None:
         """Let time pass. `timestamp_ms`, the wall clock, stamps batches (default now_ms)."""
         self._observe_time(now_ms, timestamp_ms)
+        self._poll()
+
+    def step(self, message: InboundMessage, now_ms: int) -> None:
+        """Take one message from another node."""
+        self._observe_time(now_ms, None)
+        source, correlation_id, body = message.source_id, message.correlation_id, message.body
+        match body:
+            case VoteRequest():
+                self._on_vote_request(source, correlation_id, body)
+            case VoteResponse():
+                self._on_vote_response(source, body)
+            case BeginQuorumEpochRequest():
+                self._on_begin_quorum_epoch(source, correlation_id, body)
+            case BeginQuorumEpochResponse():
+                self._on_begin_quorum_epoch_response(source, body)
+            case EndQuorumEpochRequest():
+                self._on_end_quorum_epoch(source, correlation_id, body)
+            case EndQuorumEpochResponse():
+                self._observe_epoch(body.leader_epoch, body.leader_id)
+            case FetchRequest():
+                self._on_fetch_request(source, correlation_id, body)
+            case FetchResponse():
+                self._on_fetch_response(source, correlation_id, body)
+        self._poll()
 
     def propose(
         self, records: Sequence[bytes], now_ms: int, *, timestamp_ms: int | None = None
@@ -265,6 +446,12 @@ class RaftCore:
         self._next_offset += len(records)
         return self._next_offset - 1
 
+    def resign(self, now_ms: int) -> None:
+        """Give up the leadership gracefully (shutdown): EndQuorumEpoch names successors."""
+        self._observe_time(now_ms, None)
+        if isinstance(self._state, Leader):
+            self._resign()
+
     def ready(self) -> Ready:
         """What the shell must do now. Calling it twice without `advance` repeats itself,
         except that a draft whose linger has passed is sealed the first time."""
@@ -276,18 +463,22 @@ class RaftCore:
         return Ready(
             quorum_state=None if desired == self._persisted else desired,
             batches=tuple(self._sealed),
-            messages=(),
+            messages=tuple(self._outbox),
             committed=committed,
             leader_change=self._leader_change_due(applied_after),
             high_watermark=self._high_watermark,
             wake_at_ms=self._wake_at_ms(applied_after),
+            truncate_to=self._pending_truncate,
         )
 
     def advance(self, ready: Ready) -> None:
         """The shell has done steps 1-4 of `ready`: its state is durable, its batches are
-        appended (not necessarily flushed: see `flushed`), its commits delivered."""
+        appended (not necessarily flushed: see `flushed`), its messages sent, its commits
+        delivered. Messages may have been stepped in between; they are kept."""
         if ready.quorum_state is not None:
             self._persisted = ready.quorum_state
+        if ready.truncate_to is not None and self._pending_truncate == ready.truncate_to:
+            self._pending_truncate = None
         for batch in ready.batches:
             header = read_header(batch)
             invariant(
@@ -301,12 +492,20 @@ class RaftCore:
             self._sealed.popleft()
             self._pending_bytes -= header.size
             self._log_end_offset = header.next_offset
+        sent = len(ready.messages)
+        invariant(
+            self._outbox[:sent] == list(ready.messages), "advance with messages not handed out"
+        )
+        del self._outbox[:sent]
         if ready.committed:
             invariant(ready.committed[0].base_offset == self._applied_offset, "commit gap")
             self._applied_offset = ready.committed[-1].last_offset + 1
         if ready.leader_change is not None:
             self._notified = ready.leader_change
         self._maybe_become_leader()
+        if ready.batches and isinstance(self._state, Leader):
+            self._answer_parked(only_expired=False)  # followers may fetch the new batches
+        self._poll()
 
     def flushed(self, end_offset: int) -> None:
         """The log is durable below `end_offset`: only now do those entries count."""
@@ -315,9 +514,200 @@ class RaftCore:
             f"flushed up to {end_offset} past the appended end {self._log_end_offset}",
         )
         self._flushed_end_offset = max(self._flushed_end_offset, end_offset)
-        self._maybe_advance_high_watermark()
+        if isinstance(self._state, Leader):
+            self._maybe_advance_high_watermark()
+        else:
+            self._update_follower_high_watermark()
+        self._poll()
 
-    # transitions --------------------------------------------------------------------------
+    # timers -------------------------------------------------------------------------------
+
+    def _poll(self) -> None:
+        """Act on every timer that is due and send the fetch a follower owes."""
+        now = self._now_ms
+        state = self._state
+        if isinstance(state, Leader):
+            self._answer_parked(only_expired=True)
+            if now >= self._check_quorum_at_ms and self._check_quorum():
+                return
+            if self._begin_pending and now >= self._begin_resend_at_ms:
+                self._send_begin_quorum_epoch()
+            return
+        if isinstance(state, Follower):
+            if now >= self._fetch_deadline_ms:
+                self._on_fetch_timeout()
+            else:
+                self._maybe_fetch(state.leader_id)
+            return
+        if not self.is_voter:  # an observer with no leader: ask any voter who leads
+            self._maybe_fetch(None)
+            return
+        if isinstance(state, Prospective) and state.leader_id not in (NO_LEADER, self.node_id):
+            self._maybe_fetch(state.leader_id)  # our leader may answer after all
+        if now >= self._election_deadline_ms:
+            self._on_election_timeout()
+
+    def _on_election_timeout(self) -> None:
+        if self.voters == frozenset({self.node_id}):
+            self._become_candidate()
+        else:
+            self._start_pre_vote()
+
+    def _on_fetch_timeout(self) -> None:
+        """No word from our leader within fetch.timeout.ms."""
+        state = self._state
+        if self.is_voter:
+            self._transition(become_prospective(state, local_id=self.node_id, voters=self.voters))
+            self._start_pre_vote()
+        else:
+            self._transition(become_unattached(state, epoch=state.epoch, is_voter=False))
+
+    def _check_quorum(self) -> bool:
+        """Resign when no majority of voters fetched within 1.5 x fetch.timeout.ms; True
+        when it did."""
+        timeout = self.config.check_quorum_timeout_ms
+        since = self._now_ms - timeout
+        heard = {self.node_id} | {
+            voter
+            for voter, replica in self._replicas.items()
+            if voter in self.voters and replica.last_fetch_ms > since
+        }
+        if not has_majority(frozenset(heard), self.voters):
+            self._resign()
+            return True
+        self._check_quorum_at_ms = self._now_ms + max(1, timeout // 4)
+        return False
+
+    # elections ----------------------------------------------------------------------------
+
+    def _start_pre_vote(self) -> None:
+        state = become_prospective(self._state, local_id=self.node_id, voters=self.voters)
+        self._transition(replace(state, granting_voters=frozenset({self.node_id})))
+        self._election_deadline_ms = self._now_ms + self._election_timeout_ms()
+        self._send_vote_requests(pre_vote=True)
+
+    def _become_candidate(self) -> None:
+        candidate = become_candidate(
+            self._state,
+            local_id=self.node_id,
+            voters=self.voters,
+            log_last_epoch=self._last_epoch(),
+        )
+        self._transition(candidate)
+        self._election_deadline_ms = self._now_ms + self._election_timeout_ms()
+        self._send_vote_requests(pre_vote=False)
+        self._maybe_become_leader()
+
+    def _send_vote_requests(self, *, pre_vote: bool) -> None:
+        epoch = self._state.epoch + 1 if pre_vote else self._state.epoch
+        request = VoteRequest(
+            candidate_epoch=epoch,
+            candidate_id=self.node_id,
+            last_offset_epoch=self._last_epoch(),
+            last_offset=self._end_offset,
+            pre_vote=pre_vote,
+        )
+        for voter in sorted(self.voters - {self.node_id}):
+            self._send(voter, request)
+
+    def _on_vote_request(self, source: int, correlation_id: int, request: VoteRequest) -> None:
+        if (
+            not self.is_voter
+            or request.candidate_id not in self.voters
+            or source != request.candidate_id
+        ):
+            self._respond_vote(source, correlation_id, request, ErrorCode.inconsistent_voter_set)
+            return
+        if request.pre_vote:
+            granted = (
+                request.candidate_epoch > self._state.epoch
+                and self._log_is_behind(request)
+                and not self._has_live_leader()
+            )
+            self._respond_vote(source, correlation_id, request, ErrorCode.none, granted)
+            return
+        if request.candidate_epoch > self._state.epoch:
+            self._transition(
+                become_unattached(self._state, epoch=request.candidate_epoch, is_voter=True)
+            )
+        granted = False
+        state = self._state
+        if request.candidate_epoch == state.epoch:
+            if isinstance(state, Voted):
+                granted = state.voted_id == request.candidate_id
+            elif self._may_vote(state) and self._log_is_behind(request):
+                self._transition(
+                    become_voted(state, candidate_id=request.candidate_id, local_id=self.node_id)
+                )
+                granted = True
+        error = ErrorCode.fenced_leader_epoch if request.candidate_epoch < state.epoch else None
+        self._respond_vote(source, correlation_id, request, error or ErrorCode.none, granted)
+
+    def _may_vote(self, state: EpochState) -> bool:
+        return isinstance(state, Unattached) or (
+            isinstance(state, Prospective)
+            and state.leader_id == NO_LEADER
+            and state.voted_id == NO_VOTE
+        )
+
+    def _respond_vote(
+        self,
+        source: int,
+        correlation_id: int,
+        request: VoteRequest,
+        error: ErrorCode,
+        granted: bool = False,
+    ) -> None:
+        leader_id, epoch = self.leader_and_epoch
+        response = VoteResponse(
+            error=error,
+            leader_id=leader_id,
+            leader_epoch=epoch,
+            vote_granted=granted,
+            candidate_epoch=request.candidate_epoch,
+            pre_vote=request.pre_vote,
+        )
+        self._send(source, response, correlation_id)
+
+    def _log_is_behind(self, request: VoteRequest) -> bool:
+        """The candidate's log is at least as up to date as ours."""
+        ours = (self._last_epoch(), self._end_offset)
+        return (request.last_offset_epoch, request.last_offset) >= ours
+
+    def _has_live_leader(self) -> bool:
+        if isinstance(self._state, Leader):
+            return True
+        contact = self._leader_contact_ms
+        return (
+            isinstance(self._state, Follower)
+            and contact is not None
+            and self._now_ms - contact < self.config.fetch_timeout_ms
+        )
+
+    def _on_vote_response(self, source: int, response: VoteResponse) -> None:
+        if source not in self.voters or self._observe_epoch(
+            response.leader_epoch, response.leader_id
+        ):
+            return
+        state = self._state
+        if not response.vote_granted or response.error != ErrorCode.none:
+            return
+        if (
+            response.pre_vote
+            and isinstance(state, Prospective)
+            and response.candidate_epoch == state.epoch + 1
+        ):
+            state = replace(state, granting_voters=state.granting_voters | {source})
+            self._state = state
+            if has_majority(state.granting_voters, self.voters):
+                self._become_candidate()
+        elif (
+            not response.pre_vote
+            and isinstance(state, Candidate)
+            and response.candidate_epoch == state.epoch
+        ):
+            self._state = replace(state, granting_voters=state.granting_voters | {source})
+            self._maybe_become_leader()
 
     def _maybe_become_leader(self) -> None:
         state = self._state
@@ -325,24 +715,447 @@ class RaftCore:
             return
         if self._persisted != to_quorum_state(state, local_id=self.node_id, voters=self.voters):
             return  # our own vote is not durable yet
-        invariant(self._next_offset == self._log_end_offset, "a candidate holds no proposals")
-        leader = become_leader(state, voters=self.voters, log_end_offset=self._log_end_offset)
-        self._state = leader
+        invariant(self._draft is None, "a candidate holds no proposals")
+        leader = become_leader(state, voters=self.voters, log_end_offset=self._end_offset)
+        self._transition(leader)
+
+    # leadership ---------------------------------------------------------------------------
+
+    def _on_become_leader(self, leader: Leader) -> None:
+        now = self._now_ms
+        self._replicas = {
+            voter: ReplicaState(end_offset=None, last_fetch_ms=now)
+            for voter in self.voters - {self.node_id}
+        }
+        self._leader_start_ms = now
+        self._check_quorum_at_ms = now + self.config.check_quorum_timeout_ms
+        self._begin_pending = set(self.voters - {self.node_id})
+        self._send_begin_quorum_epoch()
         self._seal(self._leader_change_batch(leader))
+        self._end_offset += 1
         self._next_offset += 1
+        self._maybe_advance_high_watermark()
+
+    def _send_begin_quorum_epoch(self) -> None:
+        request = BeginQuorumEpochRequest(leader_id=self.node_id, leader_epoch=self._state.epoch)
+        for voter in sorted(self._begin_pending):
+            self._send(voter, request)
+        self._begin_resend_at_ms = self._now_ms + self.config.request_timeout_ms
+
+    def _on_begin_quorum_epoch_response(
+        self, source: int, response: BeginQuorumEpochResponse
+    ) -> None:
+        if self._observe_epoch(response.leader_epoch, response.leader_id):
+            return
+        if isinstance(self._state, Leader) and response.leader_epoch == self._state.epoch:
+            self._begin_pending.discard(source)
+
+    def _resign(self) -> None:
+        leader = self._state
+        invariant(isinstance(leader, Leader), "only a leader resigns")
+        ends = {voter: replica.end_offset or 0 for voter, replica in self._replicas.items()}
+        successors = tuple(
+            sorted((v for v in self.voters if v != self.node_id), key=lambda v: (-ends[v], v))
+        )
+        self._transition(become_resigned(leader))
+        request = EndQuorumEpochRequest(
+            leader_id=self.node_id, leader_epoch=leader.epoch, preferred_successors=successors
+        )
+        for voter in successors:
+            self._send(voter, request)
+
+    def _on_end_quorum_epoch(
+        self, source: int, correlation_id: int, request: EndQuorumEpochRequest
+    ) -> None:
+        state = self._state
+        if request.leader_epoch > state.epoch and self.is_voter:
+            self._transition(become_unattached(state, epoch=request.leader_epoch, is_voter=True))
+        state = self._state
+        if request.leader_epoch == state.epoch and self.is_voter:
+            position = (
+                request.preferred_successors.index(self.node_id)
+                if self.node_id in request.preferred_successors
+                else len(self.voters)
+            )
+            deadline = self._now_ms + self._successor_backoff_ms(position)
+            if isinstance(state, Follower) and state.leader_id == request.leader_id:
+                self._leader_contact_ms = None  # it is gone: grant pre-votes from now on
+                self._fetch_deadline_ms = min(self._fetch_deadline_ms, deadline)
+            elif not isinstance(state, Leader | Resigned):
+                self._election_deadline_ms = min(self._election_deadline_ms, deadline)
+        error = (
+            ErrorCode.fenced_leader_epoch
+            if request.leader_epoch < state.epoch
+            else ErrorCode.none
+        )
+        leader_id, epoch = self.leader_and_epoch
+        self._send(source, EndQuorumEpochResponse(error, leader_id, epoch), correlation_id)
+
+    def _successor_backoff_ms(self, position: int) -> int:
+        """The first preferred successor runs at once, the others back off exponentially."""
+        if position == 0:
+            return 0
+        backoff = self.config.retry_backoff_ms * (1 << min(position, 16))
+        return min(self.config.election_backoff_max_ms, backoff) + self._rng.randint(
+            0, self.config.retry_backoff_ms
+        )
+
+    # replication: the leader's side -------------------------------------------------------
+
+    def _on_fetch_request(self, source: int, correlation_id: int, request: FetchRequest) -> None:
+        state = self._state
+        if request.current_leader_epoch > state.epoch:
+            # the fetcher knows a newer epoch than we do: we lead nothing in it
+            self._transition(
+                become_unattached(state, epoch=request.current_leader_epoch, is_voter=self.is_voter)
+            )
+            state = self._state
+        if not isinstance(state, Leader):
+            self._respond_fetch(source, correlation_id, ErrorCode.not_leader_or_follower)
+            return
+        if request.current_leader_epoch < state.epoch:
+            self._respond_fetch(source, correlation_id, ErrorCode.fenced_leader_epoch)
+            return
+        if source != request.replica_id or source == self.node_id:
+            self._respond_fetch(source, correlation_id, ErrorCode.invalid_request)
+            return
+        diverging = self._diverging(request.fetch_offset, request.last_fetched_epoch)
+        if diverging is not None:
+            self._respond_fetch(source, correlation_id, ErrorCode.none, diverging=diverging)
+            return
+        replica = self._replicas.get(source)
+        if replica is None:  # an observer: tracked for DescribeQuorum only
+            replica = self._replicas[source] = ReplicaState(None, self._now_ms)
+        replica.end_offset = request.fetch_offset
+        replica.last_fetch_ms = self._now_ms
+        if request.fetch_offset >= self._log_end_offset:
+            replica.last_caught_up_ms = self._now_ms
+        self._begin_pending.discard(source)
+        self._parked.pop(source, None)  # superseded
+        self._maybe_advance_high_watermark()
+        if request.fetch_offset < self._log_end_offset or (
+            request.high_watermark != self._leader_high_watermark_to_report()
+        ):
+            self._answer_fetch(source, correlation_id, request)
+        else:
+            deadline = self._now_ms + self.config.fetch_max_wait_ms
+            self._parked[source] = _ParkedFetch(source, correlation_id, request, deadline)
+
+    def _diverging(self, fetch_offset: int, last_fetched_epoch: int) -> DivergingEpoch | None:
+        epoch, end_offset = self.end_offset_for_epoch(last_fetched_epoch)
+        if epoch != last_fetched_epoch or end_offset < fetch_offset:
+            return DivergingEpoch(epoch=epoch, end_offset=end_offset)
+        return None
+
+    def _answer_fetch(self, source: int, correlation_id: int, request: FetchRequest) -> None:
+        records = b""
+        if request.fetch_offset < self._log_end_offset:
+            records = self._log.read(request.fetch_offset, self.config.fetch_bytes_max)
+            records = _whole_batches_below(records, self._log_end_offset)
+        self._respond_fetch(source, correlation_id, ErrorCode.none, records=records)
+
+    def _answer_parked(self, *, only_expired: bool) -> None:
+        for parked in list(self._parked.values()):
+            if only_expired and self._now_ms < parked.deadline_ms:
+                continue
+            del self._parked[parked.source_id]
+            self._answer_fetch(parked.source_id, parked.correlation_id, parked.request)
+
+    def _respond_fetch(
+        self,
+        destination: int,
+        correlation_id: int,
+        error: ErrorCode,
+        *,
+        records: bytes = b"",
+        diverging: DivergingEpoch | None = None,
+    ) -> None:
+        leader_id, epoch = self.leader_and_epoch
+        response = FetchResponse(
+            error=error,
+            leader_id=leader_id,
+            leader_epoch=epoch,
+            high_watermark=self._leader_high_watermark_to_report(),
+            records=records,
+            diverging_epoch=diverging,
+        )
+        self._send(destination, response, correlation_id)
+
+    def _leader_high_watermark_to_report(self) -> int:
+        """A new leader reports no high watermark until it has committed in its own epoch
+        (the one it kept from following may be behind what the old leader reported)."""
+        state, high_watermark = self._state, self._high_watermark
+        if (
+            isinstance(state, Leader)
+            and high_watermark is not None
+            and high_watermark > state.epoch_start_offset
+        ):
+            return high_watermark
+        return NO_HIGH_WATERMARK
 
     def _maybe_advance_high_watermark(self) -> None:
-        """With one voter the majority's durable end is ours. A new leader commits nothing
-        until an entry of its own epoch (the LeaderChangeMessage) is durable."""
+        """The offset a majority of voters has durably reached, once it covers an entry of
+        this leader's epoch; never lower than before."""
         state = self._state
-        if not isinstance(state, Leader) or self._flushed_end_offset <= state.epoch_start_offset:
+        if not isinstance(state, Leader):
             return
-        new_high_watermark = self._flushed_end_offset
-        if self._high_watermark is not None:
-            invariant(new_high_watermark >= self._high_watermark, "the high watermark fell")
-        self._high_watermark = new_high_watermark
+        ends = sorted(
+            (
+                self._flushed_end_offset
+                if voter == self.node_id
+                else (self._replicas[voter].end_offset or 0)
+            )
+            for voter in self.voters
+        )
+        majority_end = ends[(len(ends) - 1) // 2]  # reached by a majority
+        if not self._may_commit(majority_end, state):
+            return
+        if self._high_watermark is not None and majority_end <= self._high_watermark:
+            return
+        self._high_watermark = majority_end
+        self._answer_parked(only_expired=False)
+
+    def _may_commit(self, majority_end: int, leader: Leader) -> bool:
+        """Only an entry of the leader's own epoch is committed by counting replicas."""
+        return majority_end > leader.epoch_start_offset
+
+    # replication: the follower's side -----------------------------------------------------
+
+    def _fetches(self) -> bool:
+        """Whether this node sends fetches in its state (see `_poll`)."""
+        state = self._state
+        if isinstance(state, Follower):
+            return True
+        if isinstance(state, Leader):
+            return False
+        if not self.is_voter:
+            return True
+        return isinstance(state, Prospective) and state.leader_id not in (NO_LEADER, self.node_id)
+
+    def _maybe_fetch(self, leader_id: int | None) -> None:
+        """Send the next fetch: one at a time, from the durable log end only."""
+        in_flight = self._fetch_in_flight
+        if in_flight is not None:
+            if self._now_ms - in_flight.sent_ms < self.config.request_timeout_ms:
+                return
+            self._fetch_in_flight = None  # lost: ask again
+        if self._now_ms < self._fetch_backoff_until_ms:
+            return
+        if self._sealed or self._pending_truncate is not None:
+            return
+        if self._flushed_end_offset < self._end_offset:
+            return
+        destination = leader_id
+        if destination is None:
+            destination = self._rng.choice(sorted(self.voters))
+        request = FetchRequest(
+            replica_id=self.node_id,
+            current_leader_epoch=self._state.epoch,
+            fetch_offset=self._end_offset,
+            last_fetched_epoch=self._last_epoch(),
+            high_watermark=NO_HIGH_WATERMARK
+            if self._high_watermark is None
+            else self._high_watermark,
+        )
+        correlation_id = self._send(destination, request)
+        self._fetch_in_flight = _InFlightFetch(destination, correlation_id, self._now_ms)
+
+    def _on_fetch_response(
+        self, source: int, correlation_id: int, response: FetchResponse
+    ) -> None:
+        in_flight = self._fetch_in_flight
+        if (
+            in_flight is None
+            or in_flight.correlation_id != correlation_id
+            or in_flight.destination_id != source
+        ):
+            return  # an answer to an older fetch, or a duplicate
+        self._fetch_in_flight = None
+        if self._observe_epoch(response.leader_epoch, response.leader_id):
+            return
+        state = self._state
+        if response.error != ErrorCode.none:
+            self._fetch_backoff_until_ms = self._now_ms + self.config.retry_backoff_ms
+            return
+        following = isinstance(state, Follower | Prospective) and state.leader_id == source
+        if not following or response.leader_epoch != state.epoch:
+            return
+        if isinstance(state, Prospective):  # our leader answered: back to following it
+            self._transition(
+                become_follower(state, epoch=state.epoch, leader_id=source, local_id=self.node_id)
+            )
+        self._leader_contact_ms = self._now_ms
+        self._fetch_deadline_ms = self._now_ms + self.config.fetch_timeout_ms
+        if response.diverging_epoch is not None:
+            self._truncate_diverging(response.diverging_epoch)
+            return
+        if response.records:
+            self._append_fetched(response.records, response.leader_epoch)
+        if response.high_watermark >= 0:
+            self._leader_high_watermark = response.high_watermark
+            self._update_follower_high_watermark()
+
+    def _append_fetched(self, records: bytes, leader_epoch: int) -> None:
+        try:
+            headers = check_appended(
+                records, log_end_offset=self._end_offset, last_epoch=self._last_epoch()
+            )
+        except CorruptRecord:
+            return  # a damaged response: fetch again
+        for position, header in zip(_positions(headers), headers, strict=True):
+            invariant(
+                header.partition_leader_epoch <= leader_epoch,
+                f"a batch of epoch {header.partition_leader_epoch} from the leader of "
+                f"epoch {leader_epoch}",
+            )
+            self._sealed.append(records[position : position + header.size])
+            self._pending_bytes += header.size
+            self._note_epoch(header.partition_leader_epoch, header.base_offset)
+            self._end_offset = self._next_offset = header.next_offset
+
+    def _truncate_diverging(self, diverging: DivergingEpoch) -> None:
+        _, own_end = self.end_offset_for_epoch(diverging.epoch)
+        target = min(diverging.end_offset, own_end)
+        committed = self._high_watermark or 0
+        invariant(
+            target >= committed,
+            f"truncating to {target}, below the high watermark {committed}",
+        )
+        invariant(not self._sealed, "a follower truncates with nothing left to append")
+        if target >= self._end_offset:
+            return
+        while self._epochs and self._epochs[-1][1] >= target:
+            self._epochs.pop()
+        self._end_offset = self._next_offset = target
+        self._log_end_offset = min(self._log_end_offset, target)
+        self._flushed_end_offset = min(self._flushed_end_offset, target)
+        pending = self._pending_truncate
+        self._pending_truncate = target if pending is None else min(pending, target)
+
+    def _update_follower_high_watermark(self) -> None:
+        leader_high_watermark = self._leader_high_watermark
+        if leader_high_watermark is None:
+            return
+        candidate = min(leader_high_watermark, self._flushed_end_offset)
+        if self._high_watermark is None or candidate > self._high_watermark:
+            self._high_watermark = candidate
+
+    # epochs -------------------------------------------------------------------------------
+
+    def _on_begin_quorum_epoch(
+        self, source: int, correlation_id: int, request: BeginQuorumEpochRequest
+    ) -> None:
+        state = self._state
+        if not self.is_voter or request.leader_id not in self.voters or source != request.leader_id:
+            error = ErrorCode.inconsistent_voter_set
+        elif request.leader_epoch < state.epoch:
+            error = ErrorCode.fenced_leader_epoch
+        else:
+            self._follow(request.leader_epoch, request.leader_id)
+            error = ErrorCode.none
+        leader_id, epoch = self.leader_and_epoch
+        self._send(source, BeginQuorumEpochResponse(error, leader_id, epoch), correlation_id)
+
+    def _observe_epoch(self, epoch: int, leader_id: int) -> bool:
+        """Catch up with what another node says of the quorum; True if our state changed."""
+        state = self._state
+        known_leader = leader_id not in (NO_LEADER, self.node_id) and leader_id in self.voters
+        if epoch > state.epoch:
+            if known_leader:
+                self._follow(epoch, leader_id)
+            else:
+                self._transition(become_unattached(state, epoch=epoch, is_voter=self.is_voter))
+            return True
+        if epoch == state.epoch and known_leader and self._leader_unknown(state):
+            self._follow(epoch, leader_id)
+            return True
+        return False
+
+    def _leader_unknown(self, state: EpochState) -> bool:
+        if isinstance(state, Prospective):
+            return state.leader_id == NO_LEADER
+        return isinstance(state, Unattached | Voted | Candidate)
+
+    def _follow(self, epoch: int, leader_id: int) -> None:
+        state = self._state
+        if not isinstance(state, Follower) or (state.epoch, state.leader_id) != (epoch, leader_id):
+            self._transition(
+                become_follower(state, epoch=epoch, leader_id=leader_id, local_id=self.node_id)
+            )
+        self._leader_contact_ms = self._now_ms
+
+    def _transition(self, new_state: EpochState) -> None:
+        """Enter `new_state`, with the side effects of leaving the old one."""
+        old = self._state
+        if isinstance(old, Leader) and not isinstance(new_state, Leader):
+            self._step_down()
+        if new_state.epoch != old.epoch or leader_and_epoch(
+            new_state, local_id=self.node_id
+        ) != leader_and_epoch(old, local_id=self.node_id):
+            self._leader_high_watermark = None
+        self._state = new_state
+        now = self._now_ms
+        match new_state:
+            case Follower():
+                same_leader = isinstance(old, Follower | Prospective) and (
+                    old.leader_id == new_state.leader_id
+                )
+                if not same_leader:
+                    self._fetch_in_flight = None
+                    self._leader_contact_ms = None
+                self._fetch_deadline_ms = now + self.config.fetch_timeout_ms
+            case Leader():
+                self._on_become_leader(new_state)
+            case Unattached() | Voted() | Resigned():
+                self._fetch_in_flight = None
+                self._election_deadline_ms = now + self._election_timeout_ms()
+            case Candidate():
+                self._fetch_in_flight = None
+            case Prospective():
+                pass
+
+    def _step_down(self) -> None:
+        """Leaving the leadership: unwritten proposals are dropped, parked fetches told."""
+        draft = self._draft
+        if draft is not None:
+            self._draft = None
+            self._pending_bytes -= draft.size_bytes
+            self._next_offset = draft.base_offset
+        parked, self._parked = self._parked, {}
+        self._replicas = {}
+        self._begin_pending = set()
+        for fetch in parked.values():
+            self._send(
+                fetch.source_id,
+                FetchResponse(
+                    ErrorCode.not_leader_or_follower, NO_LEADER, self._state.epoch, -1
+                ),
+                fetch.correlation_id,
+            )
 
     # helpers ------------------------------------------------------------------------------
+
+    def _send(self, destination: int, body: RaftMessage, correlation_id: int | None = None) -> int:
+        if correlation_id is None:
+            self._correlation_ids += 1
+            correlation_id = self._correlation_ids
+        self._outbox.append(OutboundMessage(destination, correlation_id, body))
+        return correlation_id
+
+    def _election_timeout_ms(self) -> int:
+        timeout = self.config.election_timeout_ms
+        return timeout + self._rng.randint(0, timeout)
+
+    def _last_epoch(self) -> int:
+        return self._epochs[-1][0] if self._epochs else NO_EPOCH
+
+    def _note_epoch(self, epoch: int, base_offset: int) -> None:
+        if not self._epochs or self._epochs[-1][0] != epoch:
+            invariant(
+                not self._epochs or self._epochs[-1][0] < epoch,
+                f"epoch {epoch} at offset {base_offset} after epoch {self._last_epoch()}",
+            )
+            self._epochs.append((epoch, base_offset))
 
     def _observe_time(self, now_ms: int, timestamp_ms: int | None) -> None:
         invariant(now_ms >= self._now_ms, f"time went back from {self._now_ms} to {now_ms}")
@@ -365,8 +1178,12 @@ class RaftCore:
             partition_leader_epoch=self._state.epoch,
         )
         self._seal(batch)
+        self._end_offset = draft.base_offset + len(draft.values)
 
     def _seal(self, batch: bytes) -> None:
+        header = read_header(batch)
+        invariant(header.base_offset == self._end_offset, "sealed batches are contiguous")
+        self._note_epoch(header.partition_leader_epoch, header.base_offset)
         self._sealed.append(batch)
         self._pending_bytes += len(batch)
 
@@ -423,11 +1240,68 @@ class RaftCore:
 
     def _wake_at_ms(self, applied_after: int) -> int:
         high_watermark = self._high_watermark
+        now = self._now_ms
         if high_watermark is not None and applied_after < high_watermark:
-            return self._now_ms  # more committed batches (or the leader change) are due
+            return now  # more committed batches (or the leader change) are due
+        deadlines = [now + IDLE_WAKE_MS]
         if self._draft is not None:
-            return self._linger_deadline_ms(self._draft)
-        return self._now_ms + IDLE_WAKE_MS
+            deadlines.append(self._linger_deadline_ms(self._draft))
+        state = self._state
+        if isinstance(state, Leader):
+            deadlines.append(self._check_quorum_at_ms)
+            deadlines.extend(parked.deadline_ms for parked in self._parked.values())
+            if self._begin_pending:
+                deadlines.append(self._begin_resend_at_ms)
+        elif isinstance(state, Follower):
+            deadlines.append(self._fetch_deadline_ms)
+        elif self.is_voter:
+            deadlines.append(self._election_deadline_ms)
+        if self._fetches():
+            in_flight = self._fetch_in_flight
+            if in_flight is not None:
+                deadlines.append(in_flight.sent_ms + self.config.request_timeout_ms)
+            elif self._fetch_backoff_until_ms > now:
+                deadlines.append(self._fetch_backoff_until_ms)
+        return max(now, min(deadlines))
+
+
+def _scan_epochs(log: RaftLogView) -> list[tuple[int, int]]:
+    """(epoch, start offset) of every epoch in the log, from its batch headers."""
+    epochs: list[tuple[int, int]] = []
+    offset = 0
+    while offset < log.log_end_offset:
+        data = log.read(offset, SCAN_BYTES)
+        advanced = False
+        for _, header in iter_headers(data):
+            if not epochs or epochs[-1][0] != header.partition_leader_epoch:
+                invariant(
+                    not epochs or epochs[-1][0] < header.partition_leader_epoch,
+                    f"epoch {header.partition_leader_epoch} at {header.base_offset} follows "
+                    f"epoch {epochs[-1][0] if epochs else NO_EPOCH}",
+                )
+                epochs.append((header.partition_leader_epoch, header.base_offset))
+            offset = header.next_offset
+            advanced = True
+        invariant(advanced, f"no whole batch readable at offset {offset}")
+    return epochs
+
+
+def _whole_batches_below(data: bytes, end_offset: int) -> bytes:
+    """The prefix of `data` made of whole batches that end below `end_offset`."""
+    size = 0
+    for position, header in iter_headers(data):
+        if header.next_offset > end_offset:
+            break
+        size = position + header.size
+    return data[:size]
+
+
+def _positions(headers: Sequence[BatchHeader]) -> list[int]:
+    positions, position = [], 0
+    for header in headers:
+        positions.append(position)
+        position += header.size
+    return positions
 
 
 def _committed_batch(data: bytes, position: int, is_control: bool) -> CommittedBatch:

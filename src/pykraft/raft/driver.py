@@ -119,6 +119,12 @@ class RaftNode:
         """
         if election_timeout_ms is not None and election_timeout_ms <= 0:
             raise InvalidConfig(f"controller.quorum.election.timeout.ms={election_timeout_ms}")
+        if voters != frozenset({node_id}):
+            # the core speaks the multi-voter protocol; this shell has no transport for it yet
+            raise InvalidConfig(
+                f"node {node_id} with voters {sorted(voters)}: the raft node runs a "
+                "single-voter quorum, this node alone, so far"
+            )
         clock = clock or SystemClock()
         now_ms = clock.now_ms()
         state_store = QuorumStateStore(log_dir / QUORUM_STATE_FILE)
@@ -264,13 +270,15 @@ class RaftNode:
 
     async def _write(self, ready: Ready) -> int | None:
         """Persist and append in a worker thread; the durable end offset, if it moved."""
-        if ready.quorum_state is None and not ready.batches:
+        if ready.quorum_state is None and not ready.batches and ready.truncate_to is None:
             return None
         return await asyncio.to_thread(self._write_blocking, ready)
 
     def _write_blocking(self, ready: Ready) -> int:
         if ready.quorum_state is not None and self._state_store is not None:
             self._state_store.write(ready.quorum_state)
+        if ready.truncate_to is not None:
+            self._store.truncate_to(ready.truncate_to)
         if ready.batches:
             self._store.append(b"".join(ready.batches))
         return self._store.flush() if ready.batches else self._store.flushed_offset

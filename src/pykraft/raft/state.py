@@ -4,12 +4,16 @@ Theory of operation. A node's place in the quorum is one value of `EpochState`:
 
     Unattached(epoch)                 knows the epoch, has neither voted nor seen a leader
     Voted(epoch, voted_id)            granted its vote in `epoch` to another voter
+    Prospective(epoch, ...)           asks for pre-votes (KIP-996) before it runs in epoch + 1;
+                                      it keeps the leader and vote it had in `epoch`
     Candidate(epoch, granting_voters) asked for votes in `epoch`; it always votes for itself
     Follower(epoch, leader_id)        replicates from the leader of `epoch`
     Leader(epoch, epoch_start_offset) the leader of `epoch`; its first entry in the epoch is
                                       the LeaderChangeMessage at `epoch_start_offset`
     Resigned(epoch)                   was leader of `epoch` and gave it up (or restarted:
                                       a restarted leader never resumes, see `restore`)
+
+Observers (nodes that are not voters) are only ever Unattached or Follower.
 
 Invariants:
 - the epoch never decreases; a node leads at most one epoch and votes at most once per epoch;
@@ -18,11 +22,20 @@ Invariants:
   entries are appended only after its leadership is;
 - a node never leads an epoch below the last epoch in its log.
 
-Legal transitions built so far (the single-voter path; the multi-voter protocol adds the
-rest in this module):
+Legal transitions (E is the current epoch; any state moves to a higher epoch as
+Unattached, or as Follower when the message names the leader):
 
-    Unattached | Voted | Candidate | Follower | Resigned  --become_candidate-->  Candidate
-    Candidate (majority of voters granted)                --become_leader----->  Leader
+    Unattached | Voted | Follower | Candidate | Resigned | Prospective (E)
+                                                   --become_prospective--> Prospective(E)
+    Prospective (majority of pre-votes), or any non-leader of a single-voter quorum
+                                                   --become_candidate-->   Candidate(E + 1)
+    Candidate (majority of durable votes)          --become_leader----->   Leader(E)
+    Unattached(E) | Prospective(E, no leader, no vote)
+                                                   --become_voted------>   Voted(E)
+    Unattached | Voted | Candidate | Prospective (E), a Follower of the same leader
+                                                   --become_follower--->   Follower(E)
+    Leader(E)                                      --become_resigned--->   Resigned(E)
+    an observer's Follower(E)                      --become_unattached->   Unattached(E)
 
 `restore` rebuilds the state from the quorum-state file at startup.
 
@@ -57,6 +70,7 @@ __all__ = [
     "NO_VOTE",
     "Unattached",
     "Voted",
+    "Prospective",
     "Candidate",
     "Follower",
     "Leader",
@@ -67,7 +81,12 @@ __all__ = [
     "QuorumStateData",
     "QuorumStateStore",
     "become_candidate",
+    "become_follower",
     "become_leader",
+    "become_prospective",
+    "become_resigned",
+    "become_unattached",
+    "become_voted",
     "has_majority",
     "leader_and_epoch",
     "restore",
@@ -98,6 +117,18 @@ class Voted:
 
 
 @dataclass(frozen=True, slots=True)
+class Prospective:
+    """Pre-voting (KIP-996) for a candidacy in `epoch + 1`. It keeps the leader it followed
+    and the vote it cast in `epoch`, so its quorum-state is unchanged and a fetch answered
+    by that leader takes it back to following."""
+
+    epoch: int
+    leader_id: int = -1
+    voted_id: int = -1
+    granting_voters: frozenset[int] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
 class Candidate:
     epoch: int
     granting_voters: frozenset[int]
@@ -121,7 +152,7 @@ class Resigned:
     epoch: int
 
 
-EpochState = Unattached | Voted | Candidate | Follower | Leader | Resigned
+EpochState = Unattached | Voted | Prospective | Candidate | Follower | Leader | Resigned
 
 
 class LeaderAndEpoch(NamedTuple):
@@ -154,9 +185,14 @@ def become_candidate(
 ) -> Candidate:
     """Start an election in the next epoch, voting for ourselves.
 
-    Legal from every state but Leader: a leader resigns first, so that it never votes
+    With other voters only a Prospective that a majority pre-voted for runs; a single
+    voter runs from any state but Leader: a leader resigns first, so that it never votes
     against the entries it wrote in its own epoch.
     """
+    if voters != frozenset({local_id}) and not (
+        isinstance(current, Prospective) and has_majority(current.granting_voters, voters)
+    ):
+        raise IllegalTransition(f"{current!r} -> Candidate: no majority of pre-votes")
     invariant(local_id in voters, f"node {local_id} is not a voter in {sorted(voters)}")
     if isinstance(current, Leader):
         raise IllegalTransition(f"{current!r} -> Candidate: a leader resigns first")
@@ -182,6 +218,92 @@ def become_leader(current: EpochState, *, voters: frozenset[int], log_end_offset
         epoch_start_offset=log_end_offset,
         granting_voters=current.granting_voters,
     )
+
+
+def become_prospective(
+    current: EpochState, *, local_id: int, voters: frozenset[int]
+) -> Prospective:
+    """Start asking for pre-votes, in the same epoch, keeping its leader and vote.
+
+    A Resigned leader keeps itself as the epoch's leader, so that its quorum-state still
+    says it led the epoch and it never votes in it, even after a restart.
+    """
+    invariant(local_id in voters, f"node {local_id} is not a voter in {sorted(voters)}")
+    epoch = current.epoch
+    match current:
+        case Leader():
+            raise IllegalTransition(f"{current!r} -> Prospective: a leader resigns first")
+        case Unattached():
+            return Prospective(epoch)
+        case Voted(voted_id=voted_id):
+            return Prospective(epoch, voted_id=voted_id)
+        case Candidate():
+            return Prospective(epoch, voted_id=local_id)
+        case Follower(leader_id=leader_id):
+            return Prospective(epoch, leader_id=leader_id)
+        case Resigned():
+            return Prospective(epoch, leader_id=local_id)
+        case Prospective(leader_id=leader_id, voted_id=voted_id):
+            return Prospective(epoch, leader_id=leader_id, voted_id=voted_id)  # a new round
+        case _:
+            assert_never(current)
+
+
+def become_unattached(current: EpochState, *, epoch: int, is_voter: bool) -> Unattached:
+    """Enter a higher epoch with no leader known; an observer may also drop a leader it
+    can no longer reach, in the same epoch, to look for the current one."""
+    same_epoch_allowed = not is_voter and isinstance(current, Follower | Unattached)
+    if epoch < current.epoch or (epoch == current.epoch and not same_epoch_allowed):
+        raise IllegalTransition(f"{current!r} -> Unattached(epoch={epoch})")
+    return Unattached(epoch)
+
+
+def become_voted(current: EpochState, *, candidate_id: int, local_id: int) -> Voted:
+    """Grant the vote of this epoch; the caller moved to the candidate's epoch first."""
+    invariant(candidate_id != local_id, "a node votes for itself only as a candidate")
+    free = isinstance(current, Unattached) or (
+        isinstance(current, Prospective) and current.leader_id == NO_LEADER
+        and current.voted_id == NO_VOTE
+    )
+    if not free:
+        raise IllegalTransition(f"{current!r} -> Voted(voted_id={candidate_id})")
+    return Voted(current.epoch, candidate_id)
+
+
+def become_follower(
+    current: EpochState, *, epoch: int, leader_id: int, local_id: int
+) -> Follower:
+    """Follow the leader of `epoch`. In the current epoch only a node that has no leader
+    yet (or follows this one) may; a node never follows itself, and there is one leader
+    per epoch, so a leader or resigned leader of `epoch` seeing another is a bug."""
+    invariant(leader_id != local_id, "a node never follows itself")
+    invariant(leader_id != NO_LEADER, "a follower follows somebody")
+    if epoch < current.epoch:
+        raise IllegalTransition(f"{current!r} -> Follower(epoch={epoch}, leader_id={leader_id})")
+    if epoch == current.epoch:
+        match current:
+            case Leader() | Resigned():
+                raise IllegalTransition(
+                    f"{current!r} -> Follower(epoch={epoch}, leader_id={leader_id}): "
+                    "two leaders in one epoch"
+                )
+            case Follower(leader_id=known) | Prospective(leader_id=known) if known not in (
+                NO_LEADER,
+                leader_id,
+            ):
+                raise IllegalTransition(
+                    f"{current!r} -> Follower(epoch={epoch}, leader_id={leader_id}): "
+                    f"the epoch's leader is {known}"
+                )
+            case _:
+                pass
+    return Follower(epoch, leader_id)
+
+
+def become_resigned(current: EpochState) -> Resigned:
+    if not isinstance(current, Leader):
+        raise IllegalTransition(f"{current!r} -> Resigned: only a leader resigns")
+    return Resigned(current.epoch)
 
 
 def restore(persisted: QuorumStateData, *, local_id: int, voters: frozenset[int]) -> EpochState:
@@ -219,6 +341,8 @@ def to_quorum_state(state: EpochState, *, local_id: int, voters: frozenset[int])
             leader_id, voted_id = local_id, NO_VOTE  # it led this epoch: it never votes in it
         case Voted(epoch=epoch, voted_id=voted_id):
             leader_id = NO_LEADER
+        case Prospective(epoch=epoch, leader_id=leader_id, voted_id=voted_id):
+            pass
         case Candidate(epoch=epoch):
             leader_id, voted_id = NO_LEADER, local_id
         case Follower(epoch=epoch, leader_id=leader_id):
@@ -240,6 +364,9 @@ def leader_and_epoch(state: EpochState, *, local_id: int) -> LeaderAndEpoch:
             return LeaderAndEpoch(leader_id, epoch)
         case Unattached(epoch=epoch) | Voted(epoch=epoch) | Candidate(epoch=epoch):
             return LeaderAndEpoch(NO_LEADER, epoch)
+        case Prospective(epoch=epoch, leader_id=leader_id):
+            # its leader may be alive still (a lost fetch is enough to start pre-voting)
+            return LeaderAndEpoch(NO_LEADER if leader_id == local_id else leader_id, epoch)
         case Resigned(epoch=epoch):
             # it stepped down: nobody is known to lead, although the epoch is still its own
             return LeaderAndEpoch(NO_LEADER, epoch)

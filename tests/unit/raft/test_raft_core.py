@@ -234,9 +234,26 @@ def test_a_log_newer_than_its_quorum_state_refuses_to_start() -> None:
         Shell(store=shell.store, persisted=QuorumStateData())
 
 
-def test_more_than_one_voter_is_not_supported_yet() -> None:
+def test_a_voter_of_several_waits_for_the_election_timeout_before_pre_voting() -> None:
+    """With other voters the node neither bumps its epoch at start nor campaigns at once:
+    it waits a randomized election timeout, then asks for pre-votes (KIP-996)."""
+    config = RaftConfig(election_timeout_ms=1_000)
+    core = RaftCore(1, frozenset({1, 2, 3}), MemoryLogStore(), QuorumStateData(),
+                    random.Random(3), 0, config=config)
+    ready = core.ready()
+    assert core.state.epoch == 0 and ready.messages == ()
+    core.tick(999)
+    assert core.ready().messages == ()
+    core.tick(2_000)
+    ready = core.ready()
+    assert ready.quorum_state is None or ready.quorum_state.leader_epoch == 0
+    assert sorted(message.destination_id for message in ready.messages) == [2, 3]
+    assert all(getattr(m.body, "pre_vote", False) for m in ready.messages)
+
+
+def test_bad_membership_is_refused() -> None:
     with pytest.raises(InvalidConfig):
-        RaftCore(1, frozenset({1, 2, 3}), MemoryLogStore(), QuorumStateData(), random.Random(), 0)
+        RaftCore(1, frozenset(), MemoryLogStore(), QuorumStateData(), random.Random(), 0)
 
 
 def test_time_going_backwards_is_a_bug() -> None:

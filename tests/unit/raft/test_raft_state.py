@@ -6,6 +6,7 @@ import base64
 import json
 import os
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -20,13 +21,19 @@ from pykraft.raft.state import (
     IllegalTransition,
     Leader,
     LeaderAndEpoch,
+    Prospective,
     QuorumStateData,
     QuorumStateStore,
     Resigned,
     Unattached,
     Voted,
     become_candidate,
+    become_follower,
     become_leader,
+    become_prospective,
+    become_resigned,
+    become_unattached,
+    become_voted,
     decode_quorum_state,
     encode_quorum_state,
     leader_and_epoch,
@@ -48,10 +55,74 @@ NOT_LEADER: list[EpochState] = [
 
 @pytest.mark.parametrize("current", NOT_LEADER, ids=lambda state: type(state).__name__)
 def test_become_candidate_votes_for_itself_in_the_next_epoch(current: EpochState) -> None:
-    """Every state but Leader may start an election, always one epoch up."""
-    assert become_candidate(current, local_id=ME, voters=TRIO, log_last_epoch=4) == Candidate(
+    """A single voter may start an election from every state but Leader, one epoch up."""
+    assert become_candidate(current, local_id=ME, voters=SOLO, log_last_epoch=4) == Candidate(
         5, frozenset({ME})
     )
+
+
+@pytest.mark.parametrize("current", NOT_LEADER, ids=lambda state: type(state).__name__)
+def test_with_other_voters_only_a_prospective_with_a_pre_vote_majority_runs(
+    current: EpochState,
+) -> None:
+    """KIP-996: no candidacy (no epoch bump) without a majority of pre-votes first."""
+    with pytest.raises(IllegalTransition):
+        become_candidate(current, local_id=ME, voters=TRIO, log_last_epoch=4)
+    prospective = become_prospective(current, local_id=ME, voters=TRIO)
+    assert prospective.epoch == 4
+    with pytest.raises(IllegalTransition):
+        become_candidate(
+            replace(prospective, granting_voters=frozenset({ME})),
+            local_id=ME, voters=TRIO, log_last_epoch=4,
+        )
+    granted = replace(prospective, granting_voters=frozenset({ME, 3}))
+    assert become_candidate(granted, local_id=ME, voters=TRIO, log_last_epoch=4) == Candidate(
+        5, frozenset({ME})
+    )
+
+
+def test_prospective_keeps_the_leader_and_vote_of_its_epoch_in_quorum_state() -> None:
+    """Pre-voting persists nothing new; a resigned leader still says it led the epoch, so
+    that after a restart it never votes in it."""
+    for current in NOT_LEADER:
+        before = to_quorum_state(current, local_id=ME, voters=TRIO)
+        after = become_prospective(current, local_id=ME, voters=TRIO)
+        assert to_quorum_state(after, local_id=ME, voters=TRIO) == before
+    resigned = become_prospective(Resigned(4), local_id=ME, voters=TRIO)
+    assert restore(to_quorum_state(resigned, local_id=ME, voters=TRIO), local_id=ME,
+                   voters=TRIO) == Resigned(4)
+
+
+def test_a_vote_is_granted_once_per_epoch_and_never_by_a_follower() -> None:
+    assert become_voted(Unattached(4), candidate_id=2, local_id=ME) == Voted(4, 2)
+    assert become_voted(Prospective(4), candidate_id=2, local_id=ME) == Voted(4, 2)
+    for state in [Voted(4, 3), Follower(4, 2), Candidate(4, frozenset({ME})), Resigned(4),
+                  Prospective(4, voted_id=3), Prospective(4, leader_id=2)]:
+        with pytest.raises(IllegalTransition):
+            become_voted(state, candidate_id=2, local_id=ME)
+
+
+def test_one_leader_per_epoch_is_enforced_on_follow() -> None:
+    """Following another node in the epoch this node leads (or led), or a second leader of
+    an epoch, is a bug; a higher epoch is always followed."""
+    for state in [Leader(4, 0, TRIO), Resigned(4), Follower(4, 3), Prospective(4, leader_id=3)]:
+        with pytest.raises(IllegalTransition):
+            become_follower(state, epoch=4, leader_id=2, local_id=ME)
+        assert become_follower(state, epoch=5, leader_id=2, local_id=ME) == Follower(5, 2)
+    with pytest.raises(IllegalTransition):
+        become_follower(Unattached(5), epoch=4, leader_id=2, local_id=ME)
+    with pytest.raises(InvariantViolation):
+        become_follower(Unattached(5), epoch=5, leader_id=ME, local_id=ME)
+
+
+def test_unattached_needs_a_higher_epoch_except_for_an_observer() -> None:
+    with pytest.raises(IllegalTransition):
+        become_unattached(Follower(4, 2), epoch=4, is_voter=True)
+    assert become_unattached(Follower(4, 2), epoch=4, is_voter=False) == Unattached(4)
+    assert become_unattached(Leader(4, 0, TRIO), epoch=5, is_voter=True) == Unattached(5)
+    assert become_resigned(Leader(4, 0, TRIO)) == Resigned(4)
+    with pytest.raises(IllegalTransition):
+        become_resigned(Follower(4, 2))
 
 
 def test_a_leader_resigns_before_it_may_become_candidate() -> None:

@@ -25,6 +25,16 @@ def spark() -> Iterator[SparkSession]:
     session.stop()
 
 
+@pytest.fixture(autouse=True)
+def empty_consumer_pool() -> Iterator[None]:
+    """Consumers pooled by tests that read in this process must not outlive the test (nor
+    the cluster it used)."""
+    from pykraft.spark.client import CONSUMERS
+
+    yield
+    CONSUMERS.close()
+
+
 @pytest.fixture
 def topic_name() -> Callable[[str], str]:
     """Unique topic names, so tests sharing one cluster never see each other's records."""

@@ -139,29 +139,67 @@ HEADERS_TYPE: Final = pa.list_(pa.field("element", pa.struct(
     [pa.field("key", pa.string()), pa.field("value", pa.binary())])))
 
 
-def _consumer(options: ReadOptions) -> Consumer:
-    config: dict[str, Any] = {
-        "group.id": f"{options.group_id_prefix}-{uuid.uuid4()}",
-        # a task reads its range as fast as it can: librdkafka's default 1 s pause whenever
-        # its prefetch queue is full cuts a task's throughput threefold
-        "fetch.queue.backoff.ms": 0,
-        **options.kafka_params,
-        "enable.auto.commit": False,
-        "enable.auto.offset.store": False,
-        "auto.offset.reset": "error",  # out-of-range is data loss, decided here, not reset
-        "enable.partition.eof": True,
-    }
-    return Consumer(config)
+class ConsumerPool:
+    """Idle consumers of one Python worker process, kept between the tasks it runs (Spark
+    reuses Python workers), so a micro-batch's tasks skip connecting and fetching metadata.
+    Bounded: at most `idle_max` idle consumers per client configuration."""
+
+    def __init__(self, idle_max: int = 4) -> None:
+        self.idle_max = idle_max
+        self._idle: dict[tuple[tuple[str, str], ...], list[Consumer]] = {}
+
+    @staticmethod
+    def key(options: ReadOptions) -> tuple[tuple[str, str], ...]:
+        return (("groupIdPrefix", options.group_id_prefix),
+                *sorted(options.kafka_params.items()))
+
+    def borrow(self, options: ReadOptions) -> Consumer:
+        idle = self._idle.get(self.key(options))
+        if idle:
+            return idle.pop()
+        config: dict[str, Any] = {
+            "group.id": f"{options.group_id_prefix}-{uuid.uuid4()}",
+            # a task reads its range as fast as it can: librdkafka's default 1 s pause
+            # whenever its prefetch queue is full cuts a task's throughput threefold
+            "fetch.queue.backoff.ms": 0,
+            **options.kafka_params,
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "error",  # out-of-range is data loss, decided here
+            "enable.partition.eof": True,
+        }
+        return Consumer(config)
+
+    def give_back(self, options: ReadOptions, consumer: Consumer) -> None:
+        """Keep a consumer that finished its range cleanly; its prefetched records go."""
+        consumer.unassign()
+        idle = self._idle.setdefault(self.key(options), [])
+        if len(idle) < self.idle_max:
+            idle.append(consumer)
+        else:
+            consumer.close()
+
+
+    def close(self) -> None:
+        for idle in self._idle.values():
+            for consumer in idle:
+                consumer.close()
+        self._idle.clear()
+
+
+CONSUMERS: Final = ConsumerPool()
 
 
 def read_range(options: ReadOptions, offset_range: OffsetRange) -> Iterator[pa.RecordBatch]:
     """Every record of [from_offset, until_offset) of one partition, as Arrow batches."""
     schema = arrow_read_schema(options.include_headers)
-    consumer = _consumer(options)
+    consumer = CONSUMERS.borrow(options)
     try:
         yield from _read(consumer, options, offset_range, schema)
-    finally:
+    except BaseException:  # failed or abandoned mid-range: its state is unknown
         consumer.close()
+        raise
+    CONSUMERS.give_back(options, consumer)
 
 
 def _read(consumer: Consumer, options: ReadOptions, r: OffsetRange,
@@ -180,6 +218,8 @@ def _read(consumer: Consumer, options: ReadOptions, r: OffsetRange,
         for message in messages:
             error = message.error()
             if error is None:
+                if message.partition() != r.partition or message.topic() != r.topic:
+                    continue  # never expected: a pooled consumer purges its old assignment
                 offset = message.offset()
                 if offset is not None and next_offset <= offset < until_offset:
                     records.append(message)
@@ -202,8 +242,15 @@ def _read(consumer: Consumer, options: ReadOptions, r: OffsetRange,
 def _check_bounds(consumer: Consumer, options: ReadOptions, r: OffsetRange,
                   timeout_s: float) -> tuple[int, int]:
     """Clip the planned range to what the log holds now, reporting what is lost."""
-    low, high = consumer.get_watermark_offsets(TopicPartition(r.topic, r.partition),
-                                               timeout=timeout_s, cached=False)
+    tp = TopicPartition(r.topic, r.partition)
+    try:
+        low, high = consumer.get_watermark_offsets(tp, timeout=timeout_s, cached=False)
+    except KafkaException as error:
+        if error.args[0].code() not in UNKNOWN_PARTITION_CODES:
+            raise
+        # a pooled consumer's metadata may predate the partition: refresh it, ask again
+        consumer.list_topics(r.topic, timeout=timeout_s)
+        low, high = consumer.get_watermark_offsets(tp, timeout=timeout_s, cached=False)
     from_offset, until_offset = r.from_offset, r.until_offset
     losses = []
     if from_offset < low:

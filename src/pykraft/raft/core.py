@@ -619,6 +619,16 @@ class RaftCore:
             self._respond_vote(source, correlation_id, request, ErrorCode.inconsistent_voter_set)
             return
         if request.pre_vote:
+            # The pre-voter is in the epoch below the one it asks about. If that is above
+            # ours we are behind (its epoch had a candidate a majority pre-voted for):
+            # catch up, or a minority stuck in a higher epoch could never rejoin a leader
+            # that no longer contacts it.
+            if request.candidate_epoch - 1 > self._state.epoch:
+                self._transition(
+                    become_unattached(
+                        self._state, epoch=request.candidate_epoch - 1, is_voter=True
+                    )
+                )
             granted = (
                 request.candidate_epoch > self._state.epoch
                 and self._log_is_behind(request)

@@ -1,0 +1,610 @@
+"""A seeded, single-threaded simulator of a KRaft quorum: RaftCore nodes over a fake network
+and fake disks, on virtual time.
+
+Every choice -- cluster shape, message delay, loss, duplication, partitions, crashes, disk
+stalls, proposals, election jitter -- is drawn from one `random.Random(seed)`, and events
+with equal times run in the order they were scheduled, so a seed replays exactly.
+
+Each node's shell follows core.py's `Ready` contract: persist the quorum state, truncate,
+append and fsync (taking simulated disk time, during which messages wait in the node's
+inbox), then send, deliver commits to a state machine, `advance`, `flushed`. A crash loses
+what was not fsynced (MemoryLogStore.crash) and any write still in progress.
+
+After every event `check` verifies the safety invariants:
+- at most one leader per epoch, over the whole run;
+- the log of every node below its high watermark equals the committed log: a committed
+  batch is never lost or changed (a new leader's high watermark passes its epoch start,
+  which is after every committed entry, so a leader that lost one is caught too);
+- the high watermark of a node never moves backwards, across restarts too;
+- every node's state machine digest after the same offset is the same.
+Then `heal` ends the faults and `run_until_converged` checks liveness: a leader is elected
+and a new entry is committed and applied on every node within a bounded virtual time.
+
+Replay a seed with a trace:  .venv/bin/python -m tests.sim.simulation --seed N --trace
+Long run:                    .venv/bin/python -m tests.sim.simulation --seeds 0:10000
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import heapq
+import itertools
+import random
+import sys
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from pykraft.errors import RequestTimedOut
+from pykraft.raft.core import CommittedBatch, RaftConfig, RaftCore, Ready
+from pykraft.raft.log_store import MemoryLogStore
+from pykraft.raft.messages import InboundMessage, OutboundMessage
+from pykraft.raft.state import Leader, QuorumStateData
+from pykraft.records.batch import iter_headers
+
+__all__ = ["Faults", "Bugs", "SimCluster", "SimulationFailure", "run_seed", "replay_command"]
+
+INBOX_MAX = 10_000
+SAME_INSTANT_STEPS_MAX = 5_000
+SAFETY_TIME_MS = 12_000  # virtual time with faults on
+LIVENESS_TIME_MS = 60_000  # bound on convergence after heal
+
+
+class SimulationFailure(AssertionError):
+    """An invariant broke or the cluster did not converge."""
+
+
+def replay_command(seed: int, bug: str | None = None) -> str:
+    flag = f" --bug {bug}" if bug else ""
+    return f"replay: .venv/bin/python -m tests.sim.simulation --seed {seed}{flag} --trace"
+
+
+@dataclass(frozen=True, slots=True)
+class Faults:
+    voters: int
+    observers: int
+    loss: float
+    duplication: float
+    delay_ms: tuple[int, int]
+    spike_probability: float  # a much longer delay: reordering
+    crash_every_ms: int  # mean time between crashes, 0 for none
+    partition_every_ms: int
+    stall_every_ms: int
+    proposal_every_ms: int
+    election_timeout_ms: int
+
+    @classmethod
+    def from_seed(cls, rng: random.Random) -> Faults:
+        low = rng.choice([0, 1, 2])
+        return cls(
+            voters=rng.choice([3, 3, 5]),
+            observers=rng.choice([0, 0, 1, 2]),
+            loss=rng.choice([0.0, 0.01, 0.05, 0.15]),
+            duplication=rng.choice([0.0, 0.02, 0.1]),
+            delay_ms=(low, low + rng.choice([2, 10, 40])),
+            spike_probability=rng.choice([0.0, 0.01, 0.05]),
+            crash_every_ms=rng.choice([0, 1_500, 4_000]),
+            partition_every_ms=rng.choice([0, 2_000, 5_000]),
+            stall_every_ms=rng.choice([0, 3_000]),
+            proposal_every_ms=rng.choice([20, 60, 200]),
+            election_timeout_ms=rng.choice([150, 300, 500]),
+        )
+
+    def raft_config(self, rng: random.Random) -> RaftConfig:
+        election = self.election_timeout_ms
+        return RaftConfig(
+            append_linger_ms=rng.choice([0, 5, 25]),
+            batch_bytes_max=4096,
+            election_timeout_ms=election,
+            election_backoff_max_ms=election,
+            fetch_timeout_ms=2 * election,
+            request_timeout_ms=election,
+            fetch_max_wait_ms=election // 2,
+            fetch_bytes_max=rng.choice([4096, 16384]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Bugs:
+    """Deliberate faults, to show the simulator catches them."""
+
+    skip_quorum_state_fsync: bool = False  # the vote lands in the page cache only
+    commit_previous_epoch: bool = False  # count replicas of an older epoch's entry
+
+    @classmethod
+    def named(cls, name: str | None) -> Bugs:
+        if name is None:
+            return cls()
+        return cls(**{name: True})
+
+
+class _CommitsPreviousEpochs(RaftCore):
+    """Raft's figure 8 bug: commit by counting replicas of any entry."""
+
+    def _may_commit(self, majority_end: int, leader: Leader) -> bool:
+        return majority_end > 0
+
+
+class EventQueue:
+    def __init__(self) -> None:
+        self.now_ms = 0
+        self._events: list[tuple[int, int, Callable[[], None]]] = []
+        self._sequence = itertools.count()  # equal deadlines run in insertion order
+
+    def at(self, delay_ms: int, action: Callable[[], None]) -> None:
+        heapq.heappush(self._events, (self.now_ms + delay_ms, next(self._sequence), action))
+
+    def pop(self) -> Callable[[], None] | None:
+        if not self._events:
+            return None
+        self.now_ms, _, action = heapq.heappop(self._events)
+        return action
+
+
+@dataclass
+class SimNode:
+    node_id: int
+    cluster: SimCluster
+    store: MemoryLogStore = field(default_factory=MemoryLogStore)
+    durable_state: QuorumStateData = field(default_factory=QuorumStateData)
+    written_state: QuorumStateData = field(default_factory=QuorumStateData)  # page cache
+    core: RaftCore | None = None
+    incarnation: int = 0
+    busy: bool = False
+    turn_scheduled: bool = False
+    timer_generation: int = 0
+    inbox: deque[InboundMessage] = field(default_factory=deque)
+    stalled_until_ms: int = 0
+    digest: bytes = b""
+    applied_end: int = 0
+    high_watermark_max: int = 0
+    checked_end: int = 0  # log below this was compared with the committed log
+    saw_marker: bool = False
+    in_flight_ready: Ready | None = None
+
+    @property
+    def up(self) -> bool:
+        return self.core is not None
+
+    def start(self) -> None:
+        cluster = self.cluster
+        core_class = _CommitsPreviousEpochs if cluster.bugs.commit_previous_epoch else RaftCore
+        self.written_state = self.durable_state
+        self.core = core_class(
+            self.node_id,
+            cluster.voter_ids,
+            self.store,
+            self.durable_state,
+            random.Random(cluster.rng.getrandbits(64)),
+            cluster.events.now_ms,
+            config=cluster.config,
+        )
+        self.digest, self.applied_end, self.checked_end = b"", 0, 0
+        self.busy = self.turn_scheduled = False
+        self.inbox.clear()
+        self.schedule_turn()
+
+    def crash(self) -> None:
+        if self.busy and self.in_flight_ready is not None:
+            # the write in progress may or may not have reached the quorum-state file
+            state = self.in_flight_ready.quorum_state
+            if state is not None and self.cluster.rng.random() < 0.5:
+                self.written_state = state
+                if not self.cluster.bugs.skip_quorum_state_fsync:
+                    self.durable_state = state
+        self.incarnation += 1
+        self.core = None
+        self.in_flight_ready = None
+        self.store.crash()
+        self.written_state = self.durable_state
+
+    # the shell's loop ------------------------------------------------------------------
+
+    def schedule_turn(self) -> None:
+        if self.turn_scheduled or self.busy or self.core is None:
+            return
+        self.turn_scheduled = True
+        incarnation = self.incarnation
+        self.cluster.events.at(0, lambda: self._turn(incarnation))
+
+    def _turn(self, incarnation: int) -> None:
+        if incarnation != self.incarnation or self.core is None:
+            return
+        self.turn_scheduled = False
+        core = self.core
+        now = self.cluster.events.now_ms
+        core.tick(now)
+        ready = core.ready()
+        if ready.quorum_state is not None or ready.batches or ready.truncate_to is not None:
+            self.busy = True
+            self.in_flight_ready = ready
+            latency = self.cluster.rng.randint(0, 2)
+            if self.stalled_until_ms > now:
+                latency += self.stalled_until_ms - now
+            self.cluster.events.at(latency, lambda: self._write_done(incarnation, ready))
+        else:
+            self._finish(ready, None)
+
+    def _write_done(self, incarnation: int, ready: Ready) -> None:
+        if incarnation != self.incarnation or self.core is None:
+            return
+        if ready.quorum_state is not None:
+            self.written_state = ready.quorum_state
+            if self.cluster.bugs.skip_quorum_state_fsync:
+                state = ready.quorum_state
+                self.cluster.events.at(
+                    self.cluster.rng.randint(50, 2_000),
+                    lambda: self._write_back(incarnation, state),
+                )
+            else:
+                self.durable_state = ready.quorum_state
+        if ready.truncate_to is not None:
+            self.cluster.counts["truncations"] += 1
+            self.store.truncate_to(ready.truncate_to)
+        if ready.batches:
+            self.store.append(b"".join(ready.batches))
+        flushed = self.store.flush() if ready.batches else self.store.flushed_offset
+        self.busy = False
+        self.in_flight_ready = None
+        self._finish(ready, flushed)
+
+    def _write_back(self, incarnation: int, state: QuorumStateData) -> None:
+        """The page cache reaches the disk some time later (the skip-fsync bug only)."""
+        if incarnation == self.incarnation and self.written_state == state:
+            self.durable_state = state
+
+    def _finish(self, ready: Ready, flushed: int | None) -> None:
+        core = self.core
+        assert core is not None
+        for message in ready.messages:
+            self.cluster.send(self.node_id, message)
+        for batch in ready.committed:
+            self._apply(batch)
+        core.advance(ready)
+        if flushed is not None:
+            core.flushed(flushed)
+        now = self.cluster.events.now_ms
+        stepped = bool(self.inbox)
+        while self.inbox:
+            core.step(self.inbox.popleft(), now)
+        if ready.has_work or flushed is not None or stepped:
+            self.schedule_turn()
+        else:
+            self.timer_generation += 1
+            generation, incarnation = self.timer_generation, self.incarnation
+            self.cluster.events.at(
+                max(0, ready.wake_at_ms - now), lambda: self._timer(incarnation, generation)
+            )
+
+    def _timer(self, incarnation: int, generation: int) -> None:
+        if incarnation == self.incarnation and generation == self.timer_generation:
+            self.schedule_turn()
+
+    def receive(self, message: InboundMessage) -> None:
+        if self.core is None:
+            return
+        if self.busy:
+            if len(self.inbox) < INBOX_MAX:
+                self.inbox.append(message)
+            return
+        self.core.step(message, self.cluster.events.now_ms)
+        self.schedule_turn()
+
+    def propose(self, value: bytes) -> bool:
+        core = self.core
+        if core is None or not isinstance(core.state, Leader):
+            return False
+        try:
+            core.propose([value], self.cluster.events.now_ms)
+        except RequestTimedOut:
+            return False
+        self.schedule_turn()
+        return True
+
+    # the state machine ------------------------------------------------------------------
+
+    def _apply(self, batch: CommittedBatch) -> None:
+        cluster = self.cluster
+        if batch.base_offset != self.applied_end:
+            cluster.fail(f"node {self.node_id} applied {batch.base_offset}, expected "
+                         f"{self.applied_end}")
+        hasher = hashlib.blake2b(self.digest, digest_size=16)
+        hasher.update(batch.epoch.to_bytes(8, "big"))
+        for value in batch.records:
+            hasher.update(len(value).to_bytes(4, "big"))
+            hasher.update(value)
+            if value == cluster.marker:
+                self.saw_marker = True
+        self.digest = hasher.digest()
+        self.applied_end = batch.last_offset + 1
+        known = cluster.digests.setdefault(self.applied_end, self.digest)
+        if known != self.digest:
+            cluster.fail(f"node {self.node_id}: state machine digest differs at offset "
+                         f"{self.applied_end}")
+
+
+class SimCluster:
+    def __init__(self, seed: int, *, bugs: Bugs | None = None, trace: bool = False) -> None:
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.bugs = bugs or Bugs()
+        self.trace = trace
+        self.faults = Faults.from_seed(self.rng)
+        self.config = self.faults.raft_config(self.rng)
+        self.events = EventQueue()
+        self.voter_ids = frozenset(range(1, self.faults.voters + 1))
+        ids = range(1, self.faults.voters + self.faults.observers + 1)
+        self.nodes = {node_id: SimNode(node_id, self) for node_id in ids}
+        self.cut: set[tuple[int, int]] = set()  # (source, destination) links that drop
+        self.faulty = True
+        self.loss = self.faults.loss
+        self.duplication = self.faults.duplication
+        self.leaders: dict[int, int] = {}  # epoch -> leader id
+        self.committed: dict[int, bytes] = {}  # base offset -> batch, the committed log
+        self.committed_end = 0
+        self.digests: dict[int, bytes] = {}  # offset -> state machine digest after it
+        self.marker = b""
+        self.proposals = itertools.count()
+        self.steps = 0
+        self.counts: dict[str, int] = dict.fromkeys(
+            ["crashes", "partitions", "stalls", "truncations", "lost_messages"], 0
+        )
+        for node in self.nodes.values():
+            node.start()
+        self._schedule_faults()
+        self.events.at(self.faults.proposal_every_ms, self._workload)
+
+    # the network -----------------------------------------------------------------------
+
+    def send(self, source: int, message: OutboundMessage) -> None:
+        destination = message.destination_id
+        if (source, destination) in self.cut or destination not in self.nodes:
+            return
+        if self.rng.random() < self.loss:
+            self.counts["lost_messages"] += 1
+            return
+        copies = 2 if self.rng.random() < self.duplication else 1
+        inbound = InboundMessage(source, message.correlation_id, message.body)
+        for _ in range(copies):
+            low, high = self.faults.delay_ms
+            delay = self.rng.randint(low, high)
+            if self.faulty and self.rng.random() < self.faults.spike_probability:
+                delay += self.rng.randint(50, 1_000)
+            self.events.at(delay, lambda: self._deliver(source, destination, inbound))
+
+    def _deliver(self, source: int, destination: int, message: InboundMessage) -> None:
+        if (source, destination) in self.cut:
+            return
+        if self.trace:
+            print(f"{self.events.now_ms:>7} {source}->{destination} {message.body}")
+        self.nodes[destination].receive(message)
+
+    # faults ----------------------------------------------------------------------------
+
+    def _schedule_faults(self) -> None:
+        faults = self.faults
+        if faults.crash_every_ms:
+            self.events.at(self.rng.randint(0, 2 * faults.crash_every_ms), self._crash_one)
+        if faults.partition_every_ms:
+            self.events.at(self.rng.randint(0, 2 * faults.partition_every_ms), self._partition)
+        if faults.stall_every_ms:
+            self.events.at(self.rng.randint(0, 2 * faults.stall_every_ms), self._stall)
+
+    def _crash_one(self) -> None:
+        if not self.faulty:
+            return
+        node = self.nodes[self.rng.choice(sorted(self.nodes))]
+        if node.up:
+            if self.trace:
+                print(f"{self.events.now_ms:>7} crash {node.node_id}")
+            node.crash()
+            self.counts["crashes"] += 1
+            self.events.at(self.rng.randint(50, 3_000), lambda: self._restart(node))
+        self.events.at(self.rng.randint(1, 2 * self.faults.crash_every_ms), self._crash_one)
+
+    def _restart(self, node: SimNode) -> None:
+        if not node.up:
+            if self.trace:
+                print(f"{self.events.now_ms:>7} restart {node.node_id}")
+            node.start()
+
+    def _partition(self) -> None:
+        if not self.faulty:
+            return
+        ids = sorted(self.nodes)
+        if self.rng.random() < 0.5:  # symmetric: two sides that cannot talk at all
+            side = set(self.rng.sample(ids, self.rng.randint(1, len(ids) - 1)))
+            self.cut = {(a, b) for a in ids for b in ids if (a in side) != (b in side)}
+        else:  # one-way: some links drop in one direction only
+            pairs = [(a, b) for a in ids for b in ids if a != b]
+            self.cut = set(self.rng.sample(pairs, self.rng.randint(1, len(ids))))
+        self.counts["partitions"] += 1
+        if self.trace:
+            print(f"{self.events.now_ms:>7} cut {sorted(self.cut)}")
+        self.events.at(self.rng.randint(300, 4_000), self._heal_partition)
+        self.events.at(self.rng.randint(1, 2 * self.faults.partition_every_ms), self._partition)
+
+    def _heal_partition(self) -> None:
+        self.cut = set()
+
+    def _stall(self) -> None:
+        if not self.faulty:
+            return
+        node = self.nodes[self.rng.choice(sorted(self.nodes))]
+        node.stalled_until_ms = self.events.now_ms + self.rng.randint(100, 2_000)
+        self.counts["stalls"] += 1
+        self.events.at(self.rng.randint(1, 2 * self.faults.stall_every_ms), self._stall)
+
+    def _workload(self) -> None:
+        value = self.marker if not self.faulty else b"v%d" % next(self.proposals)
+        up = [node for node in self.nodes.values() if node.up]
+        if up and (self.faulty or not any(node.saw_marker for node in up)):
+            self.rng.choice(up).propose(value)
+            for node in up:
+                if self.rng.random() < 0.5:
+                    node.propose(value)  # a leader may get it twice: fine
+        self.events.at(self.rng.randint(1, self.faults.proposal_every_ms), self._workload)
+
+    # running ---------------------------------------------------------------------------
+
+    def run(self, until_ms: int, predicate: Callable[[], bool] | None = None) -> bool:
+        instant, same_instant_steps = -1, 0
+        while self.events.now_ms <= until_ms:
+            if predicate is not None and predicate():
+                return True
+            action = self.events.pop()
+            if action is None:
+                return False
+            action()
+            self.steps += 1
+            self.check()
+            if self.events.now_ms != instant:
+                instant, same_instant_steps = self.events.now_ms, 0
+            same_instant_steps += 1
+            if same_instant_steps > SAME_INSTANT_STEPS_MAX:
+                self.fail("livelock: a node asks to be woken at once with nothing to do")
+        return predicate is not None and predicate()
+
+    def heal(self) -> None:
+        """End every fault: links whole, no loss, nodes up, disks fast; then a new entry
+        (the marker) must be committed and applied everywhere."""
+        self.faulty = False
+        self.cut = set()
+        self.loss = self.duplication = 0.0
+        self.marker = b"marker-%d" % self.seed
+        for node in self.nodes.values():
+            node.stalled_until_ms = 0
+            if not node.up:
+                node.start()
+
+    def converged(self) -> bool:
+        return all(node.up and node.saw_marker for node in self.nodes.values())
+
+    def fail(self, message: str) -> None:
+        raise SimulationFailure(f"seed {self.seed} at {self.events.now_ms} ms: {message}")
+
+    # invariants ------------------------------------------------------------------------
+
+    def check(self) -> None:
+        for node in self.nodes.values():
+            core = node.core
+            if core is None:
+                continue
+            state = core.state
+            if isinstance(state, Leader):
+                leader = self.leaders.setdefault(state.epoch, node.node_id)
+                if leader != node.node_id:
+                    self.fail(f"nodes {leader} and {node.node_id} both lead epoch {state.epoch}")
+            high_watermark = core.high_watermark
+            if high_watermark is None:
+                continue
+            if high_watermark < node.high_watermark_max:
+                self.fail(f"node {node.node_id}: high watermark fell from "
+                          f"{node.high_watermark_max} to {high_watermark}")
+            node.high_watermark_max = high_watermark
+            if high_watermark > node.checked_end:
+                self._check_committed_prefix(node, high_watermark)
+
+    def _check_committed_prefix(self, node: SimNode, high_watermark: int) -> None:
+        """The node's log from `checked_end` to its high watermark is the committed log."""
+        offset = node.checked_end
+        data = node.store.read(offset, 1 << 30)
+        for position, header in iter_headers(data):
+            if header.base_offset >= high_watermark:
+                break
+            if header.next_offset > high_watermark:
+                self.fail(f"node {node.node_id}: high watermark {high_watermark} inside a batch")
+            batch = data[position : position + header.size]
+            if header.base_offset < self.committed_end:
+                known = self.committed.get(header.base_offset)
+                if known != batch:
+                    self.fail(f"node {node.node_id}: committed batch at {header.base_offset} "
+                              "lost or changed")
+            elif header.base_offset == self.committed_end:
+                self.committed[header.base_offset] = batch
+                self.committed_end = header.next_offset
+            else:
+                self.fail(f"node {node.node_id}: gap in the committed log at {self.committed_end}")
+            offset = header.next_offset
+        if offset < high_watermark:
+            self.fail(f"node {node.node_id}: high watermark {high_watermark} past its log "
+                      f"end {offset}")
+        node.checked_end = offset
+
+
+@dataclass(frozen=True, slots=True)
+class SeedResult:
+    seed: int
+    steps: int
+    virtual_ms: int
+    committed_end: int
+    elections: int
+    voters: int
+    observers: int
+    counts: dict[str, int]
+    digest: bytes  # of the committed log: equal runs of a seed give equal digests
+
+
+def run_seed(
+    seed: int,
+    *,
+    bugs: Bugs | None = None,
+    trace: bool = False,
+    safety_ms: int = SAFETY_TIME_MS,
+) -> SeedResult:
+    """Faults on for `safety_ms` of virtual time, then heal; raises SimulationFailure."""
+    cluster = SimCluster(seed, bugs=bugs, trace=trace)
+    cluster.run(safety_ms)
+    cluster.heal()
+    healed_at = cluster.events.now_ms
+    if not cluster.run(healed_at + LIVENESS_TIME_MS, cluster.converged):
+        states = {n.node_id: n.core.state if n.core else None for n in cluster.nodes.values()}
+        cluster.fail(f"no convergence within {LIVENESS_TIME_MS} ms after heal: {states}")
+    log_digest = hashlib.blake2b(digest_size=16)
+    for base_offset in sorted(cluster.committed):
+        log_digest.update(cluster.committed[base_offset])
+    return SeedResult(
+        seed,
+        cluster.steps,
+        cluster.events.now_ms,
+        cluster.committed_end,
+        len(cluster.leaders),
+        cluster.faults.voters,
+        cluster.faults.observers,
+        dict(cluster.counts),
+        log_digest.digest(),
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--seed", type=int)
+    parser.add_argument("--seeds", default="0:500", help="start:stop")
+    parser.add_argument("--bug", choices=["skip_quorum_state_fsync", "commit_previous_epoch"])
+    parser.add_argument("--trace", action="store_true")
+    parser.add_argument("--safety-ms", type=int, default=SAFETY_TIME_MS,
+                        help="virtual time with faults on, per seed")
+    args = parser.parse_args(argv)
+    bugs = Bugs.named(args.bug)
+    if args.seed is not None:
+        seeds = range(args.seed, args.seed + 1)
+    else:
+        start, stop = (int(part) for part in args.seeds.split(":"))
+        seeds = range(start, stop)
+    began = time.perf_counter()
+    steps = failures = 0
+    for seed in seeds:
+        try:
+            steps += run_seed(seed, bugs=bugs, trace=args.trace, safety_ms=args.safety_ms).steps
+        except Exception as failure:  # report every failing seed, then go on
+            failures += 1
+            print(f"FAIL {failure!r}\n  {replay_command(seed, args.bug)}", file=sys.stderr)
+    elapsed = time.perf_counter() - began
+    print(f"{len(seeds)} seeds, {steps} steps, {failures} failures, {elapsed:.1f} s")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

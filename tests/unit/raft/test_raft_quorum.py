@@ -1,0 +1,166 @@
+"""RaftCore between voters, message by message: vote rules, pre-vote, DivergingEpoch and
+truncation, the current-epoch commit rule. (The simulator in tests/sim covers the rest.)"""
+
+from __future__ import annotations
+
+import random
+
+from kio.schema.errors import ErrorCode
+
+from pykraft.raft.core import RaftConfig, RaftCore
+from pykraft.raft.log_store import MemoryLogStore
+from pykraft.raft.messages import (
+    BeginQuorumEpochRequest,
+    DivergingEpoch,
+    FetchRequest,
+    FetchResponse,
+    InboundMessage,
+    OutboundMessage,
+    RaftMessage,
+    VoteRequest,
+    VoteResponse,
+)
+from pykraft.raft.state import EpochState, Follower, Leader, QuorumStateData, Unattached, Voted
+from pykraft.records.record import build_batch
+
+TRIO = frozenset({1, 2, 3})
+CONFIG = RaftConfig(election_timeout_ms=100, fetch_timeout_ms=200, request_timeout_ms=100,
+                    fetch_max_wait_ms=50)
+
+
+class Node:
+    """One core over a MemoryLogStore, with the shell's steps done at once."""
+
+    def __init__(self, node_id: int, store: MemoryLogStore | None = None,
+                 persisted: QuorumStateData | None = None) -> None:
+        self.store = store or MemoryLogStore()
+        self.persisted = persisted or QuorumStateData()
+        self.now_ms = 0
+        self.core = RaftCore(node_id, TRIO, self.store, self.persisted, random.Random(node_id),
+                             0, config=CONFIG)
+
+    def turn(self) -> list[OutboundMessage]:
+        ready = self.core.ready()
+        if ready.quorum_state is not None:
+            self.persisted = ready.quorum_state
+        if ready.truncate_to is not None:
+            self.store.truncate_to(ready.truncate_to)
+        for batch in ready.batches:
+            self.store.append(batch)
+        self.store.flush()
+        self.core.advance(ready)
+        self.core.flushed(self.store.flushed_offset)
+        return list(ready.messages)
+
+    def receive(
+        self, source: int, body: RaftMessage, correlation_id: int = 1
+    ) -> list[OutboundMessage]:
+        self.core.step(InboundMessage(source, correlation_id, body), self.now_ms)
+        return self.turn()
+
+
+def log_of(*epochs: int) -> MemoryLogStore:
+    """A log with one single-record batch per given epoch, at offsets 0, 1, ..."""
+    store = MemoryLogStore()
+    for offset, epoch in enumerate(epochs):
+        store.append(build_batch([(None, b"e%d" % epoch, (), 0)], base_offset=offset,
+                                 partition_leader_epoch=epoch))
+    store.flush()
+    return store
+
+
+def test_a_vote_goes_to_an_up_to_date_log_once_per_epoch_and_is_durable_first() -> None:
+    """Candidate 2 with a shorter log is refused; 3 gets the vote, persisted in the same
+    Ready as the grant; 2 asking again in that epoch is refused."""
+    voter = Node(1, log_of(1, 1, 2), QuorumStateData(leader_epoch=2))
+    (refusal,) = voter.receive(2, VoteRequest(3, 2, last_offset_epoch=2, last_offset=2))
+    assert isinstance(refusal.body, VoteResponse) and not refusal.body.vote_granted
+    assert voter.core.state == Unattached(3)
+    ready = voter.core.ready()
+    assert ready.messages == ()
+    voter.core.step(InboundMessage(3, 7, VoteRequest(3, 3, last_offset_epoch=2, last_offset=3)),
+                    0)
+    ready = voter.core.ready()
+    assert ready.quorum_state is not None and ready.quorum_state.voted_id == 3
+    (grant,) = ready.messages
+    assert isinstance(grant.body, VoteResponse) and grant.body.vote_granted
+    assert grant.correlation_id == 7
+    voter.turn()
+    after_grant: EpochState = voter.core.state
+    assert after_grant == Voted(3, 3)
+    (again,) = voter.receive(2, VoteRequest(3, 2, last_offset_epoch=5, last_offset=9))
+    assert isinstance(again.body, VoteResponse) and not again.body.vote_granted
+
+
+def test_a_follower_of_a_live_leader_refuses_pre_votes_and_keeps_its_epoch() -> None:
+    """KIP-996: a rejoining node cannot unseat a leader its peers still hear from."""
+    voter = Node(1)
+    voter.receive(2, BeginQuorumEpochRequest(leader_id=2, leader_epoch=4))
+    assert voter.core.state == Follower(4, 2)
+    (answer,) = [m for m in voter.receive(3, VoteRequest(5, 3, 9, 100, pre_vote=True))
+                 if isinstance(m.body, VoteResponse)]
+    assert isinstance(answer.body, VoteResponse)
+    assert not answer.body.vote_granted and answer.body.leader_epoch == 4
+    assert voter.core.state == Follower(4, 2)
+
+
+def test_the_leader_answers_a_divergence_and_the_follower_truncates_to_it() -> None:
+    """Follower log epochs [1, 1, 3, 3]; leader [1, 1, 2, 2, 5...]: the follower's fetch at
+    (4, epoch 3) gets DivergingEpoch(2, 4); it truncates to offset 2, where its epoch 1
+    ends, then fetches (2, epoch 1), which matches."""
+    leader_store = log_of(1, 1, 2, 2)
+    leader = Node(2, leader_store, QuorumStateData(leader_epoch=4, voted_id=2))
+    assert leader.core.end_offset_for_epoch(3) == (2, 4)
+    assert leader.core.end_offset_for_epoch(1) == (1, 2)
+    assert leader.core.end_offset_for_epoch(0) == (0, 0)
+
+    follower = Node(1, log_of(1, 1, 3, 3), QuorumStateData(leader_epoch=5, leader_id=2))
+    follower.core.tick(0)
+    (fetch,) = follower.turn()
+    assert fetch.body == FetchRequest(1, 5, fetch_offset=4, last_fetched_epoch=3)
+    response = FetchResponse(ErrorCode.none, 2, 5, -1,
+                             diverging_epoch=DivergingEpoch(epoch=2, end_offset=4))
+    follower.core.step(InboundMessage(2, fetch.correlation_id, response), 0)
+    assert follower.core.ready().truncate_to == 2
+    assert follower.turn() == []  # the truncation is done before the next fetch is sent
+    (next_fetch,) = follower.turn()
+    assert follower.store.log_end_offset == 2
+    assert next_fetch.body == FetchRequest(1, 5, fetch_offset=2, last_fetched_epoch=1)
+
+
+def test_a_stale_or_duplicated_fetch_response_is_ignored() -> None:
+    follower = Node(1, persisted=QuorumStateData(leader_epoch=5, leader_id=2))
+    follower.core.tick(0)
+    (fetch,) = follower.turn()
+    records = build_batch([(None, b"x", (), 0)], base_offset=0, partition_leader_epoch=5)
+    follower.receive(2, FetchResponse(ErrorCode.none, 2, 5, 1, records=records),
+                     fetch.correlation_id + 100)
+    assert follower.store.log_end_offset == 0
+    follower.receive(2, FetchResponse(ErrorCode.none, 2, 5, 1, records=records),
+                     fetch.correlation_id)
+    assert follower.store.log_end_offset == 1 and follower.core.high_watermark == 1
+    follower.receive(2, FetchResponse(ErrorCode.none, 2, 5, 1, records=records),
+                     fetch.correlation_id)  # the duplicate
+    assert follower.store.log_end_offset == 1
+
+
+def test_a_new_leader_commits_old_entries_only_with_one_of_its_own_epoch() -> None:
+    """Raft's figure 8: a majority holding an entry of an earlier epoch commits nothing;
+    once a majority holds the leader's LeaderChangeMessage, everything below commits."""
+    leader = Node(1, log_of(1, 1, 2), QuorumStateData(leader_epoch=3, voted_id=1))
+    leader.now_ms = 1_000
+    leader.core.tick(1_000)
+    leader.turn()
+    pre_vote = VoteResponse(ErrorCode.none, -1, 3, True, candidate_epoch=4, pre_vote=True)
+    leader.core.step(InboundMessage(2, 1, pre_vote), 1_000)
+    prevote_done = leader.core.state
+    assert prevote_done.epoch == 4  # a candidate now, after a majority of pre-votes
+    leader.turn()
+    leader.core.step(InboundMessage(2, 2, VoteResponse(ErrorCode.none, -1, 4, True, 4)), 1_000)
+    leader.turn()
+    leader.turn()
+    assert isinstance(leader.core.state, Leader) and leader.core.state.epoch_start_offset == 3
+    leader.receive(2, FetchRequest(2, 4, fetch_offset=3, last_fetched_epoch=2))
+    assert leader.core.high_watermark is None  # offsets 0-2 are on a majority, not enough
+    leader.receive(2, FetchRequest(2, 4, fetch_offset=4, last_fetched_epoch=4))
+    assert leader.core.high_watermark == 4

@@ -89,8 +89,7 @@ def test_confluent_three_members_share_partitions_and_a_killed_one_is_replaced(
     """Every partition has exactly one owner; SIGKILL one member (no LeaveGroup) and its
     partitions move to the others within the session timeout (plus a rebalance)."""
     group = "confluent-three"
-    victim = subprocess.Popen([sys.executable, "-c", _MEMBER_SCRIPT, cluster.bootstrap_servers,
-                               group, TOPIC], stdout=subprocess.PIPE, text=True)
+    victim = _start_member(cluster.bootstrap_servers, group)
     try:
         assert victim.stdout is not None and victim.stdout.readline().strip() == "assigned"
         consumers = [confluent_consumer(cluster.bootstrap_servers, group) for _ in range(2)]
@@ -115,18 +114,186 @@ def test_confluent_three_members_share_partitions_and_a_killed_one_is_replaced(
 
 _MEMBER_SCRIPT = """
 import sys
-from confluent_kafka import Consumer
 bootstrap, group, topic = sys.argv[1:4]
-c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "session.timeout.ms": 1000,
-              "heartbeat.interval.ms": 100, "auto.offset.reset": "earliest"})
-c.subscribe([topic])
-told = False
-while True:
-    c.poll(0.05)
-    if c.assignment() and not told:
-        print("assigned", flush=True)
-        told = True
+client = sys.argv[4] if len(sys.argv) > 4 else "confluent"
+commit_every = int(sys.argv[5]) if len(sys.argv) > 5 else 0
+if client == "confluent":
+    from confluent_kafka import Consumer
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                  "session.timeout.ms": 1000, "heartbeat.interval.ms": 100,
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    c.subscribe([topic])
+    told, read = False, 0
+    while True:
+        m = c.poll(0.05)
+        if m is not None and m.error() is None:
+            print(f"R {m.partition()} {m.offset()}", flush=True)
+            read += 1
+            if commit_every and read % commit_every == 0:
+                done = c.commit(asynchronous=False)
+                print("C " + " ".join(f"{tp.partition}:{tp.offset}" for tp in done), flush=True)
+        if c.assignment() and not told:
+            print("assigned", flush=True)
+            told = True
+elif client == "kafka-python":
+    from kafka import KafkaConsumer
+    c = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group,
+                      session_timeout_ms=1000, heartbeat_interval_ms=100,
+                      auto_offset_reset="earliest", enable_auto_commit=False)
+    told = False
+    while True:
+        c.poll(timeout_ms=50)
+        if c.assignment() and not told:
+            print("assigned", flush=True)
+            told = True
+else:
+    import asyncio
+    from aiokafka import AIOKafkaConsumer
+    async def main():
+        c = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group,
+                             session_timeout_ms=1000, heartbeat_interval_ms=100,
+                             auto_offset_reset="earliest", enable_auto_commit=False)
+        await c.start()
+        told = False
+        while True:
+            await c.getmany(timeout_ms=50)
+            if c.assignment() and not told:
+                print("assigned", flush=True)
+                told = True
+    asyncio.run(main())
 """
+
+
+def _start_member(bootstrap: str, group: str, client: str = "confluent",
+                  commit_every: int = 0) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-c", _MEMBER_SCRIPT, bootstrap, group, TOPIC,
+                             client, str(commit_every)], stdout=subprocess.PIPE, text=True)
+
+
+def test_kafka_python_and_aiokafka_replace_a_killed_member(cluster: LocalCluster) -> None:
+    """kafka-python and aiokafka groups (session.timeout.ms=1000): SIGKILL one of three
+    members and the other two own every partition again within seconds."""
+    from kafka import KafkaConsumer
+
+    victim = _start_member(cluster.bootstrap_servers, "kp-kill", "kafka-python")
+    try:
+        assert victim.stdout is not None and victim.stdout.readline().strip() == "assigned"
+        survivors = [KafkaConsumer(TOPIC, bootstrap_servers=cluster.bootstrap_servers,
+                                   group_id="kp-kill", session_timeout_ms=1000,
+                                   heartbeat_interval_ms=100, enable_auto_commit=False)
+                     for _ in range(2)]
+
+        def owned() -> list[set[int]]:
+            for consumer in survivors:
+                consumer.poll(timeout_ms=20)
+            return [{tp.partition for tp in c.assignment()} for c in survivors]
+
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and sum(len(o) for o in owned()) != 4:
+            pass
+        victim.send_signal(signal.SIGKILL)
+        victim.wait(10)
+        killed_at = time.monotonic()
+        while time.monotonic() < killed_at + 15 and not owned_exactly_once(owned()):
+            pass
+        took_s = time.monotonic() - killed_at
+        assert owned_exactly_once(owned())
+        assert took_s < 8, took_s  # the 1 s session, then kafka-python's rejoin (loaded CI)
+        for consumer in survivors:
+            consumer.close()
+    finally:
+        victim.kill()
+    _aiokafka_replaces_a_killed_member(cluster.bootstrap_servers)
+
+
+def _aiokafka_replaces_a_killed_member(bootstrap: str) -> None:
+    from aiokafka import AIOKafkaConsumer
+
+    async def run() -> float:
+        loop = asyncio.get_running_loop()
+        victim = _start_member(bootstrap, "aio-kill", "aiokafka")
+        try:
+            assert victim.stdout is not None
+            line = await loop.run_in_executor(None, victim.stdout.readline)
+            assert line.strip() == "assigned"
+            survivors = [AIOKafkaConsumer(TOPIC, bootstrap_servers=bootstrap,
+                                          group_id="aio-kill", session_timeout_ms=1000,
+                                          heartbeat_interval_ms=100, enable_auto_commit=False)
+                          for _ in range(2)]
+            for consumer in survivors:
+                await consumer.start()
+
+            async def owned() -> list[set[int]]:
+                await asyncio.gather(*(c.getmany(timeout_ms=20) for c in survivors))
+                return [{tp.partition for tp in c.assignment()} for c in survivors]
+
+            for _ in range(500):
+                if sum(len(o) for o in await owned()) == 4:
+                    break
+            victim.send_signal(signal.SIGKILL)
+            await loop.run_in_executor(None, victim.wait)
+            killed_at = time.monotonic()
+            for _ in range(500):
+                if owned_exactly_once(await owned()):
+                    break
+            took_s = time.monotonic() - killed_at
+            assert owned_exactly_once(await owned())
+            for consumer in survivors:
+                await consumer.stop()
+            return took_s
+        finally:
+            victim.kill()
+
+    took_s = asyncio.run(run())
+    assert took_s < 8, took_s
+
+
+def test_commits_after_processing_lose_nothing_and_repeat_only_after_the_last_commit(
+    cluster: LocalCluster,
+) -> None:
+    """A member committing every 25 records is SIGKILLed mid-stream; its successor starts
+    exactly at the last commit: nothing is lost, and the only records read twice are
+    those the dead member read after its last commit."""
+    group = "at-least-once"
+    victim = _start_member(cluster.bootstrap_servers, group, commit_every=25)
+    first_reads: set[tuple[int, int]] = set()
+    committed: dict[int, int] = {}
+
+    def record(line: str) -> None:
+        kind, *fields = line.split()
+        if kind == "R":
+            first_reads.add((int(fields[0]), int(fields[1])))
+        elif kind == "C":
+            committed.update((int(p), int(o)) for p, o in
+                             (field.split(":") for field in fields) if int(o) >= 0)
+
+    try:
+        assert victim.stdout is not None
+        for line in victim.stdout:
+            record(line)
+            if len(first_reads) >= 300 and committed:
+                break
+        victim.send_signal(signal.SIGKILL)
+        victim.wait(10)
+        for line in victim.stdout.read().splitlines():  # what it did before it died
+            record(line)
+    finally:
+        victim.kill()
+    successor = confluent_consumer(cluster.bootstrap_servers, group)
+    successor.subscribe([TOPIC])
+    second_reads: set[tuple[int, int]] = set()
+    deadline = time.monotonic() + 30
+    while len(first_reads | second_reads) < 600 and time.monotonic() < deadline:
+        message = successor.poll(0.1)
+        if message is not None and message.error() is None:
+            second_reads.add((message.partition(), message.offset()))
+    successor.close()
+    assert first_reads | second_reads == {(p, o) for p in range(PARTITIONS) for o in range(100)}
+    for partition, offset in second_reads & first_reads:
+        assert offset >= committed.get(partition, 0), (partition, offset)
+    for partition in range(PARTITIONS):
+        resumed = min((o for p, o in second_reads if p == partition), default=100)
+        assert resumed == committed.get(partition, 0)
 
 
 def test_confluent_three_members_each_partition_once_and_offsets_resume(

@@ -367,16 +367,23 @@ class SimCluster:
             return
         copies = 2 if self.rng.random() < self.duplication else 1
         inbound = InboundMessage(source, message.correlation_id, message.body)
+        incarnation = self.nodes[destination].incarnation
         for _ in range(copies):
             low, high = self.faults.delay_ms
             delay = self.rng.randint(low, high)
             if self.faulty and self.rng.random() < self.faults.spike_probability:
                 delay += self.rng.randint(50, 1_000)
-            self.events.at(delay, lambda: self._deliver(source, destination, inbound))
+            self.events.at(
+                delay, lambda: self._deliver(source, destination, inbound, incarnation)
+            )
 
-    def _deliver(self, source: int, destination: int, message: InboundMessage) -> None:
+    def _deliver(
+        self, source: int, destination: int, message: InboundMessage, incarnation: int
+    ) -> None:
         if (source, destination) in self.cut:
             return
+        if self.nodes[destination].incarnation != incarnation:
+            return  # its connections died with the process it was sent to
         if self.trace:
             print(f"{self.events.now_ms:>7} {source}->{destination} {message.body}")
         self.nodes[destination].receive(message)

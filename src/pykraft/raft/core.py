@@ -254,6 +254,7 @@ class _InFlightFetch:
     destination_id: int
     correlation_id: int
     sent_ms: int
+    fetch_offset: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,7 +307,7 @@ class RaftCore:
         self._sealed: deque[bytes] = deque()  # batches for the shell to append, in order
         self._pending_bytes = 0
         self._outbox: list[OutboundMessage] = []
-        self._correlation_ids = 0
+        self._correlation_ids = rng.getrandbits(30)  # a restarted node does not reuse ids
         # timers (absolute ms) and per-role bookkeeping
         self._election_deadline_ms = now_ms
         self._fetch_deadline_ms = now_ms
@@ -968,7 +969,9 @@ class RaftCore:
             else self._high_watermark,
         )
         correlation_id = self._send(destination, request)
-        self._fetch_in_flight = _InFlightFetch(destination, correlation_id, self._now_ms)
+        self._fetch_in_flight = _InFlightFetch(
+            destination, correlation_id, self._now_ms, request.fetch_offset
+        )
 
     def _on_fetch_response(
         self, source: int, correlation_id: int, response: FetchResponse
@@ -981,6 +984,8 @@ class RaftCore:
         ):
             return  # an answer to an older fetch, or a duplicate
         self._fetch_in_flight = None
+        if in_flight.fetch_offset != self._end_offset:
+            return  # our log moved since we asked (we led for a while): ask again
         if self._observe_epoch(response.leader_epoch, response.leader_id):
             return
         state = self._state

@@ -52,17 +52,11 @@ ADMIN_APIS: Final[dict[int, tuple[int, int]]] = {
 # what a broker listener serves before any feature adds its own APIs
 BROKER_APIS: Final[dict[int, tuple[int, int]]] = {**DATA_APIS, **ADMIN_APIS}
 
-# served on controller listeners (more come with the multi-node controller)
+# served on controller listeners: ApiVersions and the metadata APIs, at the same versions
+# as on broker listeners (more come with the multi-node controller)
 CONTROLLER_APIS: Final[dict[int, tuple[int, int]]] = {
-    ApiKey.API_VERSIONS: (0, 4),
-    ApiKey.DESCRIBE_QUORUM: (0, 2),
-    ApiKey.DESCRIBE_CLUSTER: (0, 1),
-    ApiKey.CREATE_TOPICS: (2, 7),
-    ApiKey.DELETE_TOPICS: (1, 6),
-    ApiKey.CREATE_PARTITIONS: (0, 3),
-    ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
-    ApiKey.ALTER_CONFIGS: (0, 2),
-    ApiKey.DESCRIBE_CONFIGS: (1, 4),
+    ApiKey.API_VERSIONS: DATA_APIS[ApiKey.API_VERSIONS],
+    **ADMIN_APIS,
 }
 
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import logging
 import random
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -54,6 +55,8 @@ from pykraft.broker.group_coordinator.records import (
 )
 from pykraft.broker.group_coordinator.state import GroupState, check_transition
 from pykraft.errors import invariant
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "Append",
@@ -646,7 +649,8 @@ class GroupCoordinator:
             return
         member.join_token = token
         member.join_skip_assignment = False
-        self._maybe_prepare_rebalance(state, group, now_ms)
+        self._maybe_prepare_rebalance(state, group, now_ms,
+                                      f"static member {instance} rejoined as {new_id}")
 
     def _add_member_and_rebalance(self, state: PartitionState, group: Group, member_id: str,
                                   token: int, request: JoinRequest, now_ms: int) -> None:
@@ -662,7 +666,7 @@ class GroupCoordinator:
         if group.leader is None:
             group.leader = member_id
         group.new_member_added = True
-        self._maybe_prepare_rebalance(state, group, now_ms)
+        self._maybe_prepare_rebalance(state, group, now_ms, f"member {member_id} joined")
 
     def _update_member_and_rebalance(self, state: PartitionState, group: Group, member: Member,
                                      token: int, request: JoinRequest, now_ms: int) -> None:
@@ -673,15 +677,20 @@ class GroupCoordinator:
         member.session_timeout_ms = request.session_timeout_ms
         member.rebalance_timeout_ms = request.rebalance_timeout_ms
         member.join_token = token
-        self._maybe_prepare_rebalance(state, group, now_ms)
+        self._maybe_prepare_rebalance(state, group, now_ms,
+                                      f"member {member.member_id} rejoined")
 
-    def _maybe_prepare_rebalance(self, state: PartitionState, group: Group, now_ms: int) -> None:
+    def _maybe_prepare_rebalance(self, state: PartitionState, group: Group, now_ms: int,
+                                 reason: str) -> None:
         if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE, GroupState.EMPTY):
-            self._prepare_rebalance(state, group, now_ms)
+            self._prepare_rebalance(state, group, now_ms, reason)
         elif group.state is GroupState.PREPARING_REBALANCE:
             self._try_complete_join(state, group, now_ms)
 
-    def _prepare_rebalance(self, state: PartitionState, group: Group, now_ms: int) -> None:
+    def _prepare_rebalance(self, state: PartitionState, group: Group, now_ms: int,
+                           reason: str) -> None:
+        log.info("preparing to rebalance group %s in state %s with old generation %d (%s)",
+                 group.group_id, group.state.value, group.generation_id, reason)
         if group.state is GroupState.COMPLETING_REBALANCE:
             for member in group.members.values():
                 member.assignment = b""
@@ -725,6 +734,8 @@ class GroupCoordinator:
         group.in_initial_delay = False
         for member in list(group.members.values()):
             if member.join_token is None and member.group_instance_id is None:
+                log.info("member %s of group %s did not rejoin in time; removed",
+                         member.member_id, group.group_id)
                 self._remove_member(state, group, member)
         group.generation_id += 1
         if not group.members:
@@ -738,6 +749,8 @@ class GroupCoordinator:
             group.leader = next((m.member_id for m in group.members.values()
                                  if m.join_token is not None), next(iter(group.members)))
         group.transition(GroupState.COMPLETING_REBALANCE, now_ms)
+        log.info("stabilized group %s generation %d with %d member(s), leader %s",
+                 group.group_id, group.generation_id, len(group.members), group.leader)
         for member in group.members.values():
             if member.join_token is not None:
                 self._reply(member.join_token, self._join_result(group, member, False))
@@ -800,6 +813,8 @@ class GroupCoordinator:
         for each in group.members.values():
             each.assignment = assignments.get(each.member_id, b"")
         group.transition(GroupState.STABLE, now_ms)
+        log.info("assignment received from leader %s for group %s generation %d",
+                 member.member_id, group.group_id, group.generation_id)
         self._cancel_timer(("sync", state.index, group.group_id))
         replies = []
         for each in group.members.values():
@@ -864,7 +879,7 @@ class GroupCoordinator:
                 self._remove_member(state, group, group.members[member_id])
                 removed = True
         if removed and group is not None:
-            self._after_member_removed(state, group, now_ms)
+            self._after_member_removed(state, group, now_ms, "members left the group")
         self._reply(token, (_NONE, results))
 
     def _validate_member(self, group: Group, member_id: str, instance: str | None) -> ErrorCode:
@@ -887,9 +902,10 @@ class GroupCoordinator:
         if group.leader == member.member_id:
             group.leader = next(iter(group.members), None)
 
-    def _after_member_removed(self, state: PartitionState, group: Group, now_ms: int) -> None:
+    def _after_member_removed(self, state: PartitionState, group: Group, now_ms: int,
+                              reason: str) -> None:
         if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
-            self._prepare_rebalance(state, group, now_ms)
+            self._prepare_rebalance(state, group, now_ms, reason)
         elif group.state is GroupState.PREPARING_REBALANCE:
             self._try_complete_join(state, group, now_ms)
 
@@ -933,7 +949,8 @@ class GroupCoordinator:
             member = group.members.get(key[3])
             if member is not None and member.join_token is None:
                 self._remove_member(state, group, member)
-                self._after_member_removed(state, group, now_ms)
+                self._after_member_removed(state, group, now_ms,
+                                           f"member {member.member_id} session expired")
             elif member is not None:  # waiting in a rebalance: the rebalance timeout rules
                 self._schedule_heartbeat(partition, group, member, now_ms)
         elif kind == "pending":
@@ -947,7 +964,8 @@ class GroupCoordinator:
                 member = group.members.get(member_id)
                 if member is not None:
                     self._remove_member(state, group, member)
-            self._prepare_rebalance(state, group, now_ms)
+            self._prepare_rebalance(state, group, now_ms,
+                                    "members did not sync before the rebalance timeout")
 
     # -- offsets ------------------------------------------------------------------------
 

@@ -210,8 +210,9 @@ async def _park(partitions: list[Partition], timeout_s: float) -> None:
     future = asyncio.get_running_loop().create_future()
     for partition in partitions:
         partition.waiters.append(future)
-    try:
-        await asyncio.wait_for(future, timeout_s)
+    try:  # not wait_for: on 3.11 it can swallow a cancellation that races the wake-up
+        async with asyncio.timeout(timeout_s):
+            await future
     except TimeoutError:
         pass
     finally:

@@ -5,6 +5,7 @@
     pykraft topics | console-producer | console-consumer | dump-log | perf produce|consume
     pykraft consumer-groups --bootstrap-server H:P --list | --describe | --reset-offsets | --delete
     pykraft delete-records --bootstrap-server H:P --offset-json-file FILE
+    pykraft metadata-quorum --bootstrap-controller H:P describe --status | --replication
 
 Every failure the user can act on ends as one line on stderr and exit code 1 (a usage
 mistake, a broker's refusal, an unreadable file); `--help` and `--version` exit 0. Server
@@ -29,6 +30,7 @@ from pykraft.cli import (
     consumer_groups,
     delete_records,
     dump_log,
+    metadata_quorum,
     perf,
     topics,
 )
@@ -52,6 +54,7 @@ def build_parser() -> ArgumentParser:
     consumer_groups.add_parser(commands)
     dump_log.add_parser(commands)
     delete_records.add_parser(commands)
+    metadata_quorum.add_parser(commands)
     perf.add_parser(commands)
     return parser
 

@@ -1,0 +1,178 @@
+"""A small blocking Kafka protocol client for the tools that need an API no client library
+offers (DescribeQuorum: neither librdkafka nor kafka-python sends it).
+
+One connection at a time, one request at a time. The client tries the bootstrap servers in
+order until one accepts the connection, asks it ApiVersions, and then sends each request at
+the highest version both sides speak. Every failure is a `CommandError` with one readable
+line: a refused connection, a timeout, a closed connection, no common version.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import sys
+from collections.abc import Callable
+from types import ModuleType, TracebackType
+from typing import Any, Final
+
+from kio.schema.errors import ErrorCode
+
+from pykraft.cli.args import CommandError
+from pykraft.protocol.framing import decode_response, encode_request, request_type
+
+__all__ = ["ProtocolClient", "error_name", "request_module"]
+
+API_VERSIONS: Final = 18
+_API_VERSIONS_VERSION: Final = 3
+_SIZE: Final = struct.Struct(">i")
+_MAX_RESPONSE_BYTES: Final = 100 * 1024 * 1024
+
+
+def request_module(api_key: int, api_version: int) -> ModuleType:
+    """The kio module of a request version, which also holds its nested entity classes."""
+    return sys.modules[request_type(api_key, api_version).__module__]
+
+
+def error_name(code: int) -> str:
+    """Kafka's name of an error code: 6 -> NOT_LEADER_OR_FOLLOWER."""
+    try:
+        return ErrorCode(code).name.upper()
+    except ValueError:
+        return f"error code {code}"
+
+
+class ProtocolClient:
+    """Connected to the first reachable of `bootstrap` (`host:port[,host:port...]`)."""
+
+    def __init__(
+        self, bootstrap: str, *, timeout_s: float, client_id: str = "pykraft-cli"
+    ) -> None:
+        self.timeout_s = timeout_s
+        self.client_id = client_id
+        self._correlation_id = 0
+        self._sock: socket.socket | None = None
+        self.address = ""
+        self._versions: dict[int, tuple[int, int]] = {}
+        self._connect([server.strip() for server in bootstrap.split(",") if server.strip()])
+
+    def _connect(self, servers: list[str]) -> None:
+        failures = []
+        for server in servers:
+            host, _, port = server.rpartition(":")
+            host = host.strip("[]")
+            try:
+                self._sock = socket.create_connection((host, int(port)), timeout=self.timeout_s)
+            except (OSError, ValueError) as error:
+                reason = getattr(error, "strerror", None) or str(error) or type(error).__name__
+                failures.append(f"{server} ({reason})")
+                continue
+            self.address = server
+            try:
+                self._versions = self._api_versions()
+            except CommandError:
+                self.close()
+                raise
+            return
+        raise CommandError(f"cannot connect to {', '.join(failures) or 'no server given'}")
+
+    def _api_versions(self) -> dict[int, tuple[int, int]]:
+        request = request_type(API_VERSIONS, _API_VERSIONS_VERSION)(
+            client_software_name="pykraft-cli", client_software_version="1"
+        )
+        frame = self._round_trip(API_VERSIONS, _API_VERSIONS_VERSION, request)
+        try:
+            _, response = decode_response(API_VERSIONS, _API_VERSIONS_VERSION, frame)
+        except Exception:  # a server that does not speak v3 answers in v0 (KIP-511)
+            _, response = decode_response(API_VERSIONS, 0, frame)
+        if response.error_code != ErrorCode.none:
+            raise CommandError(
+                f"{self.address} refused ApiVersions: {error_name(response.error_code)}"
+            )
+        return {
+            int(api.api_key): (int(api.min_version), int(api.max_version))
+            for api in response.api_keys
+        }
+
+    def version_for(self, api_key: int, name: str, ours: tuple[int, int]) -> int:
+        """The highest version of `api_key` both sides speak."""
+        theirs = self._versions.get(api_key)
+        if theirs is None:
+            raise CommandError(f"{self.address} does not serve {name}")
+        low, high = max(ours[0], theirs[0]), min(ours[1], theirs[1])
+        if low > high:
+            raise CommandError(
+                f"{self.address} serves {name} versions {theirs[0]}-{theirs[1]}; "
+                f"this tool speaks {ours[0]}-{ours[1]}"
+            )
+        return high
+
+    def request(
+        self,
+        api_key: int,
+        name: str,
+        ours: tuple[int, int],
+        build: Callable[[ModuleType, int], Any],
+    ) -> tuple[int, Any]:
+        """Send the request `build(module, version)` makes; return (version, response)."""
+        version = self.version_for(api_key, name, ours)
+        frame = self._round_trip(api_key, version, build(request_module(api_key, version), version))
+        try:
+            _, response = decode_response(api_key, version, frame)
+        except Exception as error:
+            raise CommandError(
+                f"cannot decode {name} v{version} from {self.address}: {error}"
+            ) from error
+        return version, response
+
+    def _round_trip(self, api_key: int, version: int, request: Any) -> bytes:
+        sock = self._sock
+        if sock is None:
+            raise CommandError("not connected")
+        self._correlation_id += 1
+        frame = encode_request(api_key, version, self._correlation_id, self.client_id, request)
+        try:
+            sock.sendall(frame)
+            (size,) = _SIZE.unpack(self._read_exactly(sock, _SIZE.size))
+            if not 4 <= size <= _MAX_RESPONSE_BYTES:
+                raise CommandError(f"{self.address} sent a response of {size} bytes")
+            response = self._read_exactly(sock, size)
+        except TimeoutError:
+            raise CommandError(
+                f"no answer from {self.address} within {self.timeout_s:g} s"
+            ) from None
+        except OSError as error:
+            raise CommandError(
+                f"connection to {self.address} failed: {error.strerror or error}"
+            ) from error
+        (correlation_id,) = _SIZE.unpack_from(response)
+        if correlation_id != self._correlation_id:
+            raise CommandError(f"{self.address} answered correlation id {correlation_id}, "
+                               f"expected {self._correlation_id}")
+        return response
+
+    def _read_exactly(self, sock: socket.socket, size: int) -> bytes:
+        chunks, remaining = [], size
+        while remaining:
+            chunk = sock.recv(min(remaining, 1 << 20))
+            if not chunk:
+                raise CommandError(f"{self.address} closed the connection")
+            chunks.append(chunk)
+            remaining -= len(chunk)
+        return b"".join(chunks)
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+    def __enter__(self) -> ProtocolClient:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()

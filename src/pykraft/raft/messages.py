@@ -1,9 +1,10 @@
-"""The messages voters and observers exchange, as plain values (KIP-595, KIP-996).
+"""The messages voters and observers exchange, as plain values (KIP-595, KIP-996, KIP-630).
 
 The core takes these in (`RaftCore.step`) and hands them out (`Ready.messages`); the
 simulator passes them as they are, and the network shell will translate them to and from
-Kafka's Vote / BeginQuorumEpoch / EndQuorumEpoch / Fetch entities. Fields follow Kafka's
-names in snake_case; an `error` is a Kafka error code, `ErrorCode.none` when all is well.
+Kafka's Vote / BeginQuorumEpoch / EndQuorumEpoch / Fetch / FetchSnapshot entities. Fields
+follow Kafka's names in snake_case; an `error` is a Kafka error code, `ErrorCode.none` when
+all is well.
 
 Every response carries the responder's view of the quorum (`leader_id`, `leader_epoch`),
 as Kafka's do, so that a node that fell behind learns the current epoch from any answer.
@@ -25,6 +26,9 @@ __all__ = [
     "FetchRequest",
     "FetchResponse",
     "DivergingEpoch",
+    "SnapshotId",
+    "FetchSnapshotRequest",
+    "FetchSnapshotResponse",
     "RaftRequest",
     "RaftResponse",
     "RaftMessage",
@@ -112,18 +116,77 @@ class DivergingEpoch:
     end_offset: int
 
 
+@dataclass(frozen=True, slots=True, order=True)
+class SnapshotId:
+    """Names a snapshot (Kafka's OffsetAndEpoch): it holds the state after every entry below
+    `end_offset`, and `epoch` is the leader epoch of the last of them (entry end_offset - 1).
+    Its file is `<end_offset:020>-<epoch:010>.checkpoint`. Ordered by (end offset, epoch)."""
+
+    end_offset: int
+    epoch: int
+
+
 @dataclass(frozen=True, slots=True)
 class FetchResponse:
+    """`snapshot_id` is set when the fetch offset is below the leader's log start, or the
+    fetcher's log diverges from the leader's below it: the fetcher must pull that snapshot
+    with FetchSnapshot (Kafka's SnapshotId field, tagged in Fetch v12+). `log_start_offset`
+    is the leader's log start (Kafka's LogStartOffset, -1 when not told)."""
+
     error: ErrorCode
     leader_id: int
     leader_epoch: int
     high_watermark: int  # -1 until the leader has committed in its epoch
     records: bytes = b""  # whole RecordBatch v2 batches starting at the fetch offset
     diverging_epoch: DivergingEpoch | None = None
+    snapshot_id: SnapshotId | None = None
+    log_start_offset: int = -1
 
 
-RaftRequest = VoteRequest | BeginQuorumEpochRequest | EndQuorumEpochRequest | FetchRequest
-RaftResponse = VoteResponse | BeginQuorumEpochResponse | EndQuorumEpochResponse | FetchResponse
+@dataclass(frozen=True, slots=True)
+class FetchSnapshotRequest:
+    """Pull up to `max_bytes` of snapshot `snapshot_id` from byte `position` on (KIP-630).
+    The chunks need not end on batch boundaries: the fetcher writes them one after another
+    into the snapshot file."""
+
+    replica_id: int
+    current_leader_epoch: int
+    snapshot_id: SnapshotId
+    position: int
+    max_bytes: int = 0x7FFFFFFF
+
+
+@dataclass(frozen=True, slots=True)
+class FetchSnapshotResponse:
+    """One chunk: `unaligned_records` are the snapshot's bytes from `position`, and `size`
+    the snapshot's whole size. Errors: SNAPSHOT_NOT_FOUND (the leader holds no such
+    snapshot, e.g. a newer one replaced it), POSITION_OUT_OF_RANGE, and as for Fetch
+    NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, INVALID_REQUEST; then `size` and
+    `position` are -1."""
+
+    error: ErrorCode
+    leader_id: int
+    leader_epoch: int
+    snapshot_id: SnapshotId
+    size: int = -1
+    position: int = -1
+    unaligned_records: bytes = b""
+
+
+RaftRequest = (
+    VoteRequest
+    | BeginQuorumEpochRequest
+    | EndQuorumEpochRequest
+    | FetchRequest
+    | FetchSnapshotRequest
+)
+RaftResponse = (
+    VoteResponse
+    | BeginQuorumEpochResponse
+    | EndQuorumEpochResponse
+    | FetchResponse
+    | FetchSnapshotResponse
+)
 RaftMessage = RaftRequest | RaftResponse
 
 

@@ -5,10 +5,19 @@ batch (a line per batch; with `--deep-iteration` a `| offset: ...` line per reco
 `--print-data-log` keys and values too), `.index` as "offset: N position: P" and
 `.timeindex` as "timestamp: T offset: N" entries, `.txnindex` as aborted transactions.
 
+KRaft's control records (LeaderChange, SnapshotHeader, SnapshotFooter, KRaftVersion,
+Voters) are printed by name with their fields as JSON, as Kafka's tool prints them. With
+`--cluster-metadata-decoder` (which implies `--print-data-log`) every record of a
+`__cluster_metadata` segment or snapshot gets its payload as Kafka's JSON
+(`payload: {"type":"TOPIC_RECORD","version":0,"data":{...}}`, see `metadata_decoder`).
+
 A segment is read through a memory map, so a 1 GiB segment costs no 1 GiB of heap. Bytes
 after the last whole batch (a crash's torn write, or the zeros of a preallocated file) are
 counted and reported as "Found N invalid bytes at the end of <file>", as Kafka does. A batch
 whose CRC does not match is printed with `isvalid: false`; its records are not decoded.
+Kafka's tool exits 0 either way; with `--cluster-metadata-decoder` such damage (and a
+record that does not decode, or a snapshot without its header or footer) is also reported
+as an error on stderr after the file's valid contents, and the exit code is 1.
 """
 
 from __future__ import annotations
@@ -18,10 +27,12 @@ import mmap
 import struct
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, TextIO
 
-from pykraft.cli.args import ArgumentParser, CommandError
+from pykraft.cli.args import ArgumentParser, CommandError, UsageError
+from pykraft.cli.metadata_decoder import control_record_fields, metadata_payload
 from pykraft.errors import CorruptRecord, KafkaError
 from pykraft.records.batch import (
     CURRENT_MAGIC,
@@ -53,7 +64,8 @@ def add_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
     parser = commands.add_parser(
         "dump-log", help="print the contents of log segment and index files (kafka-dump-log.sh)"
     )
-    parser.add_argument("--files", required=True, metavar="PATH[,PATH...]")
+    parser.add_argument("--files", metavar="PATH[,PATH...]", help="REQUIRED (or list them last)")
+    parser.add_argument("paths", nargs="*", metavar="PATH", help="more files to dump")
     parser.add_argument(
         "--print-data-log",
         action="store_true",
@@ -62,24 +74,50 @@ def add_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
     parser.add_argument(
         "--deep-iteration", action="store_true", help="print every record, not only batch headers"
     )
+    parser.add_argument(
+        "--cluster-metadata-decoder",
+        action="store_true",
+        help="decode records as __cluster_metadata records (implies --print-data-log)",
+    )
     parser.set_defaults(handler=_run_args)
 
 
 def _run_args(args: argparse.Namespace) -> int:
-    paths = [path.strip() for path in args.files.split(",") if path.strip()]
+    if args.files is None and not args.paths:
+        raise UsageError("the following arguments are required: --files")
+    listed = args.files.split(",") if args.files is not None else []
+    paths = [path.strip() for path in [*listed, *args.paths] if path.strip()]
     if not paths:
         raise CommandError("--files names no file")
-    deep = args.deep_iteration or args.print_data_log
-    return run(paths, print_data=args.print_data_log, deep_iteration=deep)
+    metadata = args.cluster_metadata_decoder
+    print_data = args.print_data_log or metadata
+    deep = args.deep_iteration or print_data
+    return run(paths, print_data=print_data, deep_iteration=deep, metadata=metadata)
 
 
-def run(paths: list[str], *, print_data: bool, deep_iteration: bool) -> int:
-    """Dump each file in turn; one that cannot be read is reported and makes the exit code 1."""
+@dataclass(slots=True)
+class _Problems:
+    """Damage found in one file, reported after its valid contents (decoder mode)."""
+
+    messages: list[str] = field(default_factory=list)
+
+    def add(self, message: str) -> None:
+        self.messages.append(message)
+
+
+def run(
+    paths: list[str], *, print_data: bool, deep_iteration: bool, metadata: bool = False
+) -> int:
+    """Dump each file in turn; one that cannot be read is reported and makes the exit code 1.
+    With `metadata`, so does a file whose contents are damaged."""
     status = 0
     for path in paths:
         print(f"Dumping {path}")
+        problems = _Problems()
         try:
-            dumped = dump_file(Path(path), sys.stdout, print_data, deep_iteration)
+            dumped = dump_file(
+                Path(path), sys.stdout, print_data, deep_iteration, metadata, problems
+            )
         except OSError as error:
             print(f"Error: cannot read {path}: {error.strerror}", file=sys.stderr)
             status = 1
@@ -90,19 +128,36 @@ def run(paths: list[str], *, print_data: bool, deep_iteration: bool) -> int:
             continue
         if not dumped:
             print(f"Ignoring unknown file {path}", file=sys.stderr)
+        elif metadata and problems.messages:
+            sys.stdout.flush()
+            print(f"Error: {path}: {'; '.join(problems.messages)}", file=sys.stderr)
+            status = 1
     return status
 
 
-def dump_file(path: Path, out: TextIO, print_data: bool, deep_iteration: bool) -> bool:
-    """Print one file's contents; False when its kind (by suffix) is not one we know."""
+def dump_file(
+    path: Path,
+    out: TextIO,
+    print_data: bool,
+    deep_iteration: bool,
+    metadata: bool = False,
+    problems: _Problems | None = None,
+) -> bool:
+    """Print one file's contents; False when its kind (by suffix) is not one we know.
+    Damage found is added to `problems`; `metadata` decodes __cluster_metadata records."""
     suffix = path.suffix
+    problems = problems if problems is not None else _Problems()
     if suffix == ".log":
         print(f"Log starting offset: {_base_offset(path)}", file=out)
-        _dump_batches(path, out, print_data, deep_iteration)
+        _dump_batches(path, out, _Options(print_data, deep_iteration, metadata), problems)
     elif suffix == ".checkpoint":
-        end_offset, epoch = _snapshot_id(path)
-        print(f"Snapshot end offset: {end_offset}, epoch: {epoch}", file=out)
-        _dump_batches(path, out, print_data, deep_iteration)
+        if path.name == "bootstrap.checkpoint":
+            print("KRaft bootstrap snapshot", file=out)
+        else:
+            end_offset, epoch = _snapshot_id(path)
+            print(f"Snapshot end offset: {end_offset}, epoch: {epoch}", file=out)
+        options = _Options(print_data, deep_iteration, metadata, snapshot=True)
+        _dump_batches(path, out, options, problems)
     elif suffix == ".index":
         _dump_offset_index(path, out)
     elif suffix == ".timeindex":
@@ -131,28 +186,75 @@ def _snapshot_id(path: Path) -> tuple[int, int]:
 # -- segments ------------------------------------------------------------------------------
 
 
-def _dump_batches(path: Path, out: TextIO, print_data: bool, deep_iteration: bool) -> None:
+@dataclass(frozen=True, slots=True)
+class _Options:
+    print_data: bool
+    deep_iteration: bool
+    metadata: bool  # decode values as __cluster_metadata records
+    snapshot: bool = False  # a .checkpoint: SnapshotHeader first, SnapshotFooter last
+
+
+@dataclass(slots=True)
+class _SnapshotFrame:
+    """The control records that open and close a snapshot, as seen while dumping."""
+
+    first: ControlRecordType | None = None
+    last: ControlRecordType | None = None
+    records: int = 0
+
+    def saw(self, header: BatchHeader, record: Record) -> None:
+        kind = ControlRecordType.UNKNOWN
+        if header.is_control:
+            try:
+                kind = read_control_record_type(record.key)
+            except CorruptRecord:
+                kind = ControlRecordType.UNKNOWN
+        if self.records == 0:
+            self.first = kind
+        self.last = kind
+        self.records += 1
+
+
+def _dump_batches(path: Path, out: TextIO, options: _Options, problems: _Problems) -> None:
+    frame = _SnapshotFrame()
     with path.open("rb") as file:
         size = path.stat().st_size
-        if size == 0:
-            return
-        with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-            valid_bytes = _dump_mapped(mapped, out, print_data, deep_iteration)
+        valid_bytes = 0
+        if size > 0:
+            with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+                valid_bytes = _dump_mapped(mapped, out, options, problems, frame)
     if valid_bytes < size:
         print(f"Found {size - valid_bytes} invalid bytes at the end of {path.name}", file=out)
+        problems.add(
+            f"{size - valid_bytes} invalid bytes at position {valid_bytes} "
+            "(a truncated or corrupt batch)"
+        )
+    if options.snapshot and options.deep_iteration:
+        if frame.first is not ControlRecordType.SNAPSHOT_HEADER:
+            problems.add("the snapshot does not start with a SnapshotHeader record")
+        if frame.last is not ControlRecordType.SNAPSHOT_FOOTER:
+            problems.add("the snapshot does not end with a SnapshotFooter record (truncated?)")
 
 
-def _dump_mapped(mapped: mmap.mmap, out: TextIO, print_data: bool, deep_iteration: bool) -> int:
+def _dump_mapped(
+    mapped: mmap.mmap,
+    out: TextIO,
+    options: _Options,
+    problems: _Problems,
+    frame: _SnapshotFrame,
+) -> int:
     """Print every whole batch; return the bytes they cover (the file's valid prefix)."""
     valid_bytes = 0
     with memoryview(mapped) as view:
         for position, header in _whole_batches(view):
             is_valid = compute_crc(view, position) == header.crc
             print(batch_line(header, position, is_valid), file=out)
-            if deep_iteration:
+            if not is_valid:
+                problems.add(f"the batch at position {position} fails its CRC check")
+            if options.deep_iteration:
                 # a copy, so that nothing decoded keeps the map open
                 batch = bytes(view[position : position + header.size])
-                _dump_records(batch, header, is_valid, out, print_data)
+                _dump_records(batch, header, is_valid, out, options, problems, frame)
             valid_bytes = position + header.size
     return valid_bytes
 
@@ -197,7 +299,13 @@ def _sequence_at(base_sequence: int, offset_delta: int) -> int:
 
 
 def _dump_records(
-    batch: bytes, header: BatchHeader, is_valid: bool, out: TextIO, print_data: bool
+    batch: bytes,
+    header: BatchHeader,
+    is_valid: bool,
+    out: TextIO,
+    options: _Options,
+    problems: _Problems,
+    frame: _SnapshotFrame,
 ) -> None:
     if not is_valid:
         print("| records not decoded: the batch's CRC does not match", file=out)
@@ -206,9 +314,21 @@ def _dump_records(
         records = list(iter_records(batch))
     except KafkaError as error:  # corrupt records section, unknown codec, too large
         print(f"| records not decoded: {error}", file=out)
+        problems.add(f"the records of the batch at offset {header.base_offset}: {error}")
         return
     for record in records:
-        print(record_line(record, header, print_data), file=out)
+        frame.saw(header, record)
+        if options.metadata and header.is_control:
+            _, unreadable = _control_text(record)
+            if unreadable is not None:
+                problems.add(f"the control record at offset {record.offset}: {unreadable}")
+        if options.metadata and not header.is_control:
+            payload, decoded = metadata_payload(record.value, record.offset)
+            if not decoded:
+                problems.add(f"the record at offset {record.offset} does not decode")
+            print(f"{record_line(record, header, False)} payload: {payload}", file=out)
+            continue
+        print(record_line(record, header, options.print_data), file=out)
 
 
 def record_line(record: Record, header: BatchHeader, print_data: bool) -> str:
@@ -231,16 +351,25 @@ def record_line(record: Record, header: BatchHeader, print_data: bool) -> str:
 
 
 def _control_fields(record: Record) -> str:
+    return _control_text(record)[0]
+
+
+def _control_text(record: Record) -> tuple[str, str | None]:
+    """What Kafka prints after a control record's metadata, and why it is unreadable if so."""
     try:
         control_type = read_control_record_type(record.key)
         if control_type in (ControlRecordType.COMMIT, ControlRecordType.ABORT):
             coordinator_epoch = read_end_txn_marker(record.value)
-            return f" endTxnMarker: {control_type.name} coordinatorEpoch: {coordinator_epoch}"
+            text = f" endTxnMarker: {control_type.name} coordinatorEpoch: {coordinator_epoch}"
+            return text, None
+        fields = control_record_fields(control_type, record.value)
+        if fields is not None:
+            return fields, None
     except CorruptRecord as error:
-        return f" controlRecord: unreadable ({error})"
+        return f" controlRecord: unreadable ({error})", str(error)
     key = record.key or b""
     type_id = struct.unpack_from(">h", key, 2)[0]
-    return f" controlType: {control_type.name}({type_id})"
+    return f" controlType: {control_type.name}({type_id})", None
 
 
 def _size(data: bytes | None) -> int:

@@ -25,6 +25,8 @@ class ApiKey(IntEnum):
     INCREMENTAL_ALTER_CONFIGS = 44
     DESCRIBE_QUORUM = 55
     DESCRIBE_CLUSTER = 60
+    CONSUMER_GROUP_HEARTBEAT = 68
+    CONSUMER_GROUP_DESCRIBE = 69
 
 
 # api key -> (min version, max version). Each group of APIs is served by one handler group

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from datetime import timedelta
 from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
@@ -21,6 +22,8 @@ from pykraft.broker.admin_apis import ControllerChannel
 from pykraft.broker.group_coordinator.core import (
     CommitPartition,
     CommitRequest,
+    ConsumerHeartbeat,
+    ConsumerHeartbeatResult,
     HeartbeatRequest,
     JoinRequest,
     JoinResult,
@@ -33,6 +36,7 @@ from pykraft.broker.metadata_cache import MetadataCache
 from pykraft.controller.requests import CreatableTopic
 from pykraft.errors import KafkaError
 from pykraft.net.server import RequestContext
+from pykraft.protocol.api import ApiKey
 from pykraft.protocol.entities import NO_THROTTLE, field, make, millis, response_module
 
 log = logging.getLogger(__name__)
@@ -48,6 +52,8 @@ DESCRIBE_GROUPS = 15
 LIST_GROUPS = 16
 DELETE_GROUPS = 42
 OFFSET_DELETE = 47
+CONSUMER_GROUP_HEARTBEAT = ApiKey.CONSUMER_GROUP_HEARTBEAT
+CONSUMER_GROUP_DESCRIBE = ApiKey.CONSUMER_GROUP_DESCRIBE
 
 GROUP_APIS: Final[dict[int, tuple[int, int]]] = {
     OFFSET_COMMIT: (2, 9),  # v10 names topics by id (Kafka 4.1): not yet
@@ -61,8 +67,11 @@ GROUP_APIS: Final[dict[int, tuple[int, int]]] = {
     LIST_GROUPS: (0, 5),
     DELETE_GROUPS: (0, 2),
     OFFSET_DELETE: (0, 0),
+    CONSUMER_GROUP_HEARTBEAT: (0, 1),  # v1: the client makes its member id (KIP-1082)
+    CONSUMER_GROUP_DESCRIBE: (0, 1),
 }
 
+MEMBER_TYPE_CONSUMER: Final = 1  # ConsumerGroupDescribe v1: a member of the new protocol
 KEY_TYPE_GROUP: Final = 0
 KEY_TYPE_TRANSACTION: Final = 1
 OFFSETS_TOPIC_CONFIGS: Final = {"cleanup.policy": "compact", "compression.type": "producer",
@@ -107,6 +116,8 @@ class GroupApis:
             DESCRIBE_GROUPS: self.describe_groups,
             DELETE_GROUPS: self.delete_groups,
             OFFSET_DELETE: self.offset_delete,
+            CONSUMER_GROUP_HEARTBEAT: self.consumer_group_heartbeat,
+            CONSUMER_GROUP_DESCRIBE: self.consumer_group_describe,
         }
 
     # -- FindCoordinator --------------------------------------------------------------
@@ -252,6 +263,66 @@ class GroupApis:
                                        group_instance_id=m.group_instance_id, error_code=e)
                                   for m, e in zip(leaving, results, strict=True)))
 
+    # -- ConsumerGroupHeartbeat / ConsumerGroupDescribe (KIP-848) -------------------------
+
+    async def consumer_group_heartbeat(self, context: RequestContext, request: Any) -> Any:
+        version = context.header.api_version
+        module = response_module(CONSUMER_GROUP_HEARTBEAT, version)
+        owned = None if request.topic_partitions is None else {
+            t.topic_id: frozenset(t.partitions) for t in request.topic_partitions
+            if t.topic_id is not None}
+        beat = ConsumerHeartbeat(
+            group_id=request.group_id, member_id=request.member_id,
+            member_epoch=request.member_epoch, instance_id=request.instance_id,
+            rack_id=request.rack_id, rebalance_timeout_ms=millis(request.rebalance_timeout),
+            subscribed_topic_names=None if request.subscribed_topic_names is None
+            else tuple(request.subscribed_topic_names),
+            subscribed_topic_regex=field(request, "subscribed_topic_regex"),
+            server_assignor=request.server_assignor, owned=owned,
+            client_id=context.header.client_id or "", client_host=f"/{context.client_host}",
+            client_generates_member_id=version >= 1)
+        try:
+            result: ConsumerHeartbeatResult = await self.shell.call(
+                lambda token, now: self.core.consumer_group_heartbeat(token, beat, now))
+        except KafkaError as error:
+            result = ConsumerHeartbeatResult(error.code, str(error))
+        assignment = None if result.assignment is None else make(
+            module.Assignment, topic_partitions=tuple(
+                make(module.TopicPartitions, topic_id=topic_id, partitions=tuple(sorted(p)))
+                for topic_id, p in sorted(result.assignment.items(), key=lambda kv: str(kv[0]))))
+        return make(module.ConsumerGroupHeartbeatResponse, throttle_time=NO_THROTTLE,
+                    error_code=result.error, error_message=result.message,
+                    member_id=result.member_id, member_epoch=result.member_epoch,
+                    heartbeat_interval=timedelta(milliseconds=result.heartbeat_interval_ms),
+                    assignment=assignment)
+
+    async def consumer_group_describe(self, context: RequestContext, request: Any) -> Any:
+        module = response_module(CONSUMER_GROUP_DESCRIBE, context.header.api_version)
+
+        def assignment(parts: Sequence[tuple[Any, str, tuple[int, ...]]]) -> Any:
+            return make(module.Assignment, topic_partitions=tuple(
+                make(module.TopicPartitions, topic_id=topic_id, topic_name=name,
+                     partitions=partitions) for topic_id, name, partitions in parts))
+
+        groups = []
+        for group_id in request.group_ids:
+            d = self.core.consumer_group_describe(group_id)
+            groups.append(make(
+                module.DescribedGroup, error_code=d.error, error_message=d.message,
+                group_id=group_id, group_state=d.state, group_epoch=d.group_epoch,
+                assignment_epoch=d.assignment_epoch, assignor_name=d.assignor_name,
+                members=tuple(make(
+                    module.Member, member_id=m.member_id, instance_id=m.instance_id,
+                    rack_id=m.rack_id, member_epoch=m.member_epoch, client_id=m.client_id,
+                    client_host=m.client_host, subscribed_topic_names=m.subscribed_topic_names,
+                    subscribed_topic_regex=m.subscribed_topic_regex,
+                    assignment=assignment(m.assignment),
+                    target_assignment=assignment(m.target_assignment),
+                    member_type=MEMBER_TYPE_CONSUMER) for m in d.members),
+                authorized_operations=-2147483648))
+        return make(module.ConsumerGroupDescribeResponse, throttle_time=NO_THROTTLE,
+                    groups=tuple(groups))
+
     # -- offsets ------------------------------------------------------------------------
 
     async def offset_commit(self, context: RequestContext, request: Any) -> Any:
@@ -349,7 +420,7 @@ class GroupApis:
                     error_code=ErrorCode.none, groups=tuple(
                         make(module.ListedGroup, group_id=g.group_id,
                              protocol_type=g.protocol_type, group_state=g.state.value,
-                             group_type="classic")
+                             group_type=g.group_type)
                         for g in listed))
 
     async def describe_groups(self, context: RequestContext, request: Any) -> Any:

@@ -45,6 +45,20 @@ from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
 
+from pykraft.broker.group_coordinator.consumer import (
+    ASSIGNORS,
+    LEAVE_EPOCH,
+    STATIC_LEAVE_EPOCH,
+    Assignment,
+    ConsumerGroup,
+    ConsumerGroupState,
+    ConsumerMember,
+    MemberState,
+    TopicInfo,
+    compile_regex,
+    owns_all,
+    reconcile,
+)
 from pykraft.broker.group_coordinator.records import (
     CoordinatorRecord,
     GroupMetadataKey,
@@ -108,6 +122,12 @@ class GroupConfig:
     offset_metadata_bytes_max: int = 4096
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000
     offsets_retention_check_interval_ms: int = 600_000
+    consumer_session_timeout_ms: int = 45_000
+    consumer_session_timeout_ms_min: int = 45_000
+    consumer_session_timeout_ms_max: int = 60_000
+    consumer_heartbeat_interval_ms: int = 5000
+    consumer_assignors: tuple[str, ...] = ("uniform", "range")
+    consumer_group_size_max: int = 0x7FFFFFFF
 
     @classmethod
     def from_properties(cls, values: Mapping[str, str]) -> GroupConfig:
@@ -125,7 +145,37 @@ class GroupConfig:
             offsets_retention_ms=number("offsets.retention.minutes", 10080) * 60_000,
             offsets_retention_check_interval_ms=number(
                 "offsets.retention.check.interval.ms", 600_000),
+            consumer_session_timeout_ms=number("group.consumer.session.timeout.ms", 45_000),
+            consumer_session_timeout_ms_min=number("group.consumer.min.session.timeout.ms",
+                                                   45_000),
+            consumer_session_timeout_ms_max=number("group.consumer.max.session.timeout.ms",
+                                                   60_000),
+            consumer_heartbeat_interval_ms=number("group.consumer.heartbeat.interval.ms", 5000),
+            consumer_assignors=_assignor_names(values.get("group.consumer.assignors",
+                                                          "uniform,range")),
+            consumer_group_size_max=number("group.consumer.max.size", 0x7FFFFFFF),
         )
+
+    def __post_init__(self) -> None:
+        if not (self.consumer_session_timeout_ms_min <= self.consumer_session_timeout_ms
+                <= self.consumer_session_timeout_ms_max):
+            raise ValueError("group.consumer.session.timeout.ms must lie between "
+                             "group.consumer.min.session.timeout.ms and "
+                             "group.consumer.max.session.timeout.ms")
+        unknown = [name for name in self.consumer_assignors if name not in ASSIGNORS]
+        if unknown or not self.consumer_assignors:
+            raise ValueError(f"group.consumer.assignors: unknown assignor(s) {unknown} "
+                             f"(known: {', '.join(ASSIGNORS)})")
+
+
+def _assignor_names(text: str) -> tuple[str, ...]:
+    """Short names ("uniform") or Kafka's class names (...assignor.UniformAssignor)."""
+    names = []
+    for entry in text.split(","):
+        name = entry.strip().rsplit(".", 1)[-1]
+        if name:
+            names.append(name.removesuffix("Assignor").lower())
+    return tuple(names)
 
 
 # -- requests and results (the edge translates kio entities to and from these) -------------
@@ -221,7 +271,8 @@ class CommittedOffset:
 class GroupListing:
     group_id: str
     protocol_type: str
-    state: GroupState
+    state: GroupState | ConsumerGroupState
+    group_type: str = "classic"
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,10 +289,65 @@ class MemberDescription:
 class GroupDescription:
     error: ErrorCode
     group_id: str
-    state: GroupState
+    state: GroupState | ConsumerGroupState
     protocol_type: str
     protocol: str
     members: tuple[MemberDescription, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerHeartbeat:
+    """A ConsumerGroupHeartbeat (KIP-848); None fields did not change since the last."""
+
+    group_id: str
+    member_id: str
+    member_epoch: int
+    instance_id: str | None
+    rack_id: str | None
+    rebalance_timeout_ms: int  # -1: unchanged
+    subscribed_topic_names: tuple[str, ...] | None
+    subscribed_topic_regex: str | None
+    server_assignor: str | None
+    owned: Assignment | None
+    client_id: str = ""
+    client_host: str = ""
+    client_generates_member_id: bool = True  # v1+ (KIP-1082); v0: the coordinator does
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerHeartbeatResult:
+    error: ErrorCode
+    message: str | None = None
+    member_id: str | None = None
+    member_epoch: int = 0
+    heartbeat_interval_ms: int = 0
+    assignment: Assignment | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerMemberDescription:
+    member_id: str
+    instance_id: str | None
+    rack_id: str | None
+    member_epoch: int
+    client_id: str
+    client_host: str
+    subscribed_topic_names: tuple[str, ...]
+    subscribed_topic_regex: str | None
+    assignment: tuple[tuple[uuid.UUID, str, tuple[int, ...]], ...]
+    target_assignment: tuple[tuple[uuid.UUID, str, tuple[int, ...]], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupDescription:
+    error: ErrorCode
+    message: str | None
+    group_id: str
+    state: str
+    group_epoch: int = 0
+    assignment_epoch: int = 0
+    assignor_name: str = ""
+    members: tuple[ConsumerMemberDescription, ...] = ()
 
 
 # -- outputs ------------------------------------------------------------------------------
@@ -310,6 +416,10 @@ class Group:
     new_member_added: bool = False
     offsets: dict[tuple[str, int], OffsetCommitValue] = field(default_factory=dict)
     has_metadata_record: bool = False  # a GroupMetadata record exists in the log
+    consumer: ConsumerGroup | None = None  # set: a KIP-848 consumer group, not a classic one
+
+    def has_members(self) -> bool:
+        return bool(self.members) or (self.consumer is not None and bool(self.consumer.members))
 
     def transition(self, target: GroupState, now_ms: int) -> None:
         self.state = check_transition(self.state, target)
@@ -353,6 +463,8 @@ class Group:
 
     def subscribed_topics(self) -> set[str] | None:
         """Topics the members subscribe to (consumer protocol); None when unknowable."""
+        if self.consumer is not None:
+            return self.consumer.subscribed_topics(())
         if self.protocol_type != CONSUMER_PROTOCOL_TYPE or self.protocol is None:
             return None
         topics: set[str] = set()
@@ -365,7 +477,7 @@ class Group:
 
     def is_empty_shell(self) -> bool:
         """Nothing left worth keeping: no members, no offsets."""
-        return not self.members and not self.offsets and not self.pending_members
+        return not self.has_members() and not self.offsets and not self.pending_members
 
 
 class PartitionStatus(Enum):
@@ -415,6 +527,8 @@ class GroupCoordinator:
         self._deadlines: dict[TimerKey, int] = {}
         self._timers: list[tuple[int, int, TimerKey]] = []
         self._sequence = itertools.count()
+        self.topics: dict[str, TopicInfo] = {}  # the metadata image's topics (update_topics)
+        self.topic_names: dict[uuid.UUID, str] = {}
 
     # -- outputs ------------------------------------------------------------------------
 
@@ -558,6 +672,12 @@ class GroupCoordinator:
                 return
             group = state.groups[request.group_id] = Group(request.group_id,
                                                            state_timestamp_ms=now_ms)
+        if group.consumer is not None and group.consumer.members:
+            self._reply(token, JoinResult(ErrorCode.inconsistent_group_protocol,
+                                          request.member_id))
+            return
+        if group.consumer is not None:  # an empty consumer group becomes a classic one
+            self._drop_consumer_group(state, group)
         if not group.supports(request.protocol_type, request.protocols):
             self._reply(token, JoinResult(ErrorCode.inconsistent_group_protocol,
                                           request.member_id))
@@ -945,7 +1065,9 @@ class GroupCoordinator:
         group = state.groups.get(key[2])
         if group is None:
             return
-        if kind == "heartbeat":
+        if kind in ("csession", "crevoke"):
+            self._consumer_timer(state, group, kind, key[3], now_ms)
+        elif kind == "heartbeat":
             member = group.members.get(key[3])
             if member is not None and member.join_token is None:
                 self._remove_member(state, group, member)
@@ -976,7 +1098,9 @@ class GroupCoordinator:
             self._reply(token, [error] * len(request.partitions))
             return
         group = state.groups.get(request.group_id)
-        error = self._validate_commit(group, request)
+        error = (self._validate_consumer_commit(group.consumer, request)
+                 if group is not None and group.consumer is not None
+                 else self._validate_commit(group, request))
         if error is not _NONE:
             self._reply(token, [error] * len(request.partitions))
             return
@@ -1076,14 +1200,14 @@ class GroupCoordinator:
         retention = self.config.offsets_retention_ms
         records = []
         for group in list(state.groups.values()):
-            subscribed = group.subscribed_topics() if group.members else set()
-            if group.members and subscribed is None:
+            subscribed = group.subscribed_topics() if group.has_members() else set()
+            if group.has_members() and subscribed is None:
                 continue
             assert subscribed is not None
             for (topic, partition), value in list(group.offsets.items()):
                 if value.expire_timestamp >= 0:
                     expired = now_ms >= value.expire_timestamp
-                elif group.members:
+                elif group.has_members():
                     expired = topic not in subscribed and (
                         now_ms - value.commit_timestamp >= retention)
                 else:
@@ -1108,19 +1232,27 @@ class GroupCoordinator:
                     types: Iterable[str] = ()) -> list[GroupListing]:
         wanted_states = {s.lower() for s in states}
         wanted_types = {t.lower() for t in types}
-        if wanted_types and "classic" not in wanted_types:
-            return []
         found = []
         for state in self.partitions.values():
             if state.status is not PartitionStatus.ACTIVE:
                 continue
             for group in state.groups.values():
-                if group.state is GroupState.DEAD:
+                listing = self._listing(group)
+                if listing.state in (GroupState.DEAD, ConsumerGroupState.DEAD):
                     continue
-                if wanted_states and group.state.value.lower() not in wanted_states:
+                if wanted_states and listing.state.value.lower() not in wanted_states:
                     continue
-                found.append(GroupListing(group.group_id, group.protocol_type, group.state))
+                if wanted_types and listing.group_type not in wanted_types:
+                    continue
+                found.append(listing)
         return found
+
+    @staticmethod
+    def _listing(group: Group) -> GroupListing:
+        if group.consumer is not None:
+            return GroupListing(group.group_id, CONSUMER_PROTOCOL_TYPE, group.consumer.state(),
+                                "consumer")
+        return GroupListing(group.group_id, group.protocol_type, group.state)
 
     def describe_group(self, group_id: str) -> GroupDescription:
         state, error = self._active(group_id)
@@ -1129,6 +1261,8 @@ class GroupCoordinator:
             if error is _NONE:
                 error = ErrorCode.group_id_not_found
             return GroupDescription(error, group_id, GroupState.DEAD, "", "", ())
+        if group.consumer is not None:
+            return self._describe_consumer_as_classic(group.consumer)
         stable = group.state is GroupState.STABLE
         members = tuple(
             MemberDescription(m.member_id, m.group_instance_id, m.client_id, m.client_host,
@@ -1144,7 +1278,8 @@ class GroupCoordinator:
         group = state.groups.get(group_id) if state is not None else None
         if error is _NONE and (group is None or group.state is GroupState.DEAD):
             error = ErrorCode.group_id_not_found
-        elif error is _NONE and group is not None and group.state is not GroupState.EMPTY:
+        elif error is _NONE and group is not None and (
+                group.state is not GroupState.EMPTY or group.has_members()):
             error = ErrorCode.non_empty_group
         if error is not _NONE or state is None or group is None:
             self._reply(token, error)
@@ -1167,7 +1302,7 @@ class GroupCoordinator:
         if error is _NONE and (group is None or group.state is GroupState.DEAD):
             error = ErrorCode.group_id_not_found
         subscribed: set[str] | None = set()
-        if error is _NONE and group is not None and group.members:
+        if error is _NONE and group is not None and group.has_members():
             subscribed = group.subscribed_topics()
             if subscribed is None:
                 error = ErrorCode.non_empty_group
@@ -1189,6 +1324,383 @@ class GroupCoordinator:
             self._append(state.index, records, [Reply(token, (_NONE, results))])
         else:
             self._reply(token, (_NONE, results))
+
+    # -- KIP-848 consumer groups ------------------------------------------------------------
+
+    def update_topics(self, topics: Mapping[str, TopicInfo], now_ms: int) -> None:
+        """The metadata image's topics changed (created, deleted, partitions added): every
+        consumer group whose subscribed topics changed gets a new group epoch and target."""
+        self.topics = dict(topics)
+        self.topic_names = {info.topic_id: name for name, info in topics.items()}
+        for state in self.partitions.values():
+            if state.status is not PartitionStatus.ACTIVE:
+                continue
+            for group in state.groups.values():
+                consumer = group.consumer
+                if consumer is not None and consumer.members and self._refresh_subscription(
+                        consumer):
+                    consumer.group_epoch += 1
+                    log.info("consumer group %s: subscribed topic metadata changed; group "
+                             "epoch %d", consumer.group_id, consumer.group_epoch)
+                    self._compute_target(consumer)
+
+    def consumer_group_heartbeat(self, token: int, request: ConsumerHeartbeat,
+                                 now_ms: int) -> None:
+        """Reply: a ConsumerHeartbeatResult."""
+        state, error = self._active(request.group_id)
+        message = self._check_heartbeat(request) if error is _NONE else None
+        if message is not None:
+            error = ErrorCode.invalid_request
+            if message.startswith("unsupported assignor"):
+                error = ErrorCode.unsupported_assignor
+            elif message.startswith("invalid regular expression"):
+                error = ErrorCode.invalid_regular_expression
+        if state is None or error is not _NONE:
+            self._reply(token, ConsumerHeartbeatResult(error, message))
+            return
+        group = state.groups.get(request.group_id)
+        if group is not None and group.consumer is None:
+            if group.members or group.pending_members:
+                self._reply(token, ConsumerHeartbeatResult(
+                    ErrorCode.group_id_not_found,
+                    f"group {request.group_id} is not a consumer group"))
+                return
+        if request.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
+            self._consumer_leave(state, group, token, request, now_ms)
+            return
+        if group is None:
+            if request.member_epoch != 0:
+                self._reply(token, ConsumerHeartbeatResult(ErrorCode.unknown_member_id,
+                                                           "unknown member"))
+                return
+            group = state.groups[request.group_id] = Group(request.group_id,
+                                                           state_timestamp_ms=now_ms)
+        if group.consumer is None:
+            group.consumer = ConsumerGroup(request.group_id)
+            if group.has_metadata_record:  # an empty classic group becomes a consumer group
+                group.has_metadata_record = False
+                self._append(state.index, [CoordinatorRecord(
+                    GroupMetadataKey(group=group.group_id), None)], [])
+        consumer = group.consumer
+        if request.member_epoch == 0:
+            result = self._consumer_join(consumer, request)
+        else:
+            result = self._consumer_member(consumer, request)
+        if isinstance(result, ConsumerHeartbeatResult):
+            if not consumer.members and group.is_empty_shell():
+                state.groups.pop(group.group_id, None)
+            self._reply(token, result)
+            return
+        self._consumer_heartbeat(state, consumer, result, request, token, now_ms)
+
+    def _check_heartbeat(self, request: ConsumerHeartbeat) -> str | None:
+        """Kafka's request validation; a message for INVALID_REQUEST (and friends)."""
+        if not request.group_id:
+            return "GroupId can't be empty"
+        if request.instance_id is not None and not request.instance_id:
+            return "InstanceId can't be empty"
+        if request.rack_id is not None and not request.rack_id:
+            return "RackId can't be empty"
+        if request.member_epoch < STATIC_LEAVE_EPOCH:
+            return f"MemberEpoch {request.member_epoch} is invalid"
+        if not request.member_id and (request.client_generates_member_id
+                                      or request.member_epoch != 0):
+            return "MemberId can't be empty"
+        if request.member_epoch == 0:
+            if request.rebalance_timeout_ms == -1:
+                return "RebalanceTimeoutMs must be provided in first request"
+            if request.owned is None or any(request.owned.values()):
+                return "TopicPartitions must be empty when (re-)joining"
+            if request.subscribed_topic_names is None and request.subscribed_topic_regex is None:
+                return "SubscribedTopicNames or SubscribedTopicRegex must be set in first request"
+        if request.server_assignor is not None and (
+                request.server_assignor not in self.config.consumer_assignors):
+            return f"unsupported assignor {request.server_assignor}"
+        if request.subscribed_topic_regex and compile_regex(
+                request.subscribed_topic_regex) is None:
+            return f"invalid regular expression {request.subscribed_topic_regex}"
+        return None
+
+    def _consumer_join(self, consumer: ConsumerGroup,
+                       request: ConsumerHeartbeat) -> ConsumerMember | ConsumerHeartbeatResult:
+        member_id = request.member_id or self._new_member_id("consumer")
+        instance = request.instance_id
+        member = consumer.members.get(member_id)
+        if instance is not None:
+            holder_id = consumer.static_members.get(instance)
+            holder = None if holder_id is None else consumer.members.get(holder_id)
+            if holder is not None and holder_id != member_id:
+                if not holder.left_temporarily:
+                    return ConsumerHeartbeatResult(
+                        ErrorCode.unreleased_instance_id,
+                        f"static member {instance} is still in use by {holder_id}")
+                return self._replace_static_member(consumer, holder, member_id)
+        if member is not None:  # a rejoin: it owns nothing now (its heartbeat says so)
+            consumer.set_owned(member, {}, {})
+            member.member_epoch = member.previous_member_epoch = 0
+            member.state = MemberState.STABLE
+            member.left_temporarily = False
+            return member
+        if len(consumer.members) >= self.config.consumer_group_size_max:
+            return ConsumerHeartbeatResult(ErrorCode.group_max_size_reached,
+                                           f"group {consumer.group_id} is full")
+        member = ConsumerMember(member_id, instance_id=instance)
+        consumer.members[member_id] = member
+        if instance is not None:
+            consumer.static_members[instance] = member_id
+        consumer.group_epoch += 1  # a new member
+        return member
+
+    @staticmethod
+    def _replace_static_member(consumer: ConsumerGroup, old: ConsumerMember,
+                               member_id: str) -> ConsumerMember:
+        """A static member back under a new member id takes over its predecessor's place:
+        same epoch, same partitions, no rebalance."""
+        assigned, pending = old.assigned, old.pending_revocation
+        consumer.set_owned(old, {}, {})
+        del consumer.members[old.member_id]
+        target = consumer.target.pop(old.member_id, None)
+        member = ConsumerMember(member_id, instance_id=old.instance_id, rack_id=old.rack_id,
+                                rebalance_timeout_ms=old.rebalance_timeout_ms,
+                                subscribed_topic_names=old.subscribed_topic_names,
+                                subscribed_topic_regex=old.subscribed_topic_regex,
+                                server_assignor=old.server_assignor, state=old.state,
+                                member_epoch=old.member_epoch,
+                                previous_member_epoch=old.previous_member_epoch)
+        consumer.members[member_id] = member
+        consumer.set_owned(member, assigned, pending)
+        if target is not None:
+            consumer.target[member_id] = target
+        assert old.instance_id is not None
+        consumer.static_members[old.instance_id] = member_id
+        return member
+
+    @staticmethod
+    def _consumer_member(consumer: ConsumerGroup,
+                         request: ConsumerHeartbeat) -> ConsumerMember | ConsumerHeartbeatResult:
+        member = consumer.members.get(request.member_id)
+        if member is None:
+            return ConsumerHeartbeatResult(ErrorCode.unknown_member_id,
+                                           f"member {request.member_id} is not in the group")
+        if request.instance_id is not None and member.instance_id != request.instance_id:
+            return ConsumerHeartbeatResult(ErrorCode.fenced_instance_id,
+                                           "the instance id does not match the member")
+        if request.member_epoch != member.member_epoch:
+            owned = request.owned
+            previous_ok = (request.member_epoch == member.previous_member_epoch
+                           and owned is not None and owns_all(member.assigned, owned))
+            if not previous_ok:
+                return ConsumerHeartbeatResult(
+                    ErrorCode.fenced_member_epoch,
+                    f"member epoch {request.member_epoch} is not the current "
+                    f"{member.member_epoch}")
+        return member
+
+    def _consumer_heartbeat(self, state: PartitionState, consumer: ConsumerGroup,
+                            member: ConsumerMember, request: ConsumerHeartbeat, token: int,
+                            now_ms: int) -> None:
+        before = (dict(member.assigned), member.member_epoch)
+        changed = self._update_member(member, request)
+        changed |= self._refresh_subscription(consumer)
+        if changed and consumer.group_epoch == consumer.assignment_epoch:
+            consumer.group_epoch += 1  # (a join has bumped it already)
+        if consumer.group_epoch > consumer.assignment_epoch:
+            log.info("consumer group %s: computing the assignment of group epoch %d (%s)",
+                     consumer.group_id, consumer.group_epoch,
+                     f"member {member.member_id} joined" if request.member_epoch == 0
+                     else f"member {member.member_id} changed its subscription")
+            self._compute_target(consumer)
+        was_revoking = member.state is MemberState.UNREVOKED_PARTITIONS
+        reconcile(consumer, member, request.owned)
+        revoking = member.state is MemberState.UNREVOKED_PARTITIONS
+        key = ("crevoke", state.index, consumer.group_id, member.member_id)
+        if revoking and not was_revoking:
+            self._set_timer(key, now_ms + member.rebalance_timeout_ms)
+        elif not revoking:
+            self._cancel_timer(key)
+        self._set_timer(("csession", state.index, consumer.group_id, member.member_id),
+                        now_ms + self.config.consumer_session_timeout_ms)
+        send_assignment = (request.member_epoch == 0 or before != (member.assigned,
+                                                                   member.member_epoch)
+                           or (request.owned is not None
+                               and {t: p for t, p in request.owned.items() if p}
+                               != member.assigned))
+        self._reply(token, ConsumerHeartbeatResult(
+            _NONE, None, member.member_id, member.member_epoch,
+            self.config.consumer_heartbeat_interval_ms,
+            dict(member.assigned) if send_assignment else None))
+
+    @staticmethod
+    def _update_member(member: ConsumerMember, request: ConsumerHeartbeat) -> bool:
+        """Take the heartbeat's non-null fields; True if the subscription changed."""
+        changed = False
+        if request.subscribed_topic_names is not None:
+            names = tuple(sorted(set(request.subscribed_topic_names)))
+            changed |= names != member.subscribed_topic_names
+            member.subscribed_topic_names = names
+        if request.subscribed_topic_regex is not None:
+            regex = request.subscribed_topic_regex or None
+            changed |= regex != member.subscribed_topic_regex
+            member.subscribed_topic_regex = regex
+        if request.server_assignor is not None:
+            changed |= request.server_assignor != member.server_assignor
+            member.server_assignor = request.server_assignor
+        if request.rebalance_timeout_ms >= 0:
+            member.rebalance_timeout_ms = request.rebalance_timeout_ms
+        if request.rack_id is not None:
+            member.rack_id = request.rack_id
+        member.client_id = request.client_id or member.client_id
+        member.client_host = request.client_host or member.client_host
+        member.left_temporarily = False
+        return changed
+
+    def _refresh_subscription(self, consumer: ConsumerGroup) -> bool:
+        """Record the subscribed topics' ids and partition counts; True if they changed."""
+        names = consumer.subscribed_topics(self.topics)
+        metadata = {name: (self.topics[name].topic_id, self.topics[name].partition_count)
+                    for name in names if name in self.topics}
+        if metadata == consumer.subscription_metadata:
+            return False
+        consumer.subscription_metadata = metadata
+        return True
+
+    def _compute_target(self, consumer: ConsumerGroup) -> None:
+        self._refresh_subscription(consumer)
+        subscriptions = {}
+        for member in consumer.members.values():
+            topics = set(member.subscribed_topic_names)
+            if member.subscribed_topic_regex:
+                compiled = compile_regex(member.subscribed_topic_regex)
+                if compiled is not None:
+                    topics.update(n for n in consumer.subscription_metadata
+                                  if compiled.fullmatch(n))
+            subscriptions[member.member_id] = topics
+        topics_info = {name: self.topics[name] for name in consumer.subscription_metadata}
+        consumer.assignor = self._choose_assignor(consumer)
+        consumer.target = ASSIGNORS[consumer.assignor](subscriptions, topics_info,
+                                                       consumer.target)
+        consumer.assignment_epoch = consumer.group_epoch
+        log.info("consumer group %s: target assignment of epoch %d by %s: %s",
+                 consumer.group_id, consumer.assignment_epoch, consumer.assignor,
+                 {m: sum(len(p) for p in a.values()) for m, a in consumer.target.items()})
+
+    def _choose_assignor(self, consumer: ConsumerGroup) -> str:
+        """The assignor most members ask for (ties: the configured order); else the first
+        of group.consumer.assignors."""
+        votes: dict[str, int] = {}
+        for member in consumer.members.values():
+            if member.server_assignor is not None:
+                votes[member.server_assignor] = votes.get(member.server_assignor, 0) + 1
+        if not votes:
+            return self.config.consumer_assignors[0]
+        order = self.config.consumer_assignors
+        return max(votes, key=lambda name: (votes[name], -order.index(name)))
+
+    def _consumer_leave(self, state: PartitionState, group: Group | None, token: int,
+                        request: ConsumerHeartbeat, now_ms: int) -> None:
+        consumer = None if group is None else group.consumer
+        member = None if consumer is None else consumer.members.get(request.member_id)
+        if consumer is None or member is None:
+            self._reply(token, ConsumerHeartbeatResult(ErrorCode.unknown_member_id,
+                                                       "unknown member"))
+            return
+        if request.member_epoch == STATIC_LEAVE_EPOCH and member.instance_id is not None:
+            member.left_temporarily = True  # keeps its partitions until its session expires
+            self._reply(token, ConsumerHeartbeatResult(
+                _NONE, None, member.member_id, STATIC_LEAVE_EPOCH,
+                self.config.consumer_heartbeat_interval_ms))
+            return
+        self._fence_consumer_member(state, consumer, member, "left the group")
+        self._reply(token, ConsumerHeartbeatResult(
+            _NONE, None, request.member_id, LEAVE_EPOCH,
+            self.config.consumer_heartbeat_interval_ms))
+
+    def _fence_consumer_member(self, state: PartitionState, consumer: ConsumerGroup,
+                               member: ConsumerMember, reason: str) -> None:
+        consumer.remove_member(member.member_id)
+        for kind in ("csession", "crevoke"):
+            self._cancel_timer((kind, state.index, consumer.group_id, member.member_id))
+        consumer.group_epoch += 1
+        log.info("consumer group %s: member %s %s; group epoch %d", consumer.group_id,
+                 member.member_id, reason, consumer.group_epoch)
+        if consumer.members:
+            self._compute_target(consumer)
+        else:
+            consumer.target.clear()
+            consumer.assignment_epoch = consumer.group_epoch
+
+    def _consumer_timer(self, state: PartitionState, group: Group, kind: str, member_id: str,
+                        now_ms: int) -> None:
+        consumer = group.consumer
+        member = None if consumer is None else consumer.members.get(member_id)
+        if consumer is None or member is None:
+            return
+        if kind == "csession":
+            self._fence_consumer_member(state, consumer, member, "session expired")
+        elif member.state is MemberState.UNREVOKED_PARTITIONS:
+            self._fence_consumer_member(state, consumer, member,
+                                        "did not revoke its partitions within the rebalance "
+                                        "timeout")
+
+    def _drop_consumer_group(self, state: PartitionState, group: Group) -> None:
+        """An empty consumer group turns classic (a classic member joins it)."""
+        group.consumer = None
+
+    @staticmethod
+    def _validate_consumer_commit(consumer: ConsumerGroup, request: CommitRequest) -> ErrorCode:
+        """Kafka's ConsumerGroup.validateOffsetCommit: generation id is the member epoch."""
+        if request.generation_id < 0 and not request.member_id and not consumer.members:
+            return _NONE  # an admin or a consumer without group management, on an empty group
+        member = consumer.members.get(request.member_id)
+        if member is None:
+            return ErrorCode.unknown_member_id
+        if request.group_instance_id is not None and (
+                member.instance_id != request.group_instance_id):
+            return ErrorCode.fenced_instance_id
+        if request.generation_id != member.member_epoch:
+            return ErrorCode.stale_member_epoch
+        return _NONE
+
+    def consumer_group_describe(self, group_id: str) -> ConsumerGroupDescription:
+        state, error = self._active(group_id)
+        group = None if state is None else state.groups.get(group_id)
+        if state is None:
+            return ConsumerGroupDescription(error, None, group_id, "Dead")
+        if group is None or group.consumer is None:
+            return ConsumerGroupDescription(
+                ErrorCode.group_id_not_found,
+                f"group {group_id} not found" if group is None
+                else f"group {group_id} is not a consumer group", group_id, "Dead")
+        consumer = group.consumer
+        members = tuple(
+            ConsumerMemberDescription(
+                m.member_id, m.instance_id, m.rack_id, m.member_epoch, m.client_id,
+                m.client_host, m.subscribed_topic_names, m.subscribed_topic_regex,
+                self._named(m.assigned), self._named(consumer.target.get(m.member_id, {})))
+            for m in consumer.members.values())
+        return ConsumerGroupDescription(_NONE, None, group_id, consumer.state().value,
+                                        consumer.group_epoch, consumer.assignment_epoch,
+                                        consumer.assignor or self.config.consumer_assignors[0],
+                                        members)
+
+    def _named(self, assignment: Assignment) -> tuple[tuple[uuid.UUID, str, tuple[int, ...]],
+                                                      ...]:
+        return tuple((topic_id, self.topic_names.get(topic_id, ""), tuple(sorted(indexes)))
+                     for topic_id, indexes in sorted(
+                         assignment.items(), key=lambda kv: self.topic_names.get(kv[0], "")))
+
+    def _describe_consumer_as_classic(self, consumer: ConsumerGroup) -> GroupDescription:
+        """DescribeGroups of a consumer group, as Kafka answers it: protocol type consumer,
+        the assignor as protocol, members with their subscription and assignment in the
+        consumer protocol's embedded layouts (so admin tools can read them)."""
+        members = tuple(
+            MemberDescription(m.member_id, m.instance_id, m.client_id, m.client_host,
+                              encode_subscription(m.subscribed_topic_names),
+                              encode_assignment(self._named(m.assigned)))
+            for m in consumer.members.values())
+        return GroupDescription(_NONE, consumer.group_id, consumer.state(),
+                                CONSUMER_PROTOCOL_TYPE,
+                                consumer.assignor or self.config.consumer_assignors[0], members)
 
     # -- records ------------------------------------------------------------------------
 
@@ -1212,3 +1724,25 @@ class GroupCoordinator:
                                    leader=group.leader, current_state_timestamp=now_ms,
                                    members=members)
         return CoordinatorRecord(GroupMetadataKey(group=group.group_id), value)
+
+
+def _string(text: str) -> bytes:
+    data = text.encode("utf-8")
+    return len(data).to_bytes(2, "big") + data
+
+
+def encode_subscription(topics: Sequence[str]) -> bytes:
+    """A ConsumerProtocolSubscription v0: version, topics, null user data."""
+    body = b"".join(_string(t) for t in topics)
+    return (b"\x00\x00" + len(topics).to_bytes(4, "big") + body
+            + (-1).to_bytes(4, "big", signed=True))
+
+
+def encode_assignment(assignment: Sequence[tuple[uuid.UUID, str, tuple[int, ...]]]) -> bytes:
+    """A ConsumerProtocolAssignment v0: version, (topic, partitions) list, null user data."""
+    parts = [b"\x00\x00", len(assignment).to_bytes(4, "big")]
+    for _, name, partitions in assignment:
+        parts.append(_string(name) + len(partitions).to_bytes(4, "big")
+                     + b"".join(p.to_bytes(4, "big") for p in partitions))
+    parts.append((-1).to_bytes(4, "big", signed=True))
+    return b"".join(parts)

@@ -23,6 +23,7 @@ from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
 
+from pykraft.broker.group_coordinator.consumer import TopicInfo
 from pykraft.broker.group_coordinator.core import Append, GroupCoordinator, Reply
 from pykraft.broker.group_coordinator.records import decode_record, encode_record
 from pykraft.broker.metadata_cache import MetadataCache
@@ -150,7 +151,11 @@ class GroupCoordinatorShell:
         """Loader publisher (after the replica manager's): load what we now lead, unload
         what we no longer do."""
         changes = delta.local_changes(self.node_id)
-        changed = False
+        changed = self._topics_changed(delta)
+        if changed:
+            self.core.update_topics({
+                name: TopicInfo(topic.topic_id, name, len(topic.partitions))
+                for name, topic in image.topics.by_name.items()}, self.now_ms())
         for key, registration in changes.elected_leaders.items():
             if key.topic == CONSUMER_OFFSETS_TOPIC:
                 self._pending_loads[key.partition] = registration.leader_epoch
@@ -162,6 +167,16 @@ class GroupCoordinatorShell:
                 changed = True
         if changed:
             self._drain()
+
+    def _topics_changed(self, delta: MetadataDelta) -> bool:
+        """A topic was created or deleted, or one changed its partition count: the consumer
+        groups' assignments depend on it (partition leadership changes do not matter)."""
+        if delta.created_topic_ids or delta.deleted_topic_ids:
+            return True
+        known = self.core.topics
+        return any(known.get(topic.name) is None
+                   or known[topic.name].partition_count != len(topic.partitions)
+                   for topic in delta.changed_topics.values())
 
     def is_loading(self, index: int) -> bool:
         return index in self._pending_loads

@@ -1,0 +1,304 @@
+"""KIP-848 consumer groups: state, server-side assignors and reconciliation, sans I/O.
+
+Theory of operation (Kafka's ConsumerGroup / CurrentAssignmentBuilder, written from KIP-848).
+A consumer group has a *group epoch*, bumped whenever something the assignment depends on
+changes: a member joins or leaves, a subscription changes, a subscribed topic is created,
+deleted or gains partitions. When the group epoch runs ahead of the *assignment epoch*, the
+coordinator recomputes the *target assignment* with the group's server-side assignor and sets
+the assignment epoch to the group epoch. Each member then converges on its target through
+heartbeats, one step at a time:
+
+1. Revocation first: partitions the member owns but its target no longer holds are taken
+   out of its assignment at once and held as *pending revocation*; the member stays at its
+   epoch (UNREVOKED_PARTITIONS) until a heartbeat reports (owned partitions) that it released
+   them, or its rebalance timeout fences it.
+2. Then assignment: the member moves to the assignment epoch and receives the target
+   partitions nobody else still owns; a partition still held by its previous owner (which has
+   not yet revoked it) is withheld (UNRELEASED_PARTITIONS) and given on a later heartbeat.
+
+Invariants: a partition is owned (assigned or pending revocation) by at most one member at a
+time — `owners` is the index and is changed only through `set_owned`; a member's epoch is
+never above the assignment epoch; the assignment epoch is never above the group epoch.
+
+Worked example: members A and B, topic t with partitions 0-3; A owns {0,1}, B owns {2,3}. C
+joins: group epoch 3 -> 4, the uniform assignor targets A {0,1}, B {2}, C {3}. B's next
+heartbeat gets assignment {2} (3 pending revocation, B stays at epoch 3); C's heartbeats get
+epoch 4 and an empty assignment (3 is unreleased) until B reports owned {2}, after which B is
+at epoch 4 and C's next heartbeat receives {3}.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Final
+
+__all__ = [
+    "ASSIGNORS",
+    "Assignment",
+    "ConsumerGroup",
+    "ConsumerGroupState",
+    "ConsumerMember",
+    "MemberState",
+    "TopicInfo",
+    "assign_range",
+    "assign_uniform",
+    "reconcile",
+]
+
+# topic id -> partition indexes
+Assignment = dict[uuid.UUID, frozenset[int]]
+
+LEAVE_EPOCH: Final = -1
+STATIC_LEAVE_EPOCH: Final = -2
+MOVES_PER_PARTITION_MAX: Final = 4  # bound on the uniform assignor's balancing loop
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    """What an assignor needs of a topic (from the metadata image the shell follows)."""
+
+    topic_id: uuid.UUID
+    name: str
+    partition_count: int
+
+
+class MemberState(Enum):
+    STABLE = "stable"
+    UNREVOKED_PARTITIONS = "unrevoked_partitions"
+    UNRELEASED_PARTITIONS = "unreleased_partitions"
+
+
+class ConsumerGroupState(Enum):
+    EMPTY = "Empty"
+    ASSIGNING = "Assigning"
+    RECONCILING = "Reconciling"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+@dataclass(slots=True)
+class ConsumerMember:
+    member_id: str
+    instance_id: str | None = None
+    rack_id: str | None = None
+    client_id: str = ""
+    client_host: str = ""
+    rebalance_timeout_ms: int = 300_000
+    subscribed_topic_names: tuple[str, ...] = ()
+    subscribed_topic_regex: str | None = None
+    server_assignor: str | None = None
+    state: MemberState = MemberState.STABLE
+    member_epoch: int = 0
+    previous_member_epoch: int = 0
+    assigned: Assignment = field(default_factory=dict)
+    pending_revocation: Assignment = field(default_factory=dict)
+    left_temporarily: bool = False  # a static member that sent epoch -2
+
+
+@dataclass(slots=True)
+class ConsumerGroup:
+    group_id: str
+    group_epoch: int = 0
+    assignment_epoch: int = 0
+    members: dict[str, ConsumerMember] = field(default_factory=dict)
+    static_members: dict[str, str] = field(default_factory=dict)  # instance id -> member id
+    target: dict[str, Assignment] = field(default_factory=dict)  # member id -> partitions
+    owners: dict[tuple[uuid.UUID, int], str] = field(default_factory=dict)
+    subscription_metadata: dict[str, tuple[uuid.UUID, int]] = field(default_factory=dict)
+    assignor: str = ""
+
+    def state(self) -> ConsumerGroupState:
+        if not self.members:
+            return ConsumerGroupState.EMPTY
+        if self.group_epoch > self.assignment_epoch:
+            return ConsumerGroupState.ASSIGNING
+        if any(m.member_epoch != self.assignment_epoch or m.state is not MemberState.STABLE
+               for m in self.members.values()):
+            return ConsumerGroupState.RECONCILING
+        return ConsumerGroupState.STABLE
+
+    def subscribed_topics(self, topic_names: Iterable[str]) -> set[str]:
+        """Names (among `topic_names`, the image's) that some member subscribes to."""
+        names: set[str] = set()
+        patterns = []
+        for member in self.members.values():
+            names.update(member.subscribed_topic_names)
+            if member.subscribed_topic_regex:
+                patterns.append(member.subscribed_topic_regex)
+        for pattern in patterns:
+            compiled = compile_regex(pattern)
+            if compiled is not None:
+                names.update(n for n in topic_names if compiled.fullmatch(n))
+        return names
+
+    def set_owned(self, member: ConsumerMember, assigned: Assignment,
+                  pending_revocation: Assignment) -> None:
+        """Change what `member` owns, keeping `owners` exact."""
+        for partitions in (member.assigned, member.pending_revocation):
+            for topic_id, indexes in partitions.items():
+                for index in indexes:
+                    if self.owners.get((topic_id, index)) == member.member_id:
+                        del self.owners[(topic_id, index)]
+        member.assigned = {t: p for t, p in assigned.items() if p}
+        member.pending_revocation = {t: p for t, p in pending_revocation.items() if p}
+        for partitions in (member.assigned, member.pending_revocation):
+            for topic_id, indexes in partitions.items():
+                for index in indexes:
+                    self.owners[(topic_id, index)] = member.member_id
+
+    def remove_member(self, member_id: str) -> ConsumerMember | None:
+        member = self.members.pop(member_id, None)
+        if member is None:
+            return None
+        self.set_owned(member, {}, {})
+        self.target.pop(member_id, None)
+        if member.instance_id is not None and self.static_members.get(
+                member.instance_id) == member_id:
+            del self.static_members[member.instance_id]
+        return member
+
+
+def compile_regex(pattern: str) -> re.Pattern[str] | None:
+    """A subscription regex (Kafka takes RE2/J syntax; Python's `re` reads the common
+    subset); None when it does not compile."""
+    try:
+        return re.compile(pattern)
+    except re.error:
+        return None
+
+
+# -- assignors ----------------------------------------------------------------------------
+
+
+def _subscribers(members: Mapping[str, set[str]], topic: str) -> list[str]:
+    return sorted(m for m, topics in members.items() if topic in topics)
+
+
+def assign_range(members: Mapping[str, set[str]], topics: Mapping[str, TopicInfo],
+                 current: Mapping[str, Assignment]) -> dict[str, Assignment]:
+    """Per topic, its subscribers (by member id) take consecutive ranges; the first
+    `partitions % subscribers` take one more. `current` is unused (range is not sticky)."""
+    result: dict[str, Assignment] = {m: {} for m in members}
+    for name in sorted(topics):
+        info = topics[name]
+        subscribers = _subscribers(members, name)
+        if not subscribers:
+            continue
+        quota, extra = divmod(info.partition_count, len(subscribers))
+        start = 0
+        for position, member_id in enumerate(subscribers):
+            count = quota + (1 if position < extra else 0)
+            if count:
+                result[member_id][info.topic_id] = frozenset(range(start, start + count))
+            start += count
+    return result
+
+
+def assign_uniform(members: Mapping[str, set[str]], topics: Mapping[str, TopicInfo],
+                   current: Mapping[str, Assignment]) -> dict[str, Assignment]:
+    """Balanced and sticky: a partition stays with its current target owner while that member
+    still subscribes to its topic; the rest go to the least-loaded subscriber; then partitions
+    move from a member to a subscriber holding at least two fewer until no such move exists,
+    so among members with the same subscriptions counts differ by at most one."""
+    owner: dict[tuple[str, int], str] = {}
+    load = {m: 0 for m in members}
+    by_id = {info.topic_id: name for name, info in topics.items()}
+    for member_id in sorted(current):
+        if member_id not in members:
+            continue
+        for topic_id, indexes in current[member_id].items():
+            name = by_id.get(topic_id)
+            if name is None or name not in members[member_id]:
+                continue
+            for index in sorted(indexes):
+                if index < topics[name].partition_count and (name, index) not in owner:
+                    owner[(name, index)] = member_id
+                    load[member_id] += 1
+    for name in sorted(topics):
+        subscribers = _subscribers(members, name)
+        if not subscribers:
+            continue
+        for index in range(topics[name].partition_count):
+            if (name, index) not in owner:
+                chosen = min(subscribers, key=lambda m: (load[m], m))
+                owner[(name, index)] = chosen
+                load[chosen] += 1
+    moves_left = MOVES_PER_PARTITION_MAX * max(1, len(owner))
+    moved = True
+    while moved and moves_left > 0:
+        moved = False
+        for (name, index), holder in sorted(owner.items(), key=lambda kv: (-load[kv[1]],
+                                                                            kv[0])):
+            subscribers = _subscribers(members, name)
+            lightest = min(subscribers, key=lambda m: (load[m], m))
+            if load[lightest] + 1 < load[holder]:
+                owner[(name, index)] = lightest
+                load[holder] -= 1
+                load[lightest] += 1
+                moved = True
+                moves_left -= 1
+                break
+    result: dict[str, dict[uuid.UUID, set[int]]] = {m: {} for m in members}
+    for (name, index), member_id in owner.items():
+        result[member_id].setdefault(topics[name].topic_id, set()).add(index)
+    return {m: {t: frozenset(p) for t, p in a.items()} for m, a in result.items()}
+
+
+ASSIGNORS: Final = {"uniform": assign_uniform, "range": assign_range}
+
+
+# -- reconciliation -----------------------------------------------------------------------
+
+
+def _subtract(left: Assignment, right: Assignment) -> Assignment:
+    return {t: p - right.get(t, frozenset()) for t, p in left.items()
+            if p - right.get(t, frozenset())}
+
+
+def _intersect(left: Assignment, right: Assignment) -> Assignment:
+    return {t: p & right[t] for t, p in left.items() if t in right and p & right[t]}
+
+
+def _union(left: Assignment, right: Assignment) -> Assignment:
+    merged = dict(left)
+    for topic_id, indexes in right.items():
+        merged[topic_id] = merged.get(topic_id, frozenset()) | indexes
+    return {t: p for t, p in merged.items() if p}
+
+
+def owns_all(owned: Assignment, wanted: Assignment) -> bool:
+    return all(p <= owned.get(t, frozenset()) for t, p in wanted.items())
+
+
+def reconcile(group: ConsumerGroup, member: ConsumerMember,
+              owned: Assignment | None) -> None:
+    """Move `member` one step towards its target (see the module's theory of operation).
+    `owned` is what the heartbeat reports the member owns (None: unchanged since the last)."""
+    if member.state is MemberState.UNREVOKED_PARTITIONS:
+        if owned is None or any(owned.get(t, frozenset()) & p
+                                for t, p in member.pending_revocation.items()):
+            return  # still revoking
+        group.set_owned(member, member.assigned, {})
+        member.state = MemberState.STABLE
+    target = group.target.get(member.member_id, {})
+    if member.member_epoch == group.assignment_epoch and member.state is MemberState.STABLE:
+        return
+    kept = _intersect(member.assigned, target)
+    revoking = _subtract(member.assigned, target)
+    if revoking:
+        group.set_owned(member, kept, revoking)
+        member.state = MemberState.UNREVOKED_PARTITIONS
+        return
+    wanted = _subtract(target, kept)
+    free = {t: frozenset(i for i in p if group.owners.get((t, i)) in (None, member.member_id))
+            for t, p in wanted.items()}
+    group.set_owned(member, _union(kept, free), {})
+    if member.member_epoch != group.assignment_epoch:
+        member.previous_member_epoch = member.member_epoch
+        member.member_epoch = group.assignment_epoch
+    member.state = (MemberState.STABLE if owns_all(member.assigned, target)
+                    else MemberState.UNRELEASED_PARTITIONS)

@@ -192,3 +192,11 @@ class TopicDeletionDisabled(KafkaError):
 
 class InconsistentTopicId(KafkaError):
     code = ErrorCode.inconsistent_topic_id
+
+
+class SnapshotNotFound(KafkaError):
+    code = ErrorCode.snapshot_not_found
+
+
+class PositionOutOfRange(KafkaError):
+    code = ErrorCode.position_out_of_range

@@ -1,4 +1,5 @@
-"""KRaft's control records: the LeaderChangeMessage a new leader writes first in its epoch.
+"""KRaft's control records: the LeaderChangeMessage a new leader writes first in its epoch,
+and the SnapshotHeader / SnapshotFooter records that open and close every snapshot.
 
 A control record's key is the ControlRecordType (version int16 0, type int16); its value is
 the message body in the flexible RPC format, whose `Version` field says which schema version
@@ -10,25 +11,39 @@ from __future__ import annotations
 
 import io
 import struct
-from typing import Final
+from typing import Any, Final
 
 from kio.schema.leader_change_message.v0 import LeaderChangeMessage
 from kio.schema.leader_change_message.v0.data import Voter
 from kio.schema.leader_change_message.v1 import LeaderChangeMessage as LeaderChangeMessageV1
+from kio.schema.snapshot_footer_record.v0 import SnapshotFooterRecord
+from kio.schema.snapshot_header_record.v0 import SnapshotHeaderRecord
 from kio.schema.types import BrokerId
 from kio.serial import entity_reader, entity_writer
-from kio.static.primitive import i16, i32
+from kio.static.primitive import i16, i32, i64
 
 from pykraft.errors import CorruptRecord
 from pykraft.records.record import ControlRecordType, control_record_key
 
-__all__ = ["LEADER_CHANGE_VERSION", "leader_change_record", "decode_leader_change"]
+__all__ = [
+    "LEADER_CHANGE_VERSION",
+    "leader_change_record",
+    "decode_leader_change",
+    "snapshot_header_record",
+    "snapshot_footer_record",
+    "decode_snapshot_header",
+    "decode_snapshot_footer",
+]
 
 LEADER_CHANGE_VERSION: Final = 0
 
 _write_leader_change: Final = entity_writer(LeaderChangeMessage)
 _read_leader_change: Final = entity_reader(LeaderChangeMessage)
 _read_leader_change_v1: Final = entity_reader(LeaderChangeMessageV1)
+_write_snapshot_header: Final = entity_writer(SnapshotHeaderRecord)
+_read_snapshot_header: Final = entity_reader(SnapshotHeaderRecord)
+_write_snapshot_footer: Final = entity_writer(SnapshotFooterRecord)
+_read_snapshot_footer: Final = entity_reader(SnapshotFooterRecord)
 _VERSION: Final = struct.Struct(">h")
 
 
@@ -69,4 +84,50 @@ def decode_leader_change(value: bytes) -> LeaderChangeMessage | LeaderChangeMess
         raise CorruptRecord(f"malformed LeaderChangeMessage: {error}") from error
     if size != len(value):
         raise CorruptRecord(f"LeaderChangeMessage of {size} bytes followed by {len(value) - size}")
+    return message
+
+
+def snapshot_header_record(*, last_contained_log_timestamp: int) -> tuple[bytes, bytes]:
+    """(key, value) of the SnapshotHeader control record (version 0) a snapshot opens with;
+    the timestamp is the append time of the last log entry the snapshot covers."""
+    buffer = io.BytesIO()
+    _write_snapshot_header(
+        buffer,
+        SnapshotHeaderRecord(
+            version=i16(0), last_contained_log_timestamp=i64(last_contained_log_timestamp)
+        ),
+    )
+    return control_record_key(ControlRecordType.SNAPSHOT_HEADER), buffer.getvalue()
+
+
+def snapshot_footer_record() -> tuple[bytes, bytes]:
+    """(key, value) of the SnapshotFooter control record (version 0) a snapshot ends with."""
+    buffer = io.BytesIO()
+    _write_snapshot_footer(buffer, SnapshotFooterRecord(version=i16(0)))
+    return control_record_key(ControlRecordType.SNAPSHOT_FOOTER), buffer.getvalue()
+
+
+def decode_snapshot_header(value: bytes | None) -> SnapshotHeaderRecord:
+    message: SnapshotHeaderRecord = _decode_whole(value, _read_snapshot_header, "SnapshotHeader")
+    return message
+
+
+def decode_snapshot_footer(value: bytes | None) -> SnapshotFooterRecord:
+    message: SnapshotFooterRecord = _decode_whole(value, _read_snapshot_footer, "SnapshotFooter")
+    return message
+
+
+def _decode_whole(value: bytes | None, reader: Any, name: str) -> Any:
+    """A version 0 record body that fills `value` exactly; anything else is corruption."""
+    if value is None or len(value) < _VERSION.size:
+        raise CorruptRecord(f"{name} record value {value!r}")
+    (version,) = _VERSION.unpack_from(value)
+    if version != 0:
+        raise CorruptRecord(f"{name} record version {version}")
+    try:
+        message, size = reader(value, 0)
+    except Exception as error:  # kio raises assorted errors on malformed input
+        raise CorruptRecord(f"malformed {name} record: {error}") from error
+    if size != len(value):
+        raise CorruptRecord(f"{name} record of {size} bytes followed by {len(value) - size}")
     return message

@@ -15,6 +15,16 @@ start the whole committed log is delivered first (the core's high watermark cove
 soon as the new epoch's LeaderChangeMessage is durable), then `handle_leader_change`: that
 is how the metadata image is rebuilt after a restart. A listener that raises stops the
 node: its image would no longer be a fold over the log.
+
+Several voters (and observers) talk through a transport (network.RaftChannels): the
+messages of a Ready go out only after its quorum state and batches are durable. Answers to
+our requests (`receive`) and requests from other nodes (`handle_request`, from the
+controller listener) wait in a bounded inbox and are stepped into the core between turns,
+never while a write is in progress, as the simulator does; the core's answer to a request
+is handed back to the connection that brought it. An offset proposed by this node as leader
+of epoch E is waited for in E only: once this node stops leading E before the offset is
+committed, `wait_committed` raises NotLeaderError, since the offset may end up holding
+another leader's entry.
 """
 
 from __future__ import annotations
@@ -26,13 +36,24 @@ import itertools
 import logging
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Final, Protocol
 
 from pykraft.errors import InvalidConfig, NotLeaderError, RequestTimedOut, invariant
 from pykraft.raft.core import CommittedBatch, RaftConfig, RaftCore, Ready
 from pykraft.raft.log_store import DiskLogStore, LogStore
+from pykraft.raft.messages import (
+    BeginQuorumEpochResponse,
+    EndQuorumEpochResponse,
+    FetchResponse,
+    InboundMessage,
+    OutboundMessage,
+    RaftRequest,
+    RaftResponse,
+    VoteResponse,
+)
 from pykraft.raft.state import NO_LEADER, Leader, LeaderAndEpoch, QuorumStateData, QuorumStateStore
 
 __all__ = ["Clock", "SystemClock", "RaftListener", "RaftNode", "QUORUM_STATE_FILE"]
@@ -41,6 +62,18 @@ log = logging.getLogger("pykraft.raft")
 
 QUORUM_STATE_FILE: Final = "quorum-state"
 WAITERS_MAX: Final = 100_000  # wait_committed callers at once; each is an in-flight proposal
+INBOX_MAX: Final = 10_000  # messages from other nodes waiting to be stepped
+_RESPONSES: Final = (VoteResponse, BeginQuorumEpochResponse, EndQuorumEpochResponse, FetchResponse)
+
+
+class Transport(Protocol):
+    """Sends requests to other nodes (network.RaftChannels); answers come to `deliver`."""
+
+    def connect(self, deliver: Callable[[InboundMessage], None]) -> None: ...
+
+    def send(self, message: OutboundMessage) -> None: ...
+
+    async def close(self) -> None: ...
 
 
 class Clock(Protocol):
@@ -80,8 +113,14 @@ class RaftNode:
         state_store: QuorumStateStore | None,
         *,
         clock: Clock,
+        transport: Transport | None = None,
     ) -> None:
-        """`state_store` None keeps the quorum state in memory only (tests, simulation)."""
+        """`state_store` None keeps the quorum state in memory only (tests, simulation).
+        `transport` is needed unless this node is the only voter."""
+        if transport is None and core.voters != frozenset({core.node_id}):
+            raise InvalidConfig(
+                f"node {core.node_id} with voters {sorted(core.voters)} needs a transport"
+            )
         self.core = core
         self._store = store
         self._state_store = state_store
@@ -92,9 +131,19 @@ class RaftNode:
         self._stopping = False
         self._closed = False
         self._failure: BaseException | None = None
-        self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []  # (offset, seq, fut)
+        # (offset, seq, epoch it was proposed in or -1, future)
+        self._waiters: list[tuple[int, int, int, asyncio.Future[None]]] = []
         self._sequence = itertools.count()
         self._leader_announced = asyncio.Event()
+        self._transport = transport
+        self._inbox: deque[InboundMessage] = deque()
+        self._answers: dict[tuple[int, int], asyncio.Future[RaftResponse]] = {}
+        self._inbound_ids = itertools.count(1)
+        self._proposed: deque[tuple[int, int]] = deque()  # (last offset, epoch), ours as leader
+        self._led_epoch: int | None = None  # the epoch we led at the last look
+        self._led_high_watermark = 0  # committed in that epoch, as far as we saw
+        if transport is not None:
+            transport.connect(self.receive)
 
     @classmethod
     def open(
@@ -109,21 +158,26 @@ class RaftNode:
         clock: Clock | None = None,
         rng: random.Random | None = None,
         server_configs: Mapping[str, str] | None = None,
+        transport: Transport | None = None,
     ) -> RaftNode:
         """Load `log_dir` (the `__cluster_metadata-0` directory: its quorum-state and its
         log, recovered and flushed) and build the node; nothing runs until `start`.
 
-        `election_timeout_ms` is controller.quorum.election.timeout.ms; a single voter never
-        waits for an election, so it is only checked. `server_configs` supplies the
-        `metadata.log.segment.bytes` / `metadata.log.segment.ms` keys.
+        `election_timeout_ms` is controller.quorum.election.timeout.ms (used when `config`
+        is not given; a single voter never waits for an election). `server_configs`
+        supplies the `metadata.log.segment.bytes` / `metadata.log.segment.ms` keys. Several
+        voters, or a node outside `voters` (an observer), need a `transport`.
         """
         if election_timeout_ms is not None and election_timeout_ms <= 0:
             raise InvalidConfig(f"controller.quorum.election.timeout.ms={election_timeout_ms}")
-        if voters != frozenset({node_id}):
-            # the core speaks the multi-voter protocol; this shell has no transport for it yet
+        if transport is None and voters != frozenset({node_id}):
             raise InvalidConfig(
-                f"node {node_id} with voters {sorted(voters)}: the raft node runs a "
-                "single-voter quorum, this node alone, so far"
+                f"node {node_id} with voters {sorted(voters)}: several voters, or an "
+                "observer, need a transport to the other nodes"
+            )
+        if config is None and election_timeout_ms is not None and voters != frozenset({node_id}):
+            config = RaftConfig(
+                election_timeout_ms=election_timeout_ms, election_backoff_max_ms=election_timeout_ms
             )
         clock = clock or SystemClock()
         now_ms = clock.now_ms()
@@ -145,7 +199,7 @@ class RaftNode:
         except BaseException:
             store.close()
             raise
-        node = cls(core, store, state_store, clock=clock)
+        node = cls(core, store, state_store, clock=clock, transport=transport)
         if listener is not None:
             node.register_listener(listener)
         return node
@@ -169,6 +223,42 @@ class RaftNode:
     @property
     def store(self) -> LogStore:
         return self._store
+
+    @property
+    def voters(self) -> frozenset[int]:
+        return self.core.voters
+
+    @property
+    def leader_id_and_epoch(self) -> tuple[int, int]:
+        leader = self.core.leader_and_epoch
+        return leader.leader_id, leader.epoch
+
+    # messages from other nodes --------------------------------------------------------------
+
+    def receive(self, message: InboundMessage) -> None:
+        """An answer to one of our requests (from the transport); stepped next turn."""
+        if self._stopping or len(self._inbox) >= INBOX_MAX:
+            return  # lost, as any message may be
+        self._inbox.append(message)
+        self._wake.set()
+
+    async def handle_request(self, source_id: int, body: RaftRequest) -> RaftResponse | None:
+        """A request from `source_id` (the controller listener): step it, and return the
+        core's answer, or None if the core gave none within the request timeout."""
+        if self._stopping or self._task is None or len(self._inbox) >= INBOX_MAX:
+            return None
+        key = (source_id, next(self._inbound_ids))
+        future: asyncio.Future[RaftResponse] = asyncio.get_running_loop().create_future()
+        self._answers[key] = future
+        self._inbox.append(InboundMessage(source_id, key[1], body))
+        self._wake.set()
+        try:
+            async with asyncio.timeout(self.core.config.request_timeout_ms / 1000):
+                return await future
+        except TimeoutError:
+            return None
+        finally:
+            self._answers.pop(key, None)
 
     # lifecycle ----------------------------------------------------------------------------
 
@@ -210,6 +300,11 @@ class RaftNode:
                 await self._task
         self._leader_announced.clear()  # a stopped node answers for nothing
         self._fail_waiters(NotLeaderError(NO_LEADER, self.leader_and_epoch.epoch))
+        for future in self._answers.values():
+            if not future.done():
+                future.cancel()
+        if self._transport is not None:
+            await self._transport.close()
         self._store.close()
 
     # proposals ----------------------------------------------------------------------------
@@ -226,11 +321,20 @@ class RaftNode:
         offset = self.core.propose(
             records, self._clock.now_ms(), timestamp_ms=self._clock.wall_clock_ms()
         )
+        epoch = self.core.state.epoch
+        if self._proposed and self._proposed[-1][1] == epoch:
+            self._proposed[-1] = (offset, epoch)  # one entry per epoch: offsets only grow in it
+        else:
+            self._proposed.append((offset, epoch))
         self._wake.set()
         return offset
 
     async def wait_committed(self, offset: int) -> None:
-        """Wait until `offset` is committed and delivered to every listener."""
+        """Wait until `offset` is committed and delivered to every listener.
+
+        For an offset this node proposed as leader of epoch E, raises NotLeaderError once
+        this node no longer leads E and the offset was not committed in E. Any other offset
+        (a follower waiting to catch up) is simply waited for."""
         self._raise_if_failed()
         if self.core.applied_offset > offset:
             return
@@ -238,9 +342,21 @@ class RaftNode:
             raise NotLeaderError(NO_LEADER, self.leader_and_epoch.epoch)
         if len(self._waiters) >= WAITERS_MAX:
             raise RequestTimedOut(f"{WAITERS_MAX} callers already wait for commits")
+        epoch = self._proposed_epoch(offset)
+        if epoch is not None and epoch != self._led_epoch and offset >= self._led_high_watermark:
+            raise NotLeaderError(*self.leader_and_epoch)  # lost before we looked
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        heapq.heappush(self._waiters, (offset, next(self._sequence), future))
+        heapq.heappush(
+            self._waiters, (offset, next(self._sequence), -1 if epoch is None else epoch, future)
+        )
         await future
+
+    def _proposed_epoch(self, offset: int) -> int | None:
+        """The epoch in which this node proposed `offset`, if it did since it last led."""
+        for last_offset, epoch in self._proposed:
+            if offset <= last_offset:
+                return epoch
+        return None
 
     # the loop -----------------------------------------------------------------------------
 
@@ -248,16 +364,19 @@ class RaftNode:
         try:
             while not self._stopping:
                 self._wake.clear()
+                stepped = self._step_inbox()
                 self.core.tick(self._clock.now_ms(), timestamp_ms=self._clock.wall_clock_ms())
+                self._check_leadership()
                 ready = self.core.ready()
                 flushed_end_offset = await self._write(ready)
-                invariant(not ready.messages, "a single voter has nobody to send to")
+                self._send(ready.messages)
                 self._deliver(ready)
                 self.core.advance(ready)
                 if flushed_end_offset is not None:
                     self.core.flushed(flushed_end_offset)
+                self._check_leadership()
                 self._resolve_waiters()
-                if ready.has_work or flushed_end_offset is not None:
+                if ready.has_work or flushed_end_offset is not None or stepped or self._inbox:
                     await asyncio.sleep(0)  # let proposers in, then take the next turn
                     continue
                 await self._sleep_until(ready.wake_at_ms)
@@ -283,6 +402,49 @@ class RaftNode:
             self._store.append(b"".join(ready.batches))
         return self._store.flush() if ready.batches else self._store.flushed_offset
 
+    def _step_inbox(self) -> bool:
+        inbox = self._inbox
+        if not inbox:
+            return False
+        while inbox:
+            self.core.step(inbox.popleft(), self._clock.now_ms())
+        return True
+
+    def _send(self, messages: Sequence[OutboundMessage]) -> None:
+        """Answers go back to the connection that asked; requests to the transport."""
+        for message in messages:
+            if isinstance(message.body, _RESPONSES):
+                future = self._answers.get((message.destination_id, message.correlation_id))
+                if future is not None and not future.done():
+                    future.set_result(message.body)
+                continue
+            invariant(self._transport is not None, "a single voter has nobody to send to")
+            assert self._transport is not None
+            self._transport.send(message)
+
+    def _check_leadership(self) -> None:
+        """Fail the waiters of an epoch this node no longer leads, for offsets not
+        committed while it did."""
+        state = self.core.state
+        leading = state.epoch if isinstance(state, Leader) else None
+        if self._led_epoch is not None and leading != self._led_epoch:
+            lost, committed = self._led_epoch, self._led_high_watermark
+            error = NotLeaderError(*self.leader_and_epoch)
+            kept = []
+            for waiter in self._waiters:
+                offset, _, epoch, future = waiter
+                if epoch == lost and offset >= committed:
+                    if not future.done():
+                        future.set_exception(error)
+                else:
+                    kept.append(waiter)
+            heapq.heapify(kept)
+            self._waiters = kept
+            self._proposed = deque(p for p in self._proposed if p[0] < committed)
+        self._led_epoch = leading
+        if leading is not None:
+            self._led_high_watermark = max(self._led_high_watermark, self.core.high_watermark or 0)
+
     def _deliver(self, ready: Ready) -> None:
         for batch in ready.committed:
             for listener in self._listeners:
@@ -298,14 +460,16 @@ class RaftNode:
 
     def _resolve_waiters(self) -> None:
         applied = self.core.applied_offset
+        while self._proposed and self._proposed[0][0] < applied:
+            self._proposed.popleft()
         while self._waiters and self._waiters[0][0] < applied:
-            _, _, future = heapq.heappop(self._waiters)
+            _, _, _, future = heapq.heappop(self._waiters)
             if not future.done():
                 future.set_result(None)
 
     def _fail_waiters(self, failure: BaseException) -> None:
         waiters, self._waiters = self._waiters, []
-        for _, _, future in waiters:
+        for _, _, _, future in waiters:
             if not future.done():
                 if isinstance(failure, asyncio.CancelledError):
                     future.cancel()

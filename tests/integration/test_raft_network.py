@@ -1,0 +1,317 @@
+"""Raft nodes over real TCP: each RaftNode runs on its own asyncio loop in its own thread,
+serves the quorum's RPCs on a real listener on 127.0.0.1 and keeps its log and quorum-state
+on disk; the nodes elect one leader, replicate identical logs, fail over, catch up after a
+restart, follow as observers, and refuse another cluster."""
+
+from __future__ import annotations
+
+import asyncio
+import filecmp
+import random
+import socket
+import threading
+import time
+from collections.abc import Callable, Coroutine
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from pykraft.errors import NotLeaderError
+from pykraft.net.server import Listener
+from pykraft.raft import codec
+from pykraft.raft.core import CommittedBatch, RaftConfig
+from pykraft.raft.driver import RaftNode
+from pykraft.raft.messages import VoteRequest
+from pykraft.raft.network import RaftApis, RaftChannels, RaftDispatcher
+from pykraft.raft.state import Leader
+from pykraft.testing.wire import WireClient
+
+T = TypeVar("T")
+
+CLUSTER = "MkU3OEVBNTcwNTJENDM2Qg"
+CONFIG = RaftConfig(
+    append_linger_ms=2,
+    election_timeout_ms=150,
+    election_backoff_max_ms=150,
+    fetch_timeout_ms=400,
+    request_timeout_ms=300,
+    fetch_max_wait_ms=100,
+    retry_backoff_ms=20,
+)
+WAIT_S = 15.0
+
+
+def free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    for sock in sockets:
+        sock.bind(("127.0.0.1", 0))
+    ports = [sock.getsockname()[1] for sock in sockets]
+    for sock in sockets:
+        sock.close()
+    return ports
+
+
+class Collector:
+    """A RaftListener that keeps what was committed (read from the test thread)."""
+
+    def __init__(self) -> None:
+        self.batches: list[tuple[int, int, tuple[bytes, ...]]] = []
+        self.leaders: list[tuple[int, int]] = []
+
+    def handle_commit(self, batch: CommittedBatch) -> None:
+        self.batches.append((batch.base_offset, batch.epoch, batch.records))
+
+    def handle_leader_change(self, leader_id: int, epoch: int) -> None:
+        self.leaders.append((leader_id, epoch))
+
+    @property
+    def values(self) -> list[bytes]:
+        return [value for _, _, records in self.batches for value in records]
+
+
+class NodeThread:
+    """One node: its loop, its listener, its RaftNode; driven from the test thread."""
+
+    def __init__(self, node_id: int, addresses: dict[int, tuple[str, int]], port: int,
+                 log_dir: Path, *, cluster_id: str = CLUSTER,
+                 voters: frozenset[int] | None = None) -> None:
+        self.node_id = node_id
+        self.addresses = addresses
+        self.port = port
+        self.log_dir = log_dir
+        self.cluster_id = cluster_id
+        self.voters = voters if voters is not None else frozenset(addresses)
+        self.collector = Collector()
+        self.loop = asyncio.new_event_loop()
+        self.node: RaftNode | None = None
+        self.listener: Listener | None = None
+        self.fatal: list[BaseException] = []
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True,
+                                       name=f"raft-node-{node_id}")
+
+    def start(self) -> NodeThread:
+        self.thread.start()
+        self.call(self._start)
+        return self
+
+    async def _start(self) -> None:
+        channels = RaftChannels(
+            self.node_id, self.cluster_id, self.addresses,
+            request_timeout_ms=CONFIG.request_timeout_ms,
+            retry_backoff_ms=CONFIG.retry_backoff_ms,
+            fetch_max_wait_ms=CONFIG.fetch_max_wait_ms,
+        )
+        self.node = RaftNode.open(
+            node_id=self.node_id, voters=self.voters, log_dir=self.log_dir,
+            listener=self.collector, config=CONFIG, rng=random.Random(self.node_id),
+            transport=channels,
+        )
+        self.listener = Listener(
+            "CONTROLLER", "127.0.0.1", self.port,
+            RaftDispatcher(RaftApis(self.node, self.cluster_id)),
+            request_bytes_max=100 * 1024 * 1024, on_fatal=self.fatal.append,
+        )
+        await self.listener.start()
+        await self.node.start()
+
+    def call(self, make: Callable[[], Coroutine[Any, Any, T]], timeout_s: float = WAIT_S) -> T:
+        future: Future[T] = asyncio.run_coroutine_threadsafe(make(), self.loop)
+        return future.result(timeout_s)
+
+    def stop(self) -> None:
+        if not self.thread.is_alive():
+            return
+        self.call(self._stop)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+        self.loop.close()
+        assert not self.fatal
+
+    async def _stop(self) -> None:
+        if self.listener is not None:
+            await self.listener.close()
+        if self.node is not None:
+            await self.node.stop()
+
+    # views, read on the node's loop ---------------------------------------------------------
+
+    def view(self) -> tuple[bool, int, int, int]:
+        """(leads and announced it, leader id, epoch, applied offset)"""
+        async def look() -> tuple[bool, int, int, int]:
+            assert self.node is not None
+            leader = self.node.leader_and_epoch
+            return (self.node.is_leader, leader.leader_id, leader.epoch,
+                    self.node.core.applied_offset)
+        return self.call(look)
+
+    def propose(self, values: list[bytes]) -> int:
+        """Append `values` as one batch on this node and wait until committed."""
+        async def go() -> int:
+            assert self.node is not None
+            offset = self.node.append(values)
+            await self.node.wait_committed(offset)
+            return offset
+        return self.call(go)
+
+
+def wait_for(predicate: Callable[[], T], what: str, timeout_s: float = WAIT_S) -> T:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def single_leader(nodes: list[NodeThread]) -> NodeThread | None:
+    """The one node that leads, once every other live node follows it in its epoch."""
+    views = {node.node_id: node.view() for node in nodes}
+    leaders = [node for node in nodes if views[node.node_id][0]]
+    if len(leaders) != 1:
+        return None
+    _, leader_id, epoch, _ = views[leaders[0].node_id]
+    if all(view[1:3] == (leader_id, epoch) for view in views.values()):
+        return leaders[0]
+    return None
+
+
+def caught_up(nodes: list[NodeThread], offset: int) -> bool:
+    return all(node.view()[3] > offset for node in nodes)
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Any:
+    started: list[NodeThread] = []
+
+    def make(count: int, *, cluster_ids: dict[int, str] | None = None,
+             observers: int = 0) -> list[NodeThread]:
+        ports = free_ports(count + observers)
+        voters = {i + 1: ("127.0.0.1", ports[i]) for i in range(count)}
+        nodes = []
+        for index, port in enumerate(ports):
+            node_id = index + 1
+            node = NodeThread(
+                node_id, voters, port, tmp_path / f"node-{node_id}" / "__cluster_metadata-0",
+                cluster_id=(cluster_ids or {}).get(node_id, CLUSTER),
+                voters=frozenset(voters),
+            )
+            nodes.append(node)
+        for node in nodes:
+            started.append(node.start())
+        return nodes
+
+    yield make, started
+    for node in started:
+        node.stop()
+
+
+def restart(node: NodeThread, started: list[NodeThread]) -> NodeThread:
+    fresh = NodeThread(node.node_id, node.addresses, node.port, node.log_dir,
+                       cluster_id=node.cluster_id, voters=node.voters)
+    started.append(fresh.start())
+    return fresh
+
+
+def test_three_voters_elect_one_leader_and_replicate_identical_logs(cluster: Any) -> None:
+    """Exactly one leader; what it commits reaches all three listeners in the same order and
+    the three metadata logs on disk end byte for byte identical."""
+    make, _ = cluster
+    nodes = make(3)
+    leader = wait_for(lambda: single_leader(nodes), "one leader followed by all")
+    offsets = [leader.propose([f"record-{i}".encode(), b"x" * i]) for i in range(20)]
+    assert offsets == sorted(offsets)
+    wait_for(lambda: caught_up(nodes, offsets[-1]), "every node to apply the last record")
+    expected = [value for i in range(20) for value in (f"record-{i}".encode(), b"x" * i)]
+    for node in nodes:
+        assert node.collector.values == expected
+    assert len({tuple(node.collector.batches) for node in nodes}) == 1
+    for node in nodes:
+        node.stop()
+    segments = [sorted(node.log_dir.glob("*.log")) for node in nodes]
+    assert [p.name for p in segments[0]] == [p.name for p in segments[1]] == \
+        [p.name for p in segments[2]]
+    for other in segments[1:]:
+        for left, right in zip(segments[0], other, strict=True):
+            assert filecmp.cmp(left, right, shallow=False)
+
+
+def test_a_new_leader_takes_over_and_a_restarted_node_catches_up(cluster: Any) -> None:
+    """Stop the leader: the other two elect one of themselves in a later epoch and commit;
+    the old leader, restarted on its log, follows and catches up with every record."""
+    make, started = cluster
+    nodes = make(3)
+    first = wait_for(lambda: single_leader(nodes), "a first leader")
+    before = first.propose([b"before failover"])
+    wait_for(lambda: caught_up(nodes, before), "replication before the failover")
+    first_epoch = first.view()[2]
+    first.stop()
+    survivors = [node for node in nodes if node is not first]
+    second = wait_for(lambda: single_leader(survivors), "a second leader")
+    assert second.view()[2] > first_epoch
+    after = second.propose([b"after failover"])
+    assert after > before
+    wait_for(lambda: caught_up(survivors, after), "the survivors to apply")
+    back = restart(first, started)
+    everyone = [*survivors, back]
+    wait_for(lambda: caught_up(everyone, after), "the restarted node to catch up")
+    wait_for(lambda: single_leader(everyone) is second, "the restarted node to follow")
+    assert b"before failover" in back.collector.values
+    assert b"after failover" in back.collector.values
+    assert back.collector.values == second.collector.values
+
+
+def test_an_observer_replicates_without_voting(cluster: Any) -> None:
+    """A node outside the voter set fetches the committed log from the leader."""
+    make, _ = cluster
+    nodes = make(3, observers=1)
+    voters, observer = nodes[:3], nodes[3]
+    leader = wait_for(lambda: single_leader(voters), "a leader")
+    offset = leader.propose([b"seen by the observer"])
+    wait_for(lambda: caught_up([observer], offset), "the observer to apply")
+    assert observer.collector.values == leader.collector.values
+    assert not observer.view()[0]
+    assert observer.view()[1] == leader.node_id
+
+
+def test_a_node_of_another_cluster_is_refused(cluster: Any) -> None:
+    """Voter 3 was formatted for another cluster: 1 and 2 refuse it and it refuses them, so
+    it never learns the leader nor the log, and the quorum of two goes on without it."""
+    make, _ = cluster
+    nodes = make(3, cluster_ids={3: "another-cluster-id-0000"})
+    good, stranger = nodes[:2], nodes[2]
+    leader = wait_for(lambda: single_leader(good), "a leader among the two of one cluster")
+    offset = leader.propose([b"not for the stranger"])
+    wait_for(lambda: caught_up(good, offset), "the two to apply")
+    time.sleep(0.3)
+    assert stranger.view()[1] != leader.node_id
+    assert stranger.collector.values == []
+    with WireClient(f"127.0.0.1:{leader.port}") as client:
+        vote = VoteRequest(candidate_epoch=99, candidate_id=3, last_offset_epoch=98,
+                           last_offset=10**6)
+        api_key, version, entity = codec.encode_request(
+            vote, cluster_id=stranger.cluster_id, destination_id=leader.node_id)
+        answer = client.request(api_key, version, entity)
+    assert answer.error_code == ErrorCode.inconsistent_cluster_id
+    assert single_leader(good) is leader  # the stranger's vote changed nothing
+    assert leader.view()[2] < 99
+
+
+def test_wait_committed_fails_when_the_leader_loses_its_quorum(cluster: Any) -> None:
+    """With both followers gone the leader cannot commit: once check-quorum makes it resign,
+    a proposal of its epoch fails with NotLeaderError instead of waiting for ever."""
+    make, _ = cluster
+    nodes = make(3)
+    leader = wait_for(lambda: single_leader(nodes), "a leader")
+    for node in nodes:
+        if node is not leader:
+            node.stop()
+    started_at = time.monotonic()
+    with pytest.raises(NotLeaderError):
+        leader.propose([b"never committed"])
+    assert time.monotonic() - started_at < 5
+    assert not isinstance(leader.node.core.state if leader.node else None, Leader)

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import random
 import signal
+import subprocess
+import sys
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -22,7 +25,9 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ResourceType,
 )
 
+from pykraft.cli.log_cleaner import cleaner_rows
 from pykraft.testing import LocalCluster
+from pykraft.testing.local_cluster import free_port
 
 SEGMENT_BYTES = 1_048_576
 CLEANER_CONFIGS = {"log.cleaner.backoff.ms": "100"}
@@ -30,7 +35,8 @@ CLEANER_CONFIGS = {"log.cleaner.backoff.ms": "100"}
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[LocalCluster]:
-    with LocalCluster(configs=CLEANER_CONFIGS) as node:
+    metrics = {"pykraft.metrics.listener": f"127.0.0.1:{free_port()}"}
+    with LocalCluster(configs={**CLEANER_CONFIGS, **metrics}) as node:
         yield node
 
 
@@ -136,6 +142,73 @@ def test_changelog_shrinks_to_one_record_per_key(cluster: LocalCluster) -> None:
     assert len(found) <= keys + 1, "one record per key, plus the one in the active segment"
     offsets = [offset for offset, _, _ in found]
     assert offsets == sorted(set(offsets)) and offsets[-1] == 50_000
+
+
+def _metrics_url(cluster: LocalCluster) -> str:
+    return "http://" + cluster.extra_configs["pykraft.metrics.listener"]
+
+
+def _scrape(cluster: LocalCluster) -> str:
+    with urllib.request.urlopen(_metrics_url(cluster) + "/metrics", timeout=10) as response:
+        text: str = response.read().decode()
+    return text
+
+
+def _cleaner_row(cluster: LocalCluster, topic: str) -> dict[str, float]:
+    rows = [columns for name, _, columns in cleaner_rows(_scrape(cluster)) if name == topic]
+    assert len(rows) == 1, rows
+    return rows[0]
+
+
+def _log_cleaner_cli(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pykraft", "log-cleaner", *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_cleaner_state_is_visible_through_metrics_and_the_cli(cluster: LocalCluster) -> None:
+    """Before cleaning: the whole log is dirty, first dirty offset 0, never cleaned. After:
+    the first dirty offset moved to where the cleaning stopped and the time is shown; the
+    log metrics agree with what clients see."""
+    bootstrap = cluster.bootstrap_servers
+    _create(bootstrap, "watched", _compacted(**{"min.compaction.lag.ms": "3600000"}))
+    latest = _update(bootstrap, "watched", 500, 12_000)
+    _roll_active_segment(bootstrap, "watched", latest)
+    before = _cleaner_row(cluster, "watched")
+    assert before["first_dirty_offset"] == 0 and before["last_clean_timestamp_seconds"] == -1
+    assert before["cleanable_bytes"] == 0 and before["dirty_ratio"] == 0  # held by the lag
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    resource = ConfigResource(ResourceType.TOPIC, "watched", incremental_configs=[
+        ConfigEntry("min.compaction.lag.ms", "0",
+                    incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([resource])[resource].result(30)
+    _wait_for(lambda: _cleaner_row(cluster, "watched")["last_clean_timestamp_seconds"] > 0, 60)
+    after = _cleaner_row(cluster, "watched")
+    assert after["first_dirty_offset"] > 0
+    assert abs(after["last_clean_timestamp_seconds"] - time.time()) < 120
+
+    shown = _log_cleaner_cli(cluster, "--describe", "--metrics-url", _metrics_url(cluster),
+                             "--topic", "watched")
+    assert shown.returncode == 0, shown.stderr
+    header, line = shown.stdout.splitlines()
+    assert header.split() == ["TOPIC", "PARTITION", "DIRTY-RATIO", "FIRST-DIRTY-OFFSET",
+                              "CLEANABLE-BYTES", "LAST-CLEAN", "STATE"]
+    topic, partition, ratio, first_dirty, _, last_clean, state = line.split()
+    assert (topic, partition, state) == ("watched", "0", "ok")
+    assert int(first_dirty) >= int(after["first_dirty_offset"]) and 0 <= float(ratio) <= 1
+    assert last_clean.startswith(time.strftime("%Y-", time.gmtime()))
+
+    text = _scrape(cluster)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "watermarks"})
+    low, high = consumer.get_watermark_offsets(TopicPartition("watched", 0), timeout=10)
+    consumer.close()
+    assert f'pykraft_log_end_offset{{partition="0",topic="watched"}} {float(high)}' in text
+    assert f'pykraft_log_start_offset{{partition="0",topic="watched"}} {float(low)}' in text
+    assert "pykraft_metadata_leader_id 1.0" in text
+
+    missing = _log_cleaner_cli(cluster, "--describe", "--metrics-url",
+                               f"http://127.0.0.1:{free_port()}")
+    assert missing.returncode == 1 and "cannot read metrics" in missing.stderr
+    assert "Traceback" not in missing.stderr
 
 
 def test_tombstones_disappear_after_delete_retention(cluster: LocalCluster) -> None:

@@ -6,6 +6,7 @@
     pykraft consumer-groups --bootstrap-server H:P --list | --describe | --reset-offsets | --delete
     pykraft delete-records --bootstrap-server H:P --offset-json-file FILE
     pykraft metadata-quorum --bootstrap-controller H:P describe --status | --replication
+    pykraft log-cleaner --describe --metrics-url URL [--topic T]
 
 Every failure the user can act on ends as one line on stderr and exit code 1 (a usage
 mistake, a broker's refusal, an unreadable file); `--help` and `--version` exit 0. Server
@@ -30,6 +31,7 @@ from pykraft.cli import (
     consumer_groups,
     delete_records,
     dump_log,
+    log_cleaner,
     metadata_quorum,
     perf,
     topics,
@@ -55,6 +57,7 @@ def build_parser() -> ArgumentParser:
     dump_log.add_parser(commands)
     delete_records.add_parser(commands)
     metadata_quorum.add_parser(commands)
+    log_cleaner.add_parser(commands)
     perf.add_parser(commands)
     return parser
 

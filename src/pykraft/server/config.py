@@ -105,6 +105,8 @@ SERVER_KEYS: Final[dict[str, ServerKey]] = {
         ServerKey("metadata.log.max.snapshot.interval.ms", "long", "3600000", 0),
         ServerKey("socket.send.buffer.bytes", "int", "102400"),
         ServerKey("socket.receive.buffer.bytes", "int", "102400"),
+        # pykraft's own: host:port of the Prometheus endpoint (server/metrics.py); "" for none
+        ServerKey("pykraft.metrics.listener", "string", ""),
     )
 }
 
@@ -118,6 +120,7 @@ _TOPIC_SYNONYMS: Final = {
 _LISTENER: Final = re.compile(r"^([A-Za-z0-9_]+)://(\[[0-9a-fA-F:]+\]|[^:\[\]]*):(\d+)$")
 _VOTER: Final = re.compile(r"^(\d+)@(\[[0-9a-fA-F:]+\]|[^:@\[\]]+):(\d+)$")
 _NON_ROUTABLE_HOSTS: Final = ("0.0.0.0", "::")
+_ADDRESS: Final = re.compile(r"^(\[[0-9a-fA-F:]+\]|[^:\[\]]+):(\d+)$")
 
 
 def single_node_defaults(data_dir: str) -> dict[str, str]:
@@ -189,12 +192,25 @@ def _check_value(name: str, value: str) -> None:
             if key.minimum is not None and isinstance(parsed, int) and parsed < key.minimum:
                 raise InvalidConfig(f"Invalid value {value} for configuration {name}: "
                                     f"Value must be at least {key.minimum}")
+        if name == "pykraft.metrics.listener":
+            parse_address(name, value)
         if name in _TOPIC_SYNONYMS:  # the topic config's rules, on the scaled value
             log_config.server_default(_TOPIC_SYNONYMS[name], {name: value})
         elif name in DYNAMIC_BROKER_CONFIGS and key is None:
             DYNAMIC_BROKER_CONFIGS[name].check(value)
     except InvalidConfig as error:
         raise ConfigError(str(error)) from None
+
+
+def parse_address(name: str, value: str) -> tuple[str, int] | None:
+    """`host:port` -> (host, port); "" -> None. InvalidConfig names the key."""
+    if not value.strip():
+        return None
+    match = _ADDRESS.match(value.strip())
+    if match is None or not 0 <= int(match.group(2)) <= 65535:
+        raise InvalidConfig(f"Invalid value {value} for configuration {name}: "
+                            "expected host:port")
+    return match.group(1).strip("[]"), int(match.group(2))
 
 
 def is_known_key(name: str) -> bool:
@@ -284,6 +300,12 @@ class ServerConfig:
     def log_dirs(self) -> list[Path]:
         dirs = self.get_list("log.dirs") or [self.get("log.dir") or "/tmp/kafka-logs"]
         return [Path(d) for d in dirs]
+
+    @property
+    def metrics_listener(self) -> tuple[str, int] | None:
+        """Where to serve Prometheus metrics (pykraft.metrics.listener), if anywhere."""
+        return parse_address("pykraft.metrics.listener",
+                             self.get("pykraft.metrics.listener") or "")
 
     @property
     def metadata_log_dir(self) -> Path:

@@ -42,6 +42,7 @@ from pykraft.raft.core import CommittedBatch
 from pykraft.raft.driver import RaftNode
 from pykraft.server.config import ServerConfig
 from pykraft.server.controller_server import ControllerServer, wall_clock_ms
+from pykraft.server.metrics import CleanerMetrics, LogMetrics, MetricsServer, NodeMetrics
 from pykraft.server.storage_tool import StorageToolError, check_storage
 from pykraft.storage.cleaner import CleanerConfig, LogCleaner, SwapFailed
 from pykraft.storage.log_manager import LogManager
@@ -71,6 +72,8 @@ class Node:
         self.controller: ControllerServer | None = None
         self.broker_epoch = -1
         self.cluster_id = ""
+        self.cleaner: LogCleaner | None = None
+        self.metrics: MetricsServer | None = None
 
     # -- start ------------------------------------------------------------------------
 
@@ -120,6 +123,15 @@ class Node:
             asyncio.create_task(self._controller_tick_loop(), name="controller-tick"),
             asyncio.create_task(self.groups.run(), name="group-coordinator"),
         ]
+        address = self.config.metrics_listener
+        if address is not None:
+            self.metrics = MetricsServer(*address, asyncio.get_running_loop(),
+                                         self.metrics_snapshot)
+            try:
+                self.metrics.start()
+            except OSError as error:
+                raise NodeStartError(f"cannot serve metrics on {address[0]}:{address[1]} "
+                                     f"(pykraft.metrics.listener): {error.strerror}") from None
         log.info("pykraft node %d started (cluster %s): %s", self.node_id, self.cluster_id,
                  ", ".join(f"{x.name}://{x.host}:{x.port}" for x in self.listeners))
 
@@ -255,13 +267,13 @@ class Node:
         config = CleanerConfig.from_server_configs(self.config.values)
         if not config.active:
             return
-        self.cleaner = LogCleaner(config, lambda: [
+        self.cleaner = cleaner = LogCleaner(config, lambda: [
             (lg, home) for lg in manager.logs()
             if (home := manager.log_dir_of(lg.topic, lg.partition)) is not None])
         while True:
             job = None
             try:
-                job = self.cleaner.next_job(wall_clock_ms())
+                job = cleaner.next_job(wall_clock_ms())
                 if job is not None:
                     work = asyncio.get_running_loop().run_in_executor(None, job.run)
                     try:
@@ -270,7 +282,7 @@ class Node:
                         job.abort()  # stop the thread before the logs close
                         await asyncio.gather(work, return_exceptions=True)
                         raise
-                    self.cleaner.finish(job, wall_clock_ms())
+                    cleaner.finish(job, wall_clock_ms())
             except SwapFailed as error:
                 log.critical("%s", error)
                 self._fatal(error)
@@ -284,7 +296,7 @@ class Node:
                 log.exception("cleaning %s failed; it is skipped until restart",
                               job.log if job is not None else "a log")
                 if job is not None:
-                    self.cleaner.uncleanable.add((job.log.topic, job.log.partition))
+                    cleaner.uncleanable.add((job.log.topic, job.log.partition))
             await asyncio.sleep(0 if job is not None else config.backoff_ms / 1000)
 
     async def _housekeeping_loop(self) -> None:
@@ -307,6 +319,29 @@ class Node:
             except Exception:
                 log.exception("log housekeeping failed")
             await asyncio.sleep(min(1.0, retention_every_ms / 1000))
+
+    # -- metrics --------------------------------------------------------------------
+
+    def metrics_snapshot(self) -> NodeMetrics:
+        """What /metrics shows, read on the event loop (MetricsServer calls it there)."""
+        logs = tuple(
+            LogMetrics(lg.topic, lg.partition, lg.log_start_offset, lg.log_end_offset,
+                       lg.high_watermark, lg.size_bytes, len(lg.segments))
+            for lg in (self.log_manager.logs() if self.log_manager is not None else ()))
+        cleaner: tuple[CleanerMetrics, ...] = ()
+        if self.cleaner is not None:
+            cleaner = tuple(
+                CleanerMetrics(topic, partition, plan.dirty_ratio, plan.first_dirty_offset,
+                               plan.cleanable_bytes, last_clean_ms,
+                               (topic, partition) in self.cleaner.uncleanable)
+                for (topic, partition), (plan, last_clean_ms)
+                in sorted(self.cleaner.status(wall_clock_ms()).items()))
+        if self.raft is None:
+            return NodeMetrics(logs, cleaner)
+        leader = self.raft.leader_and_epoch
+        high_watermark = self.raft.high_watermark
+        return NodeMetrics(logs, cleaner, -1 if high_watermark is None else high_watermark,
+                           leader.leader_id, leader.epoch)
 
     # -- DescribeQuorum ---------------------------------------------------------------
 
@@ -344,6 +379,8 @@ class Node:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.metrics is not None:
+            self.metrics.close()
         for listener in self.listeners:
             await listener.close()
         if self.raft is not None:

@@ -796,16 +796,16 @@ class LogCleaner:
             state = self._states[key] = _PartitionState(owner=log_)
         return state
 
-    def status(self) -> dict[tuple[str, int], tuple[CleaningPlan, int]]:
-        """Per compacted partition: its plan now (dirty ratio, first dirty offset) and the
-        time of its last cleaning (-1: none since start), for tools."""
+    def status(self, now_ms: int) -> dict[tuple[str, int], tuple[CleaningPlan, int]]:
+        """Per compacted partition: its plan at `now_ms` (dirty ratio, first dirty offset)
+        and the time of its last cleaning (-1: none since start), for tools."""
         result = {}
         for log_, log_dir in self.logs():
             if log_.config.compact:
                 state = self._state(log_, log_dir)
                 facts = log_facts(log_, state.checkpoint_offset, state.delete_horizon_due_ms)
                 result[(log_.topic, log_.partition)] = (
-                    plan_cleaning(facts, state.last_clean_ms), state.last_clean_ms)
+                    plan_cleaning(facts, now_ms), state.last_clean_ms)
         return result
 
     def next_job(self, now_ms: int) -> CleaningJob | None:

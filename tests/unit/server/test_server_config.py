@@ -369,3 +369,13 @@ def test_a_routable_advertised_listener_makes_a_wildcard_bind_fine() -> None:
 def test_non_combined_roles_are_refused_clearly_for_now() -> None:
     message = error_of(process_roles="controller", listeners="CONTROLLER://127.0.0.1:9093")
     assert "only combined broker,controller nodes are supported" in message
+
+
+def test_metrics_listener_is_host_and_port_or_nothing() -> None:
+    assert config().metrics_listener is None
+    assert config(pykraft_metrics_listener="127.0.0.1:9404").metrics_listener == (
+        "127.0.0.1", 9404)
+    assert config(pykraft_metrics_listener="[::1]:0").metrics_listener == ("::1", 0)
+    for bad in ("9404", "host:", "host:99999", "http://h:1"):
+        message = error_of(pykraft_metrics_listener=bad)
+        assert "pykraft.metrics.listener" in message and bad in message

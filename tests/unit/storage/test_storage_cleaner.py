@@ -292,8 +292,22 @@ def test_checkpoint_is_read_back_by_a_new_cleaner(tmp_path: Path) -> None:
     clean_until_done(cleaner(log), NOW)
     put(log, [(b"k", b"late")])
     fresh = cleaner(log)
-    plan, _ = fresh.status()[("t", 0)]
+    plan, _ = fresh.status(NOW)[("t", 0)]
     assert plan.first_dirty_offset == 20
+
+
+def test_status_plans_at_the_time_it_is_given(tmp_path: Path) -> None:
+    """min.compaction.lag.ms holds young segments back from the dirty section until the
+    time asked about has passed their newest record plus the lag."""
+    log = open_log(tmp_path / "t-0", compacted(min_compaction_lag_ms=DAY_MS), now_ms=NOW)
+    for round_ in range(20):
+        put(log, [(b"k", f"v{round_}".encode())])
+    log.roll(NOW)
+    the_cleaner = cleaner(log)
+    young, _ = the_cleaner.status(NOW)[("t", 0)]
+    old, last_clean_ms = the_cleaner.status(NOW + DAY_MS + 1)[("t", 0)]
+    assert young.cleanable_bytes == 0 and young.dirty_ratio == 0.0
+    assert old.cleanable_bytes > 0 and old.dirty_ratio == 1.0 and last_clean_ms == -1
 
 
 # -- crashes during the swap -------------------------------------------------------------------
@@ -543,9 +557,9 @@ def test_a_recreated_partition_starts_with_a_fresh_cleaner_state(tmp_path: Path)
     current = [log]
     the_cleaner = LogCleaner(CleanerConfig(), lambda: [(current[0], tmp_path)])
     clean_until_done(the_cleaner, NOW)
-    assert the_cleaner.status()[("t", 0)][0].first_dirty_offset == log.log_end_offset
+    assert the_cleaner.status(NOW)[("t", 0)][0].first_dirty_offset == log.log_end_offset
     log.delete()
     recreated, _ = _dirty_log(tmp_path / "t-0")
     current[0] = recreated
-    plan, last_clean_ms = the_cleaner.status()[("t", 0)]
+    plan, last_clean_ms = the_cleaner.status(NOW)[("t", 0)]
     assert plan.first_dirty_offset == 0 and last_clean_ms == -1

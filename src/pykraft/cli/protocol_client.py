@@ -26,6 +26,7 @@ __all__ = ["ProtocolClient", "error_name", "request_module"]
 API_VERSIONS: Final = 18
 _API_VERSIONS_VERSION: Final = 3
 _SIZE: Final = struct.Struct(">i")
+_ERROR_CODE: Final = struct.Struct(">h")
 _MAX_RESPONSE_BYTES: Final = 100 * 1024 * 1024
 
 
@@ -40,6 +41,15 @@ def error_name(code: int) -> str:
         return ErrorCode(code).name.upper()
     except ValueError:
         return f"error code {code}"
+
+
+class _WithoutError:
+    """A v0 ApiVersions answer to our v3 request: its version ranges are what we need."""
+
+    error_code = ErrorCode.none
+
+    def __init__(self, api_keys: Any) -> None:
+        self.api_keys = api_keys
 
 
 class ProtocolClient:
@@ -81,10 +91,18 @@ class ProtocolClient:
             client_software_name="pykraft-cli", client_software_version="1"
         )
         frame = self._round_trip(API_VERSIONS, _API_VERSIONS_VERSION, request)
+        # The body starts with the error code whatever the version; a server that does not
+        # speak v3 answers UNSUPPORTED_VERSION in v0, with its ranges (KIP-511).
+        (error_code,) = _ERROR_CODE.unpack_from(frame, _SIZE.size)
+        version = 0 if error_code == ErrorCode.unsupported_version else _API_VERSIONS_VERSION
         try:
-            _, response = decode_response(API_VERSIONS, _API_VERSIONS_VERSION, frame)
-        except Exception:  # a server that does not speak v3 answers in v0 (KIP-511)
-            _, response = decode_response(API_VERSIONS, 0, frame)
+            _, response = decode_response(API_VERSIONS, version, frame)
+        except Exception as error:
+            raise CommandError(
+                f"cannot decode ApiVersions v{version} from {self.address}: {error}"
+            ) from error
+        if response.error_code == ErrorCode.unsupported_version and version == 0:
+            response = _WithoutError(response.api_keys)
         if response.error_code != ErrorCode.none:
             raise CommandError(
                 f"{self.address} refused ApiVersions: {error_name(response.error_code)}"

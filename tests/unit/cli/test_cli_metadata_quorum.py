@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import datetime
 import socket
+import struct
+import sys
+import threading
 import uuid
 
 import pytest
+from kio.schema.errors import ErrorCode
 
 from pykraft.cli.args import CommandError
 from pykraft.cli.main import main
@@ -16,6 +21,7 @@ from pykraft.cli.metadata_quorum import (
     status_lines,
 )
 from pykraft.cli.protocol_client import ProtocolClient
+from pykraft.protocol.framing import encode_response, response_type
 from pykraft.storage.checkpoint import kafka_uuid_string
 
 ZERO = uuid.UUID(int=0)
@@ -143,3 +149,108 @@ def test_a_server_that_never_answers_times_out(tmp_path: object) -> None:
         port = server.getsockname()[1]
         with pytest.raises(CommandError, match=r"no answer from 127\.0\.0\.1:\d+ within 0\.3 s"):
             ProtocolClient(f"127.0.0.1:{port}", timeout_s=0.3)
+
+
+class FakeServer:
+    """Answers each request frame with the next canned response (one layer: the client)."""
+
+    def __init__(self, responses: list[object]) -> None:
+        self.responses = responses
+        self.requests: list[tuple[int, int]] = []  # (api key, version)
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen()
+        self.address = f"127.0.0.1:{self.sock.getsockname()[1]}"
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        connection, _ = self.sock.accept()
+        with connection:
+            for response in self.responses:
+                size = struct.unpack(">i", self._read(connection, 4))[0]
+                frame = self._read(connection, size)
+                api_key, version, correlation_id = struct.unpack_from(">hhi", frame)
+                self.requests.append((api_key, version))
+                connection.sendall(encode_response(correlation_id, response))
+
+    @staticmethod
+    def _read(connection: socket.socket, size: int) -> bytes:
+        data = b""
+        while len(data) < size:
+            chunk = connection.recv(size - len(data))
+            if not chunk:
+                raise ConnectionError("closed")
+            data += chunk
+        return data
+
+    def close(self) -> None:
+        self.sock.close()
+        self.thread.join(timeout=5)
+
+
+def api_versions_v0(error: ErrorCode, ranges: dict[int, tuple[int, int]]) -> object:
+    module = sys.modules[response_type(18, 0).__module__]
+    return module.ApiVersionsResponse(
+        error_code=error,
+        api_keys=tuple(module.ApiVersion(api_key=key, min_version=low, max_version=high)
+                       for key, (low, high) in ranges.items()),
+    )
+
+
+def api_versions_v3(ranges: dict[int, tuple[int, int]]) -> object:
+    module = sys.modules[response_type(18, 3).__module__]
+    return module.ApiVersionsResponse(
+        error_code=ErrorCode.none,
+        api_keys=tuple(module.ApiVersion(api_key=key, min_version=low, max_version=high)
+                       for key, (low, high) in ranges.items()),
+        throttle_time=datetime.timedelta(0),
+        supported_features=(),
+        finalized_features_epoch=-1,
+        finalized_features=(),
+        zk_migration_ready=False,
+    )
+
+
+def describe_quorum_v1(error: ErrorCode) -> object:
+    module = sys.modules[response_type(55, 1).__module__]
+    partition = module.PartitionData(
+        partition_index=0, error_code=error, leader_id=-1, leader_epoch=-1,
+        high_watermark=-1, current_voters=(), observers=())
+    return module.DescribeQuorumResponse(
+        error_code=ErrorCode.none,
+        topics=(module.TopicData(topic_name="__cluster_metadata", partitions=(partition,)),))
+
+
+def test_an_old_server_is_asked_in_its_versions_and_its_error_is_named(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """ApiVersions v3 answered in v0 with UNSUPPORTED_VERSION still gives the ranges;
+    DescribeQuorum goes at the server's highest version; a partition error is one line."""
+    server = FakeServer([
+        api_versions_v0(ErrorCode.unsupported_version, {18: (0, 2), 55: (0, 1), 60: (0, 0)}),
+        describe_quorum_v1(ErrorCode.not_leader_or_follower),
+    ])
+    try:
+        code = main(["metadata-quorum", "--bootstrap-controller", server.address, "describe",
+                     "--replication"])
+    finally:
+        server.close()
+    assert code == 1
+    assert server.requests == [(18, 3), (55, 1)]
+    assert capsys.readouterr().err == (
+        f"Error: {server.address} answered DescribeQuorum with NOT_LEADER_OR_FOLLOWER\n"
+    )
+
+
+def test_a_server_without_describe_quorum_is_reported() -> None:
+    server = FakeServer([api_versions_v3({18: (0, 3), 55: (3, 4)})])
+    try:
+        with ProtocolClient(server.address, timeout_s=5) as client:
+            with pytest.raises(CommandError, match="does not serve DescribeCluster"):
+                client.version_for(60, "DescribeCluster", (0, 1))
+            with pytest.raises(CommandError, match="serves DescribeQuorum versions 3-4; this "
+                                                   "tool speaks 0-2"):
+                client.version_for(55, "DescribeQuorum", (0, 2))
+    finally:
+        server.close()

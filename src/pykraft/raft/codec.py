@@ -1,5 +1,5 @@
-"""Raft messages (messages.py) to and from Kafka's Vote, BeginQuorumEpoch, EndQuorumEpoch and
-Fetch entities (kio), as controllers exchange them on their listener.
+"""Raft messages (messages.py) to and from Kafka's Vote, BeginQuorumEpoch, EndQuorumEpoch,
+Fetch and FetchSnapshot entities (kio), as controllers exchange them on their listener.
 
 Every RPC names the metadata partition (`__cluster_metadata`, partition 0; Fetch v13+ by
 Kafka's fixed topic id 0-1) and carries the sender's cluster id. A request is checked here,
@@ -12,6 +12,8 @@ before the core sees it, the way KafkaRaftClient checks it:
     epochs, a last epoch above the epoch)    -> partition-level INVALID_REQUEST
     Vote / BeginQuorumEpoch / EndQuorumEpoch
     from a node outside the voter set        -> partition-level INCONSISTENT_VOTER_SET
+    FetchSnapshot of another partition       -> UNKNOWN_TOPIC_OR_PARTITION for the partition
+                                                asked for (KafkaRaftClient's answer)
 
 so that nothing malformed reaches the core; stale epochs are the core's business (it answers
 FENCED_LEADER_EPOCH). The sender of a request is named in its body (the candidate, the
@@ -51,8 +53,11 @@ from pykraft.raft.messages import (
     EndQuorumEpochResponse,
     FetchRequest,
     FetchResponse,
+    FetchSnapshotRequest,
+    FetchSnapshotResponse,
     RaftRequest,
     RaftResponse,
+    SnapshotId,
     VoteRequest,
     VoteResponse,
 )
@@ -62,6 +67,7 @@ __all__ = [
     "BEGIN_QUORUM_EPOCH",
     "END_QUORUM_EPOCH",
     "FETCH",
+    "FETCH_SNAPSHOT",
     "RAFT_APIS",
     "REQUEST_VERSIONS",
     "METADATA_TOPIC_NAME",
@@ -80,6 +86,7 @@ VOTE: Final = 52
 BEGIN_QUORUM_EPOCH: Final = 53
 END_QUORUM_EPOCH: Final = 54
 FETCH: Final = int(ApiKey.FETCH)
+FETCH_SNAPSHOT: Final = 59
 
 # What a controller listener accepts for the quorum's RPCs. Fetch below v12 has no last
 # fetched epoch, without which a follower cannot be checked against the leader's log.
@@ -88,6 +95,7 @@ RAFT_APIS: Final[dict[int, tuple[int, int]]] = {
     BEGIN_QUORUM_EPOCH: (0, 1),
     END_QUORUM_EPOCH: (0, 1),
     FETCH: (12, 18),
+    FETCH_SNAPSHOT: (0, 1),
 }
 # what this node sends: the newest of each (Vote v2 is the first with pre-vote)
 REQUEST_VERSIONS: Final[dict[int, int]] = {key: high for key, (_, high) in RAFT_APIS.items()}
@@ -125,6 +133,8 @@ def api_key_of(body: RaftRequest | RaftResponse) -> int:
             return END_QUORUM_EPOCH
         case FetchRequest() | FetchResponse():
             return FETCH
+        case FetchSnapshotRequest() | FetchSnapshotResponse():
+            return FETCH_SNAPSHOT
     raise TypeError(f"not a raft message: {body!r}")
 
 
@@ -213,6 +223,28 @@ def encode_request(
             entity = _encode_fetch_request(
                 module, version, body, cluster_id, fetch_max_wait_ms, fetch_bytes_max
             )
+        case FetchSnapshotRequest():
+            partition = make(
+                module.PartitionSnapshot,
+                partition=METADATA_PARTITION,
+                current_leader_epoch=body.current_leader_epoch,
+                snapshot_id=make(
+                    module.SnapshotId,
+                    end_offset=body.snapshot_id.end_offset,
+                    epoch=body.snapshot_id.epoch,
+                ),
+                position=body.position,
+                replica_directory_id=None,
+            )
+            entity = make(
+                module.FetchSnapshotRequest,
+                cluster_id=cluster_id,
+                replica_id=body.replica_id,
+                max_bytes=body.max_bytes,
+                topics=(
+                    make(module.TopicSnapshot, name=METADATA_TOPIC_NAME, partitions=(partition,)),
+                ),
+            )
     return api_key, version, entity
 
 
@@ -284,6 +316,8 @@ def decode_request(
     request_cluster = field(entity, "cluster_id")
     if request_cluster is not None and request_cluster != cluster_id:
         return _reject_top(api_key, version, ErrorCode.inconsistent_cluster_id)
+    if api_key == FETCH_SNAPSHOT:
+        return _decode_fetch_snapshot(version, entity, leader_id, leader_epoch)
     partition = _single_partition(api_key, entity)
     if partition is None:
         return _reject_top(api_key, version, ErrorCode.invalid_request)
@@ -314,6 +348,44 @@ def decode_request(
             return DecodedRequest(leader, EndQuorumEpochRequest(leader, epoch, successors))
         case _:
             return _decode_fetch(entity, partition, refuse)
+
+
+def _decode_fetch_snapshot(
+    version: int, entity: Any, leader_id: int, leader_epoch: int
+) -> DecodedRequest | RejectedRequest:
+    topics = entity.topics
+    if len(topics) != 1 or len(topics[0].partitions) != 1:
+        return _reject_top(FETCH_SNAPSHOT, version, ErrorCode.invalid_request)
+    topic, partition = topics[0], topics[0].partitions[0]
+    if topic.name != METADATA_TOPIC_NAME or partition.partition != METADATA_PARTITION:
+        error = ErrorCode.unknown_topic_or_partition
+        response = _fetch_snapshot_response(
+            _response_module(FETCH_SNAPSHOT, version),
+            FetchSnapshotResponse(error, leader_id, leader_epoch, SnapshotId(-1, -1)),
+            topic_name=topic.name,
+            partition_index=partition.partition,
+        )
+        return RejectedRequest(error, response)
+    replica_id = int(entity.replica_id)
+    snapshot_id = SnapshotId(
+        end_offset=int(partition.snapshot_id.end_offset), epoch=int(partition.snapshot_id.epoch)
+    )
+    current_epoch = int(partition.current_leader_epoch)
+    position = int(partition.position)
+    max_bytes = int(entity.max_bytes)
+    if (
+        replica_id < 0
+        or current_epoch < 0
+        or position < 0
+        or max_bytes <= 0
+        or snapshot_id.end_offset < 0
+        or snapshot_id.epoch < 0
+    ):
+        error = ErrorCode.invalid_request
+        response = error_response(FETCH_SNAPSHOT, version, error, leader_id, leader_epoch)
+        return RejectedRequest(error, response)
+    body = FetchSnapshotRequest(replica_id, current_epoch, snapshot_id, position, max_bytes)
+    return DecodedRequest(replica_id, body)
 
 
 def _single_partition(api_key: int, entity: Any) -> Any | None:
@@ -430,6 +502,40 @@ def encode_response(api_key: int, version: int, body: RaftResponse) -> Any:
                                           body.leader_epoch)
         case FetchResponse():
             return _fetch_response(module, body)
+        case FetchSnapshotResponse():
+            return _fetch_snapshot_response(module, body)
+
+
+def _fetch_snapshot_response(
+    module: ModuleType,
+    body: FetchSnapshotResponse,
+    *,
+    topic_name: str = METADATA_TOPIC_NAME,
+    partition_index: int = METADATA_PARTITION,
+) -> Any:
+    partition = make(
+        module.PartitionSnapshot,
+        index=partition_index,
+        error_code=body.error,
+        snapshot_id=make(
+            module.SnapshotId,
+            end_offset=body.snapshot_id.end_offset,
+            epoch=body.snapshot_id.epoch,
+        ),
+        current_leader=make(
+            module.LeaderIdAndEpoch, leader_id=body.leader_id, leader_epoch=body.leader_epoch
+        ),
+        size=body.size,
+        position=body.position,
+        unaligned_records=body.unaligned_records,
+    )
+    return make(
+        module.FetchSnapshotResponse,
+        throttle_time=datetime.timedelta(0),
+        error_code=ErrorCode.none,
+        topics=(make(module.TopicSnapshot, name=topic_name, partitions=(partition,)),),
+        node_endpoints=(),
+    )
 
 
 def _quorum_epoch_response(
@@ -459,7 +565,7 @@ def _fetch_response(module: ModuleType, body: FetchResponse) -> Any:
         error_code=body.error,
         high_watermark=body.high_watermark,
         last_stable_offset=-1,
-        log_start_offset=0,
+        log_start_offset=body.log_start_offset,
         diverging_epoch=make(
             module.EpochEndOffset,
             epoch=-1 if diverging is None else diverging.epoch,
@@ -468,7 +574,11 @@ def _fetch_response(module: ModuleType, body: FetchResponse) -> Any:
         current_leader=make(
             module.LeaderIdAndEpoch, leader_id=body.leader_id, leader_epoch=body.leader_epoch
         ),
-        snapshot_id=make(module.SnapshotId, end_offset=-1, epoch=-1),
+        snapshot_id=make(
+            module.SnapshotId,
+            end_offset=-1 if body.snapshot_id is None else body.snapshot_id.end_offset,
+            epoch=-1 if body.snapshot_id is None else body.snapshot_id.epoch,
+        ),
         aborted_transactions=None,
         preferred_read_replica=-1,
         records=body.records,
@@ -505,6 +615,10 @@ def error_response(
             )
         case 53 | 54:
             return _quorum_epoch_response(module, api_key, error, leader_id, leader_epoch)
+        case 59:
+            return _fetch_snapshot_response(
+                module, FetchSnapshotResponse(error, leader_id, leader_epoch, SnapshotId(-1, -1))
+            )
         case _:
             return _fetch_response(module, FetchResponse(error, leader_id, leader_epoch, -1))
 
@@ -517,6 +631,7 @@ def _reject_top(api_key: int, version: int, error: ErrorCode) -> RejectedRequest
         BEGIN_QUORUM_EPOCH: "BeginQuorumEpochResponse",
         END_QUORUM_EPOCH: "EndQuorumEpochResponse",
         FETCH: "FetchResponse",
+        FETCH_SNAPSHOT: "FetchSnapshotResponse",
     }
     response = make(
         getattr(module, names[api_key]),
@@ -540,6 +655,8 @@ def decode_response(request: RaftRequest, entity: Any) -> RaftResponse | None:
     if len(topics) != 1 or len(topics[0].partitions) != 1:
         return None
     topic = topics[0]
+    if api_key == FETCH_SNAPSHOT:
+        return _decode_fetch_snapshot_response(request, topic)
     if api_key == FETCH and hasattr(topic, "topic_id"):
         if topic.topic_id != METADATA_TOPIC_ID:
             return None
@@ -569,6 +686,8 @@ def decode_response(request: RaftRequest, entity: Any) -> RaftResponse | None:
             )
         case FetchRequest():
             return _decode_fetch_response(partition, error)
+        case FetchSnapshotRequest():
+            return None  # answered above
 
 
 def _decode_fetch_response(partition: Any, error: ErrorCode) -> FetchResponse | None:
@@ -580,8 +699,11 @@ def _decode_fetch_response(partition: Any, error: ErrorCode) -> FetchResponse | 
             return None
         diverging = DivergingEpoch(int(diverging_wire.epoch), int(diverging_wire.end_offset))
     snapshot = partition.snapshot_id
+    snapshot_id = None
     if snapshot.epoch >= 0 or snapshot.end_offset >= 0:
-        return None  # a snapshot to fetch: this node cannot fetch snapshots yet
+        if snapshot.epoch < 0 or snapshot.end_offset < 0 or diverging is not None:
+            return None
+        snapshot_id = SnapshotId(end_offset=int(snapshot.end_offset), epoch=int(snapshot.epoch))
     high_watermark = int(partition.high_watermark)
     return FetchResponse(
         error=error,
@@ -590,6 +712,29 @@ def _decode_fetch_response(partition: Any, error: ErrorCode) -> FetchResponse | 
         high_watermark=high_watermark if high_watermark >= 0 else -1,
         records=bytes(partition.records or b""),
         diverging_epoch=diverging,
+        snapshot_id=snapshot_id,
+        log_start_offset=max(-1, int(partition.log_start_offset)),
+    )
+
+
+def _decode_fetch_snapshot_response(
+    request: RaftRequest, topic: Any
+) -> FetchSnapshotResponse | None:
+    partition = topic.partitions[0]
+    if topic.name != METADATA_TOPIC_NAME or partition.index != METADATA_PARTITION:
+        return None
+    if not isinstance(request, FetchSnapshotRequest):
+        return None
+    leader = partition.current_leader
+    snapshot = partition.snapshot_id
+    return FetchSnapshotResponse(
+        error=ErrorCode(partition.error_code),
+        leader_id=int(leader.leader_id),
+        leader_epoch=int(leader.leader_epoch),
+        snapshot_id=SnapshotId(end_offset=int(snapshot.end_offset), epoch=int(snapshot.epoch)),
+        size=int(partition.size),
+        position=int(partition.position),
+        unaligned_records=bytes(partition.unaligned_records or b""),
     )
 
 
@@ -606,3 +751,5 @@ def _errored(request: RaftRequest, error: ErrorCode) -> RaftResponse:
             return EndQuorumEpochResponse(error, NO_LEADER, NO_EPOCH_ON_WIRE)
         case FetchRequest():
             return FetchResponse(error, NO_LEADER, NO_EPOCH_ON_WIRE, -1)
+        case FetchSnapshotRequest():
+            return FetchSnapshotResponse(error, NO_LEADER, NO_EPOCH_ON_WIRE, request.snapshot_id)

@@ -45,14 +45,10 @@ from pykraft.errors import InvalidConfig, NotLeaderError, RequestTimedOut, invar
 from pykraft.raft.core import CommittedBatch, RaftConfig, RaftCore, Ready
 from pykraft.raft.log_store import DiskLogStore, LogStore
 from pykraft.raft.messages import (
-    BeginQuorumEpochResponse,
-    EndQuorumEpochResponse,
-    FetchResponse,
     InboundMessage,
     OutboundMessage,
     RaftRequest,
     RaftResponse,
-    VoteResponse,
 )
 from pykraft.raft.state import NO_LEADER, Leader, LeaderAndEpoch, QuorumStateData, QuorumStateStore
 
@@ -63,7 +59,6 @@ log = logging.getLogger("pykraft.raft")
 QUORUM_STATE_FILE: Final = "quorum-state"
 WAITERS_MAX: Final = 100_000  # wait_committed callers at once; each is an in-flight proposal
 INBOX_MAX: Final = 10_000  # messages from other nodes waiting to be stepped
-_RESPONSES: Final = (VoteResponse, BeginQuorumEpochResponse, EndQuorumEpochResponse, FetchResponse)
 
 
 class Transport(Protocol):
@@ -413,7 +408,7 @@ class RaftNode:
     def _send(self, messages: Sequence[OutboundMessage]) -> None:
         """Answers go back to the connection that asked; requests to the transport."""
         for message in messages:
-            if isinstance(message.body, _RESPONSES):
+            if isinstance(message.body, RaftResponse):
                 future = self._answers.get((message.destination_id, message.correlation_id))
                 if future is not None and not future.done():
                     future.set_result(message.body)

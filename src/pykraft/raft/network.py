@@ -2,18 +2,18 @@
 
 Outbound (`RaftChannels`). A node sends requests to the other voters' controller listeners
 (`controller.quorum.voters`, id@host:port). Each destination has two lanes, each one TCP
-connection carrying one request at a time, as a Kafka server serves a connection: Fetch on
-one, Vote / BeginQuorumEpoch / EndQuorumEpoch on the other, so that a fetch the leader parks
-for up to fetch.max.wait never delays an election. A request that cannot be sent or answered
-within controller.quorum.request.timeout.ms is dropped, and so is one that waited that long
-in its lane's queue: the core resends by its own timers, exactly as it does when the
-simulator loses a message. A lane that cannot connect backs off exponentially
+connection carrying one request at a time, as a Kafka server serves a connection: Fetch and
+FetchSnapshot on one, Vote / BeginQuorumEpoch / EndQuorumEpoch on the other, so that a fetch
+the leader parks for up to fetch.max.wait never delays an election. A request that cannot
+be sent or answered within controller.quorum.request.timeout.ms is dropped, and so is one
+that waited that long in its lane's queue: the core resends by its own timers, exactly as it
+does when the simulator loses a message. A lane that cannot connect backs off exponentially
 (controller.quorum.retry.backoff.ms doubling up to 1 s); requests for it meanwhile are
 dropped. Each answer is decoded against its request and handed to `deliver` as an
 InboundMessage carrying the core's correlation id (the header's correlation ids are the
 lane's own).
 
-Inbound (`RaftApis`). On the controller listener the four RPCs are checked by the codec,
+Inbound (`RaftApis`). On the controller listener the five RPCs are checked by the codec,
 given to the node as InboundMessages, and answered with what the core answers for that
 (source, correlation id) -- or with REQUEST_TIMED_OUT when the core says nothing in time
 (a parked fetch superseded by a newer one from the same replica).
@@ -42,6 +42,7 @@ from pykraft.raft import codec
 from pykraft.raft.codec import DecodedRequest, RejectedRequest
 from pykraft.raft.messages import (
     FetchRequest,
+    FetchSnapshotRequest,
     InboundMessage,
     OutboundMessage,
     RaftRequest,
@@ -213,7 +214,7 @@ class RaftChannels:
         if destination not in self.addresses or destination == self.node_id:
             self.dropped += 1
             return
-        is_fetch = isinstance(message.body, FetchRequest)
+        is_fetch = isinstance(message.body, FetchRequest | FetchSnapshotRequest)
         lane = self._lanes.get((destination, is_fetch))
         if lane is None:
             lane = self._lanes[(destination, is_fetch)] = _Lane(
@@ -246,8 +247,8 @@ Handler = Callable[[Any, Any], Awaitable[Any]]
 
 
 class RaftApis:
-    """The handler group for Vote, BeginQuorumEpoch, EndQuorumEpoch and Fetch on a
-    controller listener (see broker.apis.ApiGroup)."""
+    """The handler group for Vote, BeginQuorumEpoch, EndQuorumEpoch, Fetch and
+    FetchSnapshot on a controller listener (see broker.apis.ApiGroup)."""
 
     def __init__(self, endpoint: RaftEndpoint, cluster_id: str) -> None:
         self.endpoint = endpoint

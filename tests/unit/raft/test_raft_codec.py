@@ -39,7 +39,10 @@ from pykraft.raft.messages import (
     EndQuorumEpochResponse,
     FetchRequest,
     FetchResponse,
+    FetchSnapshotRequest,
+    FetchSnapshotResponse,
     RaftRequest,
+    SnapshotId,
     VoteRequest,
     VoteResponse,
 )
@@ -84,6 +87,8 @@ REQUESTS: list[RaftRequest] = [
     FetchRequest(replica_id=1, current_leader_epoch=9, fetch_offset=77, last_fetched_epoch=8,
                  high_watermark=70),
     FetchRequest(replica_id=4, current_leader_epoch=2, fetch_offset=0, last_fetched_epoch=0),
+    FetchSnapshotRequest(replica_id=2, current_leader_epoch=9, snapshot_id=SnapshotId(500, 7),
+                         position=4096, max_bytes=65536),
 ]
 
 
@@ -92,7 +97,8 @@ def test_requests_round_trip_at_the_versions_sent(body: RaftRequest) -> None:
     decoded = through_wire(body)
     assert isinstance(decoded, DecodedRequest)
     assert decoded.body == body
-    sources = {VoteRequest: "candidate_id", FetchRequest: "replica_id"}
+    sources = {VoteRequest: "candidate_id", FetchRequest: "replica_id",
+               FetchSnapshotRequest: "replica_id"}
     assert decoded.source_id == getattr(body, sources.get(type(body), "leader_id"))
 
 
@@ -108,6 +114,7 @@ def test_every_served_version_round_trips(api_key: int, version: int) -> None:
         codec.BEGIN_QUORUM_EPOCH: REQUESTS[2],
         codec.END_QUORUM_EPOCH: REQUESTS[3],
         codec.FETCH: REQUESTS[4],
+        codec.FETCH_SNAPSHOT: REQUESTS[6],
     }[api_key]
     decoded = through_wire(body, version)
     assert isinstance(decoded, DecodedRequest)
@@ -144,6 +151,11 @@ RESPONSES = [
     (REQUESTS[4], FetchResponse(ErrorCode.none, 2, 9, -1,
                                 diverging_epoch=DivergingEpoch(epoch=6, end_offset=50))),
     (REQUESTS[5], FetchResponse(ErrorCode.not_leader_or_follower, 3, 4, -1)),
+    (REQUESTS[4], FetchResponse(ErrorCode.none, 2, 9, 600, snapshot_id=SnapshotId(500, 7),
+                                log_start_offset=500)),
+    (REQUESTS[6], FetchSnapshotResponse(ErrorCode.none, 2, 9, SnapshotId(500, 7), size=10_000,
+                                        position=4096, unaligned_records=b"\x01" * 100)),
+    (REQUESTS[6], FetchSnapshotResponse(ErrorCode.snapshot_not_found, 2, 9, SnapshotId(500, 7))),
 ]
 
 
@@ -202,7 +214,7 @@ def refused(api_key: int, entity: Any, version: int | None = None) -> tuple[Reje
     return result, answer
 
 
-@pytest.mark.parametrize("body", REQUESTS[:5], ids=lambda body: type(body).__name__)
+@pytest.mark.parametrize("body", REQUESTS, ids=lambda body: type(body).__name__)
 def test_another_clusters_request_is_answered_inconsistent_cluster_id(body: RaftRequest) -> None:
     api_key, _, entity = codec.encode_request(body, cluster_id="another-cluster",
                                               destination_id=2)
@@ -308,5 +320,45 @@ def test_a_half_diverging_epoch_is_dropped() -> None:
     broken = dataclasses.replace(
         partition, diverging_epoch=dataclasses.replace(partition.diverging_epoch, epoch=-1))
     topic = dataclasses.replace(entity.responses[0], partitions=(broken,))
+    assert codec.decode_response(REQUESTS[4], dataclasses.replace(entity, responses=(topic,))) \
+        is None
+
+
+def test_fetch_snapshot_of_another_partition_is_unknown_topic_or_partition() -> None:
+    """As KafkaRaftClient: the answer names the partition asked for, with the error."""
+    api_key, version, entity = codec.encode_request(REQUESTS[6], cluster_id=CLUSTER,
+                                                    destination_id=2)
+    topic = dataclasses.replace(entity.topics[0], name="elsewhere")
+    result, answer = refused(api_key, dataclasses.replace(entity, topics=(topic,)))
+    assert result.error == ErrorCode.unknown_topic_or_partition
+    assert answer.topics[0].name == "elsewhere"
+    assert answer.topics[0].partitions[0].error_code == ErrorCode.unknown_topic_or_partition
+    assert codec.decode_response(REQUESTS[6], answer) is None  # not about our partition
+
+
+@pytest.mark.parametrize("body", [
+    FetchSnapshotRequest(-1, 9, SnapshotId(500, 7), 0),
+    FetchSnapshotRequest(2, 9, SnapshotId(500, 7), -1),
+    FetchSnapshotRequest(2, 9, SnapshotId(-1, 7), 0),
+    FetchSnapshotRequest(2, -2, SnapshotId(500, 7), 0),
+    FetchSnapshotRequest(2, 9, SnapshotId(500, 7), 0, max_bytes=0),
+], ids=repr)
+def test_impossible_fetch_snapshot_values_are_invalid(body: FetchSnapshotRequest) -> None:
+    api_key, _, entity = codec.encode_request(body, cluster_id=CLUSTER, destination_id=2)
+    result, answer = refused(api_key, entity)
+    assert result.error == ErrorCode.invalid_request
+    decoded = codec.decode_response(body, answer)
+    assert isinstance(decoded, FetchSnapshotResponse)
+    assert (decoded.error, decoded.leader_id, decoded.leader_epoch) == (
+        ErrorCode.invalid_request, 2, 9)
+
+
+def test_a_fetch_response_with_both_diverging_epoch_and_snapshot_is_dropped() -> None:
+    body = FetchResponse(ErrorCode.none, 2, 9, -1, diverging_epoch=DivergingEpoch(6, 50))
+    entity = codec.encode_response(codec.FETCH, 18, body)
+    partition = entity.responses[0].partitions[0]
+    both = dataclasses.replace(partition, snapshot_id=dataclasses.replace(
+        partition.snapshot_id, end_offset=40, epoch=5))
+    topic = dataclasses.replace(entity.responses[0], partitions=(both,))
     assert codec.decode_response(REQUESTS[4], dataclasses.replace(entity, responses=(topic,))) \
         is None

@@ -35,6 +35,7 @@ from typing import Any, Final, Protocol
 
 from kio.schema.errors import ErrorCode
 
+from pykraft.errors import invariant
 from pykraft.protocol.api import ApiKey
 from pykraft.protocol.entities import NO_THROTTLE, make, response_module
 from pykraft.protocol.framing import FrameError, decode_response, encode_request
@@ -285,6 +286,9 @@ class RaftApis:
             return codec.error_response(
                 api_key, version, ErrorCode.request_timed_out, leader_id, epoch
             )
+        invariant(
+            codec.api_key_of(answer) == api_key, f"{answer!r} answers a request of api {api_key}"
+        )
         return codec.encode_response(api_key, version, answer)
 
 

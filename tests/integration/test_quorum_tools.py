@@ -3,7 +3,6 @@ runs them (subprocesses) against a real node and the metadata log it wrote."""
 
 from __future__ import annotations
 
-import io
 import json
 import re
 import subprocess
@@ -19,16 +18,20 @@ from kio.schema.describe_quorum.v2.request import (
     PartitionData,
     TopicData,
 )
-from kio.schema.snapshot_footer_record.v0 import SnapshotFooterRecord
-from kio.schema.snapshot_header_record.v0 import SnapshotHeaderRecord
 from kio.schema.types import TopicName
-from kio.serial import entity_writer
-from kio.static.primitive import i16, i32, i64
+from kio.static.primitive import i32
 
 from pykraft.metadata.codec import encode_metadata_record
 from pykraft.metadata.records import TopicRecord
-from pykraft.raft.control import leader_change_record
-from pykraft.records.record import ControlRecordType, build_batch, control_record_key
+from pykraft.raft.control import (
+    leader_change_record,
+    snapshot_footer_record,
+    snapshot_header_record,
+)
+from pykraft.raft.messages import SnapshotId
+from pykraft.raft.snapshot import build_snapshot, snapshot_file_name
+from pykraft.records.batch import iter_headers
+from pykraft.records.record import build_batch, iter_records
 from pykraft.storage.checkpoint import kafka_uuid_string
 from pykraft.testing.wire import WireClient
 
@@ -238,27 +241,20 @@ def test_dump_log_of_a_truncated_metadata_segment_fails_after_the_valid_part(
 
 
 def test_dump_log_decodes_a_hand_built_snapshot(tmp_path: Path) -> None:
-    def body(entity: Any) -> bytes:
-        buffer = io.BytesIO()
-        entity_writer(type(entity))(buffer, entity)
-        return buffer.getvalue()
-
-    def control(offset: int, kind: ControlRecordType, value: bytes) -> bytes:
-        return build_batch([(control_record_key(kind), value, [], 1)], base_offset=offset,
-                           is_control=True, partition_leader_epoch=2)
+    def control(offset: int, record: tuple[bytes, bytes]) -> bytes:
+        key, value = record
+        return build_batch([(key, value, [], 1)], base_offset=offset, is_control=True,
+                           partition_leader_epoch=2)
 
     topic_id = uuid.uuid4()
-    key, value = leader_change_record(leader_id=1, voters=frozenset({1}),
-                                      granting_voters=frozenset({1}))
     snapshot = tmp_path / "00000000000000000004-0000000002.checkpoint"
     snapshot.write_bytes(b"".join([
-        control(0, ControlRecordType.SNAPSHOT_HEADER,
-                body(SnapshotHeaderRecord(version=i16(0),
-                                          last_contained_log_timestamp=i64(1234)))),
-        build_batch([(key, value, [], 1)], base_offset=1, is_control=True),
+        control(0, snapshot_header_record(last_contained_log_timestamp=1234)),
+        control(1, leader_change_record(leader_id=1, voters=frozenset({1}),
+                                        granting_voters=frozenset({1}))),
         build_batch([(None, encode_metadata_record(TopicRecord(name="snap", topic_id=topic_id)),
                       [], 1)], base_offset=2, partition_leader_epoch=2),
-        control(3, ControlRecordType.SNAPSHOT_FOOTER, body(SnapshotFooterRecord(version=i16(0)))),
+        control(3, snapshot_footer_record()),
     ]))
     result = pykraft("dump-log", "--cluster-metadata-decoder", str(snapshot))
     assert result.returncode == 0, result.stderr
@@ -272,3 +268,32 @@ def test_dump_log_decodes_a_hand_built_snapshot(tmp_path: Path) -> None:
         f'{kafka_uuid_string(topic_id)}"}}}}'
     )
     assert records[3].endswith(' SnapshotFooter {"version":0}')
+
+
+def test_a_snapshot_of_the_nodes_log_decodes_to_the_same_records(
+    pykraft_cluster: Any, tmp_path: Path
+) -> None:
+    """The raft module's snapshot writer over the node's committed metadata records: the
+    snapshot dumps the same payloads as the segment they came from."""
+    new_topic(pykraft_cluster.bootstrap_servers)
+    segment = tmp_path / "00000000000000000000.log"
+    segment.write_bytes((pykraft_cluster.log_dir / METADATA_SEGMENT).read_bytes())
+    data = segment.read_bytes()
+    values = [
+        record.value
+        for position, header in iter_headers(memoryview(data))
+        if not header.is_control
+        for record in iter_records(data[position : position + header.size])
+    ]
+    end_offset = len(values) + 1
+    snapshot_id = SnapshotId(end_offset=end_offset, epoch=1)
+    snapshot = tmp_path / snapshot_file_name(snapshot_id)
+    snapshot.write_bytes(b"".join(build_snapshot(
+        snapshot_id, values, last_contained_log_timestamp=1, timestamp_ms=1, batch_bytes_max=300
+    )))
+    from_segment = pykraft("dump-log", "--cluster-metadata-decoder", str(segment))
+    from_snapshot = pykraft("dump-log", "--cluster-metadata-decoder", str(snapshot))
+    assert from_segment.returncode == from_snapshot.returncode == 0, from_snapshot.stderr
+    assert payloads(from_snapshot.stdout) == payloads(from_segment.stdout)
+    assert len(payloads(from_snapshot.stdout)) == len(values) > 5
+    assert f"Snapshot end offset: {end_offset}, epoch: 1" in from_snapshot.stdout

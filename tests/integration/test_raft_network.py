@@ -6,11 +6,13 @@ restart, follow as observers, and refuse another cluster."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import filecmp
 import random
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
 from pathlib import Path
@@ -24,7 +26,12 @@ from pykraft.net.server import Listener
 from pykraft.raft import codec
 from pykraft.raft.core import CommittedBatch, RaftConfig
 from pykraft.raft.driver import RaftNode
-from pykraft.raft.messages import VoteRequest
+from pykraft.raft.messages import (
+    BeginQuorumEpochRequest,
+    EndQuorumEpochRequest,
+    FetchRequest,
+    VoteRequest,
+)
 from pykraft.raft.network import RaftApis, RaftChannels, RaftDispatcher
 from pykraft.raft.state import Leader
 from pykraft.testing.wire import WireClient
@@ -315,3 +322,60 @@ def test_wait_committed_fails_when_the_leader_loses_its_quorum(cluster: Any) -> 
         leader.propose([b"never committed"])
     assert time.monotonic() - started_at < 5
     assert not isinstance(leader.node.core.state if leader.node else None, Leader)
+
+
+def test_malformed_and_stale_requests_leave_the_quorum_alone(cluster: Any) -> None:
+    """Requests from outsiders, of stale epochs, for other partitions, with impossible values
+    or garbled bytes get Kafka's errors (or a closed connection) and change nothing: same
+    leader, same epoch, same quorum-state files, and the quorum still commits."""
+    make, started = cluster
+    nodes = make(3)
+    leader = wait_for(lambda: single_leader(nodes), "a leader")
+    leader.stop()  # a failover, so that there is an older epoch to be stale in
+    nodes = [node for node in nodes if node is not leader]
+    leader = wait_for(lambda: single_leader(nodes), "a second leader")
+    nodes.append(restart(next(n for n in started if not n.thread.is_alive()), started))
+    first = leader.propose([b"first"])
+    wait_for(lambda: caught_up(nodes, first), "replication")
+    wait_for(lambda: single_leader(nodes) is leader, "all three to follow")
+    follower = next(node for node in nodes if node is not leader)
+    other_voter = next(node for node in nodes if node not in (leader, follower))
+    _, leader_id, epoch, _ = follower.view()
+    states = {node.node_id: (node.log_dir / "quorum-state").read_bytes() for node in nodes}
+
+    def ask(node: NodeThread, body: Any, **change: Any) -> Any:
+        api_key, version, entity = codec.encode_request(
+            body, cluster_id=CLUSTER, destination_id=node.node_id)
+        if change:
+            entity = change["edit"](entity)
+        with WireClient(f"127.0.0.1:{node.port}") as client:
+            return client.request(api_key, version, entity)
+
+    def partition_error(answer: Any) -> ErrorCode:
+        topics = getattr(answer, "responses", None) or answer.topics
+        return ErrorCode(topics[0].partitions[0].error_code)
+
+    assert partition_error(ask(follower, BeginQuorumEpochRequest(leader_id, epoch - 1))) == \
+        ErrorCode.fenced_leader_epoch
+    assert epoch >= 2
+    assert partition_error(ask(follower, VoteRequest(epoch - 1, other_voter.node_id, 0, 0))) \
+        == ErrorCode.fenced_leader_epoch
+    assert partition_error(ask(leader, FetchRequest(other_voter.node_id, epoch - 1, 0, 0))) \
+        == ErrorCode.fenced_leader_epoch
+    for outsider in (BeginQuorumEpochRequest(9, epoch + 5), VoteRequest(epoch + 5, 7, 0, 0),
+                     EndQuorumEpochRequest(8, epoch + 5, ())):
+        assert partition_error(ask(follower, outsider)) == ErrorCode.inconsistent_voter_set
+    assert partition_error(ask(follower, VoteRequest(epoch + 5, other_voter.node_id,
+                                                     epoch + 5, 0))) == ErrorCode.invalid_request
+    elsewhere = ask(leader, FetchRequest(other_voter.node_id, epoch, 0, 0), edit=lambda e:
+                    dataclasses.replace(e, topics=(dataclasses.replace(
+                        e.topics[0], topic_id=uuid.uuid4()),)))
+    assert elsewhere.error_code == ErrorCode.invalid_request
+    with WireClient(f"127.0.0.1:{follower.port}") as client:
+        client.send_raw(b"\x00\x00\x00\x0c" + b"\x00\x34\x00\x07garbage!")
+        assert client.is_closed_by_peer()
+    for node in nodes:
+        assert node.view()[1:3] == (leader_id, epoch)
+        assert (node.log_dir / "quorum-state").read_bytes() == states[node.node_id]
+    second = leader.propose([b"second"])
+    wait_for(lambda: caught_up(nodes, second), "replication after the noise")

@@ -7,6 +7,7 @@ it, and the node's supervisor stops the node rather than answer a client.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import ClassVar
 
 from kio.schema.errors import ErrorCode
@@ -40,6 +41,13 @@ class CorruptRecord(KafkaError):
 
 class InvalidRecord(KafkaError):
     code = ErrorCode.invalid_record
+
+    def __init__(self, message: str,
+                 record_errors: Sequence[tuple[int, str | None]] = ()) -> None:
+        """`record_errors`: (index of the record in its batch, why), for Produce's
+        per-record errors (KIP-467)."""
+        super().__init__(message)
+        self.record_errors = tuple(record_errors)
 
 
 class MessageTooLarge(KafkaError):

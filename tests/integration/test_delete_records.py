@@ -24,7 +24,9 @@ from kio.schema.delete_records.v2.request import (
 )
 from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 
+from pykraft.records.record import build_batch
 from pykraft.testing import LocalCluster
 from pykraft.testing.wire import WireClient
 
@@ -197,6 +199,20 @@ def test_keyless_record_to_compacted_topic_is_refused(cluster: LocalCluster) -> 
     assert producer.flush(30) == 0
     assert len(errors) == 1 and errors[0] is not None
     assert errors[0].code() == KafkaError.INVALID_RECORD
+    assert _watermarks(bootstrap, "compacted-keys") == (0, 1), "nothing was appended"
+    # on the wire: each keyless record of the batch is named by its index (KIP-467)
+    batch = build_batch([(b"k", b"a", (), 0), (None, b"b", (), 0), (b"k", b"c", (), 0),
+                         (None, b"d", (), 0)])
+    request = ProduceRequest(acks=1, timeout=datetime.timedelta(seconds=5),
+                             topic_data=(TopicProduceData(name="compacted-keys", partition_data=(
+                                 PartitionProduceData(index=0, records=batch),)),))
+    with WireClient(bootstrap) as client:
+        answer = client.request(0, 9, request).responses[0].partition_responses[0]
+    assert answer.error_code == ErrorCode.invalid_record and answer.base_offset == -1
+    assert [e.batch_index for e in answer.record_errors] == [1, 3]
+    assert all("without key" in (e.batch_index_error_message or "")
+               for e in answer.record_errors)
+    assert answer.error_message.startswith("2 records rejected: Compacted topic")
     assert _watermarks(bootstrap, "compacted-keys") == (0, 1), "nothing was appended"
     # a topic that is not compacted still takes keyless records
     _create(bootstrap, "plain-keys")

@@ -21,6 +21,7 @@ from kio.schema.errors import ErrorCode
 from pykraft.broker.metadata_cache import MetadataCache
 from pykraft.broker.replica_manager import Partition, ReplicaManager
 from pykraft.errors import (
+    InvalidRecord,
     InvariantViolation,
     KafkaError,
     UnknownTopicId,
@@ -162,8 +163,13 @@ class BrokerApis:
             info = self.replicas.append(partition, data.records or b"", acks)
         except Exception as error:  # noqa: BLE001 - mapped to the partition's error code
             code, message = error_of(error)
+            entity = getattr(module, "BatchIndexAndErrorMessage", None)  # v8+ (KIP-467)
+            record_errors = tuple(
+                make(entity, batch_index=index, batch_index_error_message=why)
+                for index, why in (error.record_errors if isinstance(error, InvalidRecord)
+                                   and entity is not None else ()))
             return {"index": data.index, "error_code": code, "base_offset": -1,
-                    "error_message": message}
+                    "error_message": message, "record_errors": record_errors}
         if acks == -1:
             pending.append((partition, info.last_offset + 1))
         append_time = None
@@ -178,7 +184,8 @@ class BrokerApis:
         partition = result.pop("partition", None)
         if partition is not None and partition.log.high_watermark <= result["base_offset"]:
             result["error_code"] = ErrorCode.request_timed_out
-        return make(module.PartitionProduceResponse, record_errors=(), **result)
+        result.setdefault("record_errors", ())
+        return make(module.PartitionProduceResponse, **result)
 
     # -- Fetch ------------------------------------------------------------------------
 

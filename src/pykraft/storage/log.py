@@ -309,16 +309,19 @@ class Log:
         self, records: bytearray, batches: list[tuple[int, BatchHeader]]
     ) -> None:
         """A compacted topic takes only keyed records (Kafka's LogValidator): the one place
-        the produce path decodes records, and only for topics with cleanup.policy compact."""
-        for position, header in batches:
-            if header.is_control:
-                continue
-            for record in iter_records(records, position):
-                if record.key is None:
-                    raise InvalidRecord(
-                        "Compacted topic cannot accept message without key in topic "
-                        f"partition {self.dir.name}."
-                    )
+        the produce path decodes records, and only for topics with cleanup.policy compact.
+        Every keyless record is named by its index in its batch (Produce's record_errors)."""
+        why = f"Compacted topic cannot accept message without key in topic partition " \
+              f"{self.dir.name}."
+        keyless = [
+            (index, why)
+            for position, header in batches if not header.is_control
+            for index, record in enumerate(iter_records(records, position))
+            if record.key is None
+        ]
+        if keyless:
+            count = f"{len(keyless)} records rejected: " if len(keyless) > 1 else ""
+            raise InvalidRecord(count + why, keyless)
 
     def _check_timestamps(self, header: BatchHeader, now_ms: int) -> None:
         """CreateTime bounds, checked on the batch's first and max timestamps (no decoding)."""

@@ -468,8 +468,10 @@ def test_compaction_keeps_exactly_the_latest_value_per_key(
 def test_keyless_records_are_refused_by_compacted_logs_only(tmp_path: Path) -> None:
     log = open_log(tmp_path / "t-0", compacted(), now_ms=NOW)
     put(log, [(b"k", b"v")])
-    with pytest.raises(InvalidRecord, match="Compacted topic cannot accept message without key"):
+    with pytest.raises(InvalidRecord,
+                       match="Compacted topic cannot accept message without key") as caught:
         put(log, [(b"k", b"v"), (None, b"v")])
+    assert [index for index, _ in caught.value.record_errors] == [1]
     assert log.log_end_offset == 1
     plain = open_log(tmp_path / "p-0", small_config(), now_ms=NOW)
     put(plain, [(None, b"v")])

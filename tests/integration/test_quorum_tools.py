@@ -95,9 +95,16 @@ def test_status_matches_describe_quorum(pykraft_cluster: Any) -> None:
         after = wire_describe_quorum(address)
         assert result.returncode == 0, result.stderr
         fields = status_fields(result.stdout)
-        assert list(fields) == ["ClusterId", "LeaderId", "LeaderEpoch", "HighWatermark",
-                                "MaxFollowerLag", "MaxFollowerLagTimeMs", "CurrentVoters",
-                                "CurrentObservers"]
+        assert list(fields) == [
+            "ClusterId",
+            "LeaderId",
+            "LeaderEpoch",
+            "HighWatermark",
+            "MaxFollowerLag",
+            "MaxFollowerLagTimeMs",
+            "CurrentVoters",
+            "CurrentObservers",
+        ]
         assert fields["ClusterId"] == pykraft_cluster.cluster_id
         assert int(fields["LeaderId"]) == before.leader_id == pykraft_cluster.node_id
         assert int(fields["LeaderEpoch"]) == before.leader_epoch == after.leader_epoch
@@ -114,15 +121,22 @@ def test_replication_lists_the_leader(pykraft_cluster: Any) -> None:
     controller = f"127.0.0.1:{pykraft_cluster.controller_port}"
     before = wire_describe_quorum(controller)
     started_ms = int(time.time() * 1000)
-    result = pykraft("metadata-quorum", "--bootstrap-controller", controller, "describe",
-                     "--replication")
+    result = pykraft(
+        "metadata-quorum", "--bootstrap-controller", controller, "describe", "--replication"
+    )
     finished_ms = int(time.time() * 1000)
     after = wire_describe_quorum(controller)
     assert result.returncode == 0, result.stderr
-    rows = [[cell.strip() for cell in line.split("\t")[:-1]]
-            for line in result.stdout.splitlines()]
-    assert rows[0] == ["NodeId", "DirectoryId", "LogEndOffset", "Lag", "LastFetchTimestamp",
-                       "LastCaughtUpTimestamp", "Status"]
+    rows = [[cell.strip() for cell in line.split("\t")[:-1]] for line in result.stdout.splitlines()]
+    assert rows[0] == [
+        "NodeId",
+        "DirectoryId",
+        "LogEndOffset",
+        "Lag",
+        "LastFetchTimestamp",
+        "LastCaughtUpTimestamp",
+        "Status",
+    ]
     assert len(rows) == 2
     node_id, directory_id, end_offset, lag, fetched, caught_up, status = rows[1]
     assert (node_id, lag, status) == (str(pykraft_cluster.node_id), "0", "Leader")
@@ -131,18 +145,24 @@ def test_replication_lists_the_leader(pykraft_cluster: Any) -> None:
     assert started_ms - 5000 <= int(fetched) <= finished_ms
     assert started_ms - 5000 <= int(caught_up) <= finished_ms
 
-    readable = pykraft("metadata-quorum", "--bootstrap-controller", controller, "describe",
-                       "--replication", "--human-readable")
+    readable = pykraft(
+        "metadata-quorum",
+        "--bootstrap-controller",
+        controller,
+        "describe",
+        "--replication",
+        "--human-readable",
+    )
     assert readable.returncode == 0, readable.stderr
-    assert re.search(r"\t\d+ ms ago\s*\t\d+ ms ago\s*\tLeader\s*\t$", readable.stdout,
-                     re.MULTILINE)
+    assert re.search(r"\t\d+ ms ago\s*\t\d+ ms ago\s*\tLeader\s*\t$", readable.stdout, re.MULTILINE)
 
 
 def test_an_unreachable_controller_is_a_one_line_error(pykraft_cluster: Any) -> None:
     with WireClient(pykraft_cluster.bootstrap_servers):
         pass  # the node is up: only the address below is wrong
-    result = pykraft("metadata-quorum", "--bootstrap-controller", "127.0.0.1:1", "describe",
-                     "--status")
+    result = pykraft(
+        "metadata-quorum", "--bootstrap-controller", "127.0.0.1:1", "describe", "--status"
+    )
     assert result.returncode == 1
     assert result.stdout == ""
     assert result.stderr == "Error: cannot connect to 127.0.0.1:1 (Connection refused)\n"
@@ -150,8 +170,13 @@ def test_an_unreachable_controller_is_a_one_line_error(pykraft_cluster: Any) -> 
 
 def test_a_dead_server_is_skipped_for_the_next(pykraft_cluster: Any) -> None:
     controller = f"127.0.0.1:{pykraft_cluster.controller_port}"
-    result = pykraft("metadata-quorum", "--bootstrap-controller", f"127.0.0.1:1,{controller}",
-                     "describe", "--status")
+    result = pykraft(
+        "metadata-quorum",
+        "--bootstrap-controller",
+        f"127.0.0.1:1,{controller}",
+        "describe",
+        "--status",
+    )
     assert result.returncode == 0, result.stderr
     assert status_fields(result.stdout)["LeaderId"] == str(pykraft_cluster.node_id)
 
@@ -162,9 +187,20 @@ def test_a_dead_server_is_skipped_for_the_next(pykraft_cluster: Any) -> None:
 def new_topic(bootstrap: str) -> tuple[str, str]:
     """Create a topic with the topics tool; return its name and its id as the tool prints."""
     name = f"quorum-tools-{uuid.uuid4().hex[:8]}"
-    created = pykraft("topics", "--bootstrap-server", bootstrap, "--create", "--topic", name,
-                      "--partitions", "2", "--replication-factor", "1",
-                      "--config", "retention.ms=123456")
+    created = pykraft(
+        "topics",
+        "--bootstrap-server",
+        bootstrap,
+        "--create",
+        "--topic",
+        name,
+        "--partitions",
+        "2",
+        "--replication-factor",
+        "1",
+        "--config",
+        "retention.ms=123456",
+    )
     assert created.returncode == 0, created.stderr
 
     def described() -> str:
@@ -179,8 +215,11 @@ def new_topic(bootstrap: str) -> tuple[str, str]:
 
 
 def payloads(stdout: str) -> list[dict[str, Any]]:
-    return [json.loads(line.split(" payload: ", 1)[1])
-            for line in stdout.splitlines() if " payload: " in line]
+    return [
+        json.loads(line.split(" payload: ", 1)[1])
+        for line in stdout.splitlines()
+        if " payload: " in line
+    ]
 
 
 def test_dump_log_decodes_the_nodes_metadata_log(pykraft_cluster: Any) -> None:
@@ -200,14 +239,20 @@ def test_dump_log_decodes_the_nodes_metadata_log(pykraft_cluster: Any) -> None:
     by_type: dict[str, list[dict[str, Any]]] = {}
     for record in records:
         by_type.setdefault(record["type"], []).append(record["data"])
-    assert {"name": "metadata.version", "featureLevel": by_type["FEATURE_LEVEL_RECORD"][0][
-        "featureLevel"]} in by_type["FEATURE_LEVEL_RECORD"]
+    assert {
+        "name": "metadata.version",
+        "featureLevel": by_type["FEATURE_LEVEL_RECORD"][0]["featureLevel"],
+    } in by_type["FEATURE_LEVEL_RECORD"]
     assert pykraft_cluster.node_id in [r["brokerId"] for r in by_type["REGISTER_BROKER_RECORD"]]
     partitions = [r for r in by_type["PARTITION_RECORD"] if r["topicId"] == topic_id]
     assert sorted(r["partitionId"] for r in partitions) == [0, 1]
     assert all(r["replicas"] == [pykraft_cluster.node_id] for r in partitions)
-    assert {"resourceType": 2, "resourceName": name, "name": "retention.ms",
-            "value": "123456"} in by_type["CONFIG_RECORD"]
+    assert {
+        "resourceType": 2,
+        "resourceName": name,
+        "name": "retention.ms",
+        "value": "123456",
+    } in by_type["CONFIG_RECORD"]
     # the first record of the log is the leader's LeaderChange control record
     result = pykraft("dump-log", "--cluster-metadata-decoder", "--files", str(segment))
     first_record = next(line for line in result.stdout.splitlines() if line.startswith("| "))
@@ -231,9 +276,7 @@ def test_dump_log_of_a_truncated_metadata_segment_fails_after_the_valid_part(
     assert result.returncode == 1
     batch_lines = [line for line in result.stdout.splitlines() if line.startswith("baseOffset:")]
     assert len(batch_lines) == len(positions) - 1
-    assert result.stdout.splitlines()[-1] == (
-        f"Found 20 invalid bytes at the end of {copy.name}"
-    )
+    assert result.stdout.splitlines()[-1] == (f"Found 20 invalid bytes at the end of {copy.name}")
     assert result.stderr == (
         f"Error: {copy}: 20 invalid bytes at position {positions[-1]} "
         "(a truncated or corrupt batch)\n"
@@ -243,19 +286,38 @@ def test_dump_log_of_a_truncated_metadata_segment_fails_after_the_valid_part(
 def test_dump_log_decodes_a_hand_built_snapshot(tmp_path: Path) -> None:
     def control(offset: int, record: tuple[bytes, bytes]) -> bytes:
         key, value = record
-        return build_batch([(key, value, [], 1)], base_offset=offset, is_control=True,
-                           partition_leader_epoch=2)
+        return build_batch(
+            [(key, value, [], 1)], base_offset=offset, is_control=True, partition_leader_epoch=2
+        )
 
     topic_id = uuid.uuid4()
     snapshot = tmp_path / "00000000000000000004-0000000002.checkpoint"
-    snapshot.write_bytes(b"".join([
-        control(0, snapshot_header_record(last_contained_log_timestamp=1234)),
-        control(1, leader_change_record(leader_id=1, voters=frozenset({1}),
-                                        granting_voters=frozenset({1}))),
-        build_batch([(None, encode_metadata_record(TopicRecord(name="snap", topic_id=topic_id)),
-                      [], 1)], base_offset=2, partition_leader_epoch=2),
-        control(3, snapshot_footer_record()),
-    ]))
+    snapshot.write_bytes(
+        b"".join(
+            [
+                control(0, snapshot_header_record(last_contained_log_timestamp=1234)),
+                control(
+                    1,
+                    leader_change_record(
+                        leader_id=1, voters=frozenset({1}), granting_voters=frozenset({1})
+                    ),
+                ),
+                build_batch(
+                    [
+                        (
+                            None,
+                            encode_metadata_record(TopicRecord(name="snap", topic_id=topic_id)),
+                            [],
+                            1,
+                        )
+                    ],
+                    base_offset=2,
+                    partition_leader_epoch=2,
+                ),
+                control(3, snapshot_footer_record()),
+            ]
+        )
+    )
     result = pykraft("dump-log", "--cluster-metadata-decoder", str(snapshot))
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
@@ -288,9 +350,17 @@ def test_a_snapshot_of_the_nodes_log_decodes_to_the_same_records(
     end_offset = len(values) + 1
     snapshot_id = SnapshotId(end_offset=end_offset, epoch=1)
     snapshot = tmp_path / snapshot_file_name(snapshot_id)
-    snapshot.write_bytes(b"".join(build_snapshot(
-        snapshot_id, values, last_contained_log_timestamp=1, timestamp_ms=1, batch_bytes_max=300
-    )))
+    snapshot.write_bytes(
+        b"".join(
+            build_snapshot(
+                snapshot_id,
+                values,
+                last_contained_log_timestamp=1,
+                timestamp_ms=1,
+                batch_bytes_max=300,
+            )
+        )
+    )
     from_segment = pykraft("dump-log", "--cluster-metadata-decoder", str(segment))
     from_snapshot = pykraft("dump-log", "--cluster-metadata-decoder", str(snapshot))
     assert from_segment.returncode == from_snapshot.returncode == 0, from_snapshot.stderr

@@ -105,9 +105,7 @@ class _Problems:
         self.messages.append(message)
 
 
-def run(
-    paths: list[str], *, print_data: bool, deep_iteration: bool, metadata: bool = False
-) -> int:
+def run(paths: list[str], *, print_data: bool, deep_iteration: bool, metadata: bool = False) -> int:
     """Dump each file in turn; one that cannot be read is reported and makes the exit code 1.
     With `metadata`, so does a file whose contents are damaged."""
     status = 0

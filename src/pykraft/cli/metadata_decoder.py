@@ -165,8 +165,9 @@ def control_record_json(control_type: ControlRecordType, value: bytes | None) ->
     except Exception as error:  # kio raises assorted errors on malformed input
         raise CorruptRecord(f"malformed {name} control record: {error}") from error
     if size != len(value):
-        raise CorruptRecord(f"{name} control record of {size} bytes followed by "
-                            f"{len(value) - size} more")
+        raise CorruptRecord(
+            f"{name} control record of {size} bytes followed by {len(value) - size} more"
+        )
     return _compact(_entity_json(message))
 
 

@@ -84,19 +84,28 @@ def add_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
         description="This tool describes kraft metadata quorum status.",
     )
     connection = parser.add_mutually_exclusive_group()
-    connection.add_argument("--bootstrap-server", metavar="HOST:PORT[,...]",
-                            help="brokers to connect to")
-    connection.add_argument("--bootstrap-controller", metavar="HOST:PORT[,...]",
-                            help="controllers to connect to")
+    connection.add_argument(
+        "--bootstrap-server", metavar="HOST:PORT[,...]", help="brokers to connect to"
+    )
+    connection.add_argument(
+        "--bootstrap-controller", metavar="HOST:PORT[,...]", help="controllers to connect to"
+    )
     parser.add_argument("--command-config", metavar="FILE", help="admin client properties")
     actions = parser.add_subparsers(dest="quorum_command", metavar="describe")
     describe = actions.add_parser("describe", help="describe the metadata quorum info")
-    describe.add_argument("--status", action="store_true",
-                          help="a short summary of the quorum status")
-    describe.add_argument("--replication", action="store_true",
-                          help="detailed information about the status of replication")
-    describe.add_argument("--human-readable", action="store_true",
-                          help="timestamps as 'N ms ago' (with --replication)")
+    describe.add_argument(
+        "--status", action="store_true", help="a short summary of the quorum status"
+    )
+    describe.add_argument(
+        "--replication",
+        action="store_true",
+        help="detailed information about the status of replication",
+    )
+    describe.add_argument(
+        "--human-readable",
+        action="store_true",
+        help="timestamps as 'N ms ago' (with --replication)",
+    )
     parser.set_defaults(handler=_run_args)
 
 
@@ -123,13 +132,15 @@ def _run_args(args: argparse.Namespace) -> int:
         raise UsageError("The option --human-readable is only supported along with --replication")
     properties = load_properties(args.command_config) if args.command_config else {}
     timeout_s, client_id = _client_settings(properties)
-    quorum, cluster_id = describe_quorum(servers, timeout_s=timeout_s, client_id=client_id,
-                                         with_cluster_id=args.status)
+    quorum, cluster_id = describe_quorum(
+        servers, timeout_s=timeout_s, client_id=client_id, with_cluster_id=args.status
+    )
     if args.status:
         lines = status_lines(cluster_id, quorum)
     else:
-        lines = replication_lines(quorum, human_readable=args.human_readable,
-                                  now_ms=int(time.time() * 1000))
+        lines = replication_lines(
+            quorum, human_readable=args.human_readable, now_ms=int(time.time() * 1000)
+        )
     for line in lines:
         print(line)
     return 0

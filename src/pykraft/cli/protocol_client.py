@@ -55,9 +55,7 @@ class _WithoutError:
 class ProtocolClient:
     """Connected to the first reachable of `bootstrap` (`host:port[,host:port...]`)."""
 
-    def __init__(
-        self, bootstrap: str, *, timeout_s: float, client_id: str = "pykraft-cli"
-    ) -> None:
+    def __init__(self, bootstrap: str, *, timeout_s: float, client_id: str = "pykraft-cli") -> None:
         self.timeout_s = timeout_s
         self.client_id = client_id
         self._correlation_id = 0
@@ -165,8 +163,10 @@ class ProtocolClient:
             ) from error
         (correlation_id,) = _SIZE.unpack_from(response)
         if correlation_id != self._correlation_id:
-            raise CommandError(f"{self.address} answered correlation id {correlation_id}, "
-                               f"expected {self._correlation_id}")
+            raise CommandError(
+                f"{self.address} answered correlation id {correlation_id}, "
+                f"expected {self._correlation_id}"
+            )
         return response
 
     def _read_exactly(self, sock: socket.socket, size: int) -> bytes:

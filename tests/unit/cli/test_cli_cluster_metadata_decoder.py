@@ -86,20 +86,29 @@ def snapshot_batches() -> list[bytes]:
     return [
         control_batch(0, ControlRecordType.SNAPSHOT_HEADER, entity_bytes(header)),
         control_batch(
-            1, ControlRecordType.KRAFT_VERSION, entity_bytes(KRaftVersionRecord(version=0,
-                                                                               k_raft_version=1))
+            1,
+            ControlRecordType.KRAFT_VERSION,
+            entity_bytes(KRaftVersionRecord(version=0, k_raft_version=1)),
         ),
         control_batch(2, ControlRecordType.KRAFT_VOTERS, entity_bytes(voters)),
         metadata_batch(
             3,
             FeatureLevelRecord(name="metadata.version", feature_level=21),
             TopicRecord(name="orders", topic_id=TOPIC_ID),
-            PartitionRecord(partition_id=0, topic_id=TOPIC_ID, replicas=(1,), isr=(1,),
-                            leader=1, leader_epoch=0, partition_epoch=0,
-                            directories=(DIRECTORY_ID,)),
+            PartitionRecord(
+                partition_id=0,
+                topic_id=TOPIC_ID,
+                replicas=(1,),
+                isr=(1,),
+                leader=1,
+                leader_epoch=0,
+                partition_epoch=0,
+                directories=(DIRECTORY_ID,),
+            ),
         ),
-        control_batch(6, ControlRecordType.SNAPSHOT_FOOTER,
-                      entity_bytes(SnapshotFooterRecord(version=0))),
+        control_batch(
+            6, ControlRecordType.SNAPSHOT_FOOTER, entity_bytes(SnapshotFooterRecord(version=0))
+        ),
     ]
 
 
@@ -141,26 +150,44 @@ def test_a_snapshot_decodes_control_and_metadata_records(
         f'"data":{{"name":"orders","topicId":"{topic_id}"}}}}'
     )
     assert payloads(lines) == [
-        {"type": "FEATURE_LEVEL_RECORD", "version": 0,
-         "data": {"name": "metadata.version", "featureLevel": 21}},
+        {
+            "type": "FEATURE_LEVEL_RECORD",
+            "version": 0,
+            "data": {"name": "metadata.version", "featureLevel": 21},
+        },
         {"type": "TOPIC_RECORD", "version": 0, "data": {"name": "orders", "topicId": topic_id}},
-        {"type": "PARTITION_RECORD", "version": PartitionRecord.LATEST_VERSION,
-         "data": {"partitionId": 0, "topicId": topic_id, "replicas": [1], "isr": [1],
-                  "removingReplicas": [], "addingReplicas": [], "leader": 1,
-                  "leaderEpoch": 0, "partitionEpoch": 0, "directories": [directory]}},
+        {
+            "type": "PARTITION_RECORD",
+            "version": PartitionRecord.LATEST_VERSION,
+            "data": {
+                "partitionId": 0,
+                "topicId": topic_id,
+                "replicas": [1],
+                "isr": [1],
+                "removingReplicas": [],
+                "addingReplicas": [],
+                "leader": 1,
+                "leaderEpoch": 0,
+                "partitionEpoch": 0,
+                "directories": [directory],
+            },
+        },
     ]
 
 
 def test_a_leader_change_prints_by_name_in_every_mode(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    key, value = leader_change_record(leader_id=2, voters=frozenset({1, 2, 3}),
-                                      granting_voters=frozenset({2, 3}))
+    key, value = leader_change_record(
+        leader_id=2, voters=frozenset({1, 2, 3}), granting_voters=frozenset({2, 3})
+    )
     batch = build_batch([(key, value, [], T0)], base_offset=0, is_control=True)
     segment = tmp_path / "00000000000000000000.log"
     segment.write_bytes(batch + metadata_batch(1, TopicRecord(name="t", topic_id=TOPIC_ID)))
-    expected = (' LeaderChange: {"version":0,"leaderId":2,"voters":[{"voterId":1},'
-                '{"voterId":2},{"voterId":3}],"grantingVoters":[{"voterId":2},{"voterId":3}]}')
+    expected = (
+        ' LeaderChange: {"version":0,"leaderId":2,"voters":[{"voterId":1},'
+        '{"voterId":2},{"voterId":3}],"grantingVoters":[{"voterId":2},{"voterId":3}]}'
+    )
     for flags in (["--deep-iteration"], ["--cluster-metadata-decoder"]):
         code, lines, _ = dump(capsys, *flags, "--files", str(segment))
         assert code == 0
@@ -179,7 +206,8 @@ def test_files_may_be_listed_as_arguments(
     code, lines, _ = dump(capsys, "--cluster-metadata-decoder", str(segment), str(path))
     assert code == 0
     assert [line for line in lines if line.startswith("Dumping ")] == [
-        f"Dumping {segment}", f"Dumping {path}"
+        f"Dumping {segment}",
+        f"Dumping {path}",
     ]
 
 
@@ -207,8 +235,9 @@ def test_a_snapshot_cut_between_batches_misses_its_footer(
     path = write_snapshot(tmp_path, snapshot_batches()[:4])
     code, _, err = dump(capsys, "--cluster-metadata-decoder", "--files", str(path))
     assert code == 1
-    assert err == (f"Error: {path}: the snapshot does not end with a SnapshotFooter record "
-                   "(truncated?)\n")
+    assert err == (
+        f"Error: {path}: the snapshot does not end with a SnapshotFooter record (truncated?)\n"
+    )
 
 
 def test_a_corrupt_batch_and_an_undecodable_record_are_errors(
@@ -224,25 +253,44 @@ def test_a_corrupt_batch_and_an_undecodable_record_are_errors(
     assert code == 1
     assert "isvalid: false" in lines[4]
     assert lines[5] == "| records not decoded: the batch's CRC does not match"
-    assert lines[7].endswith(
-        " payload: Error at 2, skipping. unknown metadata record api key 127"
-    )
+    assert lines[7].endswith(" payload: Error at 2, skipping. unknown metadata record api key 127")
     assert "the batch at position" in err and "the record at offset 2 does not decode" in err
 
 
 def test_json_follows_kafkas_converters() -> None:
     """camelCase names in schema order, tagged fields only when set, bytes in base64,
     uuids in Kafka's form, type names in upper snake case."""
-    partition = PartitionRecord(partition_id=3, topic_id=TOPIC_ID, leader=1,
-                                leader_recovery_state=1, eligible_leader_replicas=(2,))
+    partition = PartitionRecord(
+        partition_id=3,
+        topic_id=TOPIC_ID,
+        leader=1,
+        leader_recovery_state=1,
+        eligible_leader_replicas=(2,),
+    )
     data = json.loads(metadata_record_json(partition, 2))["data"]
-    assert list(data) == ["partitionId", "topicId", "replicas", "isr", "removingReplicas",
-                          "addingReplicas", "leader", "leaderRecoveryState", "leaderEpoch",
-                          "partitionEpoch", "directories", "eligibleLeaderReplicas"]
-    assert "leaderRecoveryState" not in json.loads(metadata_record_json(
-        PartitionRecord(partition_id=3, topic_id=TOPIC_ID), 2))["data"]
-    scram = UserScramCredentialRecord(name="u", mechanism=1, salt=b"\x00\xff",
-                                      stored_key=b"k", server_key=b"", iterations=4096)
+    assert list(data) == [
+        "partitionId",
+        "topicId",
+        "replicas",
+        "isr",
+        "removingReplicas",
+        "addingReplicas",
+        "leader",
+        "leaderRecoveryState",
+        "leaderEpoch",
+        "partitionEpoch",
+        "directories",
+        "eligibleLeaderReplicas",
+    ]
+    assert (
+        "leaderRecoveryState"
+        not in json.loads(
+            metadata_record_json(PartitionRecord(partition_id=3, topic_id=TOPIC_ID), 2)
+        )["data"]
+    )
+    scram = UserScramCredentialRecord(
+        name="u", mechanism=1, salt=b"\x00\xff", stored_key=b"k", server_key=b"", iterations=4096
+    )
     scram_data = json.loads(metadata_record_json(scram, 0))["data"]
     assert scram_data["salt"] == base64.b64encode(b"\x00\xff").decode()
     broker = RegisterBrokerRecord(broker_id=1, incarnation_id=uuid.UUID(int=0), rack=None)

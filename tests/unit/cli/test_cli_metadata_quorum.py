@@ -65,11 +65,11 @@ def test_status_prints_kafkas_summary() -> None:
     assert lines[7] == 'CurrentObservers:       [{"id": 4}]'
 
 
-def test_status_lag_time_is_zero_when_the_leader_is_the_slowest_and_unknown_without_times(
-) -> None:
+def test_status_lag_time_is_zero_when_the_leader_is_the_slowest_and_unknown_without_times() -> None:
     alone = quorum(voters=(ReplicaInfo(2, ZERO, 5, NOW, NOW),), observers=())
     assert status_lines("c", alone)[4:6] == [
-        "MaxFollowerLag:         0", "MaxFollowerLagTimeMs:   0"
+        "MaxFollowerLag:         0",
+        "MaxFollowerLagTimeMs:   0",
     ]
     unknown = quorum(voters=(ReplicaInfo(2, ZERO, 5, NOW, NOW), ReplicaInfo(1, ZERO, 3, -1, -1)))
     assert status_lines("c", unknown)[5] == "MaxFollowerLagTimeMs:   -1"
@@ -80,8 +80,15 @@ def test_replication_table_lists_leader_followers_observers() -> None:
     rows = [line.split("\t") for line in lines]
     assert all(row[-1] == "" for row in rows)  # every cell is followed by a tab, as in Kafka
     cells = [[cell.rstrip() for cell in row[:-1]] for row in rows]
-    assert cells[0] == ["NodeId", "DirectoryId", "LogEndOffset", "Lag", "LastFetchTimestamp",
-                        "LastCaughtUpTimestamp", "Status"]
+    assert cells[0] == [
+        "NodeId",
+        "DirectoryId",
+        "LogEndOffset",
+        "Lag",
+        "LastFetchTimestamp",
+        "LastCaughtUpTimestamp",
+        "Status",
+    ]
     assert [row[0] for row in cells[1:]] == ["2", "1", "3", "4"]
     assert [row[6] for row in cells[1:]] == ["Leader", "Follower", "Follower", "Observer"]
     assert cells[1][1] == kafka_uuid_string(DIRECTORY)
@@ -109,21 +116,27 @@ def test_no_leader_is_a_readable_error() -> None:
     ("argv", "message"),
     [
         (["describe", "--status"], "one of --bootstrap-server or --bootstrap-controller"),
-        (["--bootstrap-server", "h:1", "--bootstrap-controller", "h:2", "describe", "--status"],
-         "not allowed with argument"),
+        (
+            ["--bootstrap-server", "h:1", "--bootstrap-controller", "h:2", "describe", "--status"],
+            "not allowed with argument",
+        ),
         (["--bootstrap-server", "h:1", "describe"], "One of --status or --replication"),
-        (["--bootstrap-server", "h:1", "describe", "--status", "--replication"],
-         "Only one of --status or --replication"),
-        (["--bootstrap-server", "h:1", "describe", "--status", "--human-readable"],
-         "only supported along with --replication"),
-        (["--bootstrap-controller", "nohost", "describe", "--status"],
-         "invalid --bootstrap-controller 'nohost'"),
+        (
+            ["--bootstrap-server", "h:1", "describe", "--status", "--replication"],
+            "Only one of --status or --replication",
+        ),
+        (
+            ["--bootstrap-server", "h:1", "describe", "--status", "--human-readable"],
+            "only supported along with --replication",
+        ),
+        (
+            ["--bootstrap-controller", "nohost", "describe", "--status"],
+            "invalid --bootstrap-controller 'nohost'",
+        ),
         (["--bootstrap-server", "h:1"], "needs a command: describe"),
     ],
 )
-def test_usage_errors(
-    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_usage_errors(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["metadata-quorum", *argv]) == 1
     captured = capsys.readouterr()
     assert message in captured.err
@@ -134,8 +147,15 @@ def test_an_unreachable_server_is_one_line_and_exit_1(capsys: pytest.CaptureFixt
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]  # bound, never listening: refused
-        code = main(["metadata-quorum", "--bootstrap-controller", f"127.0.0.1:{port}",
-                     "describe", "--status"])
+        code = main(
+            [
+                "metadata-quorum",
+                "--bootstrap-controller",
+                f"127.0.0.1:{port}",
+                "describe",
+                "--status",
+            ]
+        )
     captured = capsys.readouterr()
     assert code == 1
     assert captured.err == f"Error: cannot connect to 127.0.0.1:{port} (Connection refused)\n"
@@ -193,8 +213,10 @@ def api_versions_v0(error: ErrorCode, ranges: dict[int, tuple[int, int]]) -> obj
     module = sys.modules[response_type(18, 0).__module__]
     return module.ApiVersionsResponse(
         error_code=error,
-        api_keys=tuple(module.ApiVersion(api_key=key, min_version=low, max_version=high)
-                       for key, (low, high) in ranges.items()),
+        api_keys=tuple(
+            module.ApiVersion(api_key=key, min_version=low, max_version=high)
+            for key, (low, high) in ranges.items()
+        ),
     )
 
 
@@ -202,8 +224,10 @@ def api_versions_v3(ranges: dict[int, tuple[int, int]]) -> object:
     module = sys.modules[response_type(18, 3).__module__]
     return module.ApiVersionsResponse(
         error_code=ErrorCode.none,
-        api_keys=tuple(module.ApiVersion(api_key=key, min_version=low, max_version=high)
-                       for key, (low, high) in ranges.items()),
+        api_keys=tuple(
+            module.ApiVersion(api_key=key, min_version=low, max_version=high)
+            for key, (low, high) in ranges.items()
+        ),
         throttle_time=datetime.timedelta(0),
         supported_features=(),
         finalized_features_epoch=-1,
@@ -215,11 +239,18 @@ def api_versions_v3(ranges: dict[int, tuple[int, int]]) -> object:
 def describe_quorum_v1(error: ErrorCode) -> object:
     module = sys.modules[response_type(55, 1).__module__]
     partition = module.PartitionData(
-        partition_index=0, error_code=error, leader_id=-1, leader_epoch=-1,
-        high_watermark=-1, current_voters=(), observers=())
+        partition_index=0,
+        error_code=error,
+        leader_id=-1,
+        leader_epoch=-1,
+        high_watermark=-1,
+        current_voters=(),
+        observers=(),
+    )
     return module.DescribeQuorumResponse(
         error_code=ErrorCode.none,
-        topics=(module.TopicData(topic_name="__cluster_metadata", partitions=(partition,)),))
+        topics=(module.TopicData(topic_name="__cluster_metadata", partitions=(partition,)),),
+    )
 
 
 def test_an_old_server_is_asked_in_its_versions_and_its_error_is_named(
@@ -227,13 +258,22 @@ def test_an_old_server_is_asked_in_its_versions_and_its_error_is_named(
 ) -> None:
     """ApiVersions v3 answered in v0 with UNSUPPORTED_VERSION still gives the ranges;
     DescribeQuorum goes at the server's highest version; a partition error is one line."""
-    server = FakeServer([
-        api_versions_v0(ErrorCode.unsupported_version, {18: (0, 2), 55: (0, 1), 60: (0, 0)}),
-        describe_quorum_v1(ErrorCode.not_leader_or_follower),
-    ])
+    server = FakeServer(
+        [
+            api_versions_v0(ErrorCode.unsupported_version, {18: (0, 2), 55: (0, 1), 60: (0, 0)}),
+            describe_quorum_v1(ErrorCode.not_leader_or_follower),
+        ]
+    )
     try:
-        code = main(["metadata-quorum", "--bootstrap-controller", server.address, "describe",
-                     "--replication"])
+        code = main(
+            [
+                "metadata-quorum",
+                "--bootstrap-controller",
+                server.address,
+                "describe",
+                "--replication",
+            ]
+        )
     finally:
         server.close()
     assert code == 1
@@ -249,8 +289,9 @@ def test_a_server_without_describe_quorum_is_reported() -> None:
         with ProtocolClient(server.address, timeout_s=5) as client:
             with pytest.raises(CommandError, match="does not serve DescribeCluster"):
                 client.version_for(60, "DescribeCluster", (0, 1))
-            with pytest.raises(CommandError, match="serves DescribeQuorum versions 3-4; this "
-                                                   "tool speaks 0-2"):
+            with pytest.raises(
+                CommandError, match="serves DescribeQuorum versions 3-4; this tool speaks 0-2"
+            ):
                 client.version_for(55, "DescribeQuorum", (0, 2))
     finally:
         server.close()

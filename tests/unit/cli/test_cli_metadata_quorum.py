@@ -8,6 +8,7 @@ import struct
 import sys
 import threading
 import uuid
+from pathlib import Path
 
 import pytest
 from kio.schema.errors import ErrorCode
@@ -177,6 +178,7 @@ class FakeServer:
     def __init__(self, responses: list[object]) -> None:
         self.responses = responses
         self.requests: list[tuple[int, int]] = []  # (api key, version)
+        self.client_ids: list[str] = []
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen()
@@ -190,8 +192,9 @@ class FakeServer:
             for response in self.responses:
                 size = struct.unpack(">i", self._read(connection, 4))[0]
                 frame = self._read(connection, size)
-                api_key, version, correlation_id = struct.unpack_from(">hhi", frame)
+                api_key, version, correlation_id, length = struct.unpack_from(">hhih", frame)
                 self.requests.append((api_key, version))
+                self.client_ids.append(frame[10 : 10 + length].decode())
                 connection.sendall(encode_response(correlation_id, response))
 
     @staticmethod
@@ -295,3 +298,37 @@ def test_a_server_without_describe_quorum_is_reported() -> None:
                 client.version_for(55, "DescribeQuorum", (0, 2))
     finally:
         server.close()
+
+
+def test_command_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """client.id and the timeout are read; other properties are ignored with a warning;
+    a security protocol other than PLAINTEXT is refused."""
+    config = tmp_path / "admin.properties"
+    config.write_text("security.protocol=SASL_SSL\n")
+    argv = [
+        "metadata-quorum",
+        "--bootstrap-server",
+        "127.0.0.1:1",
+        "--command-config",
+        str(config),
+        "describe",
+        "--status",
+    ]
+    assert main(argv) == 1
+    assert "security.protocol SASL_SSL is not supported" in capsys.readouterr().err
+
+    config.write_text("client.id=ops-tool\nsasl.mechanism=PLAIN\ndefault.api.timeout.ms=5000\n")
+    server = FakeServer(
+        [
+            api_versions_v0(ErrorCode.unsupported_version, {18: (0, 2), 55: (0, 1), 60: (0, 0)}),
+            describe_quorum_v1(ErrorCode.not_leader_or_follower),
+        ]
+    )
+    argv[2] = server.address
+    try:
+        assert main(argv) == 1
+    finally:
+        server.close()
+    err = capsys.readouterr().err
+    assert "WARN: ignoring property sasl.mechanism (not used by metadata-quorum)" in err
+    assert server.client_ids == ["ops-tool", "ops-tool"]

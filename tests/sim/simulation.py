@@ -10,13 +10,23 @@ append and fsync (taking simulated disk time, during which messages wait in the 
 inbox), then send, deliver commits to a state machine, `advance`, `flushed`. A crash loses
 what was not fsynced (MemoryLogStore.crash) and any write still in progress.
 
+Snapshots (KIP-630). Each node's state machine (a running digest of the committed records)
+takes snapshots at random applied offsets and sometimes deletes the log below one; a node
+restarts from its latest snapshot and replays the log after it; a node whose fetch falls
+below its leader's log start pulls the leader's snapshot in chunks (FetchSnapshot) and
+installs it. A wipe fault erases a node's disk (log, snapshots, quorum-state): it rejoins
+empty and catches up by snapshot. A voter is wiped only when that cannot break Raft's
+assumptions -- a majority of the other voters holds its whole durable log, and every node
+has moved past the epochs it voted in -- and one at a time (see `_may_wipe`).
+
 After every event `check` verifies the safety invariants:
 - at most one leader per epoch, over the whole run;
 - the log of every node below its high watermark equals the committed log: a committed
   batch is never lost or changed (a new leader's high watermark passes its epoch start,
   which is after every committed entry, so a leader that lost one is caught too);
 - the high watermark of a node never moves backwards, across restarts too;
-- every node's state machine digest after the same offset is the same.
+- every node's state machine digest after the same offset is the same, whether it got there
+  by replaying the log or by loading a snapshot (its own, or one fetched from its leader).
 Then `heal` ends the faults and `run_until_converged` checks liveness: a leader is elected
 and a new entry is committed and applied on every node within a bounded virtual time.
 
@@ -39,10 +49,11 @@ from dataclasses import dataclass, field
 
 from pykraft.errors import RequestTimedOut
 from pykraft.raft.core import CommittedBatch, RaftConfig, RaftCore, Ready
-from pykraft.raft.log_store import MemoryLogStore
-from pykraft.raft.messages import InboundMessage, OutboundMessage
+from pykraft.raft.log_store import MemoryLogStore, SnapshotWriter
+from pykraft.raft.messages import InboundMessage, OutboundMessage, SnapshotId
+from pykraft.raft.snapshot import build_snapshot, snapshot_values
 from pykraft.raft.state import Leader, QuorumStateData
-from pykraft.records.batch import iter_headers
+from pykraft.records.batch import iter_headers, read_header
 
 __all__ = ["Faults", "Bugs", "SimCluster", "SimulationFailure", "run_seed", "replay_command"]
 
@@ -74,6 +85,8 @@ class Faults:
     stall_every_ms: int
     proposal_every_ms: int
     election_timeout_ms: int
+    snapshot_every_ms: int  # mean time between two nodes' snapshots, 0 for none
+    wipe_every_ms: int  # mean time between disk wipes, 0 for none
 
     @classmethod
     def from_seed(cls, rng: random.Random) -> Faults:
@@ -90,6 +103,8 @@ class Faults:
             stall_every_ms=rng.choice([0, 3_000]),
             proposal_every_ms=rng.choice([20, 60, 200]),
             election_timeout_ms=rng.choice([150, 300, 500]),
+            snapshot_every_ms=rng.choice([0, 100, 400, 1_500]),
+            wipe_every_ms=rng.choice([0, 0, 3_000]),
         )
 
     def raft_config(self, rng: random.Random) -> RaftConfig:
@@ -103,6 +118,7 @@ class Faults:
             request_timeout_ms=election,
             fetch_max_wait_ms=election // 2,
             fetch_bytes_max=rng.choice([4096, 16384]),
+            fetch_snapshot_bytes_max=rng.choice([16, 64, 1 << 20]),
         )
 
 
@@ -163,6 +179,8 @@ class SimNode:
     checked_end: int = 0  # log below this was compared with the committed log
     saw_marker: bool = False
     in_flight_ready: Ready | None = None
+    snapshot_writer: SnapshotWriter | None = None  # the snapshot being fetched
+    wiped_from: tuple[int, int] | None = None  # (epoch, durable end) it had, until regained
 
     @property
     def up(self) -> bool:
@@ -181,7 +199,9 @@ class SimNode:
             cluster.events.now_ms,
             config=cluster.config,
         )
-        self.digest, self.applied_end, self.checked_end = b"", 0, 0
+        self.digest, self.applied_end, self.saw_marker = b"", 0, False
+        self.checked_end = self.store.log_start_offset
+        self.snapshot_writer = None
         self.busy = self.turn_scheduled = False
         self.inbox.clear()
         self.schedule_turn()
@@ -197,8 +217,25 @@ class SimNode:
         self.incarnation += 1
         self.core = None
         self.in_flight_ready = None
+        self.snapshot_writer = None
         self.store.crash()
         self.written_state = self.durable_state
+
+    def wipe(self) -> None:
+        """Lose the whole disk: log, snapshots and quorum-state."""
+        if self.up:
+            self.crash()
+        self.incarnation += 1
+        self.wiped_from = (self.epoch_ever, self.store.flushed_offset)
+        self.store = MemoryLogStore()
+        self.durable_state = self.written_state = QuorumStateData()
+        self.high_watermark_max = 0  # a wiped node learns the high watermark anew
+
+    @property
+    def epoch_ever(self) -> int:
+        """The highest epoch this node may have voted or led in."""
+        epoch = max(self.durable_state.leader_epoch, self.written_state.leader_epoch)
+        return int(max(epoch, self.core.state.epoch) if self.core is not None else epoch)
 
     # the shell's loop ------------------------------------------------------------------
 
@@ -217,7 +254,14 @@ class SimNode:
         now = self.cluster.events.now_ms
         core.tick(now)
         ready = core.ready()
-        if ready.quorum_state is not None or ready.batches or ready.truncate_to is not None:
+        if (
+            ready.quorum_state is not None
+            or ready.batches
+            or ready.truncate_to is not None
+            or ready.snapshot_chunk is not None
+            or ready.install_snapshot is not None
+            or ready.delete_before is not None
+        ):
             self.busy = True
             self.in_flight_ready = ready
             latency = self.cluster.rng.randint(0, 2)
@@ -240,6 +284,7 @@ class SimNode:
                 )
             else:
                 self.durable_state = ready.quorum_state
+        self._write_snapshots(ready)
         if ready.truncate_to is not None:
             self.cluster.counts["truncations"] += 1
             self.store.truncate_to(ready.truncate_to)
@@ -249,6 +294,25 @@ class SimNode:
         self.busy = False
         self.in_flight_ready = None
         self._finish(ready, flushed)
+
+    def _write_snapshots(self, ready: Ready) -> None:
+        chunk = ready.snapshot_chunk
+        if chunk is not None:
+            if chunk.position == 0:
+                self.snapshot_writer = self.store.create_snapshot(chunk.snapshot_id)
+            writer = self.snapshot_writer
+            assert writer is not None and writer.snapshot_id == chunk.snapshot_id
+            assert writer.size_bytes == chunk.position
+            writer.append(chunk.data)
+            if chunk.is_last:
+                writer.freeze()
+                self.snapshot_writer = None
+                self.cluster.counts["snapshots_fetched"] += 1
+        if ready.install_snapshot is not None:
+            self.store.install_snapshot(ready.install_snapshot)
+        if ready.delete_before is not None:
+            self.store.delete_before(ready.delete_before)
+            self.cluster.counts["prefix_deletions"] += 1
 
     def _write_back(self, incarnation: int, state: QuorumStateData) -> None:
         """The page cache reaches the disk some time later (the skip-fsync bug only)."""
@@ -260,6 +324,8 @@ class SimNode:
         assert core is not None
         for message in ready.messages:
             self.cluster.send(self.node_id, message)
+        if ready.load_snapshot is not None:
+            self._load(ready.load_snapshot)
         for batch in ready.committed:
             self._apply(batch)
         core.advance(ready)
@@ -305,6 +371,50 @@ class SimNode:
 
     # the state machine ------------------------------------------------------------------
 
+    def take_snapshot(self) -> None:
+        """Snapshot the state machine where it is; sometimes delete the log below."""
+        core = self.core
+        if core is None or self.busy or self.applied_end == 0:
+            return
+        if core.applied_offset != self.applied_end or self.applied_end < core.log_start_offset:
+            return  # a snapshot load is still to be delivered
+        snapshot_id = core.snapshot_id_at(self.applied_end)
+        cluster = self.cluster
+        if self.store.snapshot_size(snapshot_id) is None:
+            values = [self.digest] + ([b"saw-marker"] if self.saw_marker else [])
+            writer = self.store.create_snapshot(snapshot_id)
+            batches = build_snapshot(
+                snapshot_id,
+                values,
+                last_contained_log_timestamp=0,
+                timestamp_ms=0,
+                batch_bytes_max=32,
+            )
+            for batch in batches:
+                writer.append(batch)
+            writer.freeze()
+            cluster.counts["snapshots"] += 1
+        if cluster.rng.random() < 0.7:
+            core.delete_before(snapshot_id)
+        self.schedule_turn()
+
+    def _load(self, snapshot_id: SnapshotId) -> None:
+        cluster = self.cluster
+        size = self.store.snapshot_size(snapshot_id)
+        if size is None:
+            cluster.fail(f"node {self.node_id}: snapshot {snapshot_id} to load is not stored")
+        assert size is not None
+        chunks = (self.store.read_snapshot(snapshot_id, p, 100) for p in range(0, size, 100))
+        values = list(snapshot_values(chunks))
+        self.digest = values[0]
+        self.saw_marker = b"saw-marker" in values[1:]
+        self.applied_end = snapshot_id.end_offset
+        cluster.counts["snapshot_loads"] += 1
+        known = cluster.digests.get(self.applied_end)
+        if known != self.digest:
+            cluster.fail(f"node {self.node_id}: snapshot {snapshot_id} holds digest "
+                         f"{self.digest.hex()}, replay gave {known and known.hex()}")
+
     def _apply(self, batch: CommittedBatch) -> None:
         cluster = self.cluster
         if batch.base_offset != self.applied_end:
@@ -349,7 +459,19 @@ class SimCluster:
         self.proposals = itertools.count()
         self.steps = 0
         self.counts: dict[str, int] = dict.fromkeys(
-            ["crashes", "partitions", "stalls", "truncations", "lost_messages"], 0
+            [
+                "crashes",
+                "partitions",
+                "stalls",
+                "truncations",
+                "lost_messages",
+                "snapshots",
+                "prefix_deletions",
+                "snapshots_fetched",
+                "snapshot_loads",
+                "wipes",
+            ],
+            0,
         )
         for node in self.nodes.values():
             node.start()
@@ -398,6 +520,10 @@ class SimCluster:
             self.events.at(self.rng.randint(0, 2 * faults.partition_every_ms), self._partition)
         if faults.stall_every_ms:
             self.events.at(self.rng.randint(0, 2 * faults.stall_every_ms), self._stall)
+        if faults.snapshot_every_ms:
+            self.events.at(self.rng.randint(0, 2 * faults.snapshot_every_ms), self._snapshot)
+        if faults.wipe_every_ms:
+            self.events.at(self.rng.randint(0, 2 * faults.wipe_every_ms), self._wipe)
 
     def _crash_one(self) -> None:
         if not self.faulty:
@@ -444,6 +570,84 @@ class SimCluster:
         self.counts["stalls"] += 1
         self.events.at(self.rng.randint(1, 2 * self.faults.stall_every_ms), self._stall)
 
+    def _snapshot(self) -> None:
+        """A node's state machine snapshots itself (also after heal: catching up by snapshot
+        must keep working once the faults end)."""
+        node = self.nodes[self.rng.choice(sorted(self.nodes))]
+        node.take_snapshot()
+        self.events.at(self.rng.randint(1, 2 * self.faults.snapshot_every_ms), self._snapshot)
+
+    def _wipe(self) -> None:
+        if not self.faulty:
+            return
+        node = self.nodes[self.rng.choice(sorted(self.nodes))]
+        if self._may_wipe(node):
+            if self.trace:
+                print(f"{self.events.now_ms:>7} wipe {node.node_id}")
+            node.wipe()
+            self.counts["wipes"] += 1
+            self.events.at(self.rng.randint(50, 3_000), lambda: self._restart(node))
+        self.events.at(self.rng.randint(1, 2 * self.faults.wipe_every_ms), self._wipe)
+
+    def _may_wipe(self, node: SimNode) -> bool:
+        """An observer always; a voter only when forgetting its disk cannot break Raft:
+        no other voter is still catching up from a wipe, a majority of the other voters
+        durably holds its whole durable log (so no entry it acknowledged rests on it
+        alone), and every node has left the epochs it may have voted in (so it is never
+        asked to vote in one of them again)."""
+        if node.node_id not in self.voter_ids:
+            return True
+        others = [self.nodes[v] for v in sorted(self.voter_ids) if v != node.node_id]
+        for other in others:
+            if other.wiped_from is not None and not self._regained(other):
+                return False
+        holders = sum(1 for other in others if self._holds_log_of(other, node))
+        if 2 * holders <= len(self.voter_ids):
+            return False
+        epoch = node.epoch_ever
+        return all(
+            (other.core.state.epoch if other.core is not None else other.durable_state.leader_epoch)
+            > epoch
+            for other in self.nodes.values()
+            if other is not node
+        )
+
+    def _regained(self, node: SimNode) -> bool:
+        wiped_from = node.wiped_from
+        assert wiped_from is not None
+        epoch, end = wiped_from
+        if node.durable_state.leader_epoch > epoch and node.store.flushed_offset >= end:
+            node.wiped_from = None
+            return True
+        return False
+
+    def _holds_log_of(self, holder: SimNode, node: SimNode) -> bool:
+        """`holder` durably has every entry `node` durably has: both have the same batch
+        at node's durable end - 1 (Raft's log matching), or the same committed batch."""
+        end = node.store.flushed_offset
+        if end == 0:
+            return True
+        if holder.store.flushed_offset < end:
+            return False
+        theirs = self._durable_entry(holder, end - 1)
+        return theirs is not None and theirs == self._durable_entry(node, end - 1)
+
+    def _durable_entry(self, node: SimNode, offset: int) -> bytes | None:
+        """The batch holding `offset` in the node's log; below its log start, the committed
+        batch (its snapshot covers only committed entries); None when unknown."""
+        if offset < node.store.log_start_offset:
+            return self.committed_at(offset)
+        data = node.store.read(offset, 1)
+        return bytes(data[: read_header(data).size])
+
+    def committed_at(self, offset: int) -> bytes | None:
+        """The committed batch holding `offset`, None when the checker has not seen it."""
+        for base_offset, batch in self.committed.items():
+            header = read_header(batch)
+            if base_offset <= offset <= header.last_offset:
+                return batch
+        return None
+
     def _workload(self) -> None:
         value = self.marker if not self.faulty else b"v%d" % next(self.proposals)
         up = [node for node in self.nodes.values() if node.up]
@@ -486,6 +690,7 @@ class SimCluster:
             if not node.up:
                 node.start()
 
+
     def converged(self) -> bool:
         return all(node.up and node.saw_marker for node in self.nodes.values())
 
@@ -516,8 +721,8 @@ class SimCluster:
 
     def _check_committed_prefix(self, node: SimNode, high_watermark: int) -> None:
         """The node's log from `checked_end` to its high watermark is the committed log."""
-        offset = node.checked_end
-        data = node.store.read(offset, 1 << 30)
+        offset = max(node.checked_end, node.store.log_start_offset)
+        data = node.store.read(offset, 1 << 30) if offset < node.store.log_end_offset else b""
         for position, header in iter_headers(data):
             if header.base_offset >= high_watermark:
                 break

@@ -1,12 +1,18 @@
-"""The sans-I/O Raft core of the KRaft metadata log (KIP-595, with KIP-996 pre-vote).
+"""The sans-I/O Raft core of the KRaft metadata log (KIP-595, KIP-996 pre-vote, KIP-630
+snapshots).
 
 Theory of operation. The core decides; the shell (driver.py, or the simulator) does every
 read of a clock, every write of a file and every send, in the order `Ready` spells out:
 
     1. persist `ready.quorum_state` (atomically)        -- the epoch, the vote, the leader
-    2. truncate the log to `ready.truncate_to`, append `ready.batches`, then fsync
+    2. write `ready.snapshot_chunk` into the snapshot being fetched (position 0 starts it:
+       `store.create_snapshot`; the last chunk: `freeze`), then `store.install_snapshot(
+       ready.install_snapshot)`, then `store.delete_before(ready.delete_before)`; then
+       truncate the log to `ready.truncate_to`, append `ready.batches`, then fsync
     3. send `ready.messages`                            -- only now: they may rest on 1 and 2
-    4. deliver `ready.committed` to listeners, then `ready.leader_change`
+    4. load `ready.load_snapshot` into the state machine (it replaces the state machine's
+       state: the snapshot holds everything below its end offset), then deliver
+       `ready.committed` to listeners, then `ready.leader_change`
     5. `advance(ready)`, then `flushed(end_offset)` with the log's durable end
     6. call `tick` again no later than `ready.wake_at_ms`, or sooner on a proposal or message
 
@@ -75,9 +81,32 @@ below it; committed batches are delivered once each, in offset order, and always
 of the log itself (so a restart and a live run deliver the same bytes); the leader change is
 announced to listeners only once every batch before the epoch start has been delivered.
 
+Snapshots (KIP-630). The state machine's image after offset N is a snapshot with id
+(end offset N, epoch of entry N-1), stored beside the log (log_store.py, snapshot.py). The
+shell takes one when its policy says so, at an offset its listeners have applied: it asks
+`snapshot_id_at(applied_offset)` for the id, writes and freezes the snapshot through the
+store, and may then call `delete_before(id)`: the log below it goes (Ready.delete_before)
+and the log start moves up. The log start is 0 or the end of the earliest snapshot; its
+epoch stands for an empty log's last epoch.
+
+    start        the latest snapshot is loaded first (Ready.load_snapshot), then the log
+                 from its end offset is delivered as it commits
+    leader       answers a Fetch below its log start -- or whose last fetched epoch is
+                 unknown at or below the log start, so that the logs diverge below it --
+                 with the id of its latest snapshot (FetchResponse.snapshot_id), and a
+                 FetchSnapshot with the bytes asked for, up to fetch_snapshot_bytes_max
+    follower     given a snapshot id, pulls the snapshot with FetchSnapshot, one chunk at a
+                 time, each written (Ready.snapshot_chunk) before the next is asked for;
+                 SNAPSHOT_NOT_FOUND or POSITION_OUT_OF_RANGE start over with a Fetch. With
+                 the last chunk the snapshot is frozen and installed (Ready.install_snapshot:
+                 the log is replaced by it), loaded into the state machine, and the high
+                 watermark is at least its end: a leader only sends committed snapshots
+
+A snapshot's end offset is always a batch boundary: the state machine applies whole batches.
+
 The core reads its log back through `RaftLogView` (the in-memory store in the simulator),
 as etcd's raft reads its `Storage`; it never writes. At start it scans the batch headers
-once to build its epoch cache (epoch -> start offset).
+once, from the log start, to build its epoch cache (epoch -> start offset).
 """
 
 from __future__ import annotations
@@ -98,7 +127,9 @@ from pykraft.errors import (
     KafkaStorageError,
     MessageTooLarge,
     NotLeaderError,
+    PositionOutOfRange,
     RequestTimedOut,
+    SnapshotNotFound,
     invariant,
 )
 from pykraft.raft.control import leader_change_record
@@ -111,9 +142,12 @@ from pykraft.raft.messages import (
     EndQuorumEpochResponse,
     FetchRequest,
     FetchResponse,
+    FetchSnapshotRequest,
+    FetchSnapshotResponse,
     InboundMessage,
     OutboundMessage,
     RaftMessage,
+    SnapshotId,
     VoteRequest,
     VoteResponse,
 )
@@ -150,6 +184,7 @@ __all__ = [
     "CommittedBatch",
     "OutboundMessage",
     "ReplicaState",
+    "SnapshotChunk",
     "Ready",
     "RaftCore",
 ]
@@ -173,6 +208,7 @@ class RaftConfig:
     retry_backoff_ms: int = 20  # controller.quorum.retry.backoff.ms
     fetch_max_wait_ms: int = 500  # how long the leader parks a fetch with nothing new
     fetch_bytes_max: int = 8 * 1024 * 1024 + 1024  # one full batch at least
+    fetch_snapshot_bytes_max: int = 8 * 1024 * 1024  # bytes of snapshot per FetchSnapshot
 
     def __post_init__(self) -> None:
         if self.append_linger_ms < 0 or self.batch_bytes_max < 1024:
@@ -187,6 +223,8 @@ class RaftConfig:
             raise InvalidConfig("a parked fetch must be answered before its request times out")
         if self.fetch_bytes_max < self.batch_bytes_max:
             raise InvalidConfig("a fetch must hold at least one full batch")
+        if self.fetch_snapshot_bytes_max < 1:
+            raise InvalidConfig(f"invalid raft configuration {self!r}")
 
     @property
     def check_quorum_timeout_ms(self) -> int:
@@ -217,6 +255,21 @@ class ReplicaState:
 
 
 @dataclass(frozen=True, slots=True)
+class SnapshotChunk:
+    """Bytes of a snapshot being fetched, for the shell to write at `position` (0 starts the
+    snapshot anew); the chunk that completes `size` bytes is the last: freeze it then."""
+
+    snapshot_id: SnapshotId
+    position: int
+    data: bytes
+    size: int
+
+    @property
+    def is_last(self) -> bool:
+        return self.position + len(self.data) == self.size
+
+
+@dataclass(frozen=True, slots=True)
 class Ready:
     quorum_state: QuorumStateData | None  # 1. persist before anything below
     batches: tuple[bytes, ...]  # 2. truncate, append, then fsync, before step 3
@@ -226,6 +279,10 @@ class Ready:
     high_watermark: int | None  # None until this leader's first entry is committed
     wake_at_ms: int  # 6. tick again no later than this
     truncate_to: int | None = None  # 2. first remove every batch at or above this offset
+    snapshot_chunk: SnapshotChunk | None = None  # 2. write (and, the last, freeze) first
+    install_snapshot: SnapshotId | None = None  # 2. then replace the log by this snapshot
+    delete_before: SnapshotId | None = None  # 2. then delete the log below this snapshot
+    load_snapshot: SnapshotId | None = None  # 4. load into the state machine first
 
     @property
     def has_work(self) -> bool:
@@ -236,6 +293,10 @@ class Ready:
             or self.messages
             or self.committed
             or self.leader_change is not None
+            or self.snapshot_chunk is not None
+            or self.install_snapshot is not None
+            or self.delete_before is not None
+            or self.load_snapshot is not None
         )
 
 
@@ -254,7 +315,18 @@ class _InFlightFetch:
     destination_id: int
     correlation_id: int
     sent_ms: int
-    fetch_offset: int
+    fetch_offset: int  # or, for a FetchSnapshot, the position asked for
+    snapshot_id: SnapshotId | None = None  # set for a FetchSnapshot
+
+
+@dataclass(slots=True)
+class _SnapshotFetch:
+    """A snapshot a follower pulls from `leader_id`; `position` bytes are handed out."""
+
+    snapshot_id: SnapshotId
+    leader_id: int
+    position: int = 0
+    size: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,6 +365,8 @@ class RaftCore:
         self._now_ms = now_ms
         self._timestamp_offset_ms = 0  # wall clock minus now_ms, for batch timestamps
         self._persisted = persisted
+        self._log_start_offset = log.log_start_offset
+        self._log_start_epoch = _start_epoch(log)  # of the entry just below the log start
         self._epochs: list[tuple[int, int]] = _scan_epochs(log)  # (epoch, start offset)
         self._log_end_offset = log.log_end_offset  # appended by the shell
         self._flushed_end_offset = log.log_end_offset  # the shell opens the log flushed
@@ -301,7 +375,18 @@ class RaftCore:
         self._pending_truncate: int | None = None
         self._high_watermark: int | None = None
         self._leader_high_watermark: int | None = None  # a follower's view of the leader's
-        self._applied_offset = 0  # next offset to deliver to listeners
+        latest = log.latest_snapshot_id
+        invariant(
+            latest is None or self._log_start_offset <= latest.end_offset <= log.log_end_offset,
+            f"latest snapshot {latest} outside the log [{self._log_start_offset}, "
+            f"{log.log_end_offset}]",
+        )
+        self._applied_offset = self._log_start_offset  # next offset to deliver to listeners
+        self._pending_load = latest  # the state machine starts from the latest snapshot
+        self._pending_chunk: SnapshotChunk | None = None
+        self._pending_install: SnapshotId | None = None
+        self._pending_delete: SnapshotId | None = None
+        self._snapshot_fetch: _SnapshotFetch | None = None
         self._notified: LeaderAndEpoch | None = None
         self._draft: _Draft | None = None
         self._sealed: deque[bytes] = deque()  # batches for the shell to append, in order
@@ -359,6 +444,17 @@ class RaftCore:
         return self._log_end_offset
 
     @property
+    def log_start_offset(self) -> int:
+        """The first offset of the log, once the shell has done what Ready asked."""
+        return self._log_start_offset
+
+    @property
+    def fetching_snapshot(self) -> SnapshotId | None:
+        """The snapshot this follower is pulling from its leader, if any."""
+        fetch = self._snapshot_fetch
+        return None if fetch is None else fetch.snapshot_id
+
+    @property
     def flushed_end_offset(self) -> int:
         return self._flushed_end_offset
 
@@ -374,10 +470,15 @@ class RaftCore:
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """(the largest epoch <= `epoch` in the log, the offset where it ends): Kafka's
-        OffsetsForLeaderEpoch over the log as appended or handed out to append."""
+        OffsetsForLeaderEpoch over the log as appended or handed out to append. Below the
+        log start only the snapshot's epoch is known, ending at the log start; an older
+        epoch gives (0, log start)."""
         index = bisect.bisect_right(self._epochs, (epoch, self._end_offset + 1)) - 1
         if index < 0:
-            return NO_EPOCH, self._epochs[0][1] if self._epochs else self._end_offset
+            first_start = self._epochs[0][1] if self._epochs else self._end_offset
+            if self._log_start_offset > 0 and epoch >= self._log_start_epoch:
+                return self._log_start_epoch, first_start
+            return NO_EPOCH, first_start
         found, _ = self._epochs[index]
         if index + 1 < len(self._epochs):
             return found, self._epochs[index + 1][1]
@@ -411,6 +512,10 @@ class RaftCore:
                 self._on_fetch_request(source, correlation_id, body)
             case FetchResponse():
                 self._on_fetch_response(source, correlation_id, body)
+            case FetchSnapshotRequest():
+                self._on_fetch_snapshot_request(source, correlation_id, body)
+            case FetchSnapshotResponse():
+                self._on_fetch_snapshot_response(source, correlation_id, body)
         self._poll()
 
     def propose(
@@ -453,14 +558,54 @@ class RaftCore:
         if isinstance(self._state, Leader):
             self._resign()
 
+    def snapshot_id_at(self, end_offset: int) -> SnapshotId:
+        """The id of a snapshot of the state machine after `end_offset`: the epoch is that of
+        the entry just below. Only an offset the listeners have reached (so committed), at
+        or above the log start, can be snapshotted."""
+        invariant(
+            0 < end_offset <= self._applied_offset and end_offset >= self._log_start_offset,
+            f"a snapshot at {end_offset}: the listeners are at {self._applied_offset}, the "
+            f"log starts at {self._log_start_offset}",
+        )
+        index = bisect.bisect_right(self._epochs, end_offset - 1, key=lambda item: item[1]) - 1
+        epoch = self._epochs[index][0] if index >= 0 else self._log_start_epoch
+        return SnapshotId(end_offset=end_offset, epoch=epoch)
+
+    def delete_before(self, snapshot_id: SnapshotId) -> None:
+        """Delete the log below a frozen snapshot (the shell's policy decides when): it is
+        handed out in `Ready.delete_before`, and from now on the log starts at its end."""
+        invariant(
+            self._log.snapshot_size(snapshot_id) is not None, f"no snapshot {snapshot_id}"
+        )
+        if snapshot_id.end_offset <= self._log_start_offset or self._pending_install:
+            return
+        invariant(
+            snapshot_id == self.snapshot_id_at(snapshot_id.end_offset),
+            f"snapshot {snapshot_id} is not of this log",
+        )
+        end = snapshot_id.end_offset
+        kept: list[tuple[int, int]] = []
+        for index, (epoch, start) in enumerate(self._epochs):
+            following = (
+                self._epochs[index + 1][1] if index + 1 < len(self._epochs) else self._end_offset
+            )
+            if following > end:
+                kept.append((epoch, max(start, end)))
+        self._epochs = kept
+        self._log_start_offset, self._log_start_epoch = end, snapshot_id.epoch
+        self._pending_delete = snapshot_id
+
     def ready(self) -> Ready:
         """What the shell must do now. Calling it twice without `advance` repeats itself,
         except that a draft whose linger has passed is sealed the first time."""
         desired = to_quorum_state(self._state, local_id=self.node_id, voters=self.voters)
         if self._draft is not None and self._now_ms >= self._linger_deadline_ms(self._draft):
             self._seal_draft()
-        committed = self._read_committed()
+        loading = self._pending_load is not None
+        committed = () if loading else self._read_committed()
         applied_after = committed[-1].last_offset + 1 if committed else self._applied_offset
+        if loading:
+            applied_after = self._applied_offset
         return Ready(
             quorum_state=None if desired == self._persisted else desired,
             batches=tuple(self._sealed),
@@ -470,6 +615,10 @@ class RaftCore:
             high_watermark=self._high_watermark,
             wake_at_ms=self._wake_at_ms(applied_after),
             truncate_to=self._pending_truncate,
+            snapshot_chunk=self._pending_chunk,
+            install_snapshot=self._pending_install,
+            delete_before=self._pending_delete,
+            load_snapshot=self._pending_load,
         )
 
     def advance(self, ready: Ready) -> None:
@@ -480,6 +629,19 @@ class RaftCore:
             self._persisted = ready.quorum_state
         if ready.truncate_to is not None and self._pending_truncate == ready.truncate_to:
             self._pending_truncate = None
+        if ready.snapshot_chunk is not None and self._pending_chunk is ready.snapshot_chunk:
+            self._pending_chunk = None
+        if ready.install_snapshot is not None and self._pending_install == ready.install_snapshot:
+            self._pending_install = None
+            self._high_watermark = max(
+                self._high_watermark or 0, ready.install_snapshot.end_offset
+            )
+        if ready.delete_before is not None and self._pending_delete == ready.delete_before:
+            self._pending_delete = None
+        if ready.load_snapshot is not None and self._pending_load == ready.load_snapshot:
+            invariant(not ready.committed, "commits delivered with a snapshot load")
+            self._pending_load = None
+            self._applied_offset = ready.load_snapshot.end_offset
         for batch in ready.batches:
             header = read_header(batch)
             invariant(
@@ -813,32 +975,47 @@ class RaftCore:
 
     # replication: the leader's side -------------------------------------------------------
 
-    def _on_fetch_request(self, source: int, correlation_id: int, request: FetchRequest) -> None:
+    def _check_fetcher(self, source: int, current_leader_epoch: int, replica_id: int) -> ErrorCode:
+        """The error a Fetch or FetchSnapshot from `source` gets before anything is read."""
         state = self._state
-        if request.current_leader_epoch > state.epoch:
+        if current_leader_epoch > state.epoch:
             # the fetcher knows a newer epoch than we do: we lead nothing in it
             self._transition(
-                become_unattached(state, epoch=request.current_leader_epoch, is_voter=self.is_voter)
+                become_unattached(state, epoch=current_leader_epoch, is_voter=self.is_voter)
             )
             state = self._state
         if not isinstance(state, Leader):
-            self._respond_fetch(source, correlation_id, ErrorCode.not_leader_or_follower)
-            return
-        if request.current_leader_epoch < state.epoch:
-            self._respond_fetch(source, correlation_id, ErrorCode.fenced_leader_epoch)
-            return
-        if source != request.replica_id or source == self.node_id:
-            self._respond_fetch(source, correlation_id, ErrorCode.invalid_request)
-            return
-        diverging = self._diverging(request.fetch_offset, request.last_fetched_epoch)
-        if diverging is not None:
-            self._respond_fetch(source, correlation_id, ErrorCode.none, diverging=diverging)
-            return
+            return ErrorCode.not_leader_or_follower
+        if current_leader_epoch < state.epoch:
+            return ErrorCode.fenced_leader_epoch
+        if source != replica_id or source == self.node_id:
+            return ErrorCode.invalid_request
+        return ErrorCode.none
+
+    def _replica(self, source: int) -> ReplicaState:
+        """The leader's record of `source`, which has just fetched (check-quorum counts it)."""
         replica = self._replicas.get(source)
         if replica is None:  # an observer: tracked for DescribeQuorum only
             replica = self._replicas[source] = ReplicaState(None, self._now_ms)
-        replica.end_offset = request.fetch_offset
         replica.last_fetch_ms = self._now_ms
+        return replica
+
+    def _on_fetch_request(self, source: int, correlation_id: int, request: FetchRequest) -> None:
+        error = self._check_fetcher(source, request.current_leader_epoch, request.replica_id)
+        if error != ErrorCode.none:
+            self._respond_fetch(source, correlation_id, error)
+            return
+        outcome = self._validate_fetch(request.fetch_offset, request.last_fetched_epoch)
+        if isinstance(outcome, DivergingEpoch):
+            self._respond_fetch(source, correlation_id, ErrorCode.none, diverging=outcome)
+            return
+        if isinstance(outcome, SnapshotId):
+            self._replica(source)
+            self._begin_pending.discard(source)
+            self._respond_fetch(source, correlation_id, ErrorCode.none, snapshot_id=outcome)
+            return
+        replica = self._replica(source)
+        replica.end_offset = request.fetch_offset
         if request.fetch_offset >= self._log_end_offset:
             replica.last_caught_up_ms = self._now_ms
         self._begin_pending.discard(source)
@@ -852,13 +1029,38 @@ class RaftCore:
             deadline = self._now_ms + self.config.fetch_max_wait_ms
             self._parked[source] = _ParkedFetch(source, correlation_id, request, deadline)
 
-    def _diverging(self, fetch_offset: int, last_fetched_epoch: int) -> DivergingEpoch | None:
+    def _validate_fetch(
+        self, fetch_offset: int, last_fetched_epoch: int
+    ) -> DivergingEpoch | SnapshotId | None:
+        """None when the fetcher's log matches ours up to its fetch offset; else where it
+        diverges, or the snapshot it needs when that is below our log start (Kafka's
+        validateOffsetAndEpoch)."""
+        start = self._log_start_offset
+        if fetch_offset < start:
+            return self._snapshot_to_send()
         epoch, end_offset = self.end_offset_for_epoch(last_fetched_epoch)
-        if epoch != last_fetched_epoch or end_offset < fetch_offset:
-            return DivergingEpoch(epoch=epoch, end_offset=end_offset)
-        return None
+        if epoch == last_fetched_epoch and end_offset >= fetch_offset:
+            return None
+        if start > 0 and (
+            fetch_offset == start or end_offset < start or epoch < self._log_start_epoch
+        ):
+            return self._snapshot_to_send()
+        return DivergingEpoch(epoch=epoch, end_offset=end_offset)
+
+    def _snapshot_to_send(self) -> SnapshotId:
+        latest = self._log.latest_snapshot_id
+        invariant(
+            latest is not None and latest.end_offset >= self._log_start_offset,
+            f"log start {self._log_start_offset} without a snapshot (latest {latest})",
+        )
+        assert latest is not None
+        return latest
 
     def _answer_fetch(self, source: int, correlation_id: int, request: FetchRequest) -> None:
+        if request.fetch_offset < self._log_start_offset:  # deleted while the fetch was parked
+            snapshot_id = self._snapshot_to_send()
+            self._respond_fetch(source, correlation_id, ErrorCode.none, snapshot_id=snapshot_id)
+            return
         records = b""
         if request.fetch_offset < self._log_end_offset:
             records = self._log.read(request.fetch_offset, self.config.fetch_bytes_max)
@@ -880,6 +1082,7 @@ class RaftCore:
         *,
         records: bytes = b"",
         diverging: DivergingEpoch | None = None,
+        snapshot_id: SnapshotId | None = None,
     ) -> None:
         leader_id, epoch = self.leader_and_epoch
         response = FetchResponse(
@@ -889,8 +1092,39 @@ class RaftCore:
             high_watermark=self._leader_high_watermark_to_report(),
             records=records,
             diverging_epoch=diverging,
+            snapshot_id=snapshot_id,
+            log_start_offset=self._log_start_offset,
         )
         self._send(destination, response, correlation_id)
+
+    def _on_fetch_snapshot_request(
+        self, source: int, correlation_id: int, request: FetchSnapshotRequest
+    ) -> None:
+        error = self._check_fetcher(source, request.current_leader_epoch, request.replica_id)
+        size, position, data = -1, -1, b""
+        if error == ErrorCode.none:
+            self._replica(source)
+            self._begin_pending.discard(source)
+            max_bytes = min(request.max_bytes, self.config.fetch_snapshot_bytes_max)
+            try:
+                data = self._log.read_snapshot(request.snapshot_id, request.position, max_bytes)
+                size = self._log.snapshot_size(request.snapshot_id) or -1
+                position = request.position
+            except SnapshotNotFound:
+                error = ErrorCode.snapshot_not_found
+            except PositionOutOfRange:
+                error = ErrorCode.position_out_of_range
+        leader_id, epoch = self.leader_and_epoch
+        response = FetchSnapshotResponse(
+            error=error,
+            leader_id=leader_id,
+            leader_epoch=epoch,
+            snapshot_id=request.snapshot_id,
+            size=size,
+            position=position,
+            unaligned_records=data,
+        )
+        self._send(source, response, correlation_id)
 
     def _leader_high_watermark_to_report(self) -> int:
         """A new leader reports no high watermark until it has committed in its own epoch
@@ -954,8 +1188,16 @@ class RaftCore:
             return
         if self._sealed or self._pending_truncate is not None:
             return
+        if self._pending_chunk is not None or self._pending_install is not None:
+            return  # the last chunk is not written yet, or the snapshot not installed
         if self._flushed_end_offset < self._end_offset:
             return
+        snapshot_fetch = self._snapshot_fetch
+        if snapshot_fetch is not None:
+            if snapshot_fetch.leader_id == leader_id:
+                self._send_fetch_snapshot(snapshot_fetch)
+                return
+            self._snapshot_fetch = None  # another leader: ask it what it has
         destination = leader_id
         if destination is None:
             destination = self._rng.choice(sorted(self.voters))
@@ -973,6 +1215,92 @@ class RaftCore:
             destination, correlation_id, self._now_ms, request.fetch_offset
         )
 
+    def _send_fetch_snapshot(self, fetch: _SnapshotFetch) -> None:
+        request = FetchSnapshotRequest(
+            replica_id=self.node_id,
+            current_leader_epoch=self._state.epoch,
+            snapshot_id=fetch.snapshot_id,
+            position=fetch.position,
+            max_bytes=self.config.fetch_snapshot_bytes_max,
+        )
+        correlation_id = self._send(fetch.leader_id, request)
+        self._fetch_in_flight = _InFlightFetch(
+            fetch.leader_id, correlation_id, self._now_ms, fetch.position, fetch.snapshot_id
+        )
+
+    def _on_fetch_snapshot_response(
+        self, source: int, correlation_id: int, response: FetchSnapshotResponse
+    ) -> None:
+        in_flight = self._fetch_in_flight
+        if (
+            in_flight is None
+            or in_flight.correlation_id != correlation_id
+            or in_flight.destination_id != source
+            or in_flight.snapshot_id is None
+        ):
+            return  # an answer to an older request, or a duplicate
+        self._fetch_in_flight = None
+        if self._observe_epoch(response.leader_epoch, response.leader_id):
+            return
+        fetch = self._snapshot_fetch
+        if fetch is None or fetch.snapshot_id != in_flight.snapshot_id:
+            return
+        if response.error in (ErrorCode.snapshot_not_found, ErrorCode.position_out_of_range):
+            self._snapshot_fetch = None  # the leader moved on: a Fetch tells what it has now
+            return
+        if response.error != ErrorCode.none:
+            self._fetch_backoff_until_ms = self._now_ms + self.config.retry_backoff_ms
+            return
+        state = self._state
+        following = isinstance(state, Follower | Prospective) and state.leader_id == source
+        if not following or response.leader_epoch != state.epoch:
+            return
+        if isinstance(state, Prospective):  # our leader answered: back to following it
+            self._transition(
+                become_follower(state, epoch=state.epoch, leader_id=source, local_id=self.node_id)
+            )
+        self._leader_contact_ms = self._now_ms
+        self._fetch_deadline_ms = self._now_ms + self.config.fetch_timeout_ms
+        data, size = response.unaligned_records, response.size
+        if (
+            response.snapshot_id != fetch.snapshot_id
+            or response.position != fetch.position
+            or fetch.size not in (None, size)
+            or not data
+            or fetch.position + len(data) > size
+        ):
+            self._snapshot_fetch = None  # an answer that does not fit: start over
+            return
+        chunk = SnapshotChunk(fetch.snapshot_id, fetch.position, data, size)
+        self._pending_chunk = chunk
+        fetch.position += len(data)
+        fetch.size = size
+        if chunk.is_last:
+            self._install(fetch.snapshot_id)
+
+    def _start_snapshot_fetch(self, snapshot_id: SnapshotId, leader_id: int) -> None:
+        """The leader says our log ends below its log start, or diverges below it."""
+        committed = max(self._high_watermark or 0, self._applied_offset)
+        if snapshot_id.end_offset <= committed:
+            return  # no use to us (only a confused leader sends it): fetch again
+        current = self._snapshot_fetch
+        if current is None or current.snapshot_id != snapshot_id:
+            self._snapshot_fetch = _SnapshotFetch(snapshot_id, leader_id)
+
+    def _install(self, snapshot_id: SnapshotId) -> None:
+        """The snapshot is whole: it replaces the log, then the state machine's state."""
+        invariant(not self._sealed, "a follower installs a snapshot with nothing to append")
+        self._snapshot_fetch = None
+        self._pending_install = snapshot_id
+        self._pending_load = snapshot_id
+        self._pending_truncate = None
+        self._pending_delete = None
+        self._epochs = []
+        end = snapshot_id.end_offset
+        self._log_start_offset, self._log_start_epoch = end, snapshot_id.epoch
+        self._end_offset = self._next_offset = end
+        self._log_end_offset = self._flushed_end_offset = end
+
     def _on_fetch_response(
         self, source: int, correlation_id: int, response: FetchResponse
     ) -> None:
@@ -981,6 +1309,7 @@ class RaftCore:
             in_flight is None
             or in_flight.correlation_id != correlation_id
             or in_flight.destination_id != source
+            or in_flight.snapshot_id is not None
         ):
             return  # an answer to an older fetch, or a duplicate
         self._fetch_in_flight = None
@@ -1001,6 +1330,9 @@ class RaftCore:
             )
         self._leader_contact_ms = self._now_ms
         self._fetch_deadline_ms = self._now_ms + self.config.fetch_timeout_ms
+        if response.snapshot_id is not None:
+            self._start_snapshot_fetch(response.snapshot_id, source)
+            return
         if response.diverging_epoch is not None:
             self._truncate_diverging(response.diverging_epoch)
             return
@@ -1031,10 +1363,10 @@ class RaftCore:
     def _truncate_diverging(self, diverging: DivergingEpoch) -> None:
         _, own_end = self.end_offset_for_epoch(diverging.epoch)
         target = min(diverging.end_offset, own_end)
-        committed = self._high_watermark or 0
+        committed = max(self._high_watermark or 0, self._log_start_offset)
         invariant(
             target >= committed,
-            f"truncating to {target}, below the high watermark {committed}",
+            f"truncating to {target}, below the high watermark or log start {committed}",
         )
         invariant(not self._sealed, "a follower truncates with nothing left to append")
         if target >= self._end_offset:
@@ -1118,14 +1450,17 @@ class RaftCore:
                 if not same_leader:
                     self._fetch_in_flight = None
                     self._leader_contact_ms = None
+                    self._snapshot_fetch = None
                 self._fetch_deadline_ms = now + self.config.fetch_timeout_ms
             case Leader():
                 self._on_become_leader(new_state)
             case Unattached() | Voted() | Resigned():
                 self._fetch_in_flight = None
+                self._snapshot_fetch = None
                 self._election_deadline_ms = now + self._election_timeout_ms()
             case Candidate():
                 self._fetch_in_flight = None
+                self._snapshot_fetch = None
             case Prospective():
                 pass
 
@@ -1162,7 +1497,7 @@ class RaftCore:
         return timeout + self._rng.randint(0, timeout)
 
     def _last_epoch(self) -> int:
-        return self._epochs[-1][0] if self._epochs else NO_EPOCH
+        return self._epochs[-1][0] if self._epochs else self._log_start_epoch
 
     def _note_epoch(self, epoch: int, base_offset: int) -> None:
         if not self._epochs or self._epochs[-1][0] != epoch:
@@ -1225,8 +1560,12 @@ class RaftCore:
         state = self._state
         if isinstance(state, Leader) and self._notified != self.leader_and_epoch:
             high_watermark = min(high_watermark, state.epoch_start_offset)
-        if self._applied_offset >= high_watermark:
+        if self._applied_offset >= high_watermark or self._pending_install is not None:
             return ()
+        invariant(
+            self._applied_offset >= self._log_start_offset,
+            f"delivering from {self._applied_offset}, below the log start {self._log_start_offset}",
+        )
         data = self._log.read(self._applied_offset, self.config.apply_bytes_max)
         committed: list[CommittedBatch] = []
         expected = self._applied_offset
@@ -1280,10 +1619,24 @@ class RaftCore:
         return max(now, min(deadlines))
 
 
+def _start_epoch(log: RaftLogView) -> int:
+    """The epoch of the entry just below the log start: that of the snapshot ending there."""
+    start = log.log_start_offset
+    if start == 0:
+        return NO_EPOCH
+    earliest = log.earliest_snapshot_id
+    invariant(
+        earliest is not None and earliest.end_offset == start,
+        f"the log starts at {start} but the earliest snapshot is {earliest}",
+    )
+    assert earliest is not None
+    return earliest.epoch
+
+
 def _scan_epochs(log: RaftLogView) -> list[tuple[int, int]]:
     """(epoch, start offset) of every epoch in the log, from its batch headers."""
     epochs: list[tuple[int, int]] = []
-    offset = 0
+    offset = log.log_start_offset
     while offset < log.log_end_offset:
         data = log.read(offset, SCAN_BYTES)
         advanced = False

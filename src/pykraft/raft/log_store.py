@@ -12,7 +12,7 @@ epoch, committed batches to deliver, snapshots to serve); the shell writes throu
   flushes, so that everything the core is shown as the log is durable.
 
 Snapshots (KIP-630, see snapshot.py for their content). A store holds frozen snapshots, each
-`<end offset>-<epoch>.checkpoint`, and at most one being written (`create_snapshot` returns
+`<end offset>-<epoch>.checkpoint`, and unfinished ones being written (`create_snapshot` returns
 its writer; `freeze` checks it, makes it durable and publishes it; in a DiskLogStore that is
 a `.checkpoint.part` file fsynced and renamed). The log may start above offset 0:
 
@@ -173,7 +173,8 @@ class LogStore(RaftLogView, Protocol):
         ...
 
     def create_snapshot(self, snapshot_id: SnapshotId) -> SnapshotWriter:
-        """Start writing snapshot `snapshot_id`, throwing away any other unfinished one."""
+        """Start writing snapshot `snapshot_id`, throwing away an unfinished one of the same
+        id (a fetch that starts over); others may be written meanwhile."""
         ...
 
     def delete_before(self, snapshot_id: SnapshotId) -> None:
@@ -219,7 +220,7 @@ class MemoryLogStore:
         self._log_end_offset = 0
         self._flushed_count = 0  # batches covered by the last flush
         self._snapshots: dict[SnapshotId, bytes] = {}
-        self._writer: _MemorySnapshotWriter | None = None
+        self._writers: dict[SnapshotId, _MemorySnapshotWriter] = {}  # unfinished
         self.flush_count = 0  # how many fsyncs the shell asked for: group commit is measured
 
     @property
@@ -317,14 +318,15 @@ class MemoryLogStore:
 
     def create_snapshot(self, snapshot_id: SnapshotId) -> SnapshotWriter:
         invariant(snapshot_id not in self._snapshots, f"snapshot {snapshot_id} exists")
-        if self._writer is not None:
-            self._writer.abort()
-        self._writer = _MemorySnapshotWriter(snapshot_id, self._publish)
-        return self._writer
+        previous = self._writers.pop(snapshot_id, None)
+        if previous is not None:
+            previous.abort()
+        writer = self._writers[snapshot_id] = _MemorySnapshotWriter(snapshot_id, self._publish)
+        return writer
 
     def _publish(self, writer: _MemorySnapshotWriter, data: bytes) -> None:
-        if writer is self._writer:
-            self._writer = None
+        if self._writers.get(writer.snapshot_id) is writer:
+            del self._writers[writer.snapshot_id]
         self._snapshots[writer.snapshot_id] = data
 
     def delete_before(self, snapshot_id: SnapshotId) -> None:
@@ -351,14 +353,14 @@ class MemoryLogStore:
         self._log_start_offset = self._log_end_offset = snapshot_id.end_offset
 
     def crash(self) -> None:
-        """Lose what was never flushed, and any unfinished snapshot, as a power loss would."""
+        """Lose what was never flushed, and unfinished snapshots, as a power loss would."""
         del self._batches[self._flushed_count :], self._base_offsets[self._flushed_count :]
         self._log_end_offset = (
             read_header(self._batches[-1]).next_offset if self._batches else self._log_start_offset
         )
-        if self._writer is not None:
-            self._writer.abort()
-            self._writer = None
+        for writer in self._writers.values():
+            writer.abort()
+        self._writers.clear()
 
     def close(self) -> None:
         self.flush()
@@ -413,7 +415,7 @@ class DiskLogStore:
     def __init__(self, log: Log, snapshots: Mapping[SnapshotId, int] | None = None) -> None:
         self._log = log
         self._snapshots = dict(snapshots or {})  # frozen snapshot -> size in bytes
-        self._writer: _DiskSnapshotWriter | None = None
+        self._writers: dict[SnapshotId, _DiskSnapshotWriter] = {}  # unfinished
         self._flushed_offset = log.recovery_point
         self._last_epoch = self._epoch_at_end()
 
@@ -525,14 +527,16 @@ class DiskLogStore:
 
     def create_snapshot(self, snapshot_id: SnapshotId) -> SnapshotWriter:
         invariant(snapshot_id not in self._snapshots, f"snapshot {snapshot_id} exists")
-        if self._writer is not None:
-            self._writer.abort()
-        self._writer = _DiskSnapshotWriter(self.directory, snapshot_id, self._publish)
-        return self._writer
+        previous = self._writers.pop(snapshot_id, None)
+        if previous is not None:
+            previous.abort()
+        writer = _DiskSnapshotWriter(self.directory, snapshot_id, self._publish)
+        self._writers[snapshot_id] = writer
+        return writer
 
     def _publish(self, writer: _DiskSnapshotWriter, size: int) -> None:
-        if writer is self._writer:
-            self._writer = None
+        if self._writers.get(writer.snapshot_id) is writer:
+            del self._writers[writer.snapshot_id]
         self._snapshots[writer.snapshot_id] = size
 
     def delete_before(self, snapshot_id: SnapshotId) -> None:
@@ -563,9 +567,9 @@ class DiskLogStore:
         self._last_epoch = snapshot_id.epoch
 
     def close(self) -> None:
-        if self._writer is not None:
-            self._writer.abort()
-            self._writer = None
+        for writer in self._writers.values():
+            writer.abort()
+        self._writers.clear()
         self._log.flush()
         self._log.close()
 

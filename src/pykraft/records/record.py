@@ -44,6 +44,7 @@ from pykraft.records.batch import (
     CONTROL_BIT,
     CRC_FROM,
     CURRENT_MAGIC,
+    DELETE_HORIZON_BIT,
     HEADER_SIZE,
     LOG_OVERHEAD,
     TIMESTAMP_TYPE_BIT,
@@ -324,7 +325,9 @@ class BatchBuilder:
     first record's timestamp becomes the batch's baseTimestamp, as Kafka's builder does, so
     deltas may be negative. With `log_append_time` the batch is marked LogAppendTime and its
     maxTimestamp, which readers give every record, is the largest timestamp appended: pass
-    the append time as each record's timestamp.
+    the append time as each record's timestamp. With `delete_horizon_ms` (KIP-534, written by
+    the log cleaner) the batch is marked as having a delete horizon, which is its
+    baseTimestamp; record timestamps stay exact as deltas from it.
     """
 
     def __init__(
@@ -340,6 +343,7 @@ class BatchBuilder:
         is_transactional: bool = False,
         is_control: bool = False,
         log_append_time: bool = False,
+        delete_horizon_ms: int | None = None,
     ) -> None:
         self.base_offset = base_offset
         self.compression = compression
@@ -353,7 +357,9 @@ class BatchBuilder:
             | (TIMESTAMP_TYPE_BIT if log_append_time else 0)
             | (TRANSACTIONAL_BIT if is_transactional else 0)
             | (CONTROL_BIT if is_control else 0)
+            | (DELETE_HORIZON_BIT if delete_horizon_ms is not None else 0)
         )
+        self._fixed_base_timestamp = delete_horizon_ms
         self.records_count = 0
         self.last_offset = base_offset - 1
         self.base_timestamp = -1
@@ -370,7 +376,10 @@ class BatchBuilder:
     ) -> None:
         invariant(offset > self.last_offset, f"offset {offset} after {self.last_offset}")
         first = self.records_count == 0
-        base_timestamp = timestamp if first else self.base_timestamp
+        if self._fixed_base_timestamp is not None:
+            base_timestamp = self._fixed_base_timestamp
+        else:
+            base_timestamp = timestamp if first else self.base_timestamp
         # encoding checks the ranges before it writes anything, so a refused record leaves
         # the builder as it was
         _encode_record(

@@ -71,7 +71,7 @@ from pykraft.records.batch import (
     read_header,
 )
 from pykraft.records.codecs import compress, decompress
-from pykraft.records.record import BatchBuilder, Record, _encode_record, iter_records
+from pykraft.records.record import BatchBuilder, Record, iter_records
 from pykraft.storage import log_files
 from pykraft.storage.checkpoint import read_offsets_checkpoint, write_offsets_checkpoint
 from pykraft.storage.log import Log
@@ -345,29 +345,6 @@ class _OffsetMap:
             offsets[key] = offset
         self.bytes_used += cost
         return True
-
-
-class _HorizonBatchBuilder(BatchBuilder):
-    """A BatchBuilder whose baseTimestamp is the delete horizon (KIP-534), not the first
-    record's timestamp; record timestamps stay exact as deltas from it."""
-
-    def __init__(self, *, delete_horizon_ms: int, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.attributes |= DELETE_HORIZON_BIT
-        self.delete_horizon_ms = delete_horizon_ms
-
-    def append(
-        self, offset: int, timestamp: int, key: bytes | None, value: bytes | None,
-        headers: Sequence[tuple[str, bytes | None]] = (),
-    ) -> None:
-        invariant(offset > self.last_offset, f"offset {offset} after {self.last_offset}")
-        _encode_record(self._records, offset - self.base_offset,
-                       timestamp - self.delete_horizon_ms, key, value, headers)
-        self.base_timestamp = self.delete_horizon_ms
-        first = self.records_count == 0
-        self.max_timestamp = timestamp if first else max(self.max_timestamp, timestamp)
-        self.records_count += 1
-        self.last_offset = offset
 
 
 def _has_horizon(header: BatchHeader) -> bool:
@@ -712,8 +689,7 @@ class CleaningJob:
             is_transactional=header.is_transactional, is_control=header.is_control,
             log_append_time=header.is_log_append_time,
         )
-        builder = (BatchBuilder(**arguments) if horizon is None
-                   else _HorizonBatchBuilder(delete_horizon_ms=horizon, **arguments))
+        builder = BatchBuilder(delete_horizon_ms=horizon, **arguments)
         for record in kept:
             builder.append(record.offset, record.timestamp, record.key, record.value,
                            record.headers)

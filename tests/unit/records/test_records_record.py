@@ -396,3 +396,22 @@ def test_end_txn_marker() -> None:
     for bad in (None, b"\x00\x00\x00\x00\x00", struct.pack(">hi", -1, 0)):
         with pytest.raises(CorruptRecord):
             read_end_txn_marker(bad)
+
+
+def test_a_delete_horizon_is_the_base_timestamp_and_records_keep_theirs() -> None:
+    """KIP-534: the cleaner marks a batch with its delete horizon, carried as baseTimestamp;
+    each record's timestamp is still exact (a delta from the horizon, negative if earlier)."""
+    horizon = 1_700_000_500_000
+    builder = BatchBuilder(base_offset=10, delete_horizon_ms=horizon)
+    builder.append(10, 1_700_000_000_000, b"k", None)
+    builder.append(12, 1_700_000_900_000, b"j", b"v")
+    batch = builder.build(last_offset_delta=3)
+    check_batch(batch)
+    header = read_header(batch)
+    assert header.attributes & 0x40 and header.base_timestamp == horizon
+    assert header.max_timestamp == 1_700_000_900_000 and header.last_offset_delta == 3
+    assert [(r.offset, r.timestamp, r.key) for r in iter_records(batch)] == [
+        (10, 1_700_000_000_000, b"k"), (12, 1_700_000_900_000, b"j")]
+    plain = BatchBuilder()
+    plain.append(0, 5, b"k", b"v")
+    assert not read_header(plain.build()).attributes & 0x40

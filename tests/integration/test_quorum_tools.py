@@ -208,8 +208,8 @@ def new_topic(bootstrap: str) -> tuple[str, str]:
         assert result.returncode == 0, result.stderr
         match = re.search(r"TopicId: (\S+)", result.stdout)
         assert match is not None, result.stdout
-        # librdkafka prints topic ids in standard base64; Kafka's form is URL-safe
-        return match.group(1).replace("+", "-").replace("/", "_")
+        assert re.fullmatch(r"[A-Za-z0-9_-]{22}", match.group(1)), "Kafka's URL-safe form"
+        return match.group(1)
 
     return name, eventually(described)
 

@@ -486,7 +486,8 @@ def _topic_ids(session: _Session, names: list[str]) -> dict[str, str]:
             description = future.result()
         except KafkaException:
             continue
-        topic_id = str(description.topic_id)
+        # librdkafka prints standard base64; Kafka's form is the URL-safe alphabet
+        topic_id = str(description.topic_id).replace("+", "-").replace("/", "_")
         if topic_id != "AAAAAAAAAAAAAAAAAAAAAA":  # the zero id
             topic_ids[name] = topic_id
     return topic_ids

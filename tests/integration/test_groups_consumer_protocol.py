@@ -245,9 +245,19 @@ def test_committed_offsets_survive_a_node_restart(tmp_path: Any) -> None:
         consumer.commit(offsets=[TopicPartition("kept", p, 10 + p) for p in range(PARTITIONS)],
                         asynchronous=False)
         consumer.close()
+        epoch = _described(bootstrap, "kip848-kept").group_epoch
+        assert epoch >= 2  # joined, then left
         for restart in (node.stop, node.kill):
             restart()
             node.start()
+            deadline = time.monotonic() + 20
+            while (described := _described(bootstrap, "kip848-kept")).error_code in (
+                    ErrorCode.not_coordinator, ErrorCode.coordinator_load_in_progress):
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+            assert described.error_code == ErrorCode.none, restart  # replayed from the log
+            assert described.group_epoch >= epoch and described.group_state == "Empty"
+            epoch = described.group_epoch
             consumer = consumer_of(bootstrap, "kip848-kept")
             consumer.subscribe(["kept"])
             first: dict[int, int] = {}
@@ -258,6 +268,13 @@ def test_committed_offsets_survive_a_node_restart(tmp_path: Any) -> None:
                     first.setdefault(message.partition(), message.offset())
             consumer.close()
             assert first == {p: 10 + p for p in range(PARTITIONS)}, restart
+
+
+def _described(bootstrap: str, group: str) -> Any:
+    with WireClient(bootstrap) as client:
+        response = client.request(69, 0, ConsumerGroupDescribeRequest(
+            group_ids=(group,), include_authorized_operations=False))
+    return response.groups[0]
 
 
 def test_admin_and_cli_see_a_consumer_group(cluster: LocalCluster) -> None:

@@ -26,7 +26,11 @@ from pykraft.broker.group_coordinator.core import (
     GroupCoordinator,
     JoinRequest,
 )
-from pykraft.broker.group_coordinator.records import CoordinatorRecord
+from pykraft.broker.group_coordinator.records import (
+    CoordinatorRecord,
+    decode_record,
+    encode_record,
+)
 
 GROUP = "cg"
 T = uuid.UUID(int=1)
@@ -340,3 +344,84 @@ def test_classic_and_consumer_groups_do_not_mix() -> None:
     assert cgd.error == ErrorCode.none and cgd.group_epoch == 1
     assert cgd.members[0].assignment == ((T, "t", (0, 1, 2, 3, 4, 5)),)
     assert h.core.consumer_group_describe("classic").error == ErrorCode.group_id_not_found
+
+
+# -- persistence: __consumer_offsets records and replay ---------------------------------------
+
+
+def reloaded(h: Harness) -> GroupCoordinator:
+    """A fresh coordinator that replayed `h`'s log (through the byte codec)."""
+    core = GroupCoordinator(h.config, random.Random(9))
+    core.update_topics(dict(h.core.topics), h.now_ms)
+    core.begin_load(0, 1)
+    for record in h.log:
+        decoded = decode_record(*encode_record(record))
+        assert decoded is not None
+        core.load(0, decoded)
+    core.complete_load(0, h.now_ms)
+    return core
+
+
+def snapshot(core: GroupCoordinator) -> Any:
+    group = core.partitions[0].groups.get(GROUP)
+    if group is None or group.consumer is None:
+        return None
+    c = group.consumer
+    return (c.group_epoch, c.assignment_epoch, dict(c.target), dict(c.owners),
+            dict(c.subscription_metadata), dict(c.static_members),
+            {m.member_id: (m.member_epoch, m.previous_member_epoch, m.state, m.assigned,
+                           m.pending_revocation, m.subscribed_topic_names, m.instance_id,
+                           m.client_id, m.rebalance_timeout_ms)
+             for m in c.members.values()})
+
+
+def test_replay_rebuilds_the_group_mid_reconciliation_and_members_carry_on() -> None:
+    """The log holds epochs, subscriptions, target and current assignments (partitions
+    pending revocation included); a reloaded coordinator has the same group, and its
+    members' next heartbeats continue the reconciliation where it stood."""
+    h = Harness()
+    h.beat("a", 0, instance="ia")
+    h.beat("b", 0)
+    kept = parts(h.beat("a", 1, owned={T: set(range(6))}))  # a is revoking now
+    assert snapshot(h.core) is not None
+    h.core = reloaded(h)
+    assert snapshot(h.core) == snapshot(reloaded(h))
+    before = snapshot(h.core)
+    assert before[0] == 2 and before[6]["a"][2].value == "unrevoked_partitions"
+    assert h.beat("a", 1, owned={T: kept}).member_epoch == 2
+    assert parts(h.beat("b", 2, owned={})) == set(range(6)) - kept
+    assert snapshot(reloaded(h)) == snapshot(h.core)
+
+
+def test_left_members_and_deleted_groups_stay_gone_after_replay() -> None:
+    """A member that left is absent after replay; a group whose last member left (and
+    that has no offsets) leaves nothing behind; a group with offsets keeps its epoch."""
+    h = Harness()
+    h.beat("a", 0)
+    h.beat("b", 0)
+    h.beat("b", -1)
+    members = snapshot(reloaded(h))[6]
+    assert set(members) == {"a"}
+    h.beat("a", -1)
+    assert snapshot(reloaded(h)) is None and GROUP not in reloaded(h).partitions[0].groups
+    h.beat("c", 0)
+    assert h.commit("c", snapshot(h.core)[6]["c"][0]) == ErrorCode.none
+    h.beat("c", -1)
+    replayed = reloaded(h)
+    group = replayed.partitions[0].groups[GROUP]
+    assert group.consumer is not None and not group.consumer.members
+    assert group.consumer.group_epoch == snapshot(h.core)[0]
+    assert replayed.fetch_offsets(GROUP, None)[1][("t", 0)].offset == 5
+
+
+def test_a_replayed_member_that_never_returns_is_fenced_by_its_session() -> None:
+    """Members loaded from the log get a fresh session; one that does not heartbeat again
+    is removed when it expires."""
+    h = Harness()
+    h.beat("a", 0)
+    h.core = reloaded(h)
+    h.advance(SESSION_MS + 1)
+    assert GROUP not in h.core.partitions[0].groups  # no members, no offsets: deleted
+    assert h.log[-1].value is None and type(h.log[-1].key).__name__ == (
+        "ConsumerGroupMetadataKey")
+    assert GROUP not in reloaded(h).partitions[0].groups

@@ -2,17 +2,33 @@
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from pykraft.broker.group_coordinator.records import (
+    ConsumerGroupCurrentMemberAssignmentKey,
+    ConsumerGroupCurrentMemberAssignmentValue,
+    ConsumerGroupMemberMetadataKey,
+    ConsumerGroupMemberMetadataValue,
+    ConsumerGroupMetadataKey,
+    ConsumerGroupMetadataValue,
+    ConsumerGroupPartitionMetadataKey,
+    ConsumerGroupPartitionMetadataValue,
+    ConsumerGroupTargetAssignmentMemberKey,
+    ConsumerGroupTargetAssignmentMemberValue,
+    ConsumerGroupTargetAssignmentMetadataKey,
+    ConsumerGroupTargetAssignmentMetadataValue,
     CoordinatorRecord,
     GroupMetadataKey,
     GroupMetadataValue,
     MemberMetadata,
     OffsetCommitKey,
     OffsetCommitValue,
+    TopicMetadata,
+    TopicPartitions,
     decode_record,
     encode_record,
 )
@@ -51,8 +67,44 @@ def test_group_metadata_key_is_version_2_and_a_tombstone_has_no_value() -> None:
     assert decode_record(key, None) == CoordinatorRecord(GroupMetadataKey(group="grp"), None)
 
 
-def test_kip_848_records_are_skipped_not_misread() -> None:
-    assert decode_record(b"\x00\x03\x00\x01g", b"\x00\x00") is None
+def test_share_group_and_later_records_are_skipped_not_misread() -> None:
+    assert decode_record(b"\x00\x0a\x00\x01g", b"\x00\x00") is None
+
+
+def test_kip_848_records_match_kafkas_layout_and_round_trip() -> None:
+    """Key versions 3-8, flexible values at version 0: a group epoch record is the key
+    version, the group id, then value version 0, the epoch and an empty tag buffer; every
+    kind reads back what it wrote."""
+    key, value = encode_record(CoordinatorRecord(ConsumerGroupMetadataKey(group_id="g"),
+                                                 ConsumerGroupMetadataValue(epoch=5)))
+    assert key == bytes.fromhex("0003" "0001") + b"g"
+    assert value == bytes.fromhex("0000" "00000005" "00")
+    topic = uuid.UUID(int=7)
+    parts = (TopicPartitions(topic_id=topic, partitions=(0, 2)),)
+    records = [
+        CoordinatorRecord(ConsumerGroupPartitionMetadataKey(group_id="g"),
+                          ConsumerGroupPartitionMetadataValue(topics=(TopicMetadata(
+                              topic_id=topic, topic_name="t", num_partitions=3),))),
+        CoordinatorRecord(ConsumerGroupMemberMetadataKey(group_id="g", member_id="m"),
+                          ConsumerGroupMemberMetadataValue(
+                              instance_id="i", client_id="c", client_host="/h",
+                              subscribed_topic_names=("t",), rebalance_timeout_ms=300,
+                              server_assignor="uniform")),
+        CoordinatorRecord(ConsumerGroupTargetAssignmentMetadataKey(group_id="g"),
+                          ConsumerGroupTargetAssignmentMetadataValue(assignment_epoch=4)),
+        CoordinatorRecord(ConsumerGroupTargetAssignmentMemberKey(group_id="g", member_id="m"),
+                          ConsumerGroupTargetAssignmentMemberValue(topic_partitions=parts)),
+        CoordinatorRecord(ConsumerGroupCurrentMemberAssignmentKey(group_id="g", member_id="m"),
+                          ConsumerGroupCurrentMemberAssignmentValue(
+                              member_epoch=4, previous_member_epoch=3, state=1,
+                              assigned_partitions=parts,
+                              partitions_pending_revocation=parts)),
+        CoordinatorRecord(ConsumerGroupCurrentMemberAssignmentKey(group_id="g", member_id="m"),
+                          None),
+    ]
+    for record in records:
+        key, value = encode_record(record)
+        assert decode_record(key, value) == record
 
 
 @pytest.mark.parametrize("key,value", [

@@ -34,7 +34,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Final
+from typing import Any, Final
 
 __all__ = [
     "ASSIGNORS",
@@ -110,6 +110,8 @@ class ConsumerGroup:
     owners: dict[tuple[uuid.UUID, int], str] = field(default_factory=dict)
     subscription_metadata: dict[str, tuple[uuid.UUID, int]] = field(default_factory=dict)
     assignor: str = ""
+    # the latest value per record key in the log (written or replayed): see consumer_records
+    persisted: dict[Any, Any] = field(default_factory=dict)
 
     def state(self) -> ConsumerGroupState:
         if not self.members:

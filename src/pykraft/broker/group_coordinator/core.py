@@ -45,6 +45,7 @@ from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
 
+from pykraft.broker.group_coordinator import consumer_records
 from pykraft.broker.group_coordinator.consumer import (
     ASSIGNORS,
     LEAVE_EPOCH,
@@ -60,7 +61,9 @@ from pykraft.broker.group_coordinator.consumer import (
     reconcile,
 )
 from pykraft.broker.group_coordinator.records import (
+    ConsumerGroupMetadataKey,
     CoordinatorRecord,
+    CoordinatorValue,
     GroupMetadataKey,
     GroupMetadataValue,
     MemberMetadata,
@@ -574,6 +577,9 @@ class GroupCoordinator:
         if isinstance(record.key, OffsetCommitKey):
             self._replay_offset(state, record.key, record.value)
             return
+        if not isinstance(record.key, GroupMetadataKey):
+            self._replay_consumer(state, record)
+            return
         group_id = record.key.group
         value = record.value
         if value is None:
@@ -619,12 +625,39 @@ class GroupCoordinator:
                 group.static_members[stored.group_instance_id] = stored.member_id
         state.groups[group_id] = group
 
+    def _replay_consumer(self, state: PartitionState, record: CoordinatorRecord) -> None:
+        key, value = record.key, record.value
+        assert not isinstance(key, OffsetCommitKey | GroupMetadataKey)
+        invariant(value is None or not isinstance(value, OffsetCommitValue | GroupMetadataValue),
+                  f"a consumer group key holds a consumer group value: {record!r}")
+        assert not isinstance(value, OffsetCommitValue | GroupMetadataValue)
+        group = state.groups.get(key.group_id)
+        if value is None and (group is None or group.consumer is None):
+            return
+        if group is None:
+            group = state.groups[key.group_id] = Group(key.group_id)
+        if group.consumer is None:
+            group.consumer = ConsumerGroup(key.group_id)
+        consumer_records.replay(group.consumer, key, value)
+        if value is None and isinstance(key, ConsumerGroupMetadataKey):
+            group.consumer = None  # the group was deleted (or became classic)
+            if group.is_empty_shell() and not group.has_metadata_record:
+                del state.groups[key.group_id]
+
     def complete_load(self, partition: int, now_ms: int) -> None:
         state = self.partitions[partition]
         state.status = PartitionStatus.ACTIVE
         for group in state.groups.values():
             for member in group.members.values():
                 self._schedule_heartbeat(partition, group, member, now_ms)
+            if group.consumer is not None:
+                self._refresh_subscription(group.consumer)
+                for each in group.consumer.members.values():
+                    self._set_timer(("csession", partition, group.group_id, each.member_id),
+                                    now_ms + self.config.consumer_session_timeout_ms)
+                    if each.state is MemberState.UNREVOKED_PARTITIONS:
+                        self._set_timer(("crevoke", partition, group.group_id, each.member_id),
+                                        now_ms + each.rebalance_timeout_ms)
         self._set_timer(("expire", partition),
                         now_ms + self.config.offsets_retention_check_interval_ms)
 
@@ -1158,7 +1191,7 @@ class GroupCoordinator:
         return _NONE
 
     def _replay_offset(self, state: PartitionState, key: OffsetCommitKey,
-                       value: OffsetCommitValue | GroupMetadataValue | None) -> None:
+                       value: CoordinatorValue | None) -> None:
         group = state.groups.get(key.group)
         if value is None:
             if group is not None:
@@ -1219,6 +1252,8 @@ class GroupCoordinator:
                     records.append(CoordinatorRecord(key, None))
                     del group.offsets[(topic, partition)]
             if group.is_empty_shell() and group.state is GroupState.EMPTY:
+                if group.consumer is not None:
+                    records.extend(consumer_records.tombstones(group.consumer))
                 if group.has_metadata_record:
                     records.append(CoordinatorRecord(GroupMetadataKey(group=group.group_id),
                                                      None))
@@ -1286,7 +1321,10 @@ class GroupCoordinator:
             return
         records = [CoordinatorRecord(OffsetCommitKey(group=group_id, topic=t, partition=p), None)
                    for t, p in group.offsets]
-        records.append(CoordinatorRecord(GroupMetadataKey(group=group_id), None))
+        if group.consumer is not None:
+            records.extend(consumer_records.tombstones(group.consumer))
+        else:
+            records.append(CoordinatorRecord(GroupMetadataKey(group=group_id), None))
         group.transition(GroupState.DEAD, now_ms)
         del state.groups[group_id]
         for key in [k for k in self._deadlines if k[1] == state.index and len(k) > 2
@@ -1335,7 +1373,7 @@ class GroupCoordinator:
         for state in self.partitions.values():
             if state.status is not PartitionStatus.ACTIVE:
                 continue
-            for group in state.groups.values():
+            for group in list(state.groups.values()):
                 consumer = group.consumer
                 if consumer is not None and consumer.members and self._refresh_subscription(
                         consumer):
@@ -1343,6 +1381,7 @@ class GroupCoordinator:
                     log.info("consumer group %s: subscribed topic metadata changed; group "
                              "epoch %d", consumer.group_id, consumer.group_epoch)
                     self._compute_target(consumer)
+                    self._persist_consumer(state, group)
 
     def consumer_group_heartbeat(self, token: int, request: ConsumerHeartbeat,
                                  now_ms: int) -> None:
@@ -1525,10 +1564,27 @@ class GroupCoordinator:
                            or (request.owned is not None
                                and {t: p for t, p in request.owned.items() if p}
                                != member.assigned))
-        self._reply(token, ConsumerHeartbeatResult(
+        result = ConsumerHeartbeatResult(
             _NONE, None, member.member_id, member.member_epoch,
             self.config.consumer_heartbeat_interval_ms,
-            dict(member.assigned) if send_assignment else None))
+            dict(member.assigned) if send_assignment else None)
+        self._persist_consumer(state, state.groups[consumer.group_id], [Reply(token, result)])
+
+    def _persist_consumer(self, state: PartitionState, group: Group,
+                          replies: Sequence[Reply] = ()) -> None:
+        """Append what changed in the consumer group (see consumer_records); the replies go
+        out once it is committed. An empty group without offsets is deleted."""
+        consumer = group.consumer
+        assert consumer is not None
+        if not consumer.members and not group.offsets:
+            records = consumer_records.tombstones(consumer)
+            state.groups.pop(group.group_id, None)
+        else:
+            records = consumer_records.changes(consumer)
+        if records:
+            self._append(state.index, records, replies)
+        else:
+            self._replies.extend(replies)
 
     @staticmethod
     def _update_member(member: ConsumerMember, request: ConsumerHeartbeat) -> bool:
@@ -1611,9 +1667,10 @@ class GroupCoordinator:
                 self.config.consumer_heartbeat_interval_ms))
             return
         self._fence_consumer_member(state, consumer, member, "left the group")
-        self._reply(token, ConsumerHeartbeatResult(
+        assert group is not None
+        self._persist_consumer(state, group, [Reply(token, ConsumerHeartbeatResult(
             _NONE, None, request.member_id, LEAVE_EPOCH,
-            self.config.consumer_heartbeat_interval_ms))
+            self.config.consumer_heartbeat_interval_ms))])
 
     def _fence_consumer_member(self, state: PartitionState, consumer: ConsumerGroup,
                                member: ConsumerMember, reason: str) -> None:
@@ -1641,10 +1698,17 @@ class GroupCoordinator:
             self._fence_consumer_member(state, consumer, member,
                                         "did not revoke its partitions within the rebalance "
                                         "timeout")
+        else:
+            return
+        self._persist_consumer(state, group)
 
     def _drop_consumer_group(self, state: PartitionState, group: Group) -> None:
         """An empty consumer group turns classic (a classic member joins it)."""
+        assert group.consumer is not None
+        records = consumer_records.tombstones(group.consumer)
         group.consumer = None
+        if records:
+            self._append(state.index, records, [])
 
     @staticmethod
     def _validate_consumer_commit(consumer: ConsumerGroup, request: CommitRequest) -> ErrorCode:

@@ -11,16 +11,25 @@ tombstone: the key is deleted). The key version names the kind of record:
 
     0, 1   OffsetCommitKey      -> OffsetCommitValue
     2      GroupMetadataKey     -> GroupMetadataValue
+    3      ConsumerGroupMetadataKey                 -> ...Value (group epoch)
+    4      ConsumerGroupPartitionMetadataKey        -> ...Value (subscribed topics' metadata)
+    5      ConsumerGroupMemberMetadataKey           -> ...Value (a member's subscription)
+    6      ConsumerGroupTargetAssignmentMetadataKey -> ...Value (assignment epoch)
+    7      ConsumerGroupTargetAssignmentMemberKey   -> ...Value (a member's target)
+    8      ConsumerGroupCurrentMemberAssignmentKey  -> ...Value (a member's epoch and state)
 
-Versions 3 and up are the KIP-848 consumer-group records, which this module does not read
-yet; `decode_record` returns None for them so a loader can skip them.
+Versions 3-8 are KIP-848's consumer-group records (from the group-coordinator schemas'
+ConsumerGroup*Key/Value); keys are non-flexible, values flexible at version 0. Later key
+versions (share groups and others) are not read: `decode_record` returns None for them so a
+loader can skip them.
 """
 
 from __future__ import annotations
 
 import struct
+import uuid
 from dataclasses import dataclass
-from typing import ClassVar, Final
+from typing import Any, ClassVar, Final
 
 from pykraft.errors import CorruptRecord
 from pykraft.metadata.codec import MetadataDecodeError, decode_message, encode_message
@@ -151,8 +160,226 @@ class GroupMetadataValue:
     )
 
 
-CoordinatorKey = OffsetCommitKey | GroupMetadataKey
-CoordinatorValue = OffsetCommitValue | GroupMetadataValue
+def _group_key(version: int) -> tuple[FieldSpec, ...]:
+    return (FieldSpec("group_id", "string", Versions(version, version), default=""),)
+
+
+def _member_key(version: int) -> tuple[FieldSpec, ...]:
+    return (*_group_key(version),
+            FieldSpec("member_id", "string", Versions(version, version), default=""))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsumerGroupMetadataKey:
+    LOWEST_VERSION: ClassVar[int] = 3
+    LATEST_VERSION: ClassVar[int] = 3
+    FLEXIBLE_FROM: ClassVar[int | None] = None
+    group_id: str = ""
+    FIELDS: ClassVar[tuple[FieldSpec, ...]] = _group_key(3)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsumerGroupMetadataValue:
+    LOWEST_VERSION: ClassVar[int] = 0
+    LATEST_VERSION: ClassVar[int] = 0
+    FLEXIBLE_FROM: ClassVar[int | None] = 0
+    epoch: int = 0
+    FIELDS: ClassVar[tuple[FieldSpec, ...]] = (FieldSpec("epoch", "int32", _ALL, default=0),)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsumerGroupPartitionMetadataKey:
+    LOWEST_VERSION: ClassVar[int] = 4
+    LATEST_VERSION: ClassVar[int] = 4
+    FLEXIBLE_FROM: ClassVar[int | None] = None
+    group_id: str = ""
+    FIELDS: ClassVar[tuple[FieldSpec, ...]] = _group_key(4)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionRacks:
+    partition: int = 0
+    racks: tuple[str, ...] = ()
+    FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
+        FieldSpec("partition", "int32", _ALL, default=0),
+        FieldSpec("racks", "[]string", _ALL, default=()),
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TopicMetadata:
+    topic_id: uuid.UUID = uuid.UUID(int=0)
+    topic_name: str = ""
+    num_partitions: int = 0
+    partition_metadata: tuple[PartitionRacks, ...] = ()
+    FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
+        FieldSpec("topic_id", "uuid", _ALL, default=uuid.UUID(int=0)),
+        FieldSpec("topic_name", "string", _ALL, default=""),
+        FieldSpec("num_partitions", "int32", _ALL, default=0),
+        FieldSpec("partition_metadata", "[]PartitionMetadata", _ALL, default=(),
+                  struct=PartitionRacks),
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsumerGroupPartitionMetadataValue:
+    LOWEST_VERSION: ClassVar[int] = 0
+    LATEST_VERSION: ClassVar[int] = 0
+    FLEXIBLE_FROM: ClassVar[int | None] = 0
+    topics: tuple[TopicMetadata, ...] = ()
+    FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
+        FieldSpec("topics", "[]TopicMetadata", _ALL, default=(), struct=TopicMetadata),
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsumerGroupMemberMetadataKey:
+    LOWEST_VERSION: ClassVar[int] = 5
+    LATEST_VERSION: ClassVar[int] = 5
+    FLEXIBLE_FROM: ClassVar[int | None] = None
+    group_id: str = ""
+    member_id: str = ""
+    FIELDS: ClassVar[tuple[FieldSpec, ...]] = _member_key(5)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsumerGroupMemberMetadataValue:
+    """Tagged ClassicMemberMetadata (tag 0, members that joined with JoinGroup) is not
+    written, and skipped on read: classic members of consumer groups are not supported."""
+
+    LOWEST_VERSION: ClassVar[int] = 0
+    LATEST_VERSION: ClassVar[int] = 0
+    FLEXIBLE_FROM: ClassVar[int | None] = 0
+    instance_id: str | None = None
+    rack_id: str | None = None
+    client_id: str = ""
+    client_host: str = ""
+    subscribed_topic_names: tuple[str, ...] = ()
+    subscribed_topic_regex: str | None = None
+    rebalance_timeout_ms: int = -1
+    server_assignor: str | None = None
+    FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
+        FieldSpec("instance_id", "string", _ALL, nullable_versions=_ALL, default=None),
+        FieldSpec("rack_id", "string", _ALL, nullable_versions=_ALL, default=None),
+        FieldSpec("client_id", "string", _ALL, default=""),
+        FieldSpec("client_host", "string", _ALL, default=""),
+        FieldSpec("subscribed_topic_names", "[]string", _ALL, default=()),
+        FieldSpec("subscribed_topic_regex", "string", _ALL, nullable_versions=_ALL,
+                  default=None),
+        FieldSpec("rebalance_timeout_ms", "int32", _ALL, default=-1),
+        FieldSpec("server_assignor", "string", _ALL, nullable_versions=_ALL, default=None),
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsumerGroupTargetAssignmentMetadataKey:
+    LOWEST_VERSION: ClassVar[int] = 6
+    LATEST_VERSION: ClassVar[int] = 6
+    FLEXIBLE_FROM: ClassVar[int | None] = None
+    group_id: str = ""
+    FIELDS: ClassVar[tuple[FieldSpec, ...]] = _group_key(6)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsumerGroupTargetAssignmentMetadataValue:
+    LOWEST_VERSION: ClassVar[int] = 0
+    LATEST_VERSION: ClassVar[int] = 0
+    FLEXIBLE_FROM: ClassVar[int | None] = 0
+    assignment_epoch: int = 0
+    FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
+        FieldSpec("assignment_epoch", "int32", _ALL, default=0),
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TopicPartitions:
+    topic_id: uuid.UUID = uuid.UUID(int=0)
+    partitions: tuple[int, ...] = ()
+    FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
+        FieldSpec("topic_id", "uuid", _ALL, default=uuid.UUID(int=0)),
+        FieldSpec("partitions", "[]int32", _ALL, default=()),
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsumerGroupTargetAssignmentMemberKey:
+    LOWEST_VERSION: ClassVar[int] = 7
+    LATEST_VERSION: ClassVar[int] = 7
+    FLEXIBLE_FROM: ClassVar[int | None] = None
+    group_id: str = ""
+    member_id: str = ""
+    FIELDS: ClassVar[tuple[FieldSpec, ...]] = _member_key(7)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsumerGroupTargetAssignmentMemberValue:
+    LOWEST_VERSION: ClassVar[int] = 0
+    LATEST_VERSION: ClassVar[int] = 0
+    FLEXIBLE_FROM: ClassVar[int | None] = 0
+    topic_partitions: tuple[TopicPartitions, ...] = ()
+    FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
+        FieldSpec("topic_partitions", "[]TopicPartition", _ALL, default=(),
+                  struct=TopicPartitions),
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsumerGroupCurrentMemberAssignmentKey:
+    LOWEST_VERSION: ClassVar[int] = 8
+    LATEST_VERSION: ClassVar[int] = 8
+    FLEXIBLE_FROM: ClassVar[int | None] = None
+    group_id: str = ""
+    member_id: str = ""
+    FIELDS: ClassVar[tuple[FieldSpec, ...]] = _member_key(8)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsumerGroupCurrentMemberAssignmentValue:
+    """`state`: Kafka's MemberState byte (0 stable, 1 unrevoked, 2 unreleased partitions)."""
+
+    LOWEST_VERSION: ClassVar[int] = 0
+    LATEST_VERSION: ClassVar[int] = 0
+    FLEXIBLE_FROM: ClassVar[int | None] = 0
+    member_epoch: int = 0
+    previous_member_epoch: int = 0
+    state: int = 0
+    assigned_partitions: tuple[TopicPartitions, ...] = ()
+    partitions_pending_revocation: tuple[TopicPartitions, ...] = ()
+    FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
+        FieldSpec("member_epoch", "int32", _ALL, default=0),
+        FieldSpec("previous_member_epoch", "int32", _ALL, default=0),
+        FieldSpec("state", "int8", _ALL, default=0),
+        FieldSpec("assigned_partitions", "[]TopicPartitions", _ALL, default=(),
+                  struct=TopicPartitions),
+        FieldSpec("partitions_pending_revocation", "[]TopicPartitions", _ALL, default=(),
+                  struct=TopicPartitions),
+    )
+
+
+ConsumerGroupKey = (ConsumerGroupMetadataKey | ConsumerGroupPartitionMetadataKey
+                    | ConsumerGroupMemberMetadataKey | ConsumerGroupTargetAssignmentMetadataKey
+                    | ConsumerGroupTargetAssignmentMemberKey
+                    | ConsumerGroupCurrentMemberAssignmentKey)
+ConsumerGroupValue = (ConsumerGroupMetadataValue | ConsumerGroupPartitionMetadataValue
+                      | ConsumerGroupMemberMetadataValue
+                      | ConsumerGroupTargetAssignmentMetadataValue
+                      | ConsumerGroupTargetAssignmentMemberValue
+                      | ConsumerGroupCurrentMemberAssignmentValue)
+
+# key version -> (key type, value type), for KIP-848's records
+CONSUMER_GROUP_RECORDS: Final[dict[int, tuple[type[Any], type[Any]]]] = {
+    3: (ConsumerGroupMetadataKey, ConsumerGroupMetadataValue),
+    4: (ConsumerGroupPartitionMetadataKey, ConsumerGroupPartitionMetadataValue),
+    5: (ConsumerGroupMemberMetadataKey, ConsumerGroupMemberMetadataValue),
+    6: (ConsumerGroupTargetAssignmentMetadataKey, ConsumerGroupTargetAssignmentMetadataValue),
+    7: (ConsumerGroupTargetAssignmentMemberKey, ConsumerGroupTargetAssignmentMemberValue),
+    8: (ConsumerGroupCurrentMemberAssignmentKey, ConsumerGroupCurrentMemberAssignmentValue),
+}
+_CONSUMER_KEY_VERSIONS: Final = {key: version
+                                 for version, (key, _) in CONSUMER_GROUP_RECORDS.items()}
+
+CoordinatorKey = OffsetCommitKey | GroupMetadataKey | ConsumerGroupKey
+CoordinatorValue = OffsetCommitValue | GroupMetadataValue | ConsumerGroupValue
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,7 +392,8 @@ class CoordinatorRecord:
 
 def encode_key(key: CoordinatorKey) -> bytes:
     version = (OFFSET_COMMIT_KEY_VERSION if isinstance(key, OffsetCommitKey)
-               else GROUP_METADATA_KEY_VERSION)
+               else GROUP_METADATA_KEY_VERSION if isinstance(key, GroupMetadataKey)
+               else _CONSUMER_KEY_VERSIONS[type(key)])
     return _INT16.pack(version) + encode_message(key, version)
 
 
@@ -175,8 +403,10 @@ def encode_value(value: CoordinatorValue | None) -> bytes | None:
     if isinstance(value, OffsetCommitValue):
         version = (OFFSET_COMMIT_VALUE_VERSION_EXPIRE if value.expire_timestamp >= 0
                    else OFFSET_COMMIT_VALUE_VERSION)
-    else:
+    elif isinstance(value, GroupMetadataValue):
         version = GROUP_METADATA_VALUE_VERSION
+    else:
+        version = 0  # every KIP-848 value is at version 0
     return _INT16.pack(version) + encode_message(value, version)
 
 
@@ -191,7 +421,7 @@ def decode_record(key: bytes | None, value: bytes | None) -> CoordinatorRecord |
         raise CorruptRecord("a __consumer_offsets record needs a versioned key")
     (key_version,) = _INT16.unpack_from(key)
     decoded_key: CoordinatorKey
-    value_type: type[OffsetCommitValue] | type[GroupMetadataValue]
+    value_type: type[Any]
     try:
         if key_version in (0, 1):
             decoded_key = decode_message(OffsetCommitKey, key[2:], key_version)
@@ -199,6 +429,9 @@ def decode_record(key: bytes | None, value: bytes | None) -> CoordinatorRecord |
         elif key_version == GROUP_METADATA_KEY_VERSION:
             decoded_key = decode_message(GroupMetadataKey, key[2:], key_version)
             value_type = GroupMetadataValue
+        elif key_version in CONSUMER_GROUP_RECORDS:
+            key_type, value_type = CONSUMER_GROUP_RECORDS[key_version]
+            decoded_key = decode_message(key_type, key[2:], key_version)
         else:
             return None
         if value is None:

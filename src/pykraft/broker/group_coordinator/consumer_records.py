@@ -1,0 +1,193 @@
+"""A KIP-848 consumer group as `__consumer_offsets` records, and back by replay.
+
+The coordinator persists a consumer group by difference: `records_of(group)` is the full set
+of records (key -> value) that describes the group now; `changes(group)` compares it with
+`group.persisted` (what the log holds, written or replayed) and returns the records to
+append — new or changed values in Kafka's write order (member subscriptions, group epoch,
+subscription metadata, target assignment, assignment epoch, current assignments), then
+tombstones for keys that disappeared (current assignment, target, member, then the group's
+own keys) — and makes `persisted` match. `replay(group, key, value)` applies one record of
+the log, so loading a partition rebuilds the same group (members then heartbeat again).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from pykraft.broker.group_coordinator.consumer import (
+    Assignment,
+    ConsumerGroup,
+    ConsumerMember,
+    MemberState,
+)
+from pykraft.broker.group_coordinator.records import (
+    ConsumerGroupCurrentMemberAssignmentKey,
+    ConsumerGroupCurrentMemberAssignmentValue,
+    ConsumerGroupKey,
+    ConsumerGroupMemberMetadataKey,
+    ConsumerGroupMemberMetadataValue,
+    ConsumerGroupMetadataKey,
+    ConsumerGroupMetadataValue,
+    ConsumerGroupPartitionMetadataKey,
+    ConsumerGroupPartitionMetadataValue,
+    ConsumerGroupTargetAssignmentMemberKey,
+    ConsumerGroupTargetAssignmentMemberValue,
+    ConsumerGroupTargetAssignmentMetadataKey,
+    ConsumerGroupTargetAssignmentMetadataValue,
+    ConsumerGroupValue,
+    CoordinatorRecord,
+    TopicMetadata,
+    TopicPartitions,
+)
+
+__all__ = ["changes", "records_of", "replay", "tombstones"]
+
+# Kafka's MemberState bytes
+STATE_CODES: Final = {MemberState.STABLE: 0, MemberState.UNREVOKED_PARTITIONS: 1,
+                      MemberState.UNRELEASED_PARTITIONS: 2}
+STATES_BY_CODE: Final = {code: state for state, code in STATE_CODES.items()}
+# tombstones go out in this order: a member's assignment before the member, the group last
+TOMBSTONE_ORDER: Final[dict[type[Any], int]] = {
+    ConsumerGroupCurrentMemberAssignmentKey: 0,
+    ConsumerGroupTargetAssignmentMemberKey: 1,
+    ConsumerGroupMemberMetadataKey: 2,
+    ConsumerGroupTargetAssignmentMetadataKey: 3,
+    ConsumerGroupPartitionMetadataKey: 4,
+    ConsumerGroupMetadataKey: 5,
+}
+
+
+def _partitions(assignment: Assignment) -> tuple[TopicPartitions, ...]:
+    return tuple(TopicPartitions(topic_id=topic_id, partitions=tuple(sorted(indexes)))
+                 for topic_id, indexes in sorted(assignment.items(), key=lambda kv: kv[0].int)
+                 if indexes)
+
+
+def _assignment(partitions: tuple[TopicPartitions, ...]) -> Assignment:
+    return {p.topic_id: frozenset(p.partitions) for p in partitions if p.partitions}
+
+
+def records_of(group: ConsumerGroup) -> dict[ConsumerGroupKey, ConsumerGroupValue]:
+    """Every record that describes `group` now, in Kafka's write order."""
+    gid = group.group_id
+    wanted: dict[ConsumerGroupKey, ConsumerGroupValue] = {}
+    for m in group.members.values():
+        wanted[ConsumerGroupMemberMetadataKey(group_id=gid, member_id=m.member_id)] = (
+            ConsumerGroupMemberMetadataValue(
+                instance_id=m.instance_id, rack_id=m.rack_id, client_id=m.client_id,
+                client_host=m.client_host, subscribed_topic_names=m.subscribed_topic_names,
+                subscribed_topic_regex=m.subscribed_topic_regex,
+                rebalance_timeout_ms=m.rebalance_timeout_ms,
+                server_assignor=m.server_assignor))
+    wanted[ConsumerGroupMetadataKey(group_id=gid)] = ConsumerGroupMetadataValue(
+        epoch=group.group_epoch)
+    wanted[ConsumerGroupPartitionMetadataKey(group_id=gid)] = (
+        ConsumerGroupPartitionMetadataValue(topics=tuple(
+            TopicMetadata(topic_id=topic_id, topic_name=name, num_partitions=count)
+            for name, (topic_id, count) in sorted(group.subscription_metadata.items()))))
+    for member_id, target in group.target.items():
+        wanted[ConsumerGroupTargetAssignmentMemberKey(group_id=gid, member_id=member_id)] = (
+            ConsumerGroupTargetAssignmentMemberValue(topic_partitions=_partitions(target)))
+    wanted[ConsumerGroupTargetAssignmentMetadataKey(group_id=gid)] = (
+        ConsumerGroupTargetAssignmentMetadataValue(assignment_epoch=group.assignment_epoch))
+    for m in group.members.values():
+        wanted[ConsumerGroupCurrentMemberAssignmentKey(group_id=gid, member_id=m.member_id)] = (
+            ConsumerGroupCurrentMemberAssignmentValue(
+                member_epoch=m.member_epoch, previous_member_epoch=m.previous_member_epoch,
+                state=STATE_CODES[m.state], assigned_partitions=_partitions(m.assigned),
+                partitions_pending_revocation=_partitions(m.pending_revocation)))
+    return wanted
+
+
+def _diff(group: ConsumerGroup,
+          wanted: dict[ConsumerGroupKey, ConsumerGroupValue]) -> list[CoordinatorRecord]:
+    records = [CoordinatorRecord(key, value) for key, value in wanted.items()
+               if group.persisted.get(key) != value]
+    gone = sorted((key for key in group.persisted if key not in wanted),
+                  key=lambda key: TOMBSTONE_ORDER[type(key)])
+    records.extend(CoordinatorRecord(key, None) for key in gone)
+    group.persisted = dict(wanted)
+    return records
+
+
+def changes(group: ConsumerGroup) -> list[CoordinatorRecord]:
+    """The records that bring the log from `group.persisted` to the group as it is now."""
+    return _diff(group, records_of(group))
+
+
+def tombstones(group: ConsumerGroup) -> list[CoordinatorRecord]:
+    """The records that delete the whole group from the log."""
+    return _diff(group, {})
+
+
+def _member(group: ConsumerGroup, member_id: str) -> ConsumerMember:
+    member = group.members.get(member_id)
+    if member is None:
+        member = group.members[member_id] = ConsumerMember(member_id)
+    return member
+
+
+def replay(group: ConsumerGroup, key: ConsumerGroupKey,
+           value: ConsumerGroupValue | None) -> None:
+    """Apply one record of the log to `group` (which `key.group_id` names)."""
+    if value is None:
+        group.persisted.pop(key, None)
+        _replay_tombstone(group, key)
+        return
+    group.persisted[key] = value
+    match key, value:
+        case ConsumerGroupMetadataKey(), ConsumerGroupMetadataValue(epoch=epoch):
+            group.group_epoch = epoch
+        case ConsumerGroupPartitionMetadataKey(), ConsumerGroupPartitionMetadataValue():
+            group.subscription_metadata = {t.topic_name: (t.topic_id, t.num_partitions)
+                                           for t in value.topics}
+        case ConsumerGroupMemberMetadataKey(member_id=member_id), \
+                ConsumerGroupMemberMetadataValue():
+            member = _member(group, member_id)
+            member.instance_id, member.rack_id = value.instance_id, value.rack_id
+            member.client_id, member.client_host = value.client_id, value.client_host
+            member.subscribed_topic_names = tuple(value.subscribed_topic_names)
+            member.subscribed_topic_regex = value.subscribed_topic_regex
+            member.rebalance_timeout_ms = value.rebalance_timeout_ms
+            member.server_assignor = value.server_assignor
+            if value.instance_id is not None:
+                group.static_members[value.instance_id] = member_id
+        case ConsumerGroupTargetAssignmentMetadataKey(), \
+                ConsumerGroupTargetAssignmentMetadataValue():
+            group.assignment_epoch = value.assignment_epoch
+        case ConsumerGroupTargetAssignmentMemberKey(member_id=member_id), \
+                ConsumerGroupTargetAssignmentMemberValue():
+            group.target[member_id] = _assignment(value.topic_partitions)
+        case ConsumerGroupCurrentMemberAssignmentKey(member_id=member_id), \
+                ConsumerGroupCurrentMemberAssignmentValue():
+            member = _member(group, member_id)
+            member.member_epoch = value.member_epoch
+            member.previous_member_epoch = value.previous_member_epoch
+            member.state = STATES_BY_CODE.get(value.state, MemberState.STABLE)
+            group.set_owned(member, _assignment(value.assigned_partitions),
+                            _assignment(value.partitions_pending_revocation))
+        case _:
+            raise ValueError(f"{type(key).__name__} does not hold a {type(value).__name__}")
+
+
+def _replay_tombstone(group: ConsumerGroup, key: ConsumerGroupKey) -> None:
+    match key:
+        case ConsumerGroupMemberMetadataKey(member_id=member_id):
+            member = group.members.get(member_id)
+            if member is not None:
+                group.set_owned(member, {}, {})
+                del group.members[member_id]
+                if member.instance_id is not None and group.static_members.get(
+                        member.instance_id) == member_id:
+                    del group.static_members[member.instance_id]
+        case ConsumerGroupTargetAssignmentMemberKey(member_id=member_id):
+            group.target.pop(member_id, None)
+        case ConsumerGroupCurrentMemberAssignmentKey(member_id=member_id):
+            member = group.members.get(member_id)
+            if member is not None:
+                group.set_owned(member, {}, {})
+        case ConsumerGroupPartitionMetadataKey():
+            group.subscription_metadata = {}
+        case _:
+            pass  # the group's epoch keys: the caller drops the group on its metadata's
+

@@ -84,13 +84,14 @@ class NodeThread:
 
     def __init__(self, node_id: int, addresses: dict[int, tuple[str, int]], port: int,
                  log_dir: Path, *, cluster_id: str = CLUSTER,
-                 voters: frozenset[int] | None = None) -> None:
+                 voters: frozenset[int] | None = None, config: RaftConfig = CONFIG) -> None:
         self.node_id = node_id
         self.addresses = addresses
         self.port = port
         self.log_dir = log_dir
         self.cluster_id = cluster_id
         self.voters = voters if voters is not None else frozenset(addresses)
+        self.config = config
         self.collector = Collector()
         self.loop = asyncio.new_event_loop()
         self.node: RaftNode | None = None
@@ -107,13 +108,13 @@ class NodeThread:
     async def _start(self) -> None:
         channels = RaftChannels(
             self.node_id, self.cluster_id, self.addresses,
-            request_timeout_ms=CONFIG.request_timeout_ms,
-            retry_backoff_ms=CONFIG.retry_backoff_ms,
-            fetch_max_wait_ms=CONFIG.fetch_max_wait_ms,
+            request_timeout_ms=self.config.request_timeout_ms,
+            retry_backoff_ms=self.config.retry_backoff_ms,
+            fetch_max_wait_ms=self.config.fetch_max_wait_ms,
         )
         self.node = RaftNode.open(
             node_id=self.node_id, voters=self.voters, log_dir=self.log_dir,
-            listener=self.collector, config=CONFIG, rng=random.Random(self.node_id),
+            listener=self.collector, config=self.config, rng=random.Random(self.node_id),
             transport=channels,
         )
         self.listener = Listener(
@@ -128,20 +129,21 @@ class NodeThread:
         future: Future[T] = asyncio.run_coroutine_threadsafe(make(), self.loop)
         return future.result(timeout_s)
 
-    def stop(self) -> None:
+    def stop(self, *, resign: bool = True) -> None:
+        """Stop the node; without `resign` a leader just goes away, as if it crashed."""
         if not self.thread.is_alive():
             return
-        self.call(self._stop)
+        self.call(lambda: self._stop(resign))
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(5)
         self.loop.close()
         assert not self.fatal
 
-    async def _stop(self) -> None:
+    async def _stop(self, resign: bool) -> None:
+        if self.node is not None:
+            await self.node.stop(resign=resign)
         if self.listener is not None:
             await self.listener.close()
-        if self.node is not None:
-            await self.node.stop()
 
     # views, read on the node's loop ---------------------------------------------------------
 
@@ -196,7 +198,7 @@ def cluster(tmp_path: Path) -> Any:
     started: list[NodeThread] = []
 
     def make(count: int, *, cluster_ids: dict[int, str] | None = None,
-             observers: int = 0) -> list[NodeThread]:
+             observers: int = 0, config: RaftConfig = CONFIG) -> list[NodeThread]:
         ports = free_ports(count + observers)
         voters = {i + 1: ("127.0.0.1", ports[i]) for i in range(count)}
         nodes = []
@@ -205,7 +207,7 @@ def cluster(tmp_path: Path) -> Any:
             node = NodeThread(
                 node_id, voters, port, tmp_path / f"node-{node_id}" / "__cluster_metadata-0",
                 cluster_id=(cluster_ids or {}).get(node_id, CLUSTER),
-                voters=frozenset(voters),
+                voters=frozenset(voters), config=config,
             )
             nodes.append(node)
         for node in nodes:
@@ -214,12 +216,12 @@ def cluster(tmp_path: Path) -> Any:
 
     yield make, started
     for node in started:
-        node.stop()
+        node.stop(resign=False)
 
 
 def restart(node: NodeThread, started: list[NodeThread]) -> NodeThread:
     fresh = NodeThread(node.node_id, node.addresses, node.port, node.log_dir,
-                       cluster_id=node.cluster_id, voters=node.voters)
+                       cluster_id=node.cluster_id, voters=node.voters, config=node.config)
     started.append(fresh.start())
     return fresh
 
@@ -237,8 +239,8 @@ def test_three_voters_elect_one_leader_and_replicate_identical_logs(cluster: Any
     for node in nodes:
         assert node.collector.values == expected
     assert len({tuple(node.collector.batches) for node in nodes}) == 1
-    for node in nodes:
-        node.stop()
+    for node in sorted(nodes, key=lambda node: node is leader):  # the leader last, no handover
+        node.stop(resign=False)
     segments = [sorted(node.log_dir.glob("*.log")) for node in nodes]
     assert [p.name for p in segments[0]] == [p.name for p in segments[1]] == \
         [p.name for p in segments[2]]
@@ -256,7 +258,7 @@ def test_a_new_leader_takes_over_and_a_restarted_node_catches_up(cluster: Any) -
     before = first.propose([b"before failover"])
     wait_for(lambda: caught_up(nodes, before), "replication before the failover")
     first_epoch = first.view()[2]
-    first.stop()
+    first.stop(resign=False)
     survivors = [node for node in nodes if node is not first]
     second = wait_for(lambda: single_leader(survivors), "a second leader")
     assert second.view()[2] > first_epoch
@@ -316,7 +318,7 @@ def test_wait_committed_fails_when_the_leader_loses_its_quorum(cluster: Any) -> 
     leader = wait_for(lambda: single_leader(nodes), "a leader")
     for node in nodes:
         if node is not leader:
-            node.stop()
+            node.stop(resign=False)
     started_at = time.monotonic()
     with pytest.raises(NotLeaderError):
         leader.propose([b"never committed"])
@@ -331,7 +333,7 @@ def test_malformed_and_stale_requests_leave_the_quorum_alone(cluster: Any) -> No
     make, started = cluster
     nodes = make(3)
     leader = wait_for(lambda: single_leader(nodes), "a leader")
-    leader.stop()  # a failover, so that there is an older epoch to be stale in
+    leader.stop(resign=False)  # a failover, so that there is an older epoch to be stale in
     nodes = [node for node in nodes if node is not leader]
     leader = wait_for(lambda: single_leader(nodes), "a second leader")
     nodes.append(restart(next(n for n in started if not n.thread.is_alive()), started))
@@ -379,3 +381,22 @@ def test_malformed_and_stale_requests_leave_the_quorum_alone(cluster: Any) -> No
         assert (node.log_dir / "quorum-state").read_bytes() == states[node.node_id]
     second = leader.propose([b"second"])
     wait_for(lambda: caught_up(nodes, second), "replication after the noise")
+
+
+def test_a_leader_stopping_gracefully_hands_over_at_once(cluster: Any) -> None:
+    """At shutdown the leader resigns (EndQuorumEpoch naming its successors): a survivor
+    leads long before the followers' fetch.timeout.ms (3 s here) could have expired."""
+    make, _ = cluster
+    slow_to_notice = dataclasses.replace(CONFIG, fetch_timeout_ms=3_000)
+    nodes = make(3, config=slow_to_notice)
+    leader = wait_for(lambda: single_leader(nodes), "a leader")
+    offset = leader.propose([b"before the handover"])
+    wait_for(lambda: caught_up(nodes, offset), "replication")
+    epoch = leader.view()[2]
+    survivors = [node for node in nodes if node is not leader]
+    started_at = time.monotonic()
+    leader.stop()
+    second = wait_for(lambda: single_leader(survivors), "a successor")
+    assert time.monotonic() - started_at < 1.5
+    assert second.view()[2] > epoch
+    assert second.propose([b"after the handover"]) > offset

@@ -68,6 +68,11 @@ class Transport(Protocol):
 
     def send(self, message: OutboundMessage) -> None: ...
 
+    async def flush(self, timeout_ms: int) -> None:
+        """Wait (at most `timeout_ms`) until every request handed over was sent and
+        answered or dropped."""
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -137,6 +142,8 @@ class RaftNode:
         self._proposed: deque[tuple[int, int]] = deque()  # (last offset, epoch), ours as leader
         self._led_epoch: int | None = None  # the epoch we led at the last look
         self._led_high_watermark = 0  # committed in that epoch, as far as we saw
+        self._resign_requested = False
+        self._resign_sent = asyncio.Event()
         if transport is not None:
             transport.connect(self.receive)
 
@@ -283,11 +290,17 @@ class RaftNode:
             raise NotLeaderError(*self.leader_and_epoch)
         return self.leader_and_epoch
 
-    async def stop(self) -> None:
-        """Stop the loop after its current turn, fail the waiters, close the log."""
+    async def stop(self, *, resign: bool = True) -> None:
+        """Stop the loop after its current turn, fail the waiters, close the log.
+
+        With `resign`, a leader of several voters first resigns, as Kafka's does at
+        shutdown: its EndQuorumEpoch lets the most caught-up voter run at once instead of
+        waiting out fetch.timeout.ms (for at most controller.quorum.request.timeout.ms)."""
         if self._closed:
             return
         self._closed = True
+        if resign:
+            await self._resign(self.core.config.request_timeout_ms)
         self._stopping = True
         self._wake.set()
         if self._task is not None:
@@ -301,6 +314,20 @@ class RaftNode:
         if self._transport is not None:
             await self._transport.close()
         self._store.close()
+
+    async def _resign(self, timeout_ms: int) -> None:
+        task, transport = self._task, self._transport
+        if task is None or task.done() or transport is None:
+            return
+        if not isinstance(self.core.state, Leader):
+            return
+        self._resign_requested = True
+        self._wake.set()
+        resigned = asyncio.ensure_future(self._resign_sent.wait())
+        await asyncio.wait([resigned, task], timeout=timeout_ms / 1000)
+        resigned.cancel()
+        if self._resign_sent.is_set():
+            await transport.flush(timeout_ms)
 
     # proposals ----------------------------------------------------------------------------
 
@@ -361,10 +388,15 @@ class RaftNode:
                 self._wake.clear()
                 stepped = self._step_inbox()
                 self.core.tick(self._clock.now_ms(), timestamp_ms=self._clock.wall_clock_ms())
+                resigning, self._resign_requested = self._resign_requested, False
+                if resigning:
+                    self.core.resign(self._clock.now_ms())
                 self._check_leadership()
                 ready = self.core.ready()
                 flushed_end_offset = await self._write(ready)
                 self._send(ready.messages)
+                if resigning:
+                    self._resign_sent.set()
                 self._deliver(ready)
                 self.core.advance(ready)
                 if flushed_end_offset is not None:

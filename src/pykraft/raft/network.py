@@ -84,6 +84,11 @@ class _Lane:
         self.backoff_ms = 0
         self.retry_at_ms = 0
         self.correlation_id = 0
+        self.busy = False  # a request taken from the queue is not finished yet
+
+    @property
+    def idle(self) -> bool:
+        return not self.busy and self.queue.empty()
 
     def offer(self, message: OutboundMessage) -> bool:
         if self.task is None:
@@ -100,24 +105,31 @@ class _Lane:
         timeout_ms = self.channels.request_timeout_ms
         while True:
             queued = await self.queue.get()
-            deadline_ms = queued.queued_ms + timeout_ms
-            if _now_ms() >= deadline_ms or _now_ms() < self.retry_at_ms:
-                continue  # stale, or the destination is known to be down: dropped
+            self.busy = True
             try:
-                async with asyncio.timeout((deadline_ms - _now_ms()) / 1000):
-                    response = await self._exchange(queued.message)
-            except (OSError, TimeoutError, asyncio.IncompleteReadError, FrameError) as error:
-                self._failed(error)
-                continue
-            except Exception:
-                log.exception("raft request to node %d failed", self.destination_id)
-                self._failed(None)
-                continue
-            self.backoff_ms = 0
-            if response is not None:
-                self.channels.deliver(
-                    InboundMessage(self.destination_id, queued.message.correlation_id, response)
-                )
+                await self._handle(queued, timeout_ms)
+            finally:
+                self.busy = False
+
+    async def _handle(self, queued: _Queued, timeout_ms: int) -> None:
+        deadline_ms = queued.queued_ms + timeout_ms
+        if _now_ms() >= deadline_ms or _now_ms() < self.retry_at_ms:
+            return  # stale, or the destination is known to be down: dropped
+        try:
+            async with asyncio.timeout((deadline_ms - _now_ms()) / 1000):
+                response = await self._exchange(queued.message)
+        except (OSError, TimeoutError, asyncio.IncompleteReadError, FrameError) as error:
+            self._failed(error)
+            return
+        except Exception:
+            log.exception("raft request to node %d failed", self.destination_id)
+            self._failed(None)
+            return
+        self.backoff_ms = 0
+        if response is not None:
+            self.channels.deliver(
+                InboundMessage(self.destination_id, queued.message.correlation_id, response)
+            )
 
     async def _exchange(self, message: OutboundMessage) -> RaftResponse | None:
         body = message.body
@@ -223,6 +235,13 @@ class RaftChannels:
             )
         if not lane.offer(message):
             self.dropped += 1
+
+    async def flush(self, timeout_ms: int) -> None:
+        """Wait until every lane is idle: its requests sent and answered, or dropped."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_ms / 1000):
+                while not all(lane.idle for lane in self._lanes.values()):
+                    await asyncio.sleep(0.005)
 
     async def close(self) -> None:
         lanes, self._lanes = list(self._lanes.values()), {}

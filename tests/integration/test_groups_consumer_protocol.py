@@ -357,3 +357,42 @@ def test_wire_classic_and_consumer_groups_do_not_mix(cluster: LocalCluster) -> N
             instance_id=None, rack_id=None, rebalance_timeout=datetime.timedelta(0),
             subscribed_topic_names=None, server_assignor=None, topic_partitions=None))
         assert left.error_code == ErrorCode.none and left.member_epoch == -1
+
+
+def test_a_member_running_through_a_node_restart_keeps_its_partitions(tmp_path: Any) -> None:
+    """The group is replayed from __consumer_offsets when the node comes back: a member that
+    stays up heartbeats again at its epoch and keeps its partitions — no new group epoch,
+    no revocation."""
+    with LocalCluster(data_dir=tmp_path / "node", configs=CONSUMER_GROUP_CONFIGS) as node:
+        bootstrap = node.bootstrap_servers
+        _fill(bootstrap, "steady")
+        revoked: list[int] = []
+        consumer = consumer_of(bootstrap, "kip848-steady")
+        consumer.subscribe(["steady"], on_revoke=lambda _, tps: revoked.extend(
+            tp.partition for tp in tps))
+        poll_until([consumer], lambda: len(consumer.assignment()) == PARTITIONS)
+        visitor = consumer_of(bootstrap, "kip848-steady")  # joins and leaves: epoch 3
+        visitor.subscribe(["steady"])
+        poll_until([consumer, visitor], lambda: len(visitor.assignment()) == PARTITIONS // 2)
+        visitor.close()
+        poll_until([consumer], lambda: len(consumer.assignment()) == PARTITIONS)
+        revoked.clear()
+        before = _described(bootstrap, "kip848-steady")
+        assert before.group_epoch == 3 and len(before.members) == 1
+        node.stop()
+        node.start()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            consumer.poll(0.1)
+            after = _described(bootstrap, "kip848-steady")
+            if after.error_code == ErrorCode.none and after.members and (
+                    after.members[0].member_epoch == before.members[0].member_epoch):
+                break
+        assert after.error_code == ErrorCode.none
+        assert after.group_epoch == before.group_epoch
+        assert [m.member_id for m in after.members] == [m.member_id for m in before.members]
+        for _ in range(10):  # a few heartbeats after the restart
+            consumer.poll(0.1)
+        assert len(consumer.assignment()) == PARTITIONS and not revoked
+        assert _described(bootstrap, "kip848-steady").group_epoch == before.group_epoch
+        consumer.close()

@@ -128,6 +128,8 @@ class Bugs:
 
     skip_quorum_state_fsync: bool = False  # the vote lands in the page cache only
     commit_previous_epoch: bool = False  # count replicas of an older epoch's entry
+    skip_snapshot_load: bool = False  # the shell installs a snapshot but keeps its old state
+    wipe_voters_anytime: bool = False  # a voter forgets its disk whatever it voted and acked
 
     @classmethod
     def named(cls, name: str | None) -> Bugs:
@@ -324,7 +326,7 @@ class SimNode:
         assert core is not None
         for message in ready.messages:
             self.cluster.send(self.node_id, message)
-        if ready.load_snapshot is not None:
+        if ready.load_snapshot is not None and not self.cluster.bugs.skip_snapshot_load:
             self._load(ready.load_snapshot)
         for batch in ready.committed:
             self._apply(batch)
@@ -470,6 +472,7 @@ class SimCluster:
                 "snapshots_fetched",
                 "snapshot_loads",
                 "wipes",
+                "voter_wipes",
             ],
             0,
         )
@@ -586,6 +589,8 @@ class SimCluster:
                 print(f"{self.events.now_ms:>7} wipe {node.node_id}")
             node.wipe()
             self.counts["wipes"] += 1
+            if node.node_id in self.voter_ids:
+                self.counts["voter_wipes"] += 1
             self.events.at(self.rng.randint(50, 3_000), lambda: self._restart(node))
         self.events.at(self.rng.randint(1, 2 * self.faults.wipe_every_ms), self._wipe)
 
@@ -593,9 +598,10 @@ class SimCluster:
         """An observer always; a voter only when forgetting its disk cannot break Raft:
         no other voter is still catching up from a wipe, a majority of the other voters
         durably holds its whole durable log (so no entry it acknowledged rests on it
-        alone), and every node has left the epochs it may have voted in (so it is never
-        asked to vote in one of them again)."""
-        if node.node_id not in self.voter_ids:
+        alone), and every other voter's durable epoch is at least the highest it may have
+        voted in: a candidate asks for votes once, as it enters its epoch, and messages to
+        the wiped incarnation are lost, so no candidate of those epochs can ask it again."""
+        if node.node_id not in self.voter_ids or self.bugs.wipe_voters_anytime:
             return True
         others = [self.nodes[v] for v in sorted(self.voter_ids) if v != node.node_id]
         for other in others:
@@ -605,12 +611,7 @@ class SimCluster:
         if 2 * holders <= len(self.voter_ids):
             return False
         epoch = node.epoch_ever
-        return all(
-            (other.core.state.epoch if other.core is not None else other.durable_state.leader_epoch)
-            > epoch
-            for other in self.nodes.values()
-            if other is not node
-        )
+        return all(other.durable_state.leader_epoch >= epoch for other in others)
 
     def _regained(self, node: SimNode) -> bool:
         wiped_from = node.wiped_from
@@ -794,7 +795,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--seed", type=int)
     parser.add_argument("--seeds", default="0:500", help="start:stop")
-    parser.add_argument("--bug", choices=["skip_quorum_state_fsync", "commit_previous_epoch"])
+    parser.add_argument(
+        "--bug",
+        choices=[
+            "skip_quorum_state_fsync",
+            "commit_previous_epoch",
+            "skip_snapshot_load",
+            "wipe_voters_anytime",
+        ],
+    )
     parser.add_argument("--trace", action="store_true")
     parser.add_argument("--safety-ms", type=int, default=SAFETY_TIME_MS,
                         help="virtual time with faults on, per seed")

@@ -1,5 +1,7 @@
 """The Raft quorum under deterministic simulation: safety invariants after every event with
-faults on, liveness after heal, exact replay, and a faulty variant that must be caught.
+faults on, liveness after heal, exact replay, and faulty variants that must be caught.
+Snapshots (KIP-630) run in most seeds: taken at random applied offsets, the log deleted
+below them, loaded at restart, fetched in chunks by lagging and wiped nodes.
 
 CI runs seeds 0..499 with 8 s of virtual faults each; `-m slow` runs 2,000 more seeds with
 30 s each, and `python -m tests.sim.simulation --seeds 0:10000` any number."""
@@ -8,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from pykraft.errors import KafkaStorageError
+from pykraft.errors import InvariantViolation, KafkaStorageError
 from tests.sim.simulation import Bugs, SimulationFailure, replay_command, run_seed
 
 CI_SEEDS = 500
@@ -50,7 +52,8 @@ def test_a_seed_replays_exactly() -> None:
 def test_the_seeds_exercise_every_fault_and_both_cluster_sizes() -> None:
     """The simulator does what it claims: across a few seeds there are crashes, partitions,
     disk stalls, lost messages, follower truncations, re-elections, 3 and 5 voters and
-    observers -- and entries get committed."""
+    observers, snapshots taken, loaded and fetched, log prefixes deleted and disks wiped --
+    and entries get committed."""
     results = [run_seed(seed, safety_ms=CI_SAFETY_MS) for seed in range(40)]
     totals = {key: sum(result.counts[key] for result in results) for key in results[0].counts}
     assert all(count > 0 for count in totals.values()), totals
@@ -60,15 +63,27 @@ def test_the_seeds_exercise_every_fault_and_both_cluster_sizes() -> None:
     assert all(result.committed_end > 0 for result in results)
 
 
-@pytest.mark.parametrize("bug", ["commit_previous_epoch", "skip_quorum_state_fsync"])
+@pytest.mark.parametrize(
+    "bug",
+    [
+        "commit_previous_epoch",
+        "skip_quorum_state_fsync",
+        "skip_snapshot_load",
+        "wipe_voters_anytime",
+    ],
+)
 def test_the_simulator_catches_a_faulty_variant(bug: str) -> None:
     """Counting an older epoch's entry for commit (Raft's figure 8), or a quorum state that
     is not fsynced before the reply that rests on it, breaks the run within a few seeds.
     Without the fsync a restarted node either finds its log ahead of its quorum state (the
-    core refuses to start: KafkaStorageError) or votes twice in an epoch."""
+    core refuses to start: KafkaStorageError) or votes twice in an epoch. A shell that
+    installs a snapshot without loading it into its state machine diverges from the others'
+    digests. Wiping a voter's disk whenever (not only when a majority of the others holds
+    its log and no candidate can ask it for a vote again) loses committed entries (or a
+    follower is told to cut below its high watermark: InvariantViolation)."""
     for seed in range(100):
         try:
             run_seed(seed, bugs=Bugs.named(bug), safety_ms=CI_SAFETY_MS)
-        except (SimulationFailure, KafkaStorageError):
+        except (SimulationFailure, KafkaStorageError, InvariantViolation):
             return
     pytest.fail(f"no seed of 100 caught {bug}")

@@ -106,12 +106,8 @@ class NodeThread:
         return self
 
     async def _start(self) -> None:
-        channels = RaftChannels(
-            self.node_id, self.cluster_id, self.addresses,
-            request_timeout_ms=self.config.request_timeout_ms,
-            retry_backoff_ms=self.config.retry_backoff_ms,
-            fetch_max_wait_ms=self.config.fetch_max_wait_ms,
-        )
+        channels = RaftChannels.for_voters(self.node_id, self.cluster_id, self.addresses,
+                                           self.config)
         self.node = RaftNode.open(
             node_id=self.node_id, voters=self.voters, log_dir=self.log_dir,
             listener=self.collector, config=self.config, rng=random.Random(self.node_id),
@@ -247,6 +243,27 @@ def test_three_voters_elect_one_leader_and_replicate_identical_logs(cluster: Any
     for other in segments[1:]:
         for left, right in zip(segments[0], other, strict=True):
             assert filecmp.cmp(left, right, shallow=False)
+
+
+def test_every_node_waits_until_caught_up_with_whoever_leads(cluster: Any) -> None:
+    """wait_caught_up returns on the leader, an observer, and a follower restarted behind
+    the log -- the latter only once it applied what was committed before it started."""
+    make, started = cluster
+    nodes = make(3, observers=1)
+    leader = wait_for(lambda: single_leader(nodes[:3]), "a leader")
+    behind = next(node for node in nodes[:3] if node is not leader)
+    behind.stop()
+    offset = max(leader.propose([f"record-{i}".encode()]) for i in range(30))
+    behind = restart(behind, started)
+    for node in (leader, behind, nodes[3]):
+        async def wait(node: NodeThread = node) -> tuple[int, int]:
+            assert node.node is not None
+            leader_and_epoch = await node.node.wait_caught_up()
+            return leader_and_epoch.leader_id, node.node.core.applied_offset
+        leader_id, applied = node.call(wait)
+        assert leader_id == leader.node_id
+        if node is behind:
+            assert applied > offset
 
 
 def test_a_new_leader_takes_over_and_a_restarted_node_catches_up(cluster: Any) -> None:

@@ -41,10 +41,13 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Final, Protocol
 
+from kio.schema.errors import ErrorCode
+
 from pykraft.errors import InvalidConfig, NotLeaderError, RequestTimedOut, invariant
 from pykraft.raft.core import CommittedBatch, RaftConfig, RaftCore, Ready
 from pykraft.raft.log_store import DiskLogStore, LogStore
 from pykraft.raft.messages import (
+    FetchResponse,
     InboundMessage,
     OutboundMessage,
     RaftRequest,
@@ -144,6 +147,8 @@ class RaftNode:
         self._led_high_watermark = 0  # committed in that epoch, as far as we saw
         self._resign_requested = False
         self._resign_sent = asyncio.Event()
+        self._caught_up = asyncio.Event()
+        self._leader_high_watermark = -1  # the highest a leader told us in a fetch answer
         if transport is not None:
             transport.connect(self.receive)
 
@@ -290,6 +295,22 @@ class RaftNode:
             raise NotLeaderError(*self.leader_and_epoch)
         return self.leader_and_epoch
 
+    async def wait_caught_up(self) -> LeaderAndEpoch:
+        """Wait until this node's listeners have been given the log up to the high
+        watermark of the first leader's answer that carried one (or, if this node leads,
+        until they heard so): the start-up wait of a node among several voters, or of an
+        observer, where `wait_leader` would wait for a leadership that may go elsewhere."""
+        task = self._task
+        if task is None:
+            raise RuntimeError("wait_caught_up() before start()")
+        caught_up = asyncio.ensure_future(self._caught_up.wait())
+        await asyncio.wait([caught_up, task], return_when=asyncio.FIRST_COMPLETED)
+        if not caught_up.done():
+            caught_up.cancel()
+            self._raise_if_failed()
+            raise NotLeaderError(*self.leader_and_epoch)
+        return self.leader_and_epoch
+
     async def stop(self, *, resign: bool = True) -> None:
         """Stop the loop after its current turn, fail the waiters, close the log.
 
@@ -403,6 +424,7 @@ class RaftNode:
                     self.core.flushed(flushed_end_offset)
                 self._check_leadership()
                 self._resolve_waiters()
+                self._note_caught_up()
                 if ready.has_work or flushed_end_offset is not None or stepped or self._inbox:
                     await asyncio.sleep(0)  # let proposers in, then take the next turn
                     continue
@@ -429,12 +451,28 @@ class RaftNode:
             self._store.append(b"".join(ready.batches))
         return self._store.flush() if ready.batches else self._store.flushed_offset
 
+    def _note_caught_up(self) -> None:
+        if self._caught_up.is_set():
+            return
+        core = self.core
+        if core.leader_and_epoch.leader_id == core.node_id:
+            caught_up = self._leader_announced.is_set()
+        else:
+            target = self._leader_high_watermark
+            caught_up = target >= 0 and core.applied_offset >= target
+        if caught_up:
+            self._caught_up.set()
+
     def _step_inbox(self) -> bool:
         inbox = self._inbox
         if not inbox:
             return False
         while inbox:
-            self.core.step(inbox.popleft(), self._clock.now_ms())
+            message = inbox.popleft()
+            body = message.body
+            if isinstance(body, FetchResponse) and body.error == ErrorCode.none:
+                self._leader_high_watermark = max(self._leader_high_watermark, body.high_watermark)
+            self.core.step(message, self._clock.now_ms())
         return True
 
     def _send(self, messages: Sequence[OutboundMessage]) -> None:

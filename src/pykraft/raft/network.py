@@ -41,6 +41,7 @@ from pykraft.protocol.entities import NO_THROTTLE, make, response_module
 from pykraft.protocol.framing import FrameError, decode_response, encode_request
 from pykraft.raft import codec
 from pykraft.raft.codec import DecodedRequest, RejectedRequest
+from pykraft.raft.core import RaftConfig
 from pykraft.raft.messages import (
     FetchRequest,
     FetchSnapshotRequest,
@@ -212,6 +213,26 @@ class RaftChannels:
         self._deliver: Callable[[InboundMessage], None] | None = None
         self._lanes: dict[tuple[int, bool], _Lane] = {}
         self.dropped = 0  # requests never sent: no address, a full lane
+
+    @classmethod
+    def for_voters(
+        cls,
+        node_id: int,
+        cluster_id: str,
+        voters: Mapping[int, tuple[str, int]],
+        config: RaftConfig,
+    ) -> RaftChannels:
+        """Channels to `voters` (ServerConfig.voters: id -> (host, port)) with the
+        timeouts of the node's raft configuration."""
+        return cls(
+            node_id,
+            cluster_id,
+            voters,
+            request_timeout_ms=config.request_timeout_ms,
+            retry_backoff_ms=config.retry_backoff_ms,
+            fetch_max_wait_ms=config.fetch_max_wait_ms,
+            fetch_bytes_max=config.fetch_bytes_max,
+        )
 
     def connect(self, deliver: Callable[[InboundMessage], None]) -> None:
         """Where answers go (the node's inbox); set once by the node."""

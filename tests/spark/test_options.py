@@ -69,6 +69,11 @@ def test_starting_precedence_timestamp_then_by_timestamp_then_offsets() -> None:
     (True, {"subscribe": "t", "startingOffsets": "{}"}, "must be"),
     (True, {"subscribe": "t", "startingOffsets": '{"t":{"x":1}}'}, "must be"),
     (True, {"subscribe": "t", "maxOffsetsPerTrigger": "0"}, "positive integer"),
+    (True, {"subscribe": "t", "minOffsetsPerTrigger": "-5"}, "positive integer"),
+    (True, {"subscribe": "t", "minOffsetsPerTrigger": "20", "maxOffsetsPerTrigger": "10"},
+     r"minOffsetPerTrigger\(20\) is higher than the maxOffsetsPerTrigger\(10\)"),
+    (True, {"subscribe": "t", "maxTriggerDelay": "soon"}, "must be a duration"),
+    (True, {"subscribe": "t", "maxTriggerDelay": "5 parsecs"}, "must be a duration"),
     (True, {"subscribe": " , "}, "No topics"),
     (True, {"subscribePattern": "("}, "not a valid regular expression"),
     (True, {"subscribe": "t", "subscribePattern": "x"}, "'subscribe', 'subscribePattern'"),
@@ -86,3 +91,15 @@ def test_write_options() -> None:
     assert parse_write_options(BASE).topic is None
     with pytest.raises(InvalidOptionError, match="value.serializer"):
         parse_write_options({**BASE, "kafka.value.serializer": "x"})
+
+
+@pytest.mark.parametrize(("text", "millis"), [
+    (None, 900_000), ("15m", 900_000), ("30s", 30_000), ("500ms", 500), ("250", 250),
+    ("2h", 7_200_000), ("1 min", 60_000), ("1d", 86_400_000),
+])
+def test_max_trigger_delay_is_a_spark_duration(text: str | None, millis: int) -> None:
+    options = {"subscribe": "t", "kafka.bootstrap.servers": "h:1", "minOffsetsPerTrigger": "5"}
+    if text is not None:
+        options["maxTriggerDelay"] = text
+    parsed = parse_read_options(options, streaming=True)
+    assert parsed.max_trigger_delay_ms == millis and parsed.min_offsets_per_trigger == 5

@@ -13,6 +13,7 @@ from pykraft.spark.planning import (
     DataLossError,
     OffsetRange,
     admit,
+    delays_trigger,
     next_end_offsets,
     offsets_from_json,
     offsets_to_json,
@@ -110,3 +111,14 @@ def test_offsets_json_is_sparks_shape() -> None:
     table = {("b", 1): 5, ("a", 0): 7, ("a", 10): 2}
     assert offsets_to_json(table) == {"a": {"0": 7, "10": 2}, "b": {"1": 5}}
     assert offsets_from_json(offsets_to_json(table)) == table
+
+
+def test_min_offsets_per_trigger_delays_until_enough_or_too_late() -> None:
+    start = {("t", 0): 10, ("t", 1): 5}
+    few = {("t", 0): 15, ("t", 1): 8}  # 8 new
+    enough = {("t", 0): 15, ("t", 1): 7, ("t", 2): 3}  # 7 new + a new partition's 3 from 0
+    assert delays_trigger(start, few, 10, 1_000, 60_000)
+    assert not delays_trigger(start, enough, 10, 1_000, 60_000)
+    assert not delays_trigger(start, few, 10, 60_000, 60_000), "the delay has run out"
+    assert not delays_trigger(start, few, None, 0, 60_000), "no minimum: never delayed"
+    assert delays_trigger(start, start, 1, 0, 60_000), "nothing new at all"

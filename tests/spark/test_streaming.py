@@ -221,3 +221,52 @@ def test_deleted_topic_fails_or_is_dropped(
         query.awaitTermination(60)
         assert query.exception() is None
         assert spark.read.parquet(str(out)).count() == 25
+
+
+def _wait_first_trigger(query: StreamingQuery) -> None:
+    deadline = time.monotonic() + 60
+    while not query.recentProgress and time.monotonic() < deadline:
+        assert query.exception() is None, query.exception()
+        time.sleep(0.1)
+    assert query.recentProgress, "the query ran no trigger"
+
+
+def test_min_offsets_per_trigger_waits_for_enough_records_or_the_delay(
+        spark: SparkSession, pykraft_cluster: LocalCluster, topic_name: TopicName,
+        tmp_path: Path) -> None:
+    """minOffsetsPerTrigger=500 (maxTriggerDelay 1h): 100 new records plan no batch over many
+    triggers; 450 more make one batch of all 550. With maxTriggerDelay=2s, 20 records (far
+    below the minimum) are read once the delay has passed."""
+    bootstrap = pykraft_cluster.bootstrap_servers
+    topic = topic_name("stream-min")
+    create_topic(bootstrap, topic, partitions=2)
+    df = stream(spark, bootstrap, subscribe=topic, startingOffsets="latest",
+                minOffsetsPerTrigger="500", maxTriggerDelay="1h")
+    out = tmp_path / "out"
+    query = to_parquet_per_batch(df, out, tmp_path / "checkpoint", available_now=False)
+    try:
+        _wait_first_trigger(query)
+        produce(bootstrap, topic, ((i % 2, b"k", b"v") for i in range(100)))
+        time.sleep(3)  # about fifteen 200 ms triggers
+        assert query.exception() is None, query.exception()
+        if out.exists() and any(out.glob("batch=*/_SUCCESS")):  # an empty first batch
+            assert spark.read.parquet(str(out)).count() == 0, "not enough records yet"
+        produce(bootstrap, topic, ((i % 2, b"k", b"v") for i in range(450)))
+        _wait_rows(spark, query, out, 550)
+    finally:
+        query.stop()
+    sizes = [r.n for r in spark.read.parquet(str(out)).groupBy("batch").agg(
+        F.count("*").alias("n")).collect()]
+    assert sizes == [550]
+
+    delayed = stream(spark, bootstrap, subscribe=topic, startingOffsets="latest",
+                     minOffsetsPerTrigger="1000", maxTriggerDelay="2s")
+    out2 = tmp_path / "out2"
+    query = to_parquet_per_batch(delayed, out2, tmp_path / "checkpoint2", available_now=False)
+    try:
+        _wait_first_trigger(query)
+        produce(bootstrap, topic, ((i % 2, b"k", b"late") for i in range(20)))
+        _wait_rows(spark, query, out2, 20)
+    finally:
+        query.stop()
+    assert spark.read.parquet(str(out2)).where(F.col("value") == b"late").count() == 20

@@ -120,6 +120,9 @@ class ReadOptions:
     fail_on_data_loss: bool = True
     include_headers: bool = False
     max_offsets_per_trigger: int | None = None
+    # a trigger with fewer new offsets is skipped, unless max_trigger_delay_ms has passed
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = 15 * 60_000
     min_partitions: int | None = None
     max_records_per_partition: int | None = None
     poll_timeout_ms: int = 120_000
@@ -167,6 +170,13 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool | None) ->
                     f"Option '{_spark_name(key)}' is not valid for streaming queries.")
     elif streaming is not None and ending is not None:
         _check_batch_bounds(starting, ending)
+    min_offsets = _positive(lowered, "minoffsetspertrigger")
+    max_offsets = _positive(lowered, "maxoffsetspertrigger")
+    if min_offsets is not None and max_offsets is not None and min_offsets > max_offsets:
+        raise InvalidOptionError(
+            f"The value of minOffsetPerTrigger({min_offsets}) is higher than the "
+            f"maxOffsetsPerTrigger({max_offsets}).")
+    max_trigger_delay_ms = _duration_ms(lowered, "maxtriggerdelay", default=15 * 60_000)
     if streaming and "maxrecordsperpartition" in lowered:
         raise InvalidOptionError("Option 'maxRecordsPerPartition' is for batch queries; "
                                  "use 'maxOffsetsPerTrigger' to bound micro-batches.")
@@ -183,7 +193,9 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool | None) ->
         ending=ending,
         fail_on_data_loss=_boolean(lowered, "failondataloss", default=True),
         include_headers=_boolean(lowered, "includeheaders", default=False),
-        max_offsets_per_trigger=_positive(lowered, "maxoffsetspertrigger"),
+        max_offsets_per_trigger=max_offsets,
+        min_offsets_per_trigger=min_offsets,
+        max_trigger_delay_ms=max_trigger_delay_ms,
         min_partitions=_positive(lowered, "minpartitions"),
         max_records_per_partition=_positive(lowered, "maxrecordsperpartition"),
         poll_timeout_ms=_positive(lowered, "kafkaconsumer.polltimeoutms") or 120_000,
@@ -353,6 +365,7 @@ def _positive(lowered: Mapping[str, str], key: str) -> int | None:
     if text is None:
         return None
     names = {"maxoffsetspertrigger": "maxOffsetsPerTrigger", "minpartitions": "minPartitions",
+             "minoffsetspertrigger": "minOffsetsPerTrigger",
              "maxrecordsperpartition": "maxRecordsPerPartition",
              "kafkaconsumer.polltimeoutms": "kafkaConsumer.pollTimeoutMs"}
     try:
@@ -363,3 +376,21 @@ def _positive(lowered: Mapping[str, str], key: str) -> int | None:
         raise InvalidOptionError(
             f"Option '{names.get(key, key)}' must be a positive integer, got: {text}")
     return value
+
+
+_DURATION_UNITS = {"us": 0.001, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000,
+                   "h": 3_600_000, "d": 86_400_000}
+
+
+def _duration_ms(lowered: Mapping[str, str], key: str, *, default: int) -> int:
+    """A Spark time string ("15m", "10s", "500ms", "2h"; a bare number is milliseconds)."""
+    text = lowered.get(key)
+    if text is None:
+        return default
+    match = re.fullmatch(r"\s*(\d+)\s*([a-z]*)\s*", text.lower())
+    if match is None or match.group(2) not in ("", *_DURATION_UNITS):
+        names = {"maxtriggerdelay": "maxTriggerDelay"}
+        raise InvalidOptionError(
+            f"Option '{names.get(key, key)}' must be a duration such as 15m, 30s or 500ms, "
+            f"got: {text}")
+    return int(int(match.group(1)) * _DURATION_UNITS.get(match.group(2), 1))

@@ -28,6 +28,7 @@ __all__ = [
     "OffsetRange",
     "Plan",
     "admit",
+    "delays_trigger",
     "next_end_offsets",
     "offsets_from_json",
     "offsets_to_json",
@@ -102,6 +103,18 @@ def admit(start: Mapping[Partition, int], latest: Mapping[Partition, int],
     for tp in by_remainder[:left]:
         shares[tp] += 1  # a remainder > 0 implies share < available, so this never overshoots
     return {tp: start.get(tp, latest[tp]) + shares[tp] for tp in latest}
+
+
+def delays_trigger(start: Mapping[Partition, int], latest: Mapping[Partition, int],
+                   min_offsets: int | None, since_last_trigger_ms: int,
+                   max_delay_ms: int) -> bool:
+    """minOffsetsPerTrigger: skip this trigger (plan no batch) while fewer offsets than
+    `min_offsets` are new, until `max_delay_ms` has passed since the last batch was planned.
+    New partitions count from offset 0, as Spark's Kafka source counts them."""
+    if min_offsets is None:
+        return False
+    new = sum(max(0, offset - start.get(tp, 0)) for tp, offset in latest.items())
+    return new < min_offsets and since_last_trigger_ms < max_delay_ms
 
 
 def next_end_offsets(start: Mapping[Partition, int], latest: Mapping[Partition, int],

@@ -10,11 +10,14 @@ processes. Option syntax is checked when the DataFrame is defined (`schema`); cl
 (topics, offsets) happen when the query starts and at each micro-batch, in the planner process
 on the driver (`partitions`, `initialOffset`, `latestOffset`); each planned offset range is read
 by one Spark task (`read`). The stream reader's offsets are the checkpointed offsets of Spark's
-Kafka source, {"topic": {"partition": next offset}}; the source keeps no state of its own.
+Kafka source, {"topic": {"partition": next offset}}; the source keeps no state of its own
+beyond the planner's memory of when it last planned a batch (minOffsetsPerTrigger).
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -66,6 +69,7 @@ from pykraft.spark.options import (
 )
 from pykraft.spark.planning import (
     OffsetRange,
+    delays_trigger,
     next_end_offsets,
     offsets_from_json,
     offsets_to_json,
@@ -75,6 +79,8 @@ from pykraft.spark.planning import (
 )
 
 __all__ = ["PykraftDataSource", "read_schema"]
+
+log = logging.getLogger("pykraft.spark")
 
 HEADERS_DDL = "array<struct<key:string,value:binary>>"
 
@@ -230,10 +236,11 @@ class PykraftStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._latest: dict[Partition, int] = {}
         self._target: dict[Partition, int] | None = None  # Trigger.AvailableNow's end
         self._initial: dict[str, Any] | None = None
+        self._last_trigger_ms = 0  # when a batch was last planned (0: never, do not delay)
 
     def __getstate__(self) -> dict[str, Any]:
         return {"options": self.options, "_view": None, "_latest": {}, "_target": None,
-                "_initial": None}
+                "_initial": None, "_last_trigger_ms": 0}
 
     def _cluster(self) -> ClusterView:
         if self._view is None:
@@ -270,9 +277,17 @@ class PykraftStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             latest = {tp: min(offset, target[tp]) for tp, offset in latest.items()
                       if tp in target}
         self._latest = latest
+        begin = offsets_from_json(start)
+        now_ms = time.time_ns() // 1_000_000
+        if self._target is None and delays_trigger(  # AvailableNow must not wait for more
+                begin, latest, self.options.min_offsets_per_trigger,
+                now_ms - self._last_trigger_ms, self.options.max_trigger_delay_ms):
+            log.debug("pykraft source: fewer than minOffsetsPerTrigger new offsets; "
+                      "skipping this trigger")
+            return start
+        self._last_trigger_ms = now_ms
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        end, losses = next_end_offsets(offsets_from_json(start), latest,
-                                       view.earliest(sorted(latest)), max_rows)
+        end, losses = next_end_offsets(begin, latest, view.earliest(sorted(latest)), max_rows)
         report_data_loss(losses, fail=self.options.fail_on_data_loss)
         return offsets_to_json(end)
 

@@ -425,3 +425,60 @@ def test_a_replayed_member_that_never_returns_is_fenced_by_its_session() -> None
     assert h.log[-1].value is None and type(h.log[-1].key).__name__ == (
         "ConsumerGroupMetadataKey")
     assert GROUP not in reloaded(h).partitions[0].groups
+
+
+class Client:
+    """A well-behaved member: it owns what the coordinator last gave it, and gives it all
+    up once its session has lapsed without a successful heartbeat (as librdkafka does)."""
+
+    def __init__(self, member_id: str) -> None:
+        self.member_id = member_id
+        self.epoch = 0
+        self.owned: dict[uuid.UUID, set[int]] = {}
+        self.last_ok_ms = 0
+
+    def check_session(self, now_ms: int) -> None:
+        if now_ms - self.last_ok_ms >= SESSION_MS:
+            self.epoch, self.owned = 0, {}
+
+    def beat(self, h: Harness) -> None:
+        self.check_session(h.now_ms)
+        result = h.beat(self.member_id, self.epoch, owned=self.owned)
+        if result.error != ErrorCode.none:
+            self.epoch, self.owned = 0, {}  # fenced or unknown: rejoin from scratch
+            return
+        self.last_ok_ms = h.now_ms
+        self.epoch = result.member_epoch
+        if result.assignment is not None:
+            self.owned = {t: set(p) for t, p in result.assignment.items()}
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_random_members_never_share_a_partition_and_the_log_always_matches(seed: int) -> None:
+    """Members join, heartbeat, leave, stall and come back at random: no partition is ever
+    owned by two clients, every replay of the log equals the live group, and once everyone
+    heartbeats steadily the group is stable with every partition owned once."""
+    rng = random.Random(seed)
+    h = Harness()
+    clients = [Client(f"m{i}") for i in range(rng.randint(2, 5))]
+    for _ in range(60):
+        client = rng.choice(clients)
+        action = rng.random()
+        if action < 0.1:
+            h.beat(client.member_id, -1)
+            client.epoch, client.owned = 0, {}
+        elif action < 0.2:
+            h.advance(rng.choice([100, SESSION_MS + 1]))
+        else:
+            client.beat(h)
+        for each in clients:
+            each.check_session(h.now_ms)
+        held = [(t, p) for c in clients for t, ps in c.owned.items() for p in ps]
+        assert len(held) == len(set(held)), held
+        assert snapshot(reloaded(h)) == snapshot(h.core)
+    for _ in range(10):
+        for client in clients:
+            client.beat(h)
+    assert h.state() is ConsumerGroupState.STABLE
+    held = sorted(p for c in clients for ps in c.owned.values() for p in ps)
+    assert held == list(range(6))

@@ -29,6 +29,7 @@ at epoch 4 and C's next heartbeat receives {3}.
 
 from __future__ import annotations
 
+import heapq
 import re
 import uuid
 from collections.abc import Iterable, Mapping
@@ -204,11 +205,15 @@ def assign_uniform(members: Mapping[str, set[str]], topics: Mapping[str, TopicIn
                    current: Mapping[str, Assignment]) -> dict[str, Assignment]:
     """Balanced and sticky: a partition stays with its current target owner while that member
     still subscribes to its topic; the rest go to the least-loaded subscriber; then partitions
-    move from a member to a subscriber holding at least two fewer until no such move exists,
-    so among members with the same subscriptions counts differ by at most one."""
-    owner: dict[tuple[str, int], str] = {}
-    load = {m: 0 for m in members}
+    move from the most loaded member to a subscriber holding at least two fewer until no such
+    move exists, so among members with the same subscriptions counts differ by at most one.
+
+    Cost: O(P log M) to place P partitions among M members, O(M log M + T·M + P/M) per move;
+    a member joining an even group moves about P/M partitions."""
+    subscribers = {name: _subscribers(members, name) for name in topics}
+    owned: dict[str, set[tuple[str, int]]] = {m: set() for m in members}
     by_id = {info.topic_id: name for name, info in topics.items()}
+    taken: set[tuple[str, int]] = set()
     for member_id in sorted(current):
         if member_id not in members:
             continue
@@ -216,38 +221,53 @@ def assign_uniform(members: Mapping[str, set[str]], topics: Mapping[str, TopicIn
             name = by_id.get(topic_id)
             if name is None or name not in members[member_id]:
                 continue
-            for index in sorted(indexes):
-                if index < topics[name].partition_count and (name, index) not in owner:
-                    owner[(name, index)] = member_id
-                    load[member_id] += 1
+            for index in indexes:
+                if index < topics[name].partition_count and (name, index) not in taken:
+                    taken.add((name, index))
+                    owned[member_id].add((name, index))
     for name in sorted(topics):
-        subscribers = _subscribers(members, name)
-        if not subscribers:
+        if not subscribers[name]:
             continue
+        lightest = [(len(owned[m]), m) for m in subscribers[name]]
+        heapq.heapify(lightest)
         for index in range(topics[name].partition_count):
-            if (name, index) not in owner:
-                chosen = min(subscribers, key=lambda m: (load[m], m))
-                owner[(name, index)] = chosen
-                load[chosen] += 1
-    moves_left = MOVES_PER_PARTITION_MAX * max(1, len(owner))
-    moved = True
-    while moved and moves_left > 0:
-        moved = False
-        for (name, index), holder in sorted(owner.items(), key=lambda kv: (-load[kv[1]],
-                                                                            kv[0])):
-            subscribers = _subscribers(members, name)
-            lightest = min(subscribers, key=lambda m: (load[m], m))
-            if load[lightest] + 1 < load[holder]:
-                owner[(name, index)] = lightest
-                load[holder] -= 1
-                load[lightest] += 1
-                moved = True
-                moves_left -= 1
-                break
+            if (name, index) in taken:
+                continue
+            while True:  # entries go stale as other topics' partitions land: refresh them
+                load, member_id = heapq.heappop(lightest)
+                if load == len(owned[member_id]):
+                    break
+                heapq.heappush(lightest, (len(owned[member_id]), member_id))
+            owned[member_id].add((name, index))
+            heapq.heappush(lightest, (load + 1, member_id))
+    _balance(owned, subscribers, MOVES_PER_PARTITION_MAX * max(1, len(taken)))
     result: dict[str, dict[uuid.UUID, set[int]]] = {m: {} for m in members}
-    for (name, index), member_id in owner.items():
-        result[member_id].setdefault(topics[name].topic_id, set()).add(index)
+    for member_id, partitions in owned.items():
+        for name, index in partitions:
+            result[member_id].setdefault(topics[name].topic_id, set()).add(index)
     return {m: {t: frozenset(p) for t, p in a.items()} for m, a in result.items()}
+
+
+def _balance(owned: dict[str, set[tuple[str, int]]], subscribers: Mapping[str, list[str]],
+             moves_max: int) -> None:
+    """Move partitions from heavier members to subscribers holding two or more fewer."""
+    for _ in range(moves_max):
+        lightest = {name: min(subs, key=lambda m: (len(owned[m]), m))
+                    for name, subs in subscribers.items() if subs}
+        move = None
+        for heavy in sorted(owned, key=lambda m: (-len(owned[m]), m)):
+            for name, index in sorted(owned[heavy]):
+                light = lightest[name]
+                if len(owned[light]) + 1 < len(owned[heavy]):
+                    move = (heavy, light, (name, index))
+                    break
+            if move is not None:
+                break
+        if move is None:
+            return
+        heavy, light, partition = move
+        owned[heavy].discard(partition)
+        owned[light].add(partition)
 
 
 ASSIGNORS: Final = {"uniform": assign_uniform, "range": assign_range}

@@ -12,6 +12,7 @@ the log, so loading a partition rebuilds the same group (members then heartbeat 
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any, Final
 
 from pykraft.broker.group_coordinator.consumer import (
@@ -67,11 +68,17 @@ def _assignment(partitions: tuple[TopicPartitions, ...]) -> Assignment:
     return {p.topic_id: frozenset(p.partitions) for p in partitions if p.partitions}
 
 
-def records_of(group: ConsumerGroup) -> dict[ConsumerGroupKey, ConsumerGroupValue]:
-    """Every record that describes `group` now, in Kafka's write order."""
+def records_of(group: ConsumerGroup, member_ids: Collection[str] | None = None,
+               ) -> dict[ConsumerGroupKey, ConsumerGroupValue]:
+    """Every record that describes `group` now, in Kafka's write order; with `member_ids`,
+    only the group's own records and those of these members."""
     gid = group.group_id
     wanted: dict[ConsumerGroupKey, ConsumerGroupValue] = {}
-    for m in group.members.values():
+    members = list(group.members.values()) if member_ids is None else [
+        group.members[m] for m in member_ids if m in group.members]
+    targets = list(group.target.items()) if member_ids is None else [
+        (m, group.target[m]) for m in member_ids if m in group.target]
+    for m in members:
         wanted[ConsumerGroupMemberMetadataKey(group_id=gid, member_id=m.member_id)] = (
             ConsumerGroupMemberMetadataValue(
                 instance_id=m.instance_id, rack_id=m.rack_id, client_id=m.client_id,
@@ -85,12 +92,12 @@ def records_of(group: ConsumerGroup) -> dict[ConsumerGroupKey, ConsumerGroupValu
         ConsumerGroupPartitionMetadataValue(topics=tuple(
             TopicMetadata(topic_id=topic_id, topic_name=name, num_partitions=count)
             for name, (topic_id, count) in sorted(group.subscription_metadata.items()))))
-    for member_id, target in group.target.items():
+    for member_id, target in targets:
         wanted[ConsumerGroupTargetAssignmentMemberKey(group_id=gid, member_id=member_id)] = (
             ConsumerGroupTargetAssignmentMemberValue(topic_partitions=_partitions(target)))
     wanted[ConsumerGroupTargetAssignmentMetadataKey(group_id=gid)] = (
         ConsumerGroupTargetAssignmentMetadataValue(assignment_epoch=group.assignment_epoch))
-    for m in group.members.values():
+    for m in members:
         wanted[ConsumerGroupCurrentMemberAssignmentKey(group_id=gid, member_id=m.member_id)] = (
             ConsumerGroupCurrentMemberAssignmentValue(
                 member_epoch=m.member_epoch, previous_member_epoch=m.previous_member_epoch,
@@ -110,9 +117,20 @@ def _diff(group: ConsumerGroup,
     return records
 
 
-def changes(group: ConsumerGroup) -> list[CoordinatorRecord]:
-    """The records that bring the log from `group.persisted` to the group as it is now."""
-    return _diff(group, records_of(group))
+def changes(group: ConsumerGroup, member_ids: Collection[str] | None = None,
+            ) -> list[CoordinatorRecord]:
+    """The records that bring the log from `group.persisted` to the group as it is now.
+    With `member_ids` (a heartbeat that changed no one else: no new target, nobody added or
+    removed) only the group's and these members' records are compared — O(their size)
+    instead of O(group)."""
+    if member_ids is None:
+        return _diff(group, records_of(group))
+    records = []
+    for key, value in records_of(group, member_ids).items():
+        if group.persisted.get(key) != value:
+            records.append(CoordinatorRecord(key, value))
+            group.persisted[key] = value
+    return records
 
 
 def tombstones(group: ConsumerGroup) -> list[CoordinatorRecord]:

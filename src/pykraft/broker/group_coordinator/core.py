@@ -1543,6 +1543,7 @@ class GroupCoordinator:
         changed |= self._refresh_subscription(consumer)
         if changed and consumer.group_epoch == consumer.assignment_epoch:
             consumer.group_epoch += 1  # (a join has bumped it already)
+        everyone = request.member_epoch == 0 or consumer.group_epoch > consumer.assignment_epoch
         if consumer.group_epoch > consumer.assignment_epoch:
             log.info("consumer group %s: computing the assignment of group epoch %d (%s)",
                      consumer.group_id, consumer.group_epoch,
@@ -1568,19 +1569,22 @@ class GroupCoordinator:
             _NONE, None, member.member_id, member.member_epoch,
             self.config.consumer_heartbeat_interval_ms,
             dict(member.assigned) if send_assignment else None)
-        self._persist_consumer(state, state.groups[consumer.group_id], [Reply(token, result)])
+        self._persist_consumer(state, state.groups[consumer.group_id], [Reply(token, result)],
+                               None if everyone else (member.member_id,))
 
     def _persist_consumer(self, state: PartitionState, group: Group,
-                          replies: Sequence[Reply] = ()) -> None:
-        """Append what changed in the consumer group (see consumer_records); the replies go
-        out once it is committed. An empty group without offsets is deleted."""
+                          replies: Sequence[Reply] = (),
+                          member_ids: Sequence[str] | None = None) -> None:
+        """Append what changed in the consumer group (see consumer_records; `member_ids`:
+        only they can have changed); the replies go out once it is committed. An empty
+        group without offsets is deleted."""
         consumer = group.consumer
         assert consumer is not None
         if not consumer.members and not group.offsets:
             records = consumer_records.tombstones(consumer)
             state.groups.pop(group.group_id, None)
         else:
-            records = consumer_records.changes(consumer)
+            records = consumer_records.changes(consumer, member_ids)
         if records:
             self._append(state.index, records, replies)
         else:

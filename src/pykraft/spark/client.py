@@ -14,7 +14,7 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
 import pyarrow as pa
@@ -40,7 +40,7 @@ from pykraft.spark.options import (
 )
 from pykraft.spark.planning import DataLossError, OffsetRange, report_data_loss
 
-__all__ = ["ClusterView", "read_range", "write_batches"]
+__all__ = ["PRODUCERS", "ClusterView", "ProducerPool", "read_range", "write_batches"]
 
 log = logging.getLogger("pykraft.spark")
 
@@ -328,10 +328,60 @@ class _DeliveryErrors:
             self.first = self.first or error
 
 
+class ProducerPool:
+    """Producers of one Python worker process, kept between the tasks it runs, as Spark's
+    Kafka sink caches its producers: a task skips connecting and fetching metadata. One
+    producer per client configuration; a worker runs one task at a time, so a producer is
+    never shared by two tasks at once. A producer that saw a failure is purged and dropped,
+    not kept; one idle for longer than `idle_timeout_s` (Spark's
+    spark.kafka.producer.cache.timeout, 10 minutes) is dropped on the next borrow (the client
+    library closes a producer when it is released)."""
+
+    def __init__(self, idle_timeout_s: float = 600.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.idle_timeout_s = idle_timeout_s
+        self._clock = clock
+        self._idle: dict[tuple[tuple[str, str], ...], tuple[Producer, float]] = {}
+
+    def borrow(self, params: Mapping[str, str]) -> Producer:
+        now = self._clock()
+        for key, (producer, since) in list(self._idle.items()):
+            if now - since > self.idle_timeout_s:
+                del self._idle[key]
+                producer.flush(0)
+        idle = self._idle.pop(tuple(sorted(params.items())), None)
+        return idle[0] if idle is not None else Producer(dict(params))
+
+    def give_back(self, params: Mapping[str, str], producer: Producer) -> None:
+        """Keep a producer whose every record was acknowledged."""
+        key = tuple(sorted(params.items()))
+        previous = self._idle.get(key)
+        if previous is not None and previous[0] is not producer:
+            previous[0].flush(0)
+        self._idle[key] = (producer, self._clock())
+
+    def __len__(self) -> int:
+        return len(self._idle)
+
+
+PRODUCERS: Final = ProducerPool()
+
+
 def write_batches(params: Mapping[str, str], topic_option: str | None,
                   batches: Iterator[pa.RecordBatch], *, flush_timeout_s: float = 120.0) -> int:
     """Produce every row of the batches; return the count once all are acknowledged."""
-    producer = Producer(dict(params))
+    producer = PRODUCERS.borrow(params)
+    try:
+        written = _write(producer, topic_option, batches, flush_timeout_s)
+    except BaseException:
+        producer.purge()  # what it still holds belongs to a failed task: never send it
+        raise
+    PRODUCERS.give_back(params, producer)
+    return written
+
+
+def _write(producer: Producer, topic_option: str | None, batches: Iterator[pa.RecordBatch],
+           flush_timeout_s: float) -> int:
     errors = _DeliveryErrors()
     written = 0
     for batch in batches:

@@ -3,10 +3,13 @@ of a DiskLogStore after a crash in the middle of each."""
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pykraft.errors import (
     CorruptRecord,
@@ -16,6 +19,7 @@ from pykraft.errors import (
     PositionOutOfRange,
     SnapshotNotFound,
 )
+from pykraft.raft.core import RaftCore
 from pykraft.raft.log_store import DiskLogStore, LogStore, MemoryLogStore
 from pykraft.raft.messages import SnapshotId
 from pykraft.raft.snapshot import (
@@ -25,6 +29,7 @@ from pykraft.raft.snapshot import (
     snapshot_file_name,
     snapshot_values,
 )
+from pykraft.raft.state import QuorumStateData
 from pykraft.records.record import build_batch
 
 PARTITION_DIR = "__cluster_metadata-0"
@@ -270,3 +275,66 @@ def test_disk_store_without_a_snapshot_below_its_log_refuses_to_open(tmp_path: P
     (directory / snapshot_file_name(SnapshotId(1, 1))).unlink()
     with pytest.raises(KafkaStorageError):
         DiskLogStore.open(directory, now_ms=0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    values=st.lists(st.binary(max_size=300), max_size=20),
+    chunk_bytes=st.integers(min_value=1, max_value=400),
+    batch_bytes_max=st.integers(min_value=1, max_value=1000),
+    cut=st.integers(min_value=1, max_value=10_000),
+)
+def test_snapshot_content_round_trips_in_any_chunking(
+    values: list[bytes], chunk_bytes: int, batch_bytes_max: int, cut: int
+) -> None:
+    """Whatever the values, the batch size and the chunking, the records come back in
+    order; any proper prefix of the bytes is torn."""
+    snapshot_id = SnapshotId(100, 7)
+    data = b"".join(build_snapshot(snapshot_id, values, last_contained_log_timestamp=3,
+                                   timestamp_ms=4, batch_bytes_max=batch_bytes_max))
+    chunks = [data[i : i + chunk_bytes] for i in range(0, len(data), chunk_bytes)]
+    assert list(snapshot_values(chunks)) == values
+    assert check_snapshot(data).record_count == len(values)
+    with pytest.raises(CorruptRecord):
+        check_snapshot(data[: len(data) - 1 - cut % len(data)])
+
+
+def test_a_core_over_a_disk_store_restarts_from_its_snapshot(tmp_path: Path) -> None:
+    """A single voter snapshots, deletes the log below, stops; reopened, the store starts at
+    the snapshot and the core loads it first, then delivers only what follows it."""
+    import random
+
+    from pykraft.raft.core import RaftCore
+    from pykraft.raft.state import QuorumStateData
+
+    directory = tmp_path / PARTITION_DIR
+    store = DiskLogStore.open(directory, now_ms=0)
+    fill(store)
+    core = RaftCore(1, frozenset({1}), store, QuorumStateData(leader_epoch=3),
+                    random.Random(1), 0)
+    persisted = QuorumStateData(leader_epoch=3)
+    for _ in range(5):
+        ready = core.ready()
+        persisted = ready.quorum_state or persisted
+        if ready.delete_before is not None:
+            store.delete_before(ready.delete_before)
+        for data in ready.batches:
+            store.append(data)
+        store.flush()
+        core.advance(ready)
+        core.flushed(store.flushed_offset)
+        if core.applied_offset == 7 and store.latest_snapshot_id is None:
+            snapshot_id = core.snapshot_id_at(6)
+            assert snapshot_id == SnapshotId(6, 3)
+            write_snapshot(store, snapshot_id, b"image")
+            core.delete_before(snapshot_id)
+    assert store.log_start_offset == 6
+    store.close()
+    store = DiskLogStore.open(directory, now_ms=0)
+    try:
+        assert (store.log_start_offset, store.log_end_offset) == (6, 7)
+        core = RaftCore(1, frozenset({1}), store, persisted, random.Random(2), 0)
+        ready = core.ready()
+        assert ready.load_snapshot == SnapshotId(6, 3) and ready.committed == ()
+    finally:
+        store.close()

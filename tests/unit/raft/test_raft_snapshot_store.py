@@ -302,11 +302,6 @@ def test_snapshot_content_round_trips_in_any_chunking(
 def test_a_core_over_a_disk_store_restarts_from_its_snapshot(tmp_path: Path) -> None:
     """A single voter snapshots, deletes the log below, stops; reopened, the store starts at
     the snapshot and the core loads it first, then delivers only what follows it."""
-    import random
-
-    from pykraft.raft.core import RaftCore
-    from pykraft.raft.state import QuorumStateData
-
     directory = tmp_path / PARTITION_DIR
     store = DiskLogStore.open(directory, now_ms=0)
     fill(store)

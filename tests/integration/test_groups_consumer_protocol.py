@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from kio.schema.consumer_group_describe.v0.request import ConsumerGroupDescribeRequest
 from kio.schema.consumer_group_heartbeat.v0.request import ConsumerGroupHeartbeatRequest
 from kio.schema.errors import ErrorCode
@@ -396,3 +396,28 @@ def test_a_member_running_through_a_node_restart_keeps_its_partitions(tmp_path: 
         assert len(consumer.assignment()) == PARTITIONS and not revoked
         assert _described(bootstrap, "kip848-steady").group_epoch == before.group_epoch
         consumer.close()
+
+
+def test_a_regex_subscription_follows_topics_created_and_grown(cluster: LocalCluster) -> None:
+    """Subscribed by pattern: the member gets the matching topic's partitions, then those of
+    a matching topic created later, then a grown topic's new partitions (each metadata
+    change is a new group epoch); a topic that does not match stays out."""
+    bootstrap = cluster.bootstrap_servers
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic("rx-a", 2, 1), NewTopic("rx_not", 2, 1)]).values():
+        future.result(30)
+    consumer = consumer_of(bootstrap, "kip848-regex")
+    consumer.subscribe(["^rx-.*"])
+
+    def owned() -> set[tuple[str, int]]:
+        return {(tp.topic, tp.partition) for tp in consumer.assignment()}
+
+    poll_until([consumer], lambda: owned() == {("rx-a", 0), ("rx-a", 1)})
+    admin.create_topics([NewTopic("rx-b", 3, 1)])["rx-b"].result(30)
+    poll_until([consumer], lambda: len(owned()) == 5)
+    assert {topic for topic, _ in owned()} == {"rx-a", "rx-b"}
+    admin.create_partitions([NewPartitions("rx-a", 4)])["rx-a"].result(30)
+    poll_until([consumer], lambda: len(owned()) == 7)
+    epoch = _described(bootstrap, "kip848-regex").group_epoch
+    assert epoch >= 3  # joined, topic created, partitions added
+    consumer.close()

@@ -482,3 +482,29 @@ def test_random_members_never_share_a_partition_and_the_log_always_matches(seed:
     assert h.state() is ConsumerGroupState.STABLE
     held = sorted(p for c in clients for ps in c.owned.values() for p in ps)
     assert held == list(range(6))
+
+
+def test_a_deleted_topic_is_revoked_and_an_empty_group_can_turn_classic() -> None:
+    """A subscribed topic deleted: new group epoch, its partitions are revoked; once the
+    member leaves, the group (kept for its offsets) accepts a classic member, and its
+    consumer-group records are tombstoned so a replay has a classic group."""
+    h = Harness()
+    h.core.update_topics({"t": TopicInfo(T, "t", 6), "u": TopicInfo(U, "u", 2)}, h.now_ms)
+    h.beat("a", 0, topics=("t", "u"))
+    h.core.update_topics({"t": TopicInfo(T, "t", 6)}, h.now_ms)
+    result = h.beat("a", 1, owned={T: set(range(6)), U: {0, 1}})
+    assert result.member_epoch == 1 and U not in (result.assignment or {})  # revoking u
+    result = h.beat("a", 1, owned={T: set(range(6))})
+    assert result.member_epoch == 2
+    assert h.commit("a", 2) == ErrorCode.none
+    h.beat("a", -1)
+    h.tokens += 1
+    h.core.join_group(h.tokens, JoinRequest(GROUP, "", None, "consumer", (("range", b""),),
+                                            6000, 6000, "c", "/h", False, True), h.now_ms)
+    h.drain()
+    assert h.results.get(h.tokens) is None or h.results[h.tokens].error == ErrorCode.none
+    group = h.core.partitions[0].groups[GROUP]
+    assert group.consumer is None and group.members
+    replayed = reloaded(h).partitions[0].groups[GROUP]
+    assert replayed.consumer is None
+    assert replayed.offsets[("t", 0)].offset == 5

@@ -12,7 +12,8 @@ FORBIDDEN = ("asyncio", "socket", "selectors", "time", "pykraft.net", "pykraft.s
              "pykraft.broker.replica_manager", "pykraft.broker.group_coordinator.shell")
 
 
-@pytest.mark.parametrize("module", ["core.py", "records.py", "state.py"])
+@pytest.mark.parametrize("module", ["core.py", "records.py", "state.py", "consumer.py",
+                                    "consumer_records.py"])
 def test_core_modules_do_no_io(module: str) -> None:
     tree = ast.parse((PACKAGE / module).read_text())
     imported = set()

@@ -1387,13 +1387,9 @@ class GroupCoordinator:
                                  now_ms: int) -> None:
         """Reply: a ConsumerHeartbeatResult."""
         state, error = self._active(request.group_id)
-        message = self._check_heartbeat(request) if error is _NONE else None
-        if message is not None:
-            error = ErrorCode.invalid_request
-            if message.startswith("unsupported assignor"):
-                error = ErrorCode.unsupported_assignor
-            elif message.startswith("invalid regular expression"):
-                error = ErrorCode.invalid_regular_expression
+        message = None
+        if error is _NONE:
+            error, message = self._check_heartbeat(request)
         if state is None or error is not _NONE:
             self._reply(token, ConsumerHeartbeatResult(error, message))
             return
@@ -1432,33 +1428,38 @@ class GroupCoordinator:
             return
         self._consumer_heartbeat(state, consumer, result, request, token, now_ms)
 
-    def _check_heartbeat(self, request: ConsumerHeartbeat) -> str | None:
-        """Kafka's request validation; a message for INVALID_REQUEST (and friends)."""
+    def _check_heartbeat(self, request: ConsumerHeartbeat) -> tuple[ErrorCode, str | None]:
+        """Kafka's request validation: an error code and its message."""
+        invalid = ErrorCode.invalid_request
         if not request.group_id:
-            return "GroupId can't be empty"
+            return invalid, "GroupId can't be empty"
         if request.instance_id is not None and not request.instance_id:
-            return "InstanceId can't be empty"
+            return invalid, "InstanceId can't be empty"
         if request.rack_id is not None and not request.rack_id:
-            return "RackId can't be empty"
+            return invalid, "RackId can't be empty"
         if request.member_epoch < STATIC_LEAVE_EPOCH:
-            return f"MemberEpoch {request.member_epoch} is invalid"
+            return invalid, f"MemberEpoch {request.member_epoch} is invalid"
         if not request.member_id and (request.client_generates_member_id
                                       or request.member_epoch != 0):
-            return "MemberId can't be empty"
+            return invalid, "MemberId can't be empty"
         if request.member_epoch == 0:
             if request.rebalance_timeout_ms == -1:
-                return "RebalanceTimeoutMs must be provided in first request"
+                return invalid, "RebalanceTimeoutMs must be provided in first request"
             if request.owned is None or any(request.owned.values()):
-                return "TopicPartitions must be empty when (re-)joining"
+                return invalid, "TopicPartitions must be empty when (re-)joining"
             if request.subscribed_topic_names is None and request.subscribed_topic_regex is None:
-                return "SubscribedTopicNames or SubscribedTopicRegex must be set in first request"
+                return invalid, ("SubscribedTopicNames or SubscribedTopicRegex must be set in "
+                                 "first request")
         if request.server_assignor is not None and (
                 request.server_assignor not in self.config.consumer_assignors):
-            return f"unsupported assignor {request.server_assignor}"
+            return (ErrorCode.unsupported_assignor,
+                    f"assignor {request.server_assignor} is not one of "
+                    f"{', '.join(self.config.consumer_assignors)}")
         if request.subscribed_topic_regex and compile_regex(
                 request.subscribed_topic_regex) is None:
-            return f"invalid regular expression {request.subscribed_topic_regex}"
-        return None
+            return (ErrorCode.invalid_regular_expression,
+                    f"SubscribedTopicRegex {request.subscribed_topic_regex!r} does not compile")
+        return _NONE, None
 
     def _consumer_join(self, consumer: ConsumerGroup,
                        request: ConsumerHeartbeat) -> ConsumerMember | ConsumerHeartbeatResult:

@@ -7,7 +7,8 @@ listener, proposing a record every few milliseconds while it leads.
 
 stdout, one JSON object a line, flushed at once:
     {"event": "applied", "offset": o, "epoch": e, "value": "..."}   every committed record
-    {"event": "committed", "offset": o, "epoch": e, "value": v, "time": wall}  ours, committed
+    {"event": "committed", "offset": o, "epoch": e, "value": v, "time": wall,
+     "latency_ms": append to commit}                                  ours, committed
     {"event": "leader", "leader": id, "epoch": e, "time": wall}
 SIGTERM stops the node gracefully (a leader resigns first).
 """
@@ -46,20 +47,25 @@ class Printer:
         emit(event="leader", leader=leader_id, epoch=epoch, time=time.time())
 
 
-async def propose_while_leading(node: RaftNode, node_id: int, interval_s: float) -> None:
+async def propose_while_leading(
+    node: RaftNode, name: str, interval_s: float, value_bytes: int
+) -> None:
     sequence = 0
+    padding = "x" * max(0, value_bytes - len(name) - 12)
     while True:
         await asyncio.sleep(interval_s)
         if not node.is_leader:
             continue
         sequence += 1
+        value = f"{name}:{sequence}:{padding}"
+        started = time.monotonic()
         try:
-            offset = node.append([f"{node_id}:{sequence}".encode()])
+            offset = node.append([value.encode()])
             await node.wait_committed(offset)
         except KafkaError:
             continue
-        emit(event="committed", offset=offset, epoch=node.leader_and_epoch.epoch,
-             value=f"{node_id}:{sequence}", time=time.time())
+        emit(event="committed", offset=offset, epoch=node.leader_and_epoch.epoch, value=value,
+             time=time.time(), latency_ms=(time.monotonic() - started) * 1000)
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -83,9 +89,16 @@ async def main(args: argparse.Namespace) -> None:
     await node.start()
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    proposer = asyncio.create_task(propose_while_leading(node, args.node_id, args.interval_s))
+    proposers = [
+        asyncio.create_task(
+            propose_while_leading(node, f"{args.node_id}.{index}", args.interval_s,
+                                  args.value_bytes)
+        )
+        for index in range(args.proposers)
+    ]
     await stop.wait()
-    proposer.cancel()
+    for proposer in proposers:
+        proposer.cancel()
     await node.stop()
     await listener.close()
 
@@ -101,7 +114,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--fetch-timeout-ms", type=int, default=2000)
     parser.add_argument("--request-timeout-ms", type=int, default=2000)
     parser.add_argument("--linger-ms", type=int, default=5)
-    parser.add_argument("--interval-s", type=float, default=0.005)
+    parser.add_argument("--interval-s", type=float, default=0.005,
+                        help="pause of each proposer between proposals")
+    parser.add_argument("--proposers", type=int, default=1,
+                        help="concurrent proposers, each waiting for its commit")
+    parser.add_argument("--value-bytes", type=int, default=0)
     return parser.parse_args(argv)
 
 

@@ -508,3 +508,36 @@ def test_a_deleted_topic_is_revoked_and_an_empty_group_can_turn_classic() -> Non
     replayed = reloaded(h).partitions[0].groups[GROUP]
     assert replayed.consumer is None
     assert replayed.offsets[("t", 0)].offset == 5
+
+
+def test_a_topic_grown_while_unloaded_makes_a_new_epoch_on_load() -> None:
+    """The subscribed topic gained partitions while another broker (or none) led the group's
+    partition: loading bumps the group epoch, so the member gets the new partitions."""
+    h = Harness()
+    h.beat("a", 0)
+    h.core.topics = {}
+    grown = GroupCoordinator(h.config, random.Random(4))
+    grown.update_topics({"t": TopicInfo(T, "t", 8)}, h.now_ms)
+    grown.begin_load(0, 1)
+    for record in h.log:
+        grown.load(0, record)
+    grown.complete_load(0, h.now_ms)
+    h.core = grown
+    h.drain()
+    result = h.beat("a", 1, owned={T: set(range(6))})
+    assert result.member_epoch == 2 and parts(result) == set(range(8))
+    assert snapshot(reloaded(h)) == snapshot(h.core)
+
+
+def test_group_config_refuses_inconsistent_consumer_settings() -> None:
+    """As Kafka at start-up: the session timeout within its min/max, the heartbeat interval
+    below the session timeout, known assignors (short or class names)."""
+    with pytest.raises(ValueError, match="session.timeout"):
+        GroupConfig.from_properties({"group.consumer.session.timeout.ms": "1000"})
+    with pytest.raises(ValueError, match="heartbeat.interval"):
+        GroupConfig.from_properties({"group.consumer.heartbeat.interval.ms": "50000"})
+    with pytest.raises(ValueError, match="assignor"):
+        GroupConfig.from_properties({"group.consumer.assignors": "sticky"})
+    config = GroupConfig.from_properties({"group.consumer.assignors": (
+        "org.apache.kafka.coordinator.group.assignor.RangeAssignor, uniform")})
+    assert config.consumer_assignors == ("range", "uniform")

@@ -165,6 +165,9 @@ class GroupConfig:
             raise ValueError("group.consumer.session.timeout.ms must lie between "
                              "group.consumer.min.session.timeout.ms and "
                              "group.consumer.max.session.timeout.ms")
+        if self.consumer_heartbeat_interval_ms >= self.consumer_session_timeout_ms:
+            raise ValueError("group.consumer.heartbeat.interval.ms must be below "
+                             "group.consumer.session.timeout.ms")
         unknown = [name for name in self.consumer_assignors if name not in ASSIGNORS]
         if unknown or not self.consumer_assignors:
             raise ValueError(f"group.consumer.assignors: unknown assignor(s) {unknown} "
@@ -650,16 +653,29 @@ class GroupCoordinator:
         for group in state.groups.values():
             for member in group.members.values():
                 self._schedule_heartbeat(partition, group, member, now_ms)
-            if group.consumer is not None:
-                self._refresh_subscription(group.consumer)
-                for each in group.consumer.members.values():
-                    self._set_timer(("csession", partition, group.group_id, each.member_id),
-                                    now_ms + self.config.consumer_session_timeout_ms)
-                    if each.state is MemberState.UNREVOKED_PARTITIONS:
-                        self._set_timer(("crevoke", partition, group.group_id, each.member_id),
-                                        now_ms + each.rebalance_timeout_ms)
+        for group in [g for g in state.groups.values() if g.consumer is not None]:
+            self._load_consumer_group(state, group, now_ms)
         self._set_timer(("expire", partition),
                         now_ms + self.config.offsets_retention_check_interval_ms)
+
+    def _load_consumer_group(self, state: PartitionState, group: Group, now_ms: int) -> None:
+        """A replayed consumer group: its members get a fresh session (and a member that was
+        revoking, a fresh rebalance timeout); topics that changed while no one led the
+        partition make a new group epoch at once."""
+        consumer = group.consumer
+        assert consumer is not None
+        if consumer.members and self._refresh_subscription(consumer):
+            consumer.group_epoch += 1
+            log.info("consumer group %s: subscribed topics changed while unloaded; group "
+                     "epoch %d", consumer.group_id, consumer.group_epoch)
+            self._compute_target(consumer)
+            self._persist_consumer(state, group)
+        for each in consumer.members.values():
+            self._set_timer(("csession", state.index, group.group_id, each.member_id),
+                            now_ms + self.config.consumer_session_timeout_ms)
+            if each.state is MemberState.UNREVOKED_PARTITIONS:
+                self._set_timer(("crevoke", state.index, group.group_id, each.member_id),
+                                now_ms + each.rebalance_timeout_ms)
 
     def unload(self, partition: int) -> None:
         """This broker no longer leads `partition`: forget it, answer whoever waits."""

@@ -541,3 +541,13 @@ def test_group_config_refuses_inconsistent_consumer_settings() -> None:
     config = GroupConfig.from_properties({"group.consumer.assignors": (
         "org.apache.kafka.coordinator.group.assignor.RangeAssignor, uniform")})
     assert config.consumer_assignors == ("range", "uniform")
+
+
+def test_a_full_group_refuses_new_members_but_not_their_heartbeats() -> None:
+    """group.consumer.max.size: a join beyond it gets GROUP_MAX_SIZE_REACHED; members in
+    the group keep heartbeating."""
+    h = Harness(consumer_group_size_max=2)
+    h.beat("a", 0)
+    h.beat("b", 0)
+    assert h.beat("c", 0).error == ErrorCode.group_max_size_reached
+    assert h.beat("b", 2, owned={}).error == ErrorCode.none

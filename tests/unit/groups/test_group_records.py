@@ -140,3 +140,35 @@ offset_values = st.builds(OffsetCommitValue, offset=INT64, leader_epoch=INT32, m
 ))
 def test_every_record_round_trips(record: CoordinatorRecord) -> None:
     assert decode_record(*encode_record(record)) == record
+
+
+UUIDS = st.builds(uuid.UUID, int=st.integers(0, (1 << 128) - 1))
+topic_partitions = st.lists(st.builds(TopicPartitions, topic_id=UUIDS, partitions=st.lists(
+    INT32, max_size=5).map(tuple)), max_size=3).map(tuple)
+
+
+@given(st.one_of(
+    st.builds(CoordinatorRecord, st.builds(ConsumerGroupMetadataKey, group_id=TEXT),
+              st.none() | st.builds(ConsumerGroupMetadataValue, epoch=INT32)),
+    st.builds(CoordinatorRecord,
+              st.builds(ConsumerGroupMemberMetadataKey, group_id=TEXT, member_id=TEXT),
+              st.none() | st.builds(
+                  ConsumerGroupMemberMetadataValue, instance_id=st.none() | TEXT,
+                  rack_id=st.none() | TEXT, client_id=TEXT, client_host=TEXT,
+                  subscribed_topic_names=st.lists(TEXT, max_size=3).map(tuple),
+                  subscribed_topic_regex=st.none() | TEXT, rebalance_timeout_ms=INT32,
+                  server_assignor=st.none() | TEXT)),
+    st.builds(CoordinatorRecord,
+              st.builds(ConsumerGroupCurrentMemberAssignmentKey, group_id=TEXT, member_id=TEXT),
+              st.none() | st.builds(
+                  ConsumerGroupCurrentMemberAssignmentValue, member_epoch=INT32,
+                  previous_member_epoch=INT32, state=st.integers(0, 2),
+                  assigned_partitions=topic_partitions,
+                  partitions_pending_revocation=topic_partitions)),
+    st.builds(CoordinatorRecord,
+              st.builds(ConsumerGroupTargetAssignmentMemberKey, group_id=TEXT, member_id=TEXT),
+              st.none() | st.builds(ConsumerGroupTargetAssignmentMemberValue,
+                                    topic_partitions=topic_partitions)),
+))
+def test_every_kip_848_record_round_trips(record: CoordinatorRecord) -> None:
+    assert decode_record(*encode_record(record)) == record

@@ -27,6 +27,16 @@ dynamic members are dropped), then bumps the generation, picks the protocol ever
 supports that most members prefer, and answers the joins — the leader with every member's
 metadata. The leader's SyncGroup carries the assignment, which is persisted and handed out.
 
+KIP-848 consumer groups (ConsumerGroupHeartbeat, ConsumerGroupDescribe) live in the same
+table: a `Group` whose `consumer` is set is a consumer group (its classic fields stay empty),
+so offsets, listing, deletion and expiry treat both kinds alike. The epochs, assignors and
+reconciliation are in `consumer`, the records in `consumer_records`; the core feeds them the
+metadata image's topics (`update_topics`), runs them on each heartbeat, fences members on
+their session and rebalance deadlines, and appends what changed before it answers. A group
+id is one kind or the other: a classic JoinGroup on a consumer group with members gets
+INCONSISTENT_GROUP_PROTOCOL, a heartbeat on a classic group with members GROUP_ID_NOT_FOUND;
+an empty group changes kind.
+
 Invariants: a member id appears in at most one group; a static instance id maps to exactly
 one member; a group with members has a leader among them; generations only increase.
 """

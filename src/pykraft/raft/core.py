@@ -1282,7 +1282,9 @@ class RaftCore:
         """The leader says our log ends below its log start, or diverges below it."""
         committed = max(self._high_watermark or 0, self._applied_offset)
         if snapshot_id.end_offset <= committed:
-            return  # no use to us (only a confused leader sends it): fetch again
+            # no use to us (only a confused leader sends it): fetch again, after a while
+            self._fetch_backoff_until_ms = self._now_ms + self.config.retry_backoff_ms
+            return
         current = self._snapshot_fetch
         if current is None or current.snapshot_id != snapshot_id:
             self._snapshot_fetch = _SnapshotFetch(snapshot_id, leader_id)

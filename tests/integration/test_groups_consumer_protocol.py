@@ -421,3 +421,27 @@ def test_a_regex_subscription_follows_topics_created_and_grown(cluster: LocalClu
     epoch = _described(bootstrap, "kip848-regex").group_epoch
     assert epoch >= 3  # joined, topic created, partitions added
     consumer.close()
+
+
+def test_a_restarted_static_member_takes_its_place_back_without_a_new_epoch(
+    cluster: LocalCluster,
+) -> None:
+    """group.instance.id under KIP-848: a static member closing leaves temporarily (epoch
+    -2); its successor under the same instance id gets the same partitions at once, the
+    other member keeps its own, and the group epoch does not move."""
+    bootstrap, group = cluster.bootstrap_servers, "kip848-static"
+    first = consumer_of(bootstrap, group, **{"group.instance.id": "s-1"})
+    second = consumer_of(bootstrap, group, **{"group.instance.id": "s-2"})
+    for consumer in (first, second):
+        consumer.subscribe([TOPIC])
+    poll_until([first, second], lambda: owned_in_thirds(assignments_of([first, second])))
+    kept, before = assignments_of([first, second])
+    epoch = _described(bootstrap, group).group_epoch
+    second.close()
+    again = consumer_of(bootstrap, group, **{"group.instance.id": "s-2"})
+    again.subscribe([TOPIC])
+    poll_until([first, again], lambda: bool(again.assignment()))
+    assert assignments_of([first, again]) == [kept, before]
+    assert _described(bootstrap, group).group_epoch == epoch
+    for consumer in (first, again):
+        consumer.close()

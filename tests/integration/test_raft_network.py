@@ -9,6 +9,7 @@ import asyncio
 import dataclasses
 import filecmp
 import random
+import shutil
 import socket
 import threading
 import time
@@ -26,13 +27,16 @@ from pykraft.net.server import Listener
 from pykraft.raft import codec
 from pykraft.raft.core import CommittedBatch, RaftConfig
 from pykraft.raft.driver import RaftNode
+from pykraft.raft.log_store import RaftLogView
 from pykraft.raft.messages import (
     BeginQuorumEpochRequest,
     EndQuorumEpochRequest,
     FetchRequest,
+    SnapshotId,
     VoteRequest,
 )
 from pykraft.raft.network import RaftApis, RaftChannels, RaftDispatcher
+from pykraft.raft.snapshot import snapshot_values
 from pykraft.raft.state import Leader
 from pykraft.testing.wire import WireClient
 
@@ -67,6 +71,14 @@ class Collector:
     def __init__(self) -> None:
         self.batches: list[tuple[int, int, tuple[bytes, ...]]] = []
         self.leaders: list[tuple[int, int]] = []
+        self.snapshots: list[tuple[SnapshotId, list[bytes]]] = []
+
+    def handle_load_snapshot(self, snapshot_id: SnapshotId, snapshot: RaftLogView) -> None:
+        size = snapshot.snapshot_size(snapshot_id)
+        assert size is not None
+        data = snapshot.read_snapshot(snapshot_id, 0, size)
+        self.snapshots.append((snapshot_id, list(snapshot_values([data]))))
+        self.batches = []  # the snapshot replaces everything before its end
 
     def handle_commit(self, batch: CommittedBatch) -> None:
         self.batches.append((batch.base_offset, batch.epoch, batch.records))
@@ -417,3 +429,53 @@ def test_a_leader_stopping_gracefully_hands_over_at_once(cluster: Any) -> None:
     assert time.monotonic() - started_at < 1.5
     assert second.view()[2] > epoch
     assert second.propose([b"after the handover"]) > offset
+
+
+def test_a_wiped_voter_catches_up_through_fetch_snapshot(cluster: Any) -> None:
+    """The leader snapshots its state machine and deletes the log below; a voter whose
+    data dir was wiped fetches the snapshot over the wire (FetchSnapshot, in chunks),
+    installs and loads it, then fetches the log from the snapshot's end."""
+    make, started = cluster
+    chunked = dataclasses.replace(CONFIG, fetch_snapshot_bytes_max=256 * 1024)
+    nodes = make(3, config=chunked)
+    leader = wait_for(lambda: single_leader(nodes), "a leader")
+    offset = max(leader.propose([f"record-{i}".encode()]) for i in range(40))
+    wait_for(lambda: caught_up(nodes, offset), "replication")
+    image = [b"the state machine after the first records %d " % i * 1000 for i in range(60)]
+
+    async def snapshot() -> tuple[SnapshotId, int]:  # about 2.5 MiB: several chunks
+        assert leader.node is not None
+        snapshot_id = await leader.node.write_snapshot(
+            offset + 1, image, last_contained_log_timestamp=0)
+        return snapshot_id, leader.node.core.applied_offset
+    snapshot_id, _ = leader.call(snapshot)
+    assert snapshot_id.end_offset == offset + 1
+    wait_for(lambda: leader.call(_log_start(leader)) == offset + 1, "the leader's log start")
+    wiped = next(node for node in nodes if node is not leader)
+    wiped.stop(resign=False)
+    shutil.rmtree(wiped.log_dir)
+    wiped = restart(wiped, started)
+    later = leader.propose([b"after the snapshot"])
+    wait_for(lambda: caught_up([wiped], later), "the wiped voter to catch up")
+    assert wiped.collector.snapshots == [(snapshot_id, image)]
+    size = leader.call(_snapshot_size(leader, snapshot_id))
+    assert size > 4 * chunked.fetch_snapshot_bytes_max  # it came in several chunks
+    assert wiped.collector.values == [b"after the snapshot"]
+    assert wiped.call(_log_start(wiped)) == offset + 1
+
+
+def _log_start(node: NodeThread) -> Callable[[], Coroutine[Any, Any, int]]:
+    async def look() -> int:
+        assert node.node is not None
+        return node.node.store.log_start_offset
+    return look
+
+
+def _snapshot_size(node: NodeThread, snapshot_id: SnapshotId) -> Callable[
+        [], Coroutine[Any, Any, int]]:
+    async def look() -> int:
+        assert node.node is not None
+        size = node.node.store.snapshot_size(snapshot_id)
+        assert size is not None
+        return size
+    return look

@@ -37,7 +37,7 @@ import logging
 import random
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Final, Protocol
 
@@ -45,17 +45,27 @@ from kio.schema.errors import ErrorCode
 
 from pykraft.errors import InvalidConfig, NotLeaderError, RequestTimedOut, invariant
 from pykraft.raft.core import CommittedBatch, RaftConfig, RaftCore, Ready
-from pykraft.raft.log_store import DiskLogStore, LogStore
+from pykraft.raft.log_store import DiskLogStore, LogStore, RaftLogView, SnapshotWriter
 from pykraft.raft.messages import (
     FetchResponse,
     InboundMessage,
     OutboundMessage,
     RaftRequest,
     RaftResponse,
+    SnapshotId,
 )
+from pykraft.raft.snapshot import build_snapshot
 from pykraft.raft.state import NO_LEADER, Leader, LeaderAndEpoch, QuorumStateData, QuorumStateStore
 
-__all__ = ["Clock", "SystemClock", "RaftListener", "RaftNode", "QUORUM_STATE_FILE"]
+__all__ = [
+    "Clock",
+    "SystemClock",
+    "RaftListener",
+    "SnapshotLoader",
+    "Transport",
+    "RaftNode",
+    "QUORUM_STATE_FILE",
+]
 
 log = logging.getLogger("pykraft.raft")
 
@@ -108,6 +118,16 @@ class RaftListener(Protocol):
         ...
 
 
+class SnapshotLoader(Protocol):
+    """A listener that can take a snapshot fetched from the leader (KIP-630)."""
+
+    def handle_load_snapshot(self, snapshot_id: SnapshotId, snapshot: RaftLogView) -> None:
+        """Replace the state machine's state by snapshot `snapshot_id` (read its bytes with
+        `snapshot.read_snapshot`): it holds everything below `snapshot_id.end_offset`.
+        Committed batches from that offset on follow through `handle_commit`."""
+        ...
+
+
 class RaftNode:
     def __init__(
         self,
@@ -148,6 +168,7 @@ class RaftNode:
         self._resign_requested = False
         self._resign_sent = asyncio.Event()
         self._caught_up = asyncio.Event()
+        self._snapshot_writer: SnapshotWriter | None = None  # a snapshot being fetched
         self._leader_high_watermark = -1  # the highest a leader told us in a fetch answer
         if transport is not None:
             transport.connect(self.receive)
@@ -334,6 +355,9 @@ class RaftNode:
                 future.cancel()
         if self._transport is not None:
             await self._transport.close()
+        if self._snapshot_writer is not None:
+            self._snapshot_writer.abort()
+            self._snapshot_writer = None
         self._store.close()
 
     async def _resign(self, timeout_ms: int) -> None:
@@ -438,18 +462,82 @@ class RaftNode:
 
     async def _write(self, ready: Ready) -> int | None:
         """Persist and append in a worker thread; the durable end offset, if it moved."""
-        if ready.quorum_state is None and not ready.batches and ready.truncate_to is None:
+        if (
+            ready.quorum_state is None
+            and not ready.batches
+            and ready.truncate_to is None
+            and ready.snapshot_chunk is None
+            and ready.install_snapshot is None
+            and ready.delete_before is None
+        ):
             return None
         return await asyncio.to_thread(self._write_blocking, ready)
 
     def _write_blocking(self, ready: Ready) -> int:
         if ready.quorum_state is not None and self._state_store is not None:
             self._state_store.write(ready.quorum_state)
+        self._write_snapshots(ready)
         if ready.truncate_to is not None:
             self._store.truncate_to(ready.truncate_to)
         if ready.batches:
             self._store.append(b"".join(ready.batches))
         return self._store.flush() if ready.batches else self._store.flushed_offset
+
+    def _write_snapshots(self, ready: Ready) -> None:
+        """Step 2 of the Ready contract for snapshots: a fetched chunk, then the install of a
+        complete fetched snapshot, then the deletion of the log below a snapshot."""
+        chunk = ready.snapshot_chunk
+        if chunk is not None:
+            if chunk.position == 0:
+                if self._snapshot_writer is not None:
+                    self._snapshot_writer.abort()
+                self._snapshot_writer = self._store.create_snapshot(chunk.snapshot_id)
+            writer = self._snapshot_writer
+            invariant(
+                writer is not None
+                and writer.snapshot_id == chunk.snapshot_id
+                and writer.size_bytes == chunk.position,
+                f"snapshot chunk at {chunk.position} of {chunk.snapshot_id} out of order",
+            )
+            assert writer is not None
+            writer.append(chunk.data)
+            if chunk.is_last:
+                writer.freeze()
+                self._snapshot_writer = None
+        if ready.install_snapshot is not None:
+            self._store.install_snapshot(ready.install_snapshot)
+        if ready.delete_before is not None:
+            self._store.delete_before(ready.delete_before)
+
+    async def write_snapshot(
+        self, end_offset: int, values: Iterable[bytes], *, last_contained_log_timestamp: int
+    ) -> SnapshotId:
+        """Store `values`, the state machine's records after every entry below `end_offset`
+        (an offset the listeners have reached), as snapshot <end_offset>-<epoch> (header,
+        the records, footer), then let the log below it be deleted: followers that need it
+        fetch it (FetchSnapshot). `last_contained_log_timestamp` is the append time of the
+        last batch below `end_offset`."""
+        snapshot_id = self.core.snapshot_id_at(end_offset)
+        batches = build_snapshot(
+            snapshot_id,
+            values,
+            last_contained_log_timestamp=last_contained_log_timestamp,
+            timestamp_ms=self._clock.wall_clock_ms(),
+        )
+        await asyncio.to_thread(self._write_snapshot_blocking, snapshot_id, batches)
+        self.core.delete_before(snapshot_id)
+        self._wake.set()
+        return snapshot_id
+
+    def _write_snapshot_blocking(self, snapshot_id: SnapshotId, batches: list[bytes]) -> None:
+        writer = self._store.create_snapshot(snapshot_id)
+        try:
+            for batch in batches:
+                writer.append(batch)
+            writer.freeze()
+        except BaseException:
+            writer.abort()
+            raise
 
     def _note_caught_up(self) -> None:
         if self._caught_up.is_set():
@@ -511,6 +599,16 @@ class RaftNode:
             self._led_high_watermark = max(self._led_high_watermark, self.core.high_watermark or 0)
 
     def _deliver(self, ready: Ready) -> None:
+        if ready.load_snapshot is not None:
+            for listener in self._listeners:
+                load = getattr(listener, "handle_load_snapshot", None)
+                invariant(
+                    load is not None,
+                    f"{listener!r} cannot load snapshot {ready.load_snapshot}: its state "
+                    "would no longer be a fold over the log",
+                )
+                assert load is not None
+                load(ready.load_snapshot, self._store)
         for batch in ready.committed:
             for listener in self._listeners:
                 listener.handle_commit(batch)

@@ -18,8 +18,8 @@ given to the node as InboundMessages, and answered with what the core answers fo
 (source, correlation id) -- or with REQUEST_TIMED_OUT when the core says nothing in time
 (a parked fetch superseded by a newer one from the same replica).
 
-Limits: each lane queues at most LANE_QUEUE_MAX requests; a response frame is at most
-fetch bytes + 1 MiB; the node's inbox is bounded (driver.py).
+Limits: each lane queues at most LANE_QUEUE_MAX requests; a response frame is at most a
+full fetch or snapshot chunk + 1 MiB; the node's inbox is bounded (driver.py).
 """
 
 from __future__ import annotations
@@ -154,7 +154,7 @@ class _Lane:
         )
         await writer.drain()
         (size,) = _SIZE.unpack(await reader.readexactly(4))
-        if not 4 <= size <= channels.fetch_bytes_max + RESPONSE_SLACK_BYTES:
+        if not 4 <= size <= channels.response_bytes_max:
             raise FrameError(f"response of {size} bytes")
         frame = await reader.readexactly(size)
         try:
@@ -201,6 +201,7 @@ class RaftChannels:
         retry_backoff_ms: int = 20,
         fetch_max_wait_ms: int = 500,
         fetch_bytes_max: int = 8 * 1024 * 1024 + 1024,
+        fetch_snapshot_bytes_max: int = 8 * 1024 * 1024,
     ) -> None:
         self.node_id = node_id
         self.cluster_id = cluster_id
@@ -209,6 +210,10 @@ class RaftChannels:
         self.retry_backoff_ms = retry_backoff_ms
         self.fetch_max_wait_ms = fetch_max_wait_ms
         self.fetch_bytes_max = fetch_bytes_max
+        # the largest answer accepted: a full fetch or snapshot chunk, and its framing
+        self.response_bytes_max = (
+            max(fetch_bytes_max, fetch_snapshot_bytes_max) + RESPONSE_SLACK_BYTES
+        )
         self.client_id = f"raft-client-{node_id}"
         self._deliver: Callable[[InboundMessage], None] | None = None
         self._lanes: dict[tuple[int, bool], _Lane] = {}
@@ -232,6 +237,7 @@ class RaftChannels:
             retry_backoff_ms=config.retry_backoff_ms,
             fetch_max_wait_ms=config.fetch_max_wait_ms,
             fetch_bytes_max=config.fetch_bytes_max,
+            fetch_snapshot_bytes_max=config.fetch_snapshot_bytes_max,
         )
 
     def connect(self, deliver: Callable[[InboundMessage], None]) -> None:

@@ -551,3 +551,15 @@ def test_a_full_group_refuses_new_members_but_not_their_heartbeats() -> None:
     h.beat("b", 0)
     assert h.beat("c", 0).error == ErrorCode.group_max_size_reached
     assert h.beat("b", 2, owned={}).error == ErrorCode.none
+
+
+def test_a_heartbeat_of_an_unknown_member_does_not_convert_an_offsets_only_group() -> None:
+    """A group holding only offsets (classic, empty) stays as it is when a stranger
+    heartbeats with an epoch; a join (epoch 0) turns it into a consumer group."""
+    h = Harness()
+    assert h.commit("", -1) == ErrorCode.none
+    written = len(h.log)
+    assert h.beat("x", 3, owned={}).error == ErrorCode.unknown_member_id
+    assert h.core.partitions[0].groups[GROUP].consumer is None and len(h.log) == written
+    assert h.beat("x", 0).error == ErrorCode.none
+    assert h.core.partitions[0].groups[GROUP].consumer is not None

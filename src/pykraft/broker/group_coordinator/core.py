@@ -1429,11 +1429,11 @@ class GroupCoordinator:
         if request.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
             self._consumer_leave(state, group, token, request, now_ms)
             return
+        if request.member_epoch != 0 and (group is None or group.consumer is None):
+            self._reply(token, ConsumerHeartbeatResult(ErrorCode.unknown_member_id,
+                                                       "unknown member"))
+            return
         if group is None:
-            if request.member_epoch != 0:
-                self._reply(token, ConsumerHeartbeatResult(ErrorCode.unknown_member_id,
-                                                           "unknown member"))
-                return
             group = state.groups[request.group_id] = Group(request.group_id,
                                                            state_timestamp_ms=now_ms)
         if group.consumer is None:

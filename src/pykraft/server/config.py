@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from pykraft.broker.group_coordinator.core import GroupConfig
 from pykraft.controller.configs import DYNAMIC_BROKER_CONFIGS
 from pykraft.errors import InvalidConfig
 from pykraft.storage import log_config
@@ -82,6 +83,12 @@ SERVER_KEYS: Final[dict[str, ServerKey]] = {
         ServerKey("group.min.session.timeout.ms", "int", "6000", 0),
         ServerKey("group.max.session.timeout.ms", "int", "1800000", 0),
         ServerKey("group.max.size", "int", "2147483647", 1),
+        ServerKey("group.consumer.session.timeout.ms", "int", "45000", 1),
+        ServerKey("group.consumer.min.session.timeout.ms", "int", "45000", 1),
+        ServerKey("group.consumer.max.session.timeout.ms", "int", "60000", 1),
+        ServerKey("group.consumer.heartbeat.interval.ms", "int", "5000", 1),
+        ServerKey("group.consumer.assignors", "list", "uniform,range"),
+        ServerKey("group.consumer.max.size", "int", "2147483647", 1),
         ServerKey("offset.metadata.max.bytes", "int", "4096", 0),
         ServerKey("offsets.retention.minutes", "int", "10080", 1),
         ServerKey("offsets.retention.check.interval.ms", "long", "600000", 1),
@@ -240,6 +247,10 @@ class ServerConfig:
             log_config.LogConfig.from_configs({}, self.values)
         except InvalidConfig as error:
             raise ConfigError(f"the log.* keys set inconsistent topic defaults: {error}") from None
+        try:  # cross-key rules of the group coordinator (session within min/max, assignors)
+            GroupConfig.from_properties(self.values)
+        except ValueError as error:
+            raise ConfigError(str(error)) from None
         self._validate_shape()
 
     def _apply_broker_id_synonym(self) -> None:

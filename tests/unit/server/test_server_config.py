@@ -379,3 +379,12 @@ def test_metrics_listener_is_host_and_port_or_nothing() -> None:
     for bad in ("9404", "host:", "host:99999", "http://h:1"):
         message = error_of(pykraft_metrics_listener=bad)
         assert "pykraft.metrics.listener" in message and bad in message
+
+
+def test_group_coordinator_keys_are_known_and_checked_together() -> None:
+    given = config(group_consumer_session_timeout_ms="50000",
+                   group_consumer_assignors="range")
+    assert given.warnings == []
+    assert "group.consumer.min.session.timeout.ms" in error_of(
+        group_consumer_session_timeout_ms="1000")
+    assert "group.consumer.assignors" in error_of(group_consumer_assignors="fastest")

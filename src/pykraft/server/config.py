@@ -67,6 +67,10 @@ SERVER_KEYS: Final[dict[str, ServerKey]] = {
         ServerKey("controller.quorum.bootstrap.servers", "list", ""),
         ServerKey("controller.quorum.election.timeout.ms", "int", "1000", 1),
         ServerKey("controller.quorum.fetch.timeout.ms", "int", "2000", 1),
+        ServerKey("controller.quorum.election.backoff.max.ms", "int", "1000", 0),
+        ServerKey("controller.quorum.request.timeout.ms", "int", "2000", 1),
+        ServerKey("controller.quorum.retry.backoff.ms", "int", "20", 0),
+        ServerKey("controller.quorum.append.linger.ms", "int", "25", 0),
         ServerKey("log.dirs", "list", None),
         ServerKey("log.dir", "string", "/tmp/kafka-logs"),
         ServerKey("metadata.log.dir", "string", None),
@@ -451,6 +455,3 @@ class ServerConfig:
         if "controller" not in self.roles and self.node_id in voters:
             raise ConfigError(f"node.id {self.node_id} is in controller.quorum.voters but "
                               "process.roles does not contain controller")
-        if len(voters) > 1:
-            raise ConfigError("controller.quorum.voters names several voters; the multi-voter "
-                              "quorum is not supported yet (one voter only)")

@@ -55,6 +55,7 @@ class ControllerServer:
         self.raft = raft
         self.now_ms = now_ms
         self._queue_lock = asyncio.Lock()
+        self.activation: asyncio.Future[None] | None = None
 
     # -- leadership and replay ------------------------------------------------------------
 
@@ -71,10 +72,43 @@ class ControllerServer:
         self.core.activate(leader_epoch=leader.epoch, next_write_offset=high_watermark,
                            now_ms=self.now_ms())
 
+    def on_leader_change(self, leader_id: int, node_id: int) -> None:
+        """The quorum's leader changed (RaftListener.handle_leader_change). The node that
+        leads activates its controller and writes the bootstrap records if the log has none
+        (`activation`, awaited by every operation); any other deactivates: its pending
+        state is dropped and the callers waiting for it are answered NOT_CONTROLLER (the
+        Raft driver fails their commit waits)."""
+        if leader_id == node_id:
+            if not self.core.is_active:
+                self.activate()
+                log.info("controller %d is now active (epoch %d)", node_id,
+                         self.raft.leader_and_epoch.epoch)
+                self.activation = asyncio.ensure_future(self._bootstrap_once())
+            return
+        if self.core.is_active:
+            log.info("controller %d is no longer active (leader now %d)", node_id, leader_id)
+            self.core.deactivate()
+            self.activation = None
+
+    async def _bootstrap_once(self) -> None:
+        try:
+            await self._run(lambda core: core.bootstrap())
+        except NotController:
+            pass  # leadership lost at once: the next leader bootstraps
+        except Exception:
+            log.exception("writing the bootstrap records failed")
+
     # -- running operations -----------------------------------------------------------
 
     async def run(self, operation: Callable[[QuorumController], OpResult[T]]) -> T:
-        """Decide, append and pre-apply one operation at a time; answer once committed."""
+        """Decide, append and pre-apply one operation at a time; answer once committed.
+        Raises NotController when this controller is not (or no longer) the active one."""
+        activation = self.activation
+        if activation is not None and not activation.done():
+            await asyncio.shield(activation)  # the bootstrap records go first
+        return await self._run(operation)
+
+    async def _run(self, operation: Callable[[QuorumController], OpResult[T]]) -> T:
         async with self._queue_lock:
             result = operation(self.core)
             if not result.records:
@@ -87,12 +121,20 @@ class ControllerServer:
             except NotLeaderError as error:
                 raise NotController(str(error)) from error
             self.core.propose(result.records, base_offset=last_offset - len(encoded) + 1)
-        await self.raft.wait_committed(last_offset)
+        try:
+            await self.raft.wait_committed(last_offset)
+        except NotLeaderError as error:
+            raise NotController(str(error)) from error
         return result.response
 
     async def bootstrap(self) -> None:
         """An empty log gets the bootstrap records (metadata.version)."""
         await self.run(lambda core: core.bootstrap())
+
+    async def wait_active(self) -> None:
+        """Wait until the activation of this controller (its bootstrap) has finished."""
+        if self.activation is not None:
+            await asyncio.shield(self.activation)
 
     async def tick(self) -> int:
         """Fence brokers whose sessions expired; return when to tick again (ms)."""

@@ -21,6 +21,8 @@ import random
 import uuid
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from pykraft.broker.admin_apis import AdminApis
 from pykraft.broker.apis import BrokerApis
 from pykraft.broker.group_apis import GroupApis
@@ -34,14 +36,18 @@ from pykraft.controller.features import BOOTSTRAP_METADATA_VERSION, MINIMUM_KRAF
 from pykraft.controller.quorum_controller import QuorumController
 from pykraft.controller.requests import BrokerFeatureRange
 from pykraft.controller.requests import Listener as ControllerListener
-from pykraft.errors import InvariantViolation, invariant
+from pykraft.errors import InvariantViolation, NotController
 from pykraft.metadata.codec import decode_metadata_record
 from pykraft.metadata.loader import MetadataLoader
 from pykraft.net.server import Listener
-from pykraft.raft.core import CommittedBatch
+from pykraft.raft.core import CommittedBatch, RaftConfig
 from pykraft.raft.driver import RaftNode
+from pykraft.raft.network import RaftApis, RaftChannels
 from pykraft.server.config import ServerConfig
+from pykraft.server.controller_channel import ControllerRefused, QuorumControllerChannel
+from pykraft.server.controller_client import ActiveControllerClient, Backoff
 from pykraft.server.controller_server import ControllerServer, wall_clock_ms
+from pykraft.server.lifecycle_apis import LifecycleApis
 from pykraft.server.metrics import CleanerMetrics, LogMetrics, MetricsServer, NodeMetrics
 from pykraft.server.storage_tool import StorageToolError, check_storage
 from pykraft.storage.cleaner import CleanerConfig, LogCleaner, SwapFailed
@@ -51,6 +57,12 @@ log = logging.getLogger("pykraft.server")
 
 METADATA_TOPIC = "__cluster_metadata"
 SECURITY_PROTOCOL_PLAINTEXT = 0
+# one request to the active controller over the network; a forwarded change or a broker's
+# registration retries across leader changes for up to the channel timeout
+CONTROLLER_REQUEST_TIMEOUT_MS = 5_000
+CONTROLLER_CHANNEL_TIMEOUT_MS = 15_000
+# answers that make a broker register again (a new incarnation of its registration)
+_REREGISTER = frozenset({ErrorCode.stale_broker_epoch, ErrorCode.broker_id_not_registered})
 
 
 class NodeStartError(Exception):
@@ -74,6 +86,8 @@ class Node:
         self.cluster_id = ""
         self.cleaner: LogCleaner | None = None
         self.metrics: MetricsServer | None = None
+        self.channel: QuorumControllerChannel | None = None
+        self._controller_clients: list[ActiveControllerClient] = []
 
     # -- start ------------------------------------------------------------------------
 
@@ -100,20 +114,31 @@ class Node:
         controller_config = ControllerConfig.from_properties(
             values, cluster_id=self.cluster_id, controller_ids=frozenset(self.config.voters))
         self.controller_core = QuorumController(controller_config, random.Random())
+        voters = self.config.voters
+        single_voter = set(voters) == {self.node_id}
+        raft_config = None if single_voter else self._raft_config()
         self.raft = RaftNode.open(
             node_id=self.node_id,
-            voters=frozenset(self.config.voters),
+            voters=frozenset(voters),
             log_dir=self.config.metadata_log_dir / f"{METADATA_TOPIC}-0",
             listener=self,
             election_timeout_ms=self.config.get_int("controller.quorum.election.timeout.ms"),
+            config=raft_config,
             server_configs=values,
+            transport=None if raft_config is None else RaftChannels.for_voters(
+                self.node_id, self.cluster_id, voters, raft_config),
         )
         self.controller = ControllerServer(self.controller_core, self.raft)
+        self.channel = self._controller_channel()
+        if not single_voter:  # the other voters must reach this one to elect anybody
+            await self._controller_listeners()
         await self.raft.start()
-        await self.raft.wait_leader()  # the whole committed log has been replayed by now
-        self.controller.activate()
-        await self.controller.bootstrap()
-        await self._controller_listeners()
+        if single_voter:
+            await self.raft.wait_leader()  # the whole committed log has been replayed by now
+            await self.controller.wait_active()  # the bootstrap records, if the log was new
+            await self._controller_listeners()
+        else:
+            await self.raft.wait_caught_up()  # the log replayed up to a leader's high watermark
         await self._register_broker()
         await self._broker_listeners()
         self._tasks += [
@@ -145,6 +170,31 @@ class Node:
 
     def handle_leader_change(self, leader_id: int, epoch: int) -> None:
         log.info("metadata quorum leader is now %d at epoch %d", leader_id, epoch)
+        if self.controller is not None:
+            self.controller.on_leader_change(leader_id, self.node_id)
+
+    def _raft_config(self) -> RaftConfig:
+        """The quorum's timers from the controller.quorum.* keys (several voters)."""
+        get = self.config.get_int
+        return RaftConfig(
+            append_linger_ms=get("controller.quorum.append.linger.ms"),
+            election_timeout_ms=get("controller.quorum.election.timeout.ms"),
+            election_backoff_max_ms=get("controller.quorum.election.backoff.max.ms"),
+            fetch_timeout_ms=get("controller.quorum.fetch.timeout.ms"),
+            request_timeout_ms=get("controller.quorum.request.timeout.ms"),
+            retry_backoff_ms=get("controller.quorum.retry.backoff.ms"))
+
+    def _controller_channel(self) -> QuorumControllerChannel:
+        """The broker's way to the active controller: in-process while this node's
+        controller is active, else over the network to the quorum's leader."""
+        assert self.raft is not None
+        raft = self.raft
+        client = ActiveControllerClient(
+            self.node_id, self.config.voters, lambda: raft.leader_and_epoch.leader_id,
+            request_timeout_ms=CONTROLLER_REQUEST_TIMEOUT_MS)
+        self._controller_clients = [client]
+        return QuorumControllerChannel(self.controller, client,
+                                       timeout_ms=CONTROLLER_CHANNEL_TIMEOUT_MS)
 
     async def _controller_listeners(self) -> None:
         controller_names = set(self.config.controller_listeners)
@@ -171,18 +221,26 @@ class Node:
         self.log_manager.checkpoint()
 
     def _group_apis(self) -> GroupApis:
-        assert self.controller is not None
-        return GroupApis(self.node_id, self.cache, self.groups, self.controller,
+        assert self.channel is not None
+        return GroupApis(self.node_id, self.cache, self.groups, self.channel,
                          self.config.values)
 
     def _admin_apis(self) -> AdminApis:
-        assert self.controller is not None
-        return AdminApis(self.node_id, self.cache, self.controller, self.config.values, self)
+        """The broker listener's: changes go to the active controller, wherever it is."""
+        assert self.channel is not None
+        return AdminApis(self.node_id, self.cache, self.channel, self.config.values, self)
 
     def _controller_apis(self) -> Any:
+        """The controller listener's: changes are decided here or answered NOT_CONTROLLER
+        (a forwarded request is never forwarded again); plus the quorum's RPCs and the
+        brokers' registrations and heartbeats."""
         from pykraft.server.controller_apis import ControllerApis
 
-        return ControllerApis(self._admin_apis())
+        assert self.controller is not None and self.raft is not None
+        local = QuorumControllerChannel(self.controller, None, timeout_ms=0)
+        admin = AdminApis(self.node_id, self.cache, local, self.config.values, self)
+        return ControllerApis(admin, [RaftApis(self.raft, self.cluster_id),
+                                      LifecycleApis(self.controller)])
 
     async def _listen(self, name: str, host: str, port: int, dispatcher: Any) -> None:
         listener = Listener(
@@ -198,8 +256,8 @@ class Node:
         self.listeners.append(listener)
 
     async def _auto_create_topics(self, names: list[str]) -> None:
-        assert self.controller is not None
-        await self.controller.auto_create_topics(names)
+        assert self.channel is not None
+        await self.channel.auto_create_topics(names)
 
     # -- broker lifecycle (KIP-631), in-process for the combined node ----------------------
 
@@ -208,29 +266,45 @@ class Node:
                 for e in self.config.advertised_listeners]
 
     async def _register_broker(self) -> None:
-        assert self.controller is not None
+        """Register with the active controller (in-process or over the network, retried
+        until one answers), then heartbeat until unfenced (caught up with the metadata)."""
+        assert self.channel is not None
         features = [BrokerFeatureRange("metadata.version", MINIMUM_KRAFT_METADATA_VERSION,
                                        BOOTSTRAP_METADATA_VERSION)]
-        result = await self.controller.run(lambda core: core.register_broker(
-            self.node_id, self.incarnation_id, self._advertised(), features,
-            self.config.get("broker.rack"), wall_clock_ms(),
-            log_dirs=self.directory_ids, cluster_id=self.cluster_id))
+        backoff = Backoff(initial_ms=50, max_ms=1000)
+        while True:
+            try:
+                result = await self.channel.register_broker(
+                    self.node_id, self.incarnation_id, self._advertised(), features,
+                    self.config.get("broker.rack"), log_dirs=self.directory_ids,
+                    cluster_id=self.cluster_id, now_ms=wall_clock_ms)
+            except ControllerRefused as refused:
+                log.warning("broker registration refused: %s (%s); retrying", refused,
+                            refused.code.name)
+                await backoff.wait()
+                continue
+            break
         self.broker_epoch = result.broker_epoch
+        log.info("broker %d registered with epoch %d", self.node_id, self.broker_epoch)
         while True:
             heartbeat = await self._heartbeat()
-            if not heartbeat.is_fenced:
+            if heartbeat is not None and not heartbeat.is_fenced:
                 return
-            await asyncio.sleep(0.01)
+            await asyncio.sleep(0.01 if heartbeat is not None else 0.1)
 
     async def _heartbeat(self) -> Any:
-        assert self.controller is not None and self.raft is not None
-        offset = self.raft.high_watermark
-        invariant(offset is not None, "a broker heartbeats only after the quorum committed")
-        assert offset is not None
-        return await self.controller.run(lambda core: core.broker_heartbeat(
-            broker_id=self.node_id, broker_epoch=self.broker_epoch,
-            current_metadata_offset=offset, want_fence=False, want_shutdown=False,
-            now_ms=wall_clock_ms()))
+        """One heartbeat; None when refused (then the broker registers again if its epoch
+        is no longer known)."""
+        assert self.channel is not None
+        try:
+            return await self.channel.broker_heartbeat(
+                self.node_id, self.broker_epoch, self.loader.last_offset,
+                want_fence=False, want_shutdown=False, now_ms=wall_clock_ms)
+        except ControllerRefused as refused:
+            log.warning("broker heartbeat refused: %s", refused.code.name)
+            if refused.code in _REREGISTER:
+                await self._register_broker()
+            return None
 
     async def _heartbeat_loop(self) -> None:
         interval_s = self.config.get_int("broker.heartbeat.interval.ms") / 1000
@@ -247,11 +321,16 @@ class Node:
         """Fence brokers whose heartbeats stopped (broker.session.timeout.ms)."""
         assert self.controller is not None
         while True:
+            if not self.controller.core.is_active:
+                await asyncio.sleep(0.1)
+                continue
             try:
                 wake_at_ms = await self.controller.tick()
             except InvariantViolation as error:
                 self._fatal(error)
                 return
+            except NotController:
+                continue
             except Exception:
                 log.exception("controller tick failed")
                 wake_at_ms = wall_clock_ms() + 1000
@@ -383,6 +462,8 @@ class Node:
             self.metrics.close()
         for listener in self.listeners:
             await listener.close()
+        for client in self._controller_clients:
+            await client.close()
         if self.raft is not None:
             await self.raft.stop()
         if self.log_manager is not None:

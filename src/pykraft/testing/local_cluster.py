@@ -7,6 +7,16 @@
 
 The subprocess form is what fault tests use: `kill(signal.SIGKILL)` then `start()` again on
 the same data directory. Readiness means the broker answers Metadata with itself unfenced.
+
+Several nodes, each its own subprocess on free loopback ports, formatted with one cluster id:
+
+    with LocalCluster(combined=3) as cluster:                # nodes 1-3: broker,controller
+    with LocalCluster(controllers=3, brokers=1) as cluster:  # 1-3 controllers, 4 a broker
+        cluster.bootstrap_servers                            # the brokers' listeners
+        cluster.kill_node(2); cluster.restart_node(2)        # SIGKILL, then start again
+
+Readiness of the cluster: every controller answers ApiVersions and every broker lists every
+broker (all registered and unfenced) in Metadata.
 """
 
 from __future__ import annotations
@@ -28,6 +38,13 @@ from typing import Any
 
 from pykraft.server.storage_tool import random_uuid
 
+# Partition data is not replicated between brokers yet: internal topics get one replica.
+MULTI_NODE_DEFAULTS = {
+    "offsets.topic.replication.factor": "1",
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+}
+
 
 def free_port() -> int:
     with closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
@@ -44,7 +61,14 @@ class LocalCluster:
         configs: Mapping[str, str] | None = None,
         node_id: int = 1,
         startup_timeout_s: float = 30.0,
+        combined: int = 0,
+        controllers: int = 0,
+        brokers: int = 0,
     ) -> None:
+        """One combined node by default; `combined`, or `controllers` and `brokers`, make
+        a cluster of that many node processes (node ids 1.., controllers first)."""
+        self.nodes: dict[int, LocalCluster] = {}
+        self.roles = "broker,controller"
         self.in_process = in_process
         self._tempdir: tempfile.TemporaryDirectory[str] | None = None
         if data_dir is None:
@@ -63,10 +87,96 @@ class LocalCluster:
         self._loop: asyncio.AbstractEventLoop | None = None
         self.log_path = self.data_dir / "server.log"
         self.config_path = self.data_dir / "server.properties"
-        self._write_config()
+        if combined or controllers or brokers:
+            self._make_nodes(combined, controllers, brokers)
+        else:
+            self._write_config()
+
+    # -- several nodes ----------------------------------------------------------------
+
+    @property
+    def multi_node(self) -> bool:
+        return bool(self.nodes)
+
+    def _make_nodes(self, combined: int, controllers: int, brokers: int) -> None:
+        if self.in_process:
+            raise ValueError("a LocalCluster of several nodes runs them as subprocesses")
+        if combined and (controllers or brokers):
+            raise ValueError("give combined=, or controllers= and brokers=, not both")
+        if not combined and (controllers < 1 or brokers < 1):
+            raise ValueError("a cluster needs at least one controller and one broker")
+        shapes = (["broker,controller"] * combined if combined
+                  else ["controller"] * controllers + ["broker"] * brokers)
+        for index, roles in enumerate(shapes, start=1):
+            node = LocalCluster(data_dir=self.data_dir / f"node-{index}", node_id=index,
+                                startup_timeout_s=self.startup_timeout_s)
+            node.roles = roles
+            node.cluster_id = self.cluster_id
+            self.nodes[index] = node
+        voters = ",".join(f"{i}@127.0.0.1:{n.controller_port}"
+                          for i, n in self.nodes.items() if "controller" in n.roles)
+        for node in self.nodes.values():
+            node.extra_configs = {"controller.quorum.voters": voters,
+                                  **_role_configs(node), **MULTI_NODE_DEFAULTS,
+                                  **self.extra_configs}
+            node._write_config()
+
+    @property
+    def broker_ids(self) -> list[int]:
+        return [i for i, n in self.nodes.items() if "broker" in n.roles]
+
+    @property
+    def controller_ids(self) -> list[int]:
+        return [i for i, n in self.nodes.items() if "controller" in n.roles]
+
+    def node(self, node_id: int) -> LocalCluster:
+        """One node of a multi-node cluster (its ports, data dir, log, process)."""
+        return self.nodes[node_id]
+
+    def running(self, node_id: int) -> bool:
+        process = self.nodes[node_id].process
+        return process is not None and process.poll() is None
+
+    def kill_node(self, node_id: int, sig: int = signal.SIGKILL) -> None:
+        """Signal one node's process (SIGKILL by default) and wait for it to exit."""
+        self.nodes[node_id].kill(sig)
+
+    def restart_node(self, node_id: int, *, wait: bool = True) -> None:
+        """Start a stopped node again on its data directory (and wait until it is ready)."""
+        node = self.nodes[node_id]
+        if self.running(node_id):
+            raise RuntimeError(f"node {node_id} is running")
+        node._start_process()
+        if wait:
+            node.wait_ready()
+
+    def active_controller(self) -> int:
+        """The metadata quorum's leader as a running controller reports it (-1 if none)."""
+        for node_id in self.controller_ids:
+            if self.running(node_id):
+                try:
+                    return _quorum_leader(f"127.0.0.1:{self.nodes[node_id].controller_port}")
+                except OSError:
+                    continue
+        return -1
+
+    def _wait_cluster_ready(self) -> None:
+        for node in self.nodes.values():
+            node.wait_ready()
+        expected = set(self.broker_ids)
+        deadline = time.monotonic() + self.startup_timeout_s
+        while True:
+            seen = [set(_live_brokers(self.nodes[i].bootstrap_servers)) for i in expected]
+            if all(ids == expected for ids in seen):
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"brokers see {seen}, expected {sorted(expected)}")
+            time.sleep(0.1)
 
     @property
     def bootstrap_servers(self) -> str:
+        if self.nodes:
+            return ",".join(f"127.0.0.1:{self.nodes[i].broker_port}" for i in self.broker_ids)
         return f"127.0.0.1:{self.broker_port}"
 
     @property
@@ -77,7 +187,7 @@ class LocalCluster:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         values = {
             "node.id": str(self.node_id),
-            "process.roles": "broker,controller",
+            "process.roles": self.roles,
             "listeners": f"PLAINTEXT://127.0.0.1:{self.broker_port},"
                          f"CONTROLLER://127.0.0.1:{self.controller_port}",
             "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.broker_port}",
@@ -103,6 +213,14 @@ class LocalCluster:
             raise RuntimeError(f"storage format failed: {result.stderr.strip()}")
 
     def start(self) -> LocalCluster:
+        if self.nodes:
+            for node in self.nodes.values():
+                node.format()
+            for node_id in self.nodes:
+                if not self.running(node_id):
+                    self.nodes[node_id]._start_process()
+            self._wait_cluster_ready()
+            return self
         self.format()
         if self.in_process:
             self._start_thread()
@@ -156,7 +274,10 @@ class LocalCluster:
                 raise RuntimeError(
                     f"pykraft exited with {self.process.returncode}:\n{self.tail_log()}")
             try:
-                if _broker_ready(self.bootstrap_servers, self.node_id):
+                if "broker" not in self.roles:
+                    if _controller_ready(f"127.0.0.1:{self.controller_port}"):
+                        return
+                elif _broker_ready(self.bootstrap_servers, self.node_id):
                     return
             except Exception as error:  # noqa: BLE001 - retried until the deadline
                 last_error = str(error)
@@ -179,6 +300,8 @@ class LocalCluster:
         self.process = None
 
     def stop(self) -> None:
+        for node_id in reversed(list(self.nodes)):  # brokers first, then the controllers
+            self.nodes[node_id].stop()
         if self.process is not None:
             self.kill(signal.SIGTERM)
         if self._thread is not None and self._loop is not None and self._node is not None:
@@ -218,6 +341,60 @@ def _broker_ready(bootstrap: str, node_id: int) -> bool:
     with WireClient(bootstrap, timeout_s=2, client_id="local-cluster") as client:
         response = client.request(3, 12, request)
     return any(broker.node_id == node_id for broker in response.brokers)
+
+
+def _role_configs(node: LocalCluster) -> dict[str, str]:
+    """listeners for a node of a multi-node cluster, by its roles."""
+    broker = f"PLAINTEXT://127.0.0.1:{node.broker_port}"
+    controller = f"CONTROLLER://127.0.0.1:{node.controller_port}"
+    if node.roles == "controller":
+        return {"listeners": controller, "advertised.listeners": ""}
+    if node.roles == "broker":
+        return {"listeners": broker, "advertised.listeners": broker}
+    return {"listeners": f"{broker},{controller}", "advertised.listeners": broker}
+
+
+def _live_brokers(bootstrap: str) -> list[int]:
+    from kio.schema.metadata.v12.request import MetadataRequest
+
+    from pykraft.testing.wire import WireClient
+
+    request = MetadataRequest(topics=(), allow_auto_topic_creation=False,
+                              include_topic_authorized_operations=False)
+    with WireClient(bootstrap, timeout_s=2, client_id="local-cluster") as client:
+        response = client.request(3, 12, request)
+    return [broker.node_id for broker in response.brokers]
+
+
+def _controller_ready(address: str) -> bool:
+    from kio.schema.api_versions.v3.request import ApiVersionsRequest
+
+    from pykraft.testing.wire import WireClient
+
+    request = ApiVersionsRequest(client_software_name="local-cluster",
+                                 client_software_version="1")
+    with WireClient(address, timeout_s=2, client_id="local-cluster") as client:
+        response = client.request(18, 3, request)
+    return bool(response.api_keys)
+
+
+def _quorum_leader(address: str) -> int:
+    from kio.schema.describe_quorum.v1.request import (
+        DescribeQuorumRequest,
+        PartitionData,
+        TopicData,
+    )
+    from kio.schema.types import TopicName
+    from kio.static.primitive import i32
+
+    from pykraft.testing.wire import WireClient
+
+    request = DescribeQuorumRequest(topics=(TopicData(
+        topic_name=TopicName("__cluster_metadata"),
+        partitions=(PartitionData(partition_index=i32(0)),)),))
+    with WireClient(address, timeout_s=2, client_id="local-cluster") as client:
+        response = client.request(55, 1, request)
+    return int(response.topics[0].partitions[0].leader_id)
 
 
 @contextmanager

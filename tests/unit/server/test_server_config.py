@@ -342,7 +342,6 @@ def test_parse_voters_errors(value: str) -> None:
          "does not contain controller"),
         ({"controller_quorum_voters": "2@127.0.0.1:9093"}, "not in controller.quorum.voters"),
         ({"controller_quorum_voters": ""}, "controller.quorum.voters must name"),
-        ({"controller_quorum_voters": "1@h:1,2@h:2"}, "multi-voter"),
         ({"listener_security_protocol_map": "CONTROLLER:PLAINTEXT"},
          "PLAINTEXT .*listener.security.protocol.map"),
         ({"listener_security_protocol_map": "CONTROLLER:PLAINTEXT,PLAINTEXT:SSL"},
@@ -364,6 +363,13 @@ def test_a_routable_advertised_listener_makes_a_wildcard_bind_fine() -> None:
                     advertised_listeners="PLAINTEXT://broker.example:9092")
     assert loaded.advertised_listeners == [Endpoint("PLAINTEXT", "broker.example", 9092)]
     assert loaded.listeners[0].host == "0.0.0.0"
+
+
+def test_several_voters_make_a_quorum() -> None:
+    loaded = config(controller_quorum_voters="1@127.0.0.1:9093,2@127.0.0.1:9095,3@h:9097")
+    assert loaded.voters == {1: ("127.0.0.1", 9093), 2: ("127.0.0.1", 9095), 3: ("h", 9097)}
+    assert "not in controller.quorum.voters" in error_of(
+        controller_quorum_voters="2@127.0.0.1:9095,3@h:9097")
 
 
 def test_non_combined_roles_are_refused_clearly_for_now() -> None:

@@ -1,0 +1,400 @@
+"""The broker's `ControllerChannel` in a cluster: to the active controller wherever it runs.
+
+`QuorumControllerChannel` serves each metadata change (CreateTopics, DeleteTopics,
+CreatePartitions, AlterConfigs, IncrementalAlterConfigs) and the broker's own lifecycle
+requests (BrokerRegistration, BrokerHeartbeat):
+
+- in-process when this node's controller is the active one (a combined node that leads the
+  metadata quorum: no network hop, as the single node always did);
+- otherwise over the network to the active controller's controller listener, in Kafka's
+  wire protocol (the forwarding of KIP-590, without the Envelope: the broker re-encodes the
+  request it decoded), with `ActiveControllerClient`.
+
+A NOT_CONTROLLER answer (leadership moved meanwhile), an unknown leader or a connection
+failure is retried with backoff, re-reading the quorum leader each time, until the
+channel's timeout; then every item is answered NOT_CONTROLLER, which clients retry. With
+no network client (the channel the controller listener itself uses, so that a forwarded
+request is never forwarded again) one local attempt is made. A change whose leader was
+lost after it was appended may still commit under the new leader, so a retried
+CreateTopics can answer TOPIC_ALREADY_EXISTS for a topic this very request created, as
+Kafka's forwarding can.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Final, TypeVar
+
+from kio.schema.errors import ErrorCode
+
+from pykraft.controller.requests import (
+    AlterConfigsResource,
+    AlterConfigsResult,
+    BrokerFeatureRange,
+    BrokerHeartbeatResult,
+    BrokerRegistrationResult,
+    ConfigSource,
+    CreatableTopic,
+    CreatableTopicConfig,
+    CreatePartitionsResult,
+    CreatePartitionsTopic,
+    CreateTopicResult,
+    DeleteTopicResult,
+    LegacyAlterConfigsResource,
+    Listener,
+)
+from pykraft.errors import KafkaError, NotController
+from pykraft.protocol.api import ApiKey
+from pykraft.protocol.entities import make
+from pykraft.protocol.framing import request_type
+from pykraft.server.controller_client import (
+    ActiveControllerClient,
+    Backoff,
+    ControllerUnavailable,
+)
+from pykraft.server.controller_server import ControllerServer
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# api keys protocol.api does not name (KIP-631)
+BROKER_REGISTRATION: Final = 62
+BROKER_HEARTBEAT: Final = 63
+
+# the versions this channel speaks (served by every pykraft controller listener)
+CREATE_TOPICS_VERSION: Final = 7
+DELETE_TOPICS_VERSION: Final = 6
+CREATE_PARTITIONS_VERSION: Final = 3
+INCREMENTAL_ALTER_CONFIGS_VERSION: Final = 1
+ALTER_CONFIGS_VERSION: Final = 2
+BROKER_REGISTRATION_VERSION: Final = 4
+BROKER_HEARTBEAT_VERSION: Final = 1
+NOT_CONTROLLER_MESSAGE: Final = "no active controller answered in time"
+
+
+class ControllerRefused(Exception):
+    """The active controller answered a lifecycle request with an error."""
+
+    def __init__(self, code: ErrorCode, message: str | None = None) -> None:
+        super().__init__(message or code.name)
+        self.code = code
+
+
+def _module(api_key: int, version: int) -> Any:
+    import sys
+
+    return sys.modules[request_type(api_key, version).__module__]
+
+
+def _retry_needed(codes: Sequence[ErrorCode]) -> bool:
+    return ErrorCode.not_controller in codes
+
+
+class QuorumControllerChannel:
+    def __init__(
+        self,
+        local: ControllerServer | None,
+        client: ActiveControllerClient | None,
+        *,
+        timeout_ms: int,
+        now_ms: Callable[[], int] | None = None,
+    ) -> None:
+        self.local = local
+        self.client = client
+        self.timeout_ms = timeout_ms
+        self._now_ms = now_ms or (lambda: time.monotonic_ns() // 1_000_000)
+
+    # -- routing ------------------------------------------------------------------------
+
+    async def _route(
+        self,
+        local: Callable[[ControllerServer], Awaitable[T]],
+        remote: Callable[[ActiveControllerClient], Awaitable[T | None]],
+        failed: Callable[[ErrorCode, str], T],
+    ) -> T:
+        """Run locally when this node's controller is active, else remotely; retry while
+        nobody could decide (`remote` gives None for an answer saying NOT_CONTROLLER)."""
+        deadline_ms = self._now_ms() + self.timeout_ms
+        backoff = Backoff()
+        while True:
+            if self.local is not None and self.local.core.is_active:
+                try:
+                    return await local(self.local)
+                except NotController:
+                    pass
+            elif self.client is not None and self._leader_elsewhere():
+                try:
+                    answer = await remote(self.client)
+                except ControllerUnavailable as error:
+                    log.debug("controller request failed: %s", error)
+                else:
+                    if answer is not None:
+                        return answer
+            if self._now_ms() >= deadline_ms:
+                return failed(ErrorCode.not_controller, NOT_CONTROLLER_MESSAGE)
+            await backoff.wait()
+
+    def _leader_elsewhere(self) -> bool:
+        assert self.client is not None
+        active = self.client.active_controller()
+        return active is not None and active != self.client.node_id
+
+    # -- ControllerChannel --------------------------------------------------------------
+
+    async def create_topics(
+        self, topics: Sequence[CreatableTopic], *, validate_only: bool
+    ) -> Sequence[CreateTopicResult]:
+        async def remote(client: ActiveControllerClient) -> Sequence[CreateTopicResult] | None:
+            module = _module(ApiKey.CREATE_TOPICS, CREATE_TOPICS_VERSION)
+            request = make(
+                module.CreateTopicsRequest, timeout=_timeout(self.timeout_ms),
+                validate_only=validate_only,
+                topics=tuple(
+                    make(module.CreatableTopic, name=t.name, num_partitions=t.num_partitions,
+                         replication_factor=t.replication_factor,
+                         assignments=tuple(
+                             make(module.CreatableReplicaAssignment, partition_index=p,
+                                  broker_ids=tuple(ids))
+                             for p, ids in sorted(t.assignments.items())),
+                         configs=tuple(make(module.CreatableTopicConfig, name=k, value=v)
+                                       for k, v in t.configs.items()))
+                    for t in topics))
+            _, answer = await client.send(ApiKey.CREATE_TOPICS, CREATE_TOPICS_VERSION, request)
+            results = tuple(
+                CreateTopicResult(
+                    name=r.name, topic_id=r.topic_id, error_code=r.error_code,
+                    error_message=r.error_message, num_partitions=r.num_partitions,
+                    replication_factor=r.replication_factor,
+                    configs=tuple(
+                        CreatableTopicConfig(c.name, c.value, c.read_only,
+                                             ConfigSource(c.config_source), c.is_sensitive)
+                        for c in r.configs or ()))
+                for r in answer.topics)
+            return None if _retry_needed([r.error_code for r in results]) else results
+
+        return await self._route(
+            lambda c: c.create_topics(topics, validate_only=validate_only), remote,
+            lambda code, message: tuple(CreateTopicResult(t.name, error_code=code,
+                                                          error_message=message)
+                                        for t in topics))
+
+    async def delete_topics(
+        self, names: Sequence[str], topic_ids: Sequence[uuid.UUID]
+    ) -> Sequence[DeleteTopicResult]:
+        async def remote(client: ActiveControllerClient) -> Sequence[DeleteTopicResult] | None:
+            module = _module(ApiKey.DELETE_TOPICS, DELETE_TOPICS_VERSION)
+            request = make(
+                module.DeleteTopicsRequest, timeout=_timeout(self.timeout_ms),
+                topics=tuple([make(module.DeleteTopicState, name=n, topic_id=_NO_ID)
+                              for n in names]
+                             + [make(module.DeleteTopicState, name=None, topic_id=i)
+                                for i in topic_ids]))
+            _, answer = await client.send(ApiKey.DELETE_TOPICS, DELETE_TOPICS_VERSION, request)
+            results = tuple(DeleteTopicResult(r.name, r.topic_id, r.error_code, r.error_message)
+                            for r in answer.responses)
+            return None if _retry_needed([r.error_code for r in results]) else results
+
+        def failed(code: ErrorCode, message: str) -> Sequence[DeleteTopicResult]:
+            return tuple([DeleteTopicResult(n, error_code=code, error_message=message)
+                          for n in names]
+                         + [DeleteTopicResult(None, i, code, message) for i in topic_ids])
+
+        return await self._route(lambda c: c.delete_topics(names, topic_ids), remote, failed)
+
+    async def create_partitions(
+        self, topics: Sequence[CreatePartitionsTopic], *, validate_only: bool
+    ) -> Sequence[CreatePartitionsResult]:
+        async def remote(
+            client: ActiveControllerClient,
+        ) -> Sequence[CreatePartitionsResult] | None:
+            module = _module(ApiKey.CREATE_PARTITIONS, CREATE_PARTITIONS_VERSION)
+            request = make(
+                module.CreatePartitionsRequest, timeout=_timeout(self.timeout_ms),
+                validate_only=validate_only,
+                topics=tuple(
+                    make(module.CreatePartitionsTopic, name=t.name, count=t.count,
+                         assignments=None if t.assignments is None else tuple(
+                             make(module.CreatePartitionsAssignment, broker_ids=tuple(ids))
+                             for ids in t.assignments))
+                    for t in topics))
+            _, answer = await client.send(ApiKey.CREATE_PARTITIONS, CREATE_PARTITIONS_VERSION,
+                                          request)
+            results = tuple(CreatePartitionsResult(r.name, r.error_code, r.error_message)
+                            for r in answer.results)
+            return None if _retry_needed([r.error_code for r in results]) else results
+
+        return await self._route(
+            lambda c: c.create_partitions(topics, validate_only=validate_only), remote,
+            lambda code, message: tuple(CreatePartitionsResult(t.name, code, message)
+                                        for t in topics))
+
+    async def incremental_alter_configs(
+        self, resources: Sequence[AlterConfigsResource], *, validate_only: bool
+    ) -> Sequence[AlterConfigsResult]:
+        async def remote(client: ActiveControllerClient) -> Sequence[AlterConfigsResult] | None:
+            module = _module(ApiKey.INCREMENTAL_ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS_VERSION)
+            request = make(
+                module.IncrementalAlterConfigsRequest, validate_only=validate_only,
+                resources=tuple(
+                    make(module.AlterConfigsResource, resource_type=r.resource_type,
+                         resource_name=r.resource_name,
+                         configs=tuple(make(module.AlterableConfig, name=c.name,
+                                            config_operation=int(c.op), value=c.value)
+                                       for c in r.configs))
+                    for r in resources))
+            _, answer = await client.send(ApiKey.INCREMENTAL_ALTER_CONFIGS,
+                                          INCREMENTAL_ALTER_CONFIGS_VERSION, request)
+            return _alter_results(answer)
+
+        return await self._route(
+            lambda c: c.incremental_alter_configs(resources, validate_only=validate_only),
+            remote, lambda code, message: _alter_failed(resources, code, message))
+
+    async def alter_configs(
+        self, resources: Sequence[LegacyAlterConfigsResource], *, validate_only: bool
+    ) -> Sequence[AlterConfigsResult]:
+        async def remote(client: ActiveControllerClient) -> Sequence[AlterConfigsResult] | None:
+            module = _module(ApiKey.ALTER_CONFIGS, ALTER_CONFIGS_VERSION)
+            request = make(
+                module.AlterConfigsRequest, validate_only=validate_only,
+                resources=tuple(
+                    make(module.AlterConfigsResource, resource_type=r.resource_type,
+                         resource_name=r.resource_name,
+                         configs=tuple(make(module.AlterableConfig, name=k, value=v)
+                                       for k, v in r.configs.items()))
+                    for r in resources))
+            _, answer = await client.send(ApiKey.ALTER_CONFIGS, ALTER_CONFIGS_VERSION, request)
+            return _alter_results(answer)
+
+        return await self._route(
+            lambda c: c.alter_configs(resources, validate_only=validate_only),
+            remote, lambda code, message: _alter_failed(resources, code, message))
+
+    async def auto_create_topics(self, names: list[str]) -> None:
+        """Metadata-triggered topic creation with the cluster defaults (auto.create.topics)."""
+        results = await self.create_topics([CreatableTopic(name=n) for n in names],
+                                           validate_only=False)
+        for result in results:
+            if result.error_code not in (ErrorCode.none, ErrorCode.topic_already_exists):
+                log.info("auto-creating topic %s failed: %s", result.name, result.error_message)
+
+    # -- broker lifecycle (KIP-631) -------------------------------------------------------
+
+    async def register_broker(
+        self,
+        broker_id: int,
+        incarnation_id: uuid.UUID,
+        listeners: Sequence[Listener],
+        features: Sequence[BrokerFeatureRange],
+        rack: str | None,
+        *,
+        log_dirs: Sequence[uuid.UUID],
+        cluster_id: str,
+        now_ms: Callable[[], int],
+    ) -> BrokerRegistrationResult:
+        """BrokerRegistration; raises ControllerRefused with the controller's error, or
+        with NOT_CONTROLLER when no active controller answered within the timeout."""
+        async def local(server: ControllerServer) -> BrokerRegistrationResult:
+            try:
+                return await server.run(lambda core: core.register_broker(
+                    broker_id, incarnation_id, listeners, features, rack, now_ms(),
+                    log_dirs=log_dirs, cluster_id=cluster_id))
+            except NotController:
+                raise
+            except KafkaError as error:
+                raise ControllerRefused(error.code, str(error) or None) from error
+
+        async def remote(client: ActiveControllerClient) -> BrokerRegistrationResult | None:
+            module = _module(BROKER_REGISTRATION, BROKER_REGISTRATION_VERSION)
+            request = make(
+                module.BrokerRegistrationRequest, broker_id=broker_id, cluster_id=cluster_id,
+                incarnation_id=incarnation_id, rack=rack, log_dirs=tuple(log_dirs),
+                listeners=tuple(make(module.Listener, name=x.name, host=x.host, port=x.port,
+                                     security_protocol=x.security_protocol)
+                                for x in listeners),
+                features=tuple(make(module.Feature, name=f.name,
+                                    min_supported_version=f.min_supported_version,
+                                    max_supported_version=f.max_supported_version)
+                               for f in features))
+            _, answer = await client.send(BROKER_REGISTRATION,
+                                          BROKER_REGISTRATION_VERSION, request)
+            if answer.error_code == ErrorCode.not_controller:
+                return None
+            if answer.error_code != ErrorCode.none:
+                raise ControllerRefused(answer.error_code)
+            return BrokerRegistrationResult(broker_epoch=answer.broker_epoch)
+
+        return await self._route(local, remote, _refuse)
+
+    async def broker_heartbeat(
+        self,
+        broker_id: int,
+        broker_epoch: int,
+        current_metadata_offset: int,
+        *,
+        want_fence: bool,
+        want_shutdown: bool,
+        now_ms: Callable[[], int],
+    ) -> BrokerHeartbeatResult:
+        """BrokerHeartbeat; raises ControllerRefused as `register_broker` does."""
+        async def local(server: ControllerServer) -> BrokerHeartbeatResult:
+            try:
+                return await server.run(lambda core: core.broker_heartbeat(
+                    broker_id=broker_id, broker_epoch=broker_epoch,
+                    current_metadata_offset=current_metadata_offset, want_fence=want_fence,
+                    want_shutdown=want_shutdown, now_ms=now_ms()))
+            except NotController:
+                raise
+            except KafkaError as error:
+                raise ControllerRefused(error.code, str(error) or None) from error
+
+        async def remote(client: ActiveControllerClient) -> BrokerHeartbeatResult | None:
+            module = _module(BROKER_HEARTBEAT, BROKER_HEARTBEAT_VERSION)
+            request = make(module.BrokerHeartbeatRequest, broker_id=broker_id,
+                           broker_epoch=broker_epoch,
+                           current_metadata_offset=current_metadata_offset,
+                           want_fence=want_fence, want_shut_down=want_shutdown)
+            _, answer = await client.send(BROKER_HEARTBEAT, BROKER_HEARTBEAT_VERSION,
+                                          request)
+            if answer.error_code == ErrorCode.not_controller:
+                return None
+            if answer.error_code != ErrorCode.none:
+                raise ControllerRefused(answer.error_code)
+            return BrokerHeartbeatResult(is_caught_up=answer.is_caught_up,
+                                         is_fenced=answer.is_fenced,
+                                         should_shut_down=answer.should_shut_down)
+
+        return await self._route(local, remote, _refuse)
+
+
+_NO_ID: Final = uuid.UUID(int=0)
+
+
+def _timeout(timeout_ms: int) -> Any:
+    import datetime
+
+    return datetime.timedelta(milliseconds=timeout_ms)
+
+
+def _refuse(code: ErrorCode, message: str) -> Any:
+    raise ControllerRefused(code, message)
+
+
+def _alter_results(answer: Any) -> Sequence[AlterConfigsResult] | None:
+    results = tuple(AlterConfigsResult(r.resource_type, r.resource_name, r.error_code,
+                                       r.error_message)
+                    for r in answer.responses)
+    return None if _retry_needed([r.error_code for r in results]) else results
+
+
+def _alter_failed(resources: Sequence[AlterConfigsResource | LegacyAlterConfigsResource],
+                  code: ErrorCode, message: str) -> Sequence[AlterConfigsResult]:
+    return tuple(AlterConfigsResult(r.resource_type, r.resource_name, code, message)
+                 for r in resources)
+
+
+__all__ = ["QuorumControllerChannel", "ControllerRefused"]

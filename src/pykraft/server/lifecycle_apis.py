@@ -1,0 +1,86 @@
+"""BrokerRegistration (62) and BrokerHeartbeat (63) on the controller listener (KIP-631).
+
+Brokers that do not run the active controller in their own process register and heartbeat
+here over the network. A controller that is not the active one answers NOT_CONTROLLER and
+the broker asks again, at whichever node leads the quorum by then; the controller's other
+refusals (STALE_BROKER_EPOCH, DUPLICATE_BROKER_REGISTRATION, INCONSISTENT_CLUSTER_ID, ...)
+are answered with their codes.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Final
+
+from kio.schema.errors import ErrorCode
+
+from pykraft.controller.requests import BrokerFeatureRange, Listener
+from pykraft.net.server import RequestContext
+from pykraft.protocol.entities import NO_THROTTLE, field, make, response_module
+from pykraft.server.controller_channel import (
+    BROKER_HEARTBEAT,
+    BROKER_REGISTRATION,
+    ControllerRefused,
+    QuorumControllerChannel,
+)
+from pykraft.server.controller_server import ControllerServer, wall_clock_ms
+
+LIFECYCLE_APIS: Final[dict[int, tuple[int, int]]] = {
+    BROKER_REGISTRATION: (0, 4),
+    BROKER_HEARTBEAT: (0, 1),
+}
+
+
+class LifecycleApis:
+    """The handler group (broker.apis.ApiGroup) for a controller listener."""
+
+    def __init__(self, server: ControllerServer) -> None:
+        self.channel = QuorumControllerChannel(server, None, timeout_ms=0)
+
+    @property
+    def versions(self) -> Mapping[int, tuple[int, int]]:
+        return LIFECYCLE_APIS
+
+    def handlers(self) -> dict[int, Callable[[RequestContext, Any], Awaitable[Any]]]:
+        return {
+            BROKER_REGISTRATION: self.broker_registration,
+            BROKER_HEARTBEAT: self.broker_heartbeat,
+        }
+
+    async def broker_registration(self, context: RequestContext, request: Any) -> Any:
+        module = response_module(BROKER_REGISTRATION, context.header.api_version)
+        incarnation = request.incarnation_id or uuid.UUID(int=0)
+        try:
+            result = await self.channel.register_broker(
+                request.broker_id, incarnation,
+                [Listener(x.name, x.host, x.port, x.security_protocol)
+                 for x in request.listeners],
+                [BrokerFeatureRange(f.name, f.min_supported_version, f.max_supported_version)
+                 for f in request.features],
+                request.rack,
+                log_dirs=[d for d in field(request, "log_dirs", ()) if d is not None],
+                cluster_id=request.cluster_id,
+                now_ms=wall_clock_ms,
+            )
+        except ControllerRefused as refused:
+            return make(module.BrokerRegistrationResponse, throttle_time=NO_THROTTLE,
+                        error_code=refused.code, broker_epoch=-1)
+        return make(module.BrokerRegistrationResponse, throttle_time=NO_THROTTLE,
+                    error_code=ErrorCode.none, broker_epoch=result.broker_epoch)
+
+    async def broker_heartbeat(self, context: RequestContext, request: Any) -> Any:
+        module = response_module(BROKER_HEARTBEAT, context.header.api_version)
+        try:
+            result = await self.channel.broker_heartbeat(
+                request.broker_id, request.broker_epoch, request.current_metadata_offset,
+                want_fence=request.want_fence, want_shutdown=request.want_shut_down,
+                now_ms=wall_clock_ms,
+            )
+        except ControllerRefused as refused:
+            return make(module.BrokerHeartbeatResponse, throttle_time=NO_THROTTLE,
+                        error_code=refused.code, is_caught_up=False, is_fenced=True,
+                        should_shut_down=False)
+        return make(module.BrokerHeartbeatResponse, throttle_time=NO_THROTTLE,
+                    error_code=ErrorCode.none, is_caught_up=result.is_caught_up,
+                    is_fenced=result.is_fenced, should_shut_down=result.should_shut_down)

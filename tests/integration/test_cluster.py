@@ -1,0 +1,177 @@
+"""A real multi-node cluster: every node its own process on loopback (LocalCluster).
+
+Three combined nodes form one metadata quorum; a topic created through any broker -- the
+one whose controller is active, or one that forwards to it -- appears identically in the
+Metadata of every node. Killing the active controller's process with SIGKILL makes another
+node active within seconds, and topics created through a survivor appear on all survivors
+(and on the killed node once it is back). Three dedicated controllers and one broker serve
+a confluent-kafka producer and consumer.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from kio.schema.metadata.v12.request import MetadataRequest
+
+from pykraft.testing import LocalCluster
+from pykraft.testing.wire import WireClient
+
+T = TypeVar("T")
+
+WAIT_S = 30.0
+
+
+def wait_for(predicate: Callable[[], T | None], what: str, timeout_s: float = WAIT_S) -> T:
+    deadline = time.monotonic() + timeout_s
+    last: BaseException | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = predicate()
+        except (OSError, KafkaException) as error:
+            last = error
+        else:
+            if value:
+                return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what} (last error: {last})")
+
+
+def metadata_view(bootstrap: str) -> tuple[Any, ...]:
+    """What one broker says about the cluster: brokers and every topic's partitions."""
+    request = MetadataRequest(topics=None, allow_auto_topic_creation=False,
+                              include_topic_authorized_operations=False)
+    with WireClient(bootstrap, timeout_s=5, client_id="test-cluster") as client:
+        response = client.request(3, 12, request)
+    brokers = tuple(sorted((b.node_id, b.host, b.port) for b in response.brokers))
+    topics = tuple(sorted(
+        (t.name, str(t.topic_id), int(t.error_code), tuple(sorted(
+            (p.partition_index, p.leader_id, p.leader_epoch, tuple(p.replica_nodes),
+             tuple(p.isr_nodes))
+            for p in t.partitions)))
+        for t in response.topics))
+    return brokers, topics
+
+
+def topic_names(view: tuple[Any, ...]) -> set[str]:
+    return {name for name, *_ in view[1]}
+
+
+def create_topic(bootstrap: str, name: str, partitions: int = 3) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(name, num_partitions=partitions,
+                                            replication_factor=1)], operation_timeout=20)
+    futures[name].result(30)
+
+
+def agreed_view(cluster: LocalCluster, node_ids: list[int]) -> tuple[Any, ...] | None:
+    """The one Metadata view every listed broker gives, or None while they differ."""
+    views = {metadata_view(cluster.node(i).bootstrap_servers) for i in node_ids}
+    return views.pop() if len(views) == 1 else None
+
+
+def agreed_with(cluster: LocalCluster, node_ids: list[int],
+                names: set[str]) -> Callable[[], tuple[Any, ...] | None]:
+    """A wait_for predicate: the agreed view once it has the topics `names`."""
+    def look() -> tuple[Any, ...] | None:
+        view = agreed_view(cluster, node_ids)
+        return view if view is not None and names <= topic_names(view) else None
+    return look
+
+
+@pytest.fixture
+def three_combined() -> Any:
+    with LocalCluster(combined=3, startup_timeout_s=60) as cluster:
+        yield cluster
+
+
+def test_three_combined_nodes_agree_on_topics_created_through_any_node(
+    three_combined: LocalCluster,
+) -> None:
+    cluster = three_combined
+    active = wait_for(lambda: cluster.active_controller() > 0 and cluster.active_controller(),
+                      "an active controller")
+    others = [i for i in cluster.broker_ids if i != active]
+    # through the active controller's own broker, and through one that forwards to it
+    create_topic(cluster.node(active).bootstrap_servers, "via-active", 3)
+    create_topic(cluster.node(others[0]).bootstrap_servers, "via-forward", 4)
+    view = wait_for(agreed_with(cluster, cluster.broker_ids, {"via-active", "via-forward"}),
+                    "identical metadata on every node")
+    brokers, topics = view
+    assert [b[0] for b in brokers] == [1, 2, 3]
+    by_name = {t[0]: t for t in topics}
+    assert len(by_name["via-active"][3]) == 3 and len(by_name["via-forward"][3]) == 4
+    assert by_name["via-active"][2] == by_name["via-forward"][2] == 0  # no error
+    leaders = {p[1] for t in topics for p in t[3]}
+    assert leaders <= {1, 2, 3} and len(leaders) > 1  # RF=1 partitions spread over brokers
+    # creating it again through the third node is refused by the controller, not lost
+    admin = AdminClient({"bootstrap.servers": cluster.node(others[1]).bootstrap_servers})
+    future = admin.create_topics([NewTopic("via-forward", 1, 1)])["via-forward"]
+    with pytest.raises(KafkaException) as caught:
+        future.result(30)
+    assert caught.value.args[0].name() == "TOPIC_ALREADY_EXISTS"
+
+
+def test_produce_and_consume_across_combined_nodes(three_combined: LocalCluster) -> None:
+    cluster = three_combined
+    create_topic(cluster.bootstrap_servers, "spread", 6)
+    wait_for(agreed_with(cluster, cluster.broker_ids, {"spread"}), "the topic everywhere")
+    produce_and_consume(cluster.bootstrap_servers, "spread", 60)
+
+
+def produce_and_consume(bootstrap: str, topic: str, count: int) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    delivered: list[Any] = []
+    for i in range(count):
+        producer.produce(topic, key=str(i).encode(), value=f"value-{i}".encode(),
+                         on_delivery=lambda err, msg: delivered.append(err or msg))
+    assert producer.flush(30) == 0
+    errors = [d for d in delivered if not hasattr(d, "offset")]
+    assert not errors, errors
+    assert len({m.partition() for m in delivered}) > 1
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4()}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    try:
+        consumer.subscribe([topic])
+        seen: dict[bytes | None, bytes | None] = {}
+        deadline = time.monotonic() + WAIT_S
+        while len(seen) < count and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None or message.error():
+                continue
+            seen[message.key()] = message.value()
+    finally:
+        consumer.close()
+    assert seen == {str(i).encode(): f"value-{i}".encode() for i in range(count)}
+
+
+@pytest.mark.slow
+def test_kill_9_of_the_active_controller_moves_it_and_metadata_converges(
+    three_combined: LocalCluster,
+) -> None:
+    cluster = three_combined
+    create_topic(cluster.bootstrap_servers, "before", 2)
+    old = wait_for(lambda: cluster.active_controller() > 0 and cluster.active_controller(),
+                   "an active controller")
+    killed_at = time.monotonic()
+    cluster.kill_node(old)
+    survivors = [i for i in cluster.broker_ids if i != old]
+    new = wait_for(lambda: (a := cluster.active_controller()) not in (-1, old) and a,
+                   "a new active controller", timeout_s=15)
+    failover_s = time.monotonic() - killed_at
+    print(f"\nactive controller {old} killed; {new} active after {failover_s:.2f}s")
+    assert failover_s < 10
+    # a change through the survivor that is not active: forwarded to the new controller
+    create_topic(cluster.node(next(i for i in survivors if i != new)).bootstrap_servers,
+                 "after", 2)
+    view = wait_for(agreed_with(cluster, survivors, {"before", "after"}),
+                    "identical metadata on the survivors")
+    cluster.restart_node(old)
+    wait_for(agreed_with(cluster, cluster.broker_ids, topic_names(view)),
+             "the restarted node caught up")

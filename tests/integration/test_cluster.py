@@ -175,3 +175,14 @@ def test_kill_9_of_the_active_controller_moves_it_and_metadata_converges(
     cluster.restart_node(old)
     wait_for(agreed_with(cluster, cluster.broker_ids, topic_names(view)),
              "the restarted node caught up")
+
+
+def test_three_controllers_and_a_broker_serve_confluent_kafka() -> None:
+    with LocalCluster(controllers=3, brokers=1, startup_timeout_s=60) as cluster:
+        assert cluster.controller_ids == [1, 2, 3] and cluster.broker_ids == [4]
+        assert cluster.active_controller() in (1, 2, 3)
+        create_topic(cluster.bootstrap_servers, "dedicated", 3)
+        view = wait_for(agreed_with(cluster, [4], {"dedicated"}), "the topic on the broker")
+        assert [b[0] for b in view[0]] == [4]  # controllers are not brokers
+        assert {p[1] for t in view[1] for p in t[3]} == {4}
+        produce_and_consume(cluster.bootstrap_servers, "dedicated", 30)

@@ -378,9 +378,6 @@ class ServerConfig:
         names = self._validate_listeners()
         self._validate_advertised(names)
         self._validate_quorum(names)
-        if self.roles != frozenset(_ROLES):
-            raise ConfigError(f"process.roles={self.get('process.roles')}: only combined "
-                              "broker,controller nodes are supported yet")
 
     def _validate_roles(self) -> None:
         raw = self.get("process.roles")
@@ -416,6 +413,10 @@ class ServerConfig:
         if "broker" in self.roles and not names - set(controller_names):
             raise ConfigError("listeners: the broker role needs a listener that is not in "
                               "controller.listener.names")
+        if "controller" not in self.roles and names & set(controller_names):
+            raise ConfigError("controller.listener.names must not name a listener in listeners "
+                              "on a broker-only node (process.roles=broker): "
+                              f"{', '.join(sorted(names & set(controller_names)))}")
         if "broker" not in self.roles and names - set(controller_names):
             raise ConfigError("listeners: a controller-only node may only have the listeners "
                               "named in controller.listener.names")

@@ -1,14 +1,19 @@
-"""A pykraft node: the composition of storage, Raft, controller and broker in one process.
+"""A pykraft node: the composition of storage, Raft, controller and broker in one process
+(process.roles: broker, controller, or both).
 
 Start-up, in order:
-1. check every log dir's meta.properties (same cluster id, this node id), load the data logs
-   (recovering from each partition's recovery point after an unclean stop);
-2. open the metadata log and replay it: every committed record goes through the loader into
-   the broker's MetadataImage (and into the controller); the node is then a voter;
-3. as the single voter it becomes the active controller; an empty log gets the bootstrap
-   records (metadata.version);
-4. the broker registers with the controller and heartbeats until it is unfenced (caught up);
-5. only then do the client listeners open, as Kafka's broker does.
+1. check every log dir's meta.properties (same cluster id, this node id); a broker loads
+   its data logs (recovering from each partition's recovery point after an unclean stop);
+2. open the metadata log, as a voter (controller role) or an observer (broker-only); with
+   several voters a controller opens its controller listener first, so the quorum can form;
+3. replay the log: every committed record goes into the controller and, through the loader,
+   into the MetadataImage and its publishers. A single voter waits to lead; any other node
+   waits until it has applied up to a leader's high watermark;
+4. the node whose Raft leads activates its controller (and deactivates when it stops
+   leading); an empty log gets the bootstrap records (metadata.version);
+5. a broker registers with the active controller (in-process or over the network) and
+   heartbeats until it is unfenced (caught up); only then do the client listeners open, as
+   Kafka's broker does.
 Stop (SIGTERM / Ctrl-C): listeners close, in-flight requests end, logs are flushed and
 checkpointed, and `.kafka_cleanshutdown` marks a clean stop so the next start skips recovery.
 """
@@ -100,24 +105,17 @@ class Node:
         self.directory_ids = storage.directory_ids
         now = wall_clock_ms()
         values = self.config.values
-        self.log_manager = LogManager(self.config.log_dirs, values)
-        self.log_manager.load(now)
+        roles = self.config.roles
+        self.is_broker, self.is_controller = "broker" in roles, "controller" in roles
         self.cache = MetadataCache(self.node_id, self.cluster_id)
-        self.replicas = ReplicaManager(self.node_id, self.log_manager, values, wall_clock_ms)
         self.loader = MetadataLoader()
         self.loader.publishers.append(self.cache.publish)
-        self.loader.publishers.append(self.replicas.apply_delta)
-        self.groups = GroupCoordinatorShell(
-            GroupCoordinator(GroupConfig.from_properties(values), random.Random()),
-            self.node_id, self.replicas, self.cache, wall_clock_ms)
-        self.loader.publishers.append(self.groups.on_metadata)
-        controller_config = ControllerConfig.from_properties(
-            values, cluster_id=self.cluster_id, controller_ids=frozenset(self.config.voters))
-        self.controller_core = QuorumController(controller_config, random.Random())
+        if self.is_broker:
+            self._compose_broker(now)
         voters = self.config.voters
         single_voter = set(voters) == {self.node_id}
         raft_config = None if single_voter else self._raft_config()
-        self.raft = RaftNode.open(
+        self.raft = RaftNode.open(  # a voter, or an observer (a broker-only node)
             node_id=self.node_id,
             voters=frozenset(voters),
             log_dir=self.config.metadata_log_dir / f"{METADATA_TOPIC}-0",
@@ -128,26 +126,34 @@ class Node:
             transport=None if raft_config is None else RaftChannels.for_voters(
                 self.node_id, self.cluster_id, voters, raft_config),
         )
-        self.controller = ControllerServer(self.controller_core, self.raft)
+        if self.is_controller:
+            controller_config = ControllerConfig.from_properties(
+                values, cluster_id=self.cluster_id, controller_ids=frozenset(voters))
+            self.controller_core = QuorumController(controller_config, random.Random())
+            self.controller = ControllerServer(self.controller_core, self.raft)
         self.channel = self._controller_channel()
-        if not single_voter:  # the other voters must reach this one to elect anybody
+        if self.is_controller and not single_voter:  # the other voters must reach this one
             await self._controller_listeners()
         await self.raft.start()
         if single_voter:
+            assert self.controller is not None
             await self.raft.wait_leader()  # the whole committed log has been replayed by now
             await self.controller.wait_active()  # the bootstrap records, if the log was new
             await self._controller_listeners()
         else:
             await self.raft.wait_caught_up()  # the log replayed up to a leader's high watermark
-        await self._register_broker()
-        await self._broker_listeners()
-        self._tasks += [
-            asyncio.create_task(self._heartbeat_loop(), name="broker-heartbeat"),
-            asyncio.create_task(self._housekeeping_loop(), name="log-housekeeping"),
-            asyncio.create_task(self._cleaner_loop(), name="log-cleaner"),
-            asyncio.create_task(self._controller_tick_loop(), name="controller-tick"),
-            asyncio.create_task(self.groups.run(), name="group-coordinator"),
-        ]
+        if self.is_broker:
+            await self._register_broker()
+            await self._broker_listeners()
+            self._tasks += [
+                asyncio.create_task(self._heartbeat_loop(), name="broker-heartbeat"),
+                asyncio.create_task(self._housekeeping_loop(), name="log-housekeeping"),
+                asyncio.create_task(self._cleaner_loop(), name="log-cleaner"),
+                asyncio.create_task(self.groups.run(), name="group-coordinator"),
+            ]
+        if self.is_controller:
+            self._tasks.append(
+                asyncio.create_task(self._controller_tick_loop(), name="controller-tick"))
         address = self.config.metrics_listener
         if address is not None:
             self.metrics = MetricsServer(*address, asyncio.get_running_loop(),
@@ -160,11 +166,22 @@ class Node:
         log.info("pykraft node %d started (cluster %s): %s", self.node_id, self.cluster_id,
                  ", ".join(f"{x.name}://{x.host}:{x.port}" for x in self.listeners))
 
+    def _compose_broker(self, now_ms: int) -> None:
+        """The broker's parts: data logs, replicas, group coordinator, metadata publishers."""
+        values = self.config.values
+        self.log_manager = LogManager(self.config.log_dirs, values)
+        self.log_manager.load(now_ms)
+        self.replicas = ReplicaManager(self.node_id, self.log_manager, values, wall_clock_ms)
+        self.loader.publishers.append(self.replicas.apply_delta)
+        self.groups = GroupCoordinatorShell(
+            GroupCoordinator(GroupConfig.from_properties(values), random.Random()),
+            self.node_id, self.replicas, self.cache, wall_clock_ms)
+        self.loader.publishers.append(self.groups.on_metadata)
+
     # RaftListener
     def handle_commit(self, batch: CommittedBatch) -> None:
         records = [decode_metadata_record(value) for value in batch.records]
-        assert self.controller is not None
-        if records:
+        if records and self.controller is not None:
             self.controller.handle_committed(batch.base_offset, batch.epoch, records)
         self.loader.handle_commit(batch.base_offset, batch.epoch, records, batch.last_offset)
 

@@ -372,9 +372,21 @@ def test_several_voters_make_a_quorum() -> None:
         controller_quorum_voters="2@127.0.0.1:9095,3@h:9097")
 
 
-def test_non_combined_roles_are_refused_clearly_for_now() -> None:
-    message = error_of(process_roles="controller", listeners="CONTROLLER://127.0.0.1:9093")
-    assert "only combined broker,controller nodes are supported" in message
+def test_dedicated_roles() -> None:
+    controller = config(process_roles="controller", listeners="CONTROLLER://127.0.0.1:9093",
+                        advertised_listeners=None)
+    assert controller.roles == {"controller"} and controller.advertised_listeners == []
+    broker = config(node_id="4", process_roles="broker",
+                    listeners="PLAINTEXT://127.0.0.1:9092",
+                    controller_quorum_voters="1@127.0.0.1:9093")
+    assert broker.roles == {"broker"} and broker.node_id not in broker.voters
+    # a broker-only node dials the controllers; it does not listen as one
+    assert "must not name a listener" in error_of(
+        node_id="4", process_roles="broker", controller_quorum_voters="1@127.0.0.1:9093")
+    # a controller-only node must be a voter
+    assert "not in controller.quorum.voters" in error_of(
+        node_id="4", process_roles="controller", listeners="CONTROLLER://127.0.0.1:9093",
+        advertised_listeners=None, controller_quorum_voters="1@127.0.0.1:9093")
 
 
 def test_metrics_listener_is_host_and_port_or_nothing() -> None:

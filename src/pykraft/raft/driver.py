@@ -72,6 +72,7 @@ log = logging.getLogger("pykraft.raft")
 QUORUM_STATE_FILE: Final = "quorum-state"
 WAITERS_MAX: Final = 100_000  # wait_committed callers at once; each is an in-flight proposal
 INBOX_MAX: Final = 10_000  # messages from other nodes waiting to be stepped
+LEADERSHIPS_KEPT: Final = 1_000  # lost epochs whose proposals wait_committed still knows
 
 
 class Transport(Protocol):
@@ -162,9 +163,11 @@ class RaftNode:
         self._inbox: deque[InboundMessage] = deque()
         self._answers: dict[tuple[int, int], asyncio.Future[RaftResponse]] = {}
         self._inbound_ids = itertools.count(1)
-        self._proposed: deque[tuple[int, int]] = deque()  # (last offset, epoch), ours as leader
+        # (last offset, first offset, epoch) of what we proposed as leader, one entry an epoch
+        self._proposed: deque[tuple[int, int, int]] = deque()
         self._led_epoch: int | None = None  # the epoch we led at the last look
         self._led_high_watermark = 0  # committed in that epoch, as far as we saw
+        self._lost: dict[int, int] = {}  # epoch we led and lost -> what it had committed
         self._resign_requested = False
         self._resign_sent = asyncio.Event()
         self._caught_up = asyncio.Event()
@@ -389,10 +392,11 @@ class RaftNode:
             records, self._clock.now_ms(), timestamp_ms=self._clock.wall_clock_ms()
         )
         epoch = self.core.state.epoch
-        if self._proposed and self._proposed[-1][1] == epoch:
-            self._proposed[-1] = (offset, epoch)  # one entry per epoch: offsets only grow in it
+        if self._proposed and self._proposed[-1][2] == epoch:
+            _, first, _ = self._proposed[-1]  # offsets only grow within an epoch
+            self._proposed[-1] = (offset, first, epoch)
         else:
-            self._proposed.append((offset, epoch))
+            self._proposed.append((offset, offset - len(records) + 1, epoch))
         self._wake.set()
         return offset
 
@@ -403,15 +407,16 @@ class RaftNode:
         this node no longer leads E and the offset was not committed in E. Any other offset
         (a follower waiting to catch up) is simply waited for."""
         self._raise_if_failed()
+        epoch = self._proposed_epoch(offset)
+        if epoch is not None and offset >= self._lost.get(epoch, offset + 1):
+            # lost before it committed: the offset may hold another leader's entry now
+            raise NotLeaderError(*self.leader_and_epoch)
         if self.core.applied_offset > offset:
             return
         if self._stopping:
             raise NotLeaderError(NO_LEADER, self.leader_and_epoch.epoch)
         if len(self._waiters) >= WAITERS_MAX:
             raise RequestTimedOut(f"{WAITERS_MAX} callers already wait for commits")
-        epoch = self._proposed_epoch(offset)
-        if epoch is not None and epoch != self._led_epoch and offset >= self._led_high_watermark:
-            raise NotLeaderError(*self.leader_and_epoch)  # lost before we looked
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         heapq.heappush(
             self._waiters, (offset, next(self._sequence), -1 if epoch is None else epoch, future)
@@ -419,9 +424,9 @@ class RaftNode:
         await future
 
     def _proposed_epoch(self, offset: int) -> int | None:
-        """The epoch in which this node proposed `offset`, if it did since it last led."""
-        for last_offset, epoch in self._proposed:
-            if offset <= last_offset:
+        """The epoch in which this node proposed `offset` (as far as it remembers)."""
+        for last_offset, first_offset, epoch in self._proposed:
+            if first_offset <= offset <= last_offset:
                 return epoch
         return None
 
@@ -593,7 +598,9 @@ class RaftNode:
                     kept.append(waiter)
             heapq.heapify(kept)
             self._waiters = kept
-            self._proposed = deque(p for p in self._proposed if p[0] < committed)
+            self._lost[lost] = committed
+            while len(self._lost) > LEADERSHIPS_KEPT:
+                del self._lost[min(self._lost)]
         self._led_epoch = leading
         if leading is not None:
             self._led_high_watermark = max(self._led_high_watermark, self.core.high_watermark or 0)
@@ -623,8 +630,13 @@ class RaftNode:
 
     def _resolve_waiters(self) -> None:
         applied = self.core.applied_offset
-        while self._proposed and self._proposed[0][0] < applied:
-            self._proposed.popleft()
+        proposed = self._proposed
+        while proposed and proposed[0][0] < applied and proposed[0][0] < self._lost.get(
+            proposed[0][2], applied
+        ):
+            proposed.popleft()  # committed and delivered: nothing left to tell about it
+        while len(proposed) > LEADERSHIPS_KEPT:
+            proposed.popleft()
         while self._waiters and self._waiters[0][0] < applied:
             _, _, _, future = heapq.heappop(self._waiters)
             if not future.done():

@@ -1,0 +1,175 @@
+"""RaftNode among three voters, its peers scripted through a fake transport: messages go out
+only after their writes, answers come back to the connection that asked, and wait_committed
+fails for the proposals of an epoch the node lost -- but not for those committed in it."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from pykraft.errors import InvalidConfig, NotLeaderError
+from pykraft.raft.core import RaftConfig, RaftCore
+from pykraft.raft.driver import RaftNode, SystemClock
+from pykraft.raft.log_store import MemoryLogStore
+from pykraft.raft.messages import (
+    BeginQuorumEpochRequest,
+    BeginQuorumEpochResponse,
+    FetchRequest,
+    FetchResponse,
+    InboundMessage,
+    OutboundMessage,
+    VoteRequest,
+    VoteResponse,
+)
+from pykraft.raft.state import Leader, QuorumStateData, QuorumStateStore
+from tests.unit.raft.raft_shell import Recorder
+
+VOTERS = frozenset({1, 2, 3})
+CONFIG = RaftConfig(append_linger_ms=1, election_timeout_ms=20, election_backoff_max_ms=20,
+                    fetch_timeout_ms=200, request_timeout_ms=100, fetch_max_wait_ms=50)
+
+
+class Peers:
+    """Voters 2 and 3: grant every (pre-)vote, acknowledge BeginQuorumEpoch."""
+
+    def __init__(self) -> None:
+        self.sent: list[OutboundMessage] = []
+        self.deliver: Callable[[InboundMessage], None] | None = None
+        self.durable_when_sent: list[QuorumStateData | None] = []
+        self.state_store: QuorumStateStore | None = None
+
+    def connect(self, deliver: Callable[[InboundMessage], None]) -> None:
+        self.deliver = deliver
+
+    def send(self, message: OutboundMessage) -> None:
+        self.sent.append(message)
+        if self.state_store is not None:
+            self.durable_when_sent.append(self.state_store.read())
+        body = message.body
+        answer: VoteResponse | BeginQuorumEpochResponse | None = None
+        if isinstance(body, VoteRequest):
+            epoch = body.candidate_epoch - 1 if body.pre_vote else body.candidate_epoch
+            answer = VoteResponse(ErrorCode.none, -1, epoch, True, body.candidate_epoch,
+                                  pre_vote=body.pre_vote)
+        elif isinstance(body, BeginQuorumEpochRequest):
+            answer = BeginQuorumEpochResponse(ErrorCode.none, body.leader_id, body.leader_epoch)
+        if answer is not None:
+            assert self.deliver is not None
+            asyncio.get_running_loop().call_soon(
+                self.deliver, InboundMessage(message.destination_id, message.correlation_id,
+                                             answer))
+
+    async def flush(self, timeout_ms: int) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+
+def make_node(tmp_path: Path, peers: Peers) -> tuple[RaftNode, Recorder]:
+    clock = SystemClock()
+    state_store = QuorumStateStore(tmp_path / "quorum-state")
+    peers.state_store = state_store
+    store = MemoryLogStore()
+    core = RaftCore(1, VOTERS, store, QuorumStateData(), random.Random(3), clock.now_ms(),
+                    config=CONFIG)
+    node = RaftNode(core, store, state_store, clock=clock, transport=peers)
+    recorder = Recorder()
+    node.register_listener(recorder)
+    return node, recorder
+
+
+async def lead(node: RaftNode) -> int:
+    await node.start()
+    async with asyncio.timeout(5):
+        while not isinstance(node.core.state, Leader):
+            await asyncio.sleep(0.005)
+    return node.core.state.epoch
+
+
+async def ack(node: RaftNode, replica: int, epoch: int, offset: int) -> FetchResponse | None:
+    """Replica `replica` fetches from `offset`: its acknowledgement of the log below."""
+    answer = await node.handle_request(replica, FetchRequest(replica, epoch, offset, epoch))
+    assert answer is None or isinstance(answer, FetchResponse)
+    return answer
+
+
+async def test_votes_go_out_only_once_durable_and_the_node_leads(tmp_path: Path) -> None:
+    peers = Peers()
+    node, _ = make_node(tmp_path, peers)
+    try:
+        epoch = await lead(node)
+        votes = [(m, durable) for m, durable in zip(peers.sent, peers.durable_when_sent,
+                                                     strict=True)
+                 if isinstance(m.body, VoteRequest) and not m.body.pre_vote]
+        assert votes and {m.destination_id for m, _ in votes} == {2, 3}
+        for _, durable in votes:  # our vote for ourselves was on disk before we asked
+            assert durable is not None and durable.voted_id == 1
+            assert durable.leader_epoch == epoch
+        async with asyncio.timeout(5):  # then the leadership, once it is durable too
+            while not any(isinstance(m.body, BeginQuorumEpochRequest) for m in peers.sent):
+                await asyncio.sleep(0.005)
+        begin = next(i for i, m in enumerate(peers.sent)
+                     if isinstance(m.body, BeginQuorumEpochRequest))
+        durable = peers.durable_when_sent[begin]
+        assert durable is not None and (durable.leader_id, durable.leader_epoch) == (1, epoch)
+    finally:
+        await node.stop(resign=False)
+
+
+async def test_a_request_is_answered_with_the_cores_answer(tmp_path: Path) -> None:
+    peers = Peers()
+    node, _ = make_node(tmp_path, peers)
+    try:
+        epoch = await lead(node)
+        stale = await node.handle_request(2, BeginQuorumEpochRequest(2, epoch - 1))
+        assert stale == BeginQuorumEpochResponse(ErrorCode.fenced_leader_epoch, 1, epoch)
+        answer = await ack(node, 2, epoch, 0)
+        assert answer is not None and answer.error == ErrorCode.none
+        assert answer.leader_id == 1 and answer.records  # the log from the start
+    finally:
+        await node.stop(resign=False)
+
+
+async def test_losing_the_epoch_fails_only_what_it_did_not_commit(tmp_path: Path) -> None:
+    """Offsets committed while leading resolve; a proposal of the lost epoch beyond the
+    high watermark fails with NotLeaderError, and so does waiting on it afterwards."""
+    peers = Peers()
+    node, recorder = make_node(tmp_path, peers)
+    try:
+        epoch = await lead(node)
+        first = node.append([b"committed in time"])
+        end = node.core.next_offset
+        async with asyncio.timeout(5):
+            while node.core.flushed_end_offset < end:
+                await asyncio.sleep(0.005)
+        await ack(node, 2, epoch, end)  # a majority has it: committed in our epoch
+        await asyncio.wait_for(node.wait_committed(first), 5)
+        second = node.append([b"never acknowledged"])
+        waiting = asyncio.ensure_future(node.wait_committed(second))
+        await asyncio.sleep(0.05)
+        assert not waiting.done()
+        answer = await node.handle_request(3, BeginQuorumEpochRequest(3, epoch + 1))
+        assert answer == BeginQuorumEpochResponse(ErrorCode.none, 3, epoch + 1)
+        with pytest.raises(NotLeaderError):
+            await asyncio.wait_for(waiting, 5)
+        with pytest.raises(NotLeaderError):
+            await node.wait_committed(second)
+        assert b"committed in time" in recorder.values
+        assert b"never acknowledged" not in recorder.values
+    finally:
+        await node.stop(resign=False)
+
+
+async def test_several_voters_need_a_transport(tmp_path: Path) -> None:
+    store = MemoryLogStore()
+    core = RaftCore(1, VOTERS, store, QuorumStateData(), random.Random(1), 0, config=CONFIG)
+    with pytest.raises(InvalidConfig):
+        RaftNode(core, store, None, clock=SystemClock())
+    with pytest.raises(InvalidConfig):
+        RaftNode.open(node_id=1, voters=VOTERS, log_dir=tmp_path / "log")

@@ -2,13 +2,15 @@
 
 One task runs the loop of core.py's `Ready` contract:
 
-    tick -> ready -> [thread: persist quorum-state, append, fsync] -> deliver commits and the
-    leader change to listeners -> advance -> flushed -> resolve waiters
-    -> sleep until the wake deadline or a new proposal
+    step the inbox -> tick -> ready -> [thread: persist quorum-state, write snapshot
+    chunks / install / delete, truncate, append, fsync] -> send messages -> load a snapshot,
+    deliver commits and the leader change to listeners -> advance -> flushed -> resolve
+    waiters -> sleep until the wake deadline, a new proposal or a message
 
 Blocking file work runs in a worker thread so that the event loop keeps serving; meanwhile
 `append` calls go on adding to the core's draft batch, and the next turn writes them all
-with one fsync: group commit. Nothing else touches the log store while the thread does.
+with one fsync: group commit. Only `write_snapshot` writes beside it (a snapshot file of
+its own, as the store allows).
 
 Listeners are called on the event loop, in offset order, each committed batch once. On
 start the whole committed log is delivered first (the core's high watermark covers it as
@@ -24,7 +26,9 @@ never while a write is in progress, as the simulator does; the core's answer to 
 is handed back to the connection that brought it. An offset proposed by this node as leader
 of epoch E is waited for in E only: once this node stops leading E before the offset is
 committed, `wait_committed` raises NotLeaderError, since the offset may end up holding
-another leader's entry.
+another leader's entry. A leader of several voters resigns on `stop` (EndQuorumEpoch), so
+that a successor need not wait out fetch.timeout.ms. A snapshot fetched from the leader is
+given to listeners that implement SnapshotLoader before the batches after it.
 """
 
 from __future__ import annotations

@@ -55,10 +55,13 @@ high watermark is the leader's, capped at its own durable log end. Neither ever 
 
 Divergence. The leader checks (fetch offset, last fetched epoch) against its epoch cache: if
 it has no entries of that epoch, or that epoch ends below the fetch offset in its log, it
-answers DivergingEpoch(largest epoch <= last fetched epoch, where that epoch ends). The
-follower truncates to the smaller of that end and where that epoch ends in its own log --
-never below its high watermark -- and fetches again; each round strictly shortens its log
-until it matches the leader's.
+answers DivergingEpoch(largest epoch <= last fetched epoch, where that epoch ends). If the
+follower holds that epoch too, it truncates to the smaller of the two ends (the entries of
+one epoch were written by one leader, so up to there the logs match); if not, to where its
+own largest epoch below that one ends (as Kafka's truncateToEndOffset: the leader's end of
+an epoch the follower lacks may fall inside one of the follower's batches) -- never below
+its high watermark -- and fetches again; each round strictly shortens its log until it
+matches the leader's.
 
 With a single voter the life of a node is:
 
@@ -1363,8 +1366,11 @@ class RaftCore:
             self._end_offset = self._next_offset = header.next_offset
 
     def _truncate_diverging(self, diverging: DivergingEpoch) -> None:
-        _, own_end = self.end_offset_for_epoch(diverging.epoch)
-        target = min(diverging.end_offset, own_end)
+        own_epoch, own_end = self.end_offset_for_epoch(diverging.epoch)
+        if diverging.epoch == NO_EPOCH or own_epoch == diverging.epoch:
+            target = min(diverging.end_offset, own_end)
+        else:
+            target = own_end
         committed = max(self._high_watermark or 0, self._log_start_offset)
         invariant(
             target >= committed,

@@ -164,3 +164,27 @@ def test_a_new_leader_commits_old_entries_only_with_one_of_its_own_epoch() -> No
     assert leader.core.high_watermark is None  # offsets 0-2 are on a majority, not enough
     leader.receive(2, FetchRequest(2, 4, fetch_offset=4, last_fetched_epoch=4))
     assert leader.core.high_watermark == 4
+
+
+def test_a_follower_lacking_the_leaders_epoch_truncates_to_its_own_epoch_end() -> None:
+    """Follower batches [0: epoch 1], [1-3: epoch 1], [4: epoch 3]; the leader answers
+    DivergingEpoch(2, 2), an epoch the follower never had, ending inside the follower's
+    second batch. As Kafka's truncateToEndOffset, the follower truncates to where its own
+    largest epoch below 2 ends (offset 4), a batch boundary, then asks again from there."""
+    store = MemoryLogStore()
+    store.append(build_batch([(None, b"a", (), 0)], base_offset=0, partition_leader_epoch=1))
+    store.append(build_batch([(None, b"b", (), 0), (None, b"c", (), 0), (None, b"d", (), 0)],
+                             base_offset=1, partition_leader_epoch=1))
+    store.append(build_batch([(None, b"e", (), 0)], base_offset=4, partition_leader_epoch=3))
+    store.flush()
+    follower = Node(1, store, QuorumStateData(leader_epoch=5, leader_id=2))
+    follower.core.tick(0)
+    (fetch,) = follower.turn()
+    assert fetch.body == FetchRequest(1, 5, fetch_offset=5, last_fetched_epoch=3)
+    response = FetchResponse(ErrorCode.none, 2, 5, -1,
+                             diverging_epoch=DivergingEpoch(epoch=2, end_offset=2))
+    follower.core.step(InboundMessage(2, fetch.correlation_id, response), 0)
+    assert follower.core.ready().truncate_to == 4
+    follower.turn()
+    (next_fetch,) = follower.turn()
+    assert next_fetch.body == FetchRequest(1, 5, fetch_offset=4, last_fetched_epoch=1)

@@ -10,6 +10,8 @@ a confluent-kafka producer and consumer.
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -186,3 +188,86 @@ def test_three_controllers_and_a_broker_serve_confluent_kafka() -> None:
         assert [b[0] for b in view[0]] == [4]  # controllers are not brokers
         assert {p[1] for t in view[1] for p in t[3]} == {4}
         produce_and_consume(cluster.bootstrap_servers, "dedicated", 30)
+
+
+RETRIABLE = {"NOT_CONTROLLER", "REQUEST_TIMED_OUT", "_TIMED_OUT", "_TRANSPORT",
+             "LEADER_NOT_AVAILABLE", "BROKER_NOT_AVAILABLE"}
+
+
+class TopicCreator:
+    """Creates topics one after another through the broker until stopped; each name is
+    retried after a retriable error until it is answered created or already existing."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 10000})
+        self.created: list[str] = []  # answered created at the first successful answer
+        self.retried_into_existing: list[str] = []  # created by an attempt that errored
+        self.errors: list[tuple[str, str]] = []  # (name, error) of every failed attempt
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self) -> None:
+        index = 0
+        while not self.stop.is_set():
+            name = f"churn-{index:04d}"
+            index += 1
+            attempts = 0
+            while not self.stop.is_set():
+                attempts += 1
+                future = self.admin.create_topics(
+                    [NewTopic(name, num_partitions=2, replication_factor=1)],
+                    request_timeout=15)[name]
+                try:
+                    future.result(30)
+                except KafkaException as error:
+                    code = error.args[0].name()
+                    if code == "TOPIC_ALREADY_EXISTS" and attempts > 1:
+                        self.retried_into_existing.append(name)
+                        break
+                    self.errors.append((name, code))
+                    time.sleep(0.1)
+                    continue
+                self.created.append(name)
+                break
+
+
+@pytest.mark.slow
+def test_kill_9_of_the_active_controller_again_and_again_while_topics_are_created() -> None:
+    """Issue 3's trial: 3 controllers + 1 broker; the active controller is killed with
+    SIGKILL and restarted, again and again, while a client creates topics through the
+    broker. Every CreateTopics succeeds once or fails retriably, no acknowledged topic is
+    lost or half-made, and every node ends with the same metadata image."""
+    trials = int(os.environ.get("CLUSTER_KILL_TRIALS", "4"))
+    with LocalCluster(controllers=3, brokers=1, startup_timeout_s=60) as cluster:
+        creator = TopicCreator(cluster.bootstrap_servers)
+        creator.thread.start()
+        failovers = []
+        try:
+            for _ in range(trials):
+                time.sleep(1.0)
+                old = wait_for(lambda: (a := cluster.active_controller()) > 0 and a,
+                               "an active controller")
+                killed_at = time.monotonic()
+                cluster.kill_node(old)
+                wait_for(lambda killed=old: cluster.active_controller() not in (-1, killed),
+                         "a new active controller", timeout_s=20)
+                failovers.append(time.monotonic() - killed_at)
+                cluster.restart_node(old)
+            time.sleep(1.0)
+        finally:
+            creator.stop.set()
+            creator.thread.join(60)
+        print(f"\nfailovers (s): {', '.join(f'{f:.2f}' for f in failovers)}; "
+              f"created {len(creator.created)}, retried into existing "
+              f"{len(creator.retried_into_existing)}, errors {len(creator.errors)}")
+        assert not {code for _, code in creator.errors} - RETRIABLE, creator.errors
+        assert creator.created
+        made = creator.created + creator.retried_into_existing
+        view = wait_for(agreed_with(cluster, [4], set(made)), "every created topic")
+        for name, _, error, partitions in view[1]:
+            assert error == 0 and len(partitions) == 2, name  # never half-made
+            assert all(p[1] == 4 for p in partitions)
+        # every node ends with the same image at the same offset
+        images = wait_for(lambda: len(i := {cluster.metadata_image(n) for n in cluster.nodes})
+                          == 1 and i, "identical metadata images")
+        print(f"metadata image on all nodes: {images}")

@@ -55,7 +55,7 @@ from pykraft.server.controller_client import (
     Backoff,
     ControllerUnavailable,
 )
-from pykraft.server.controller_server import ControllerServer
+from pykraft.server.controller_server import ControllerServer, OutcomeUnknown
 
 log = logging.getLogger(__name__)
 
@@ -115,9 +115,15 @@ class QuorumControllerChannel:
         local: Callable[[ControllerServer], Awaitable[T]],
         remote: Callable[[ActiveControllerClient], Awaitable[T | None]],
         failed: Callable[[ErrorCode, str], T],
+        *,
+        idempotent: bool = False,
     ) -> T:
         """Run locally when this node's controller is active, else remotely; retry while
-        nobody could decide (`remote` gives None for an answer saying NOT_CONTROLLER)."""
+        nobody could decide (`remote` gives None for an answer saying NOT_CONTROLLER).
+
+        A change whose fate is unknown -- the controller lost leadership after appending
+        it, or the request was sent and no answer came -- is sent again only if
+        `idempotent`; otherwise it is answered REQUEST_TIMED_OUT, never made twice."""
         deadline_ms = self._now_ms() + self.timeout_ms
         backoff = Backoff()
         while True:
@@ -126,11 +132,17 @@ class QuorumControllerChannel:
                     return await local(self.local)
                 except NotController:
                     pass
+                except OutcomeUnknown as error:
+                    if not idempotent:
+                        return failed(ErrorCode.request_timed_out, str(error))
             elif self.client is not None and self._leader_elsewhere():
                 try:
                     answer = await remote(self.client)
                 except ControllerUnavailable as error:
                     log.debug("controller request failed: %s", error)
+                    if error.sent and not idempotent:
+                        return failed(ErrorCode.request_timed_out,
+                                      f"no answer from the active controller: {error}")
                 else:
                     if answer is not None:
                         return answer
@@ -270,9 +282,10 @@ class QuorumControllerChannel:
             _, answer = await client.send(ApiKey.ALTER_CONFIGS, ALTER_CONFIGS_VERSION, request)
             return _alter_results(answer)
 
-        return await self._route(
+        return await self._route(  # sets every override of a resource: safe to resend
             lambda c: c.alter_configs(resources, validate_only=validate_only),
-            remote, lambda code, message: _alter_failed(resources, code, message))
+            remote, lambda code, message: _alter_failed(resources, code, message),
+            idempotent=True)
 
     async def auto_create_topics(self, names: list[str]) -> None:
         """Metadata-triggered topic creation with the cluster defaults (auto.create.topics)."""
@@ -303,7 +316,7 @@ class QuorumControllerChannel:
                 return await server.run(lambda core: core.register_broker(
                     broker_id, incarnation_id, listeners, features, rack, now_ms(),
                     log_dirs=log_dirs, cluster_id=cluster_id))
-            except NotController:
+            except (NotController, OutcomeUnknown):
                 raise
             except KafkaError as error:
                 raise ControllerRefused(error.code, str(error) or None) from error
@@ -328,7 +341,7 @@ class QuorumControllerChannel:
                 raise ControllerRefused(answer.error_code)
             return BrokerRegistrationResult(broker_epoch=answer.broker_epoch)
 
-        return await self._route(local, remote, _refuse)
+        return await self._route(local, remote, _refuse, idempotent=True)
 
     async def broker_heartbeat(
         self,
@@ -347,7 +360,7 @@ class QuorumControllerChannel:
                     broker_id=broker_id, broker_epoch=broker_epoch,
                     current_metadata_offset=current_metadata_offset, want_fence=want_fence,
                     want_shutdown=want_shutdown, now_ms=now_ms()))
-            except NotController:
+            except (NotController, OutcomeUnknown):
                 raise
             except KafkaError as error:
                 raise ControllerRefused(error.code, str(error) or None) from error
@@ -368,7 +381,7 @@ class QuorumControllerChannel:
                                          is_fenced=answer.is_fenced,
                                          should_shut_down=answer.should_shut_down)
 
-        return await self._route(local, remote, _refuse)
+        return await self._route(local, remote, _refuse, idempotent=True)
 
 
 _NO_ID: Final = uuid.UUID(int=0)

@@ -30,7 +30,12 @@ NO_LEADER: Final = -1
 
 class ControllerUnavailable(Exception):
     """No answer from the active controller this time (unknown leader, connection failed,
-    timed out); the caller may retry."""
+    timed out). `sent` says whether the request may have reached it (then a change may
+    have been made) or certainly did not."""
+
+    def __init__(self, message: str, *, sent: bool) -> None:
+        super().__init__(message)
+        self.sent = sent
 
 
 class ActiveControllerClient:
@@ -53,6 +58,7 @@ class ActiveControllerClient:
         self._writer: asyncio.StreamWriter | None = None
         self._correlation_id = 0
         self._lock = asyncio.Lock()
+        self._sent = False
 
     def active_controller(self) -> int | None:
         """The id of the voter that leads now, if it is known and has an address."""
@@ -64,8 +70,9 @@ class ActiveControllerClient:
         ControllerUnavailable when there is none to ask or it does not answer in time."""
         destination = self.active_controller()
         if destination is None:
-            raise ControllerUnavailable("the metadata quorum has no known leader")
+            raise ControllerUnavailable("the metadata quorum has no known leader", sent=False)
         async with self._lock:
+            self._sent = False
             try:
                 async with asyncio.timeout(self.request_timeout_ms / 1000):
                     answer = await self._exchange(destination, api_key, api_version, request)
@@ -73,7 +80,7 @@ class ActiveControllerClient:
                 self._close()
                 raise ControllerUnavailable(
                     f"controller {destination} at {self._address(destination)}: "
-                    f"{error or type(error).__name__}") from error
+                    f"{error or type(error).__name__}", sent=self._sent) from error
             except BaseException:
                 self._close()
                 raise
@@ -90,6 +97,7 @@ class ActiveControllerClient:
         reader, writer = self._reader, self._writer
         assert reader is not None
         self._correlation_id = (self._correlation_id + 1) & 0x7FFFFFFF
+        self._sent = True  # from here on the controller may have received it
         writer.write(encode_request(api_key, api_version, self._correlation_id,
                                     self.client_id, request))
         await writer.drain()

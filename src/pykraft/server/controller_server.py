@@ -32,7 +32,7 @@ from pykraft.controller.requests import (
     LegacyAlterConfigsResource,
     OpResult,
 )
-from pykraft.errors import NotController, NotLeaderError, invariant
+from pykraft.errors import NotController, NotLeaderError, RequestTimedOut, invariant
 from pykraft.metadata.codec import encode_metadata_record
 from pykraft.metadata.records import MetadataRecord
 from pykraft.raft.driver import RaftNode
@@ -40,6 +40,12 @@ from pykraft.raft.driver import RaftNode
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+
+class OutcomeUnknown(RequestTimedOut):
+    """Leadership was lost after the change was appended: it may or may not commit. Told
+    apart from NotController (nothing was done, safe to send again) so that a change is not
+    sent twice on the caller's behalf; the client sees REQUEST_TIMED_OUT and may retry."""
 
 
 def wall_clock_ms() -> int:
@@ -76,8 +82,8 @@ class ControllerServer:
         """The quorum's leader changed (RaftListener.handle_leader_change). The node that
         leads activates its controller and writes the bootstrap records if the log has none
         (`activation`, awaited by every operation); any other deactivates: its pending
-        state is dropped and the callers waiting for it are answered NOT_CONTROLLER (the
-        Raft driver fails their commit waits)."""
+        state is dropped and the callers waiting for it get OutcomeUnknown (the Raft driver
+        fails their commit waits); callers that come later get NotController."""
         if leader_id == node_id:
             if not self.core.is_active:
                 self.activate()
@@ -93,8 +99,8 @@ class ControllerServer:
     async def _bootstrap_once(self) -> None:
         try:
             await self._run(lambda core: core.bootstrap())
-        except NotController:
-            pass  # leadership lost at once: the next leader bootstraps
+        except (NotController, OutcomeUnknown):
+            pass  # leadership lost at once: the next leader bootstraps if need be
         except Exception:
             log.exception("writing the bootstrap records failed")
 
@@ -102,7 +108,8 @@ class ControllerServer:
 
     async def run(self, operation: Callable[[QuorumController], OpResult[T]]) -> T:
         """Decide, append and pre-apply one operation at a time; answer once committed.
-        Raises NotController when this controller is not (or no longer) the active one."""
+        Raises NotController when this controller is not the active one (nothing done), and
+        OutcomeUnknown when it stopped being active after appending the records."""
         activation = self.activation
         if activation is not None and not activation.done():
             await asyncio.shield(activation)  # the bootstrap records go first
@@ -124,7 +131,9 @@ class ControllerServer:
         try:
             await self.raft.wait_committed(last_offset)
         except NotLeaderError as error:
-            raise NotController(str(error)) from error
+            raise OutcomeUnknown(
+                "the controller lost its leadership before the change committed; the next "
+                "leader may still commit it") from error
         return result.response
 
     async def bootstrap(self) -> None:

@@ -69,6 +69,8 @@ class NodeMetrics:
     metadata_high_watermark: int = -1
     metadata_leader_id: int = -1
     metadata_leader_epoch: int = -1
+    metadata_image_offset: int = -1  # the last metadata log offset the node's image holds
+    metadata_image_digest: str = ""  # server.image_digest of that image
 
 
 class _NodeCollector(Collector):
@@ -134,6 +136,13 @@ def _families(snapshot: NodeMetrics) -> Iterator[GaugeMetricFamily]:
         family = GaugeMetricFamily(name, doc)
         family.add_metric([], value)
         yield family
+    info = GaugeMetricFamily(
+        "pykraft_metadata_image_info",
+        "The node's metadata image: the log offset it holds and its digest (1 when known); "
+        "nodes at the same offset must show the same digest.", labels=["offset", "digest"])
+    if snapshot.metadata_image_digest:
+        info.add_metric([str(snapshot.metadata_image_offset), snapshot.metadata_image_digest], 1)
+    yield info
 
 
 class MetricsServer:

@@ -52,6 +52,7 @@ from pykraft.server.config import ServerConfig
 from pykraft.server.controller_channel import ControllerRefused, QuorumControllerChannel
 from pykraft.server.controller_client import ActiveControllerClient, Backoff
 from pykraft.server.controller_server import ControllerServer, wall_clock_ms
+from pykraft.server.image_digest import DigestCache
 from pykraft.server.lifecycle_apis import LifecycleApis
 from pykraft.server.metrics import CleanerMetrics, LogMetrics, MetricsServer, NodeMetrics
 from pykraft.server.storage_tool import StorageToolError, check_storage
@@ -93,6 +94,7 @@ class Node:
         self.metrics: MetricsServer | None = None
         self.channel: QuorumControllerChannel | None = None
         self._controller_clients: list[ActiveControllerClient] = []
+        self._digests = DigestCache()
 
     # -- start ------------------------------------------------------------------------
 
@@ -436,8 +438,10 @@ class Node:
             return NodeMetrics(logs, cleaner)
         leader = self.raft.leader_and_epoch
         high_watermark = self.raft.high_watermark
+        image = self.loader.image
         return NodeMetrics(logs, cleaner, -1 if high_watermark is None else high_watermark,
-                           leader.leader_id, leader.epoch)
+                           leader.leader_id, leader.epoch, image.offset,
+                           self._digests.digest(image))
 
     # -- DescribeQuorum ---------------------------------------------------------------
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -30,6 +31,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator, Mapping
 from contextlib import closing, contextmanager
 from pathlib import Path
@@ -37,6 +39,9 @@ from types import TracebackType
 from typing import Any
 
 from pykraft.server.storage_tool import random_uuid
+
+_IMAGE_INFO = re.compile(r"^pykraft_metadata_image_info\{(.*)\}", re.MULTILINE)
+_LABEL = re.compile(r'(\w+)="([^"]*)"')
 
 # Partition data is not replicated between brokers yet: internal topics get one replica.
 MULTI_NODE_DEFAULTS = {
@@ -68,6 +73,7 @@ class LocalCluster:
         """One combined node by default; `combined`, or `controllers` and `brokers`, make
         a cluster of that many node processes (node ids 1.., controllers first)."""
         self.nodes: dict[int, LocalCluster] = {}
+        self.metrics_port = -1  # a node of a multi-node cluster serves /metrics here
         self.roles = "broker,controller"
         self.in_process = in_process
         self._tempdir: tempfile.TemporaryDirectory[str] | None = None
@@ -116,8 +122,10 @@ class LocalCluster:
         voters = ",".join(f"{i}@127.0.0.1:{n.controller_port}"
                           for i, n in self.nodes.items() if "controller" in n.roles)
         for node in self.nodes.values():
+            node.metrics_port = free_port()
             node.extra_configs = {"controller.quorum.voters": voters,
                                   **_role_configs(node), **MULTI_NODE_DEFAULTS,
+                                  "pykraft.metrics.listener": f"127.0.0.1:{node.metrics_port}",
                                   **self.extra_configs}
             node._write_config()
 
@@ -149,6 +157,18 @@ class LocalCluster:
         node._start_process()
         if wait:
             node.wait_ready()
+
+    def metadata_image(self, node_id: int) -> tuple[int, str]:
+        """(offset, digest) of one running node's metadata image, from its /metrics
+        (`pykraft_metadata_image_info`); equal digests at equal offsets mean equal images."""
+        url = f"http://127.0.0.1:{self.nodes[node_id].metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            text = response.read().decode()
+        found = _IMAGE_INFO.search(text)
+        if found is None:
+            raise RuntimeError(f"node {node_id} reports no metadata image")
+        labels = dict(_LABEL.findall(found.group(1)))
+        return int(labels["offset"]), labels["digest"]
 
     def active_controller(self) -> int:
         """The metadata quorum's leader as a running controller reports it (-1 if none)."""

@@ -1,0 +1,265 @@
+"""ControllerServer's leadership and QuorumControllerChannel's routing, over a scripted Raft
+log and a scripted network client: the leader activates and bootstraps once; a lost
+leadership drops the pending state and tells the callers waiting on it that the outcome is
+unknown; the channel decides in-process when active, else asks the active controller,
+resends only what is safe to resend, and gives up with NOT_CONTROLLER at its deadline."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from pykraft.controller.config import ControllerConfig
+from pykraft.controller.features import BOOTSTRAP_METADATA_VERSION, MINIMUM_KRAFT_METADATA_VERSION
+from pykraft.controller.quorum_controller import QuorumController
+from pykraft.controller.requests import BrokerFeatureRange, CreatableTopic, Listener
+from pykraft.errors import NotController, NotLeaderError
+from pykraft.metadata.codec import decode_metadata_record
+from pykraft.protocol.entities import make, response_module
+from pykraft.raft.core import LeaderAndEpoch
+from pykraft.server.controller_channel import (
+    BROKER_REGISTRATION,
+    ControllerRefused,
+    QuorumControllerChannel,
+)
+from pykraft.server.controller_client import ActiveControllerClient, ControllerUnavailable
+from pykraft.server.controller_server import ControllerServer, OutcomeUnknown
+
+NODE = 1
+FEATURES = [BrokerFeatureRange("metadata.version", MINIMUM_KRAFT_METADATA_VERSION,
+                               BOOTSTRAP_METADATA_VERSION)]
+
+
+class ScriptedRaft:
+    """The part of RaftNode the controller shell uses; commits happen when told."""
+
+    def __init__(self) -> None:
+        self.leader = LeaderAndEpoch(NODE, 1)
+        self.log: list[bytes] = [b"leader-change"]  # offset 0: the epoch start
+        self.high_watermark: int | None = 1
+        self.waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self.server: ControllerServer | None = None
+
+    @property
+    def leader_and_epoch(self) -> LeaderAndEpoch:
+        return self.leader
+
+    def append(self, records: Sequence[bytes]) -> int:
+        if self.leader.leader_id != NODE:
+            raise NotLeaderError(self.leader.leader_id, self.leader.epoch)
+        self.log.extend(records)
+        return len(self.log) - 1
+
+    async def wait_committed(self, offset: int) -> None:
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.waiters.append((offset, future))
+        await future
+
+    def commit_all(self) -> None:
+        """Commit the log: the shell replays it, then the waiters are answered."""
+        assert self.server is not None and self.high_watermark is not None
+        start = self.high_watermark
+        records = [decode_metadata_record(r) for r in self.log[start:]]
+        if records:
+            self.server.handle_committed(start, self.leader.epoch, records)
+        self.high_watermark = len(self.log)
+        for offset, future in self.waiters:
+            if offset < self.high_watermark and not future.done():
+                future.set_result(None)
+        self.waiters = [w for w in self.waiters if not w[1].done()]
+
+    def lose_leadership(self, new_leader: int) -> None:
+        """As the driver does: the waiters of the lost epoch fail, then listeners hear."""
+        self.leader = LeaderAndEpoch(new_leader, self.leader.epoch + 1)
+        for _, future in self.waiters:
+            future.set_exception(NotLeaderError(new_leader, self.leader.epoch))
+        self.waiters = []
+        assert self.server is not None
+        self.server.on_leader_change(new_leader, NODE)
+
+
+def make_server() -> tuple[ControllerServer, ScriptedRaft]:
+    raft = ScriptedRaft()
+    core = QuorumController(
+        ControllerConfig.from_properties({"node.id": str(NODE)}, cluster_id="c",
+                                         controller_ids=frozenset({1, 2, 3})),
+        random.Random(1))
+    server = ControllerServer(core, raft, now_ms=lambda: 1_000)  # type: ignore[arg-type]
+    raft.server = server
+    return server, raft
+
+
+async def settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+async def activated() -> tuple[ControllerServer, ScriptedRaft]:
+    server, raft = make_server()
+    server.on_leader_change(NODE, NODE)
+    await settle()
+    raft.commit_all()  # the bootstrap record (metadata.version)
+    await server.wait_active()
+    return server, raft
+
+
+async def register(server: ControllerServer, raft: ScriptedRaft, broker_id: int) -> None:
+    task = asyncio.ensure_future(server.run(lambda core: core.register_broker(
+        broker_id, uuid.uuid4(), [Listener("PLAINTEXT", "h", 9092, 0)], FEATURES, None, 1_000,
+        log_dirs=[uuid.uuid4()], cluster_id="c")))
+    await settle()
+    raft.commit_all()
+    epoch = (await task).broker_epoch
+    task = asyncio.ensure_future(server.run(lambda core: core.broker_heartbeat(  # unfenced
+        broker_id, epoch, len(raft.log), want_fence=False, want_shutdown=False,
+        now_ms=1_000)))
+    await settle()
+    raft.commit_all()
+    assert not (await task).is_fenced
+
+
+def test_the_leader_activates_and_bootstraps_once() -> None:
+    async def go() -> None:
+        server, raft = await activated()
+        assert server.core.is_active
+        assert server.core.committed_image.features.metadata_version > 0
+        assert len(raft.log) == 2  # epoch start + the bootstrap record
+        server.on_leader_change(NODE, NODE)  # told again: nothing new
+        await settle()
+        assert len(raft.log) == 2
+    asyncio.run(go())
+
+
+def test_lost_leadership_drops_pending_state_and_answers_outcome_unknown() -> None:
+    async def go() -> None:
+        server, raft = await activated()
+        await register(server, raft, 1)
+        pending = asyncio.ensure_future(server.create_topics(
+            [CreatableTopic("t", 1, 1)], validate_only=False))
+        await settle()
+        assert "t" in server.core.image.topics.by_name  # pre-applied
+        assert "t" not in server.core.committed_image.topics.by_name
+        raft.lose_leadership(2)
+        with pytest.raises(OutcomeUnknown):
+            await pending
+        assert not server.core.is_active
+        assert "t" not in server.core.image.topics.by_name  # pending dropped
+        with pytest.raises(NotController):  # nothing is decided any more
+            await server.create_topics([CreatableTopic("u", 1, 1)], validate_only=False)
+    asyncio.run(go())
+
+
+class ScriptedClient(ActiveControllerClient):
+    """Answers from a script: an entity, or an exception to raise."""
+
+    def __init__(self, active: int, answers: list[Any]) -> None:
+        super().__init__(NODE, {2: ("127.0.0.1", 1)}, lambda: active, request_timeout_ms=100)
+        self.answers = answers
+        self.requests: list[tuple[int, Any]] = []
+
+    async def send(self, api_key: int, api_version: int, request: Any) -> tuple[int, Any]:
+        self.requests.append((api_key, request))
+        answer = self.answers.pop(0)
+        if isinstance(answer, BaseException):
+            raise answer
+        return 2, answer
+
+
+def create_topics_answer(code: ErrorCode) -> Any:
+    module = response_module(19, 7)
+    return make(module.CreateTopicsResponse, throttle_time=0, topics=(make(
+        module.CreatableTopicResult, name="t", topic_id=uuid.UUID(int=7), error_code=code,
+        error_message=None, topic_config_error_code=0, num_partitions=1,
+        replication_factor=1, configs=()),))
+
+
+def standby() -> ControllerServer:
+    server, _ = make_server()
+    return server  # never activated: this node does not lead
+
+
+def test_a_standby_forwards_and_retries_not_controller() -> None:
+    async def go() -> None:
+        client = ScriptedClient(2, [create_topics_answer(ErrorCode.not_controller),
+                                    ControllerUnavailable("refused", sent=False),
+                                    create_topics_answer(ErrorCode.none)])
+        channel = QuorumControllerChannel(standby(), client, timeout_ms=5_000)
+        results = await channel.create_topics([CreatableTopic("t", 1, 1)], validate_only=False)
+        assert [(r.name, r.error_code, r.topic_id) for r in results] == [
+            ("t", ErrorCode.none, uuid.UUID(int=7))]
+        assert len(client.requests) == 3
+        sent = client.requests[-1][1]
+        assert [(t.name, t.num_partitions, t.replication_factor) for t in sent.topics] == [
+            ("t", 1, 1)]
+    asyncio.run(go())
+
+
+def test_a_change_that_may_have_been_made_is_not_sent_again() -> None:
+    async def go() -> None:
+        client = ScriptedClient(2, [ControllerUnavailable("timed out", sent=True),
+                                    create_topics_answer(ErrorCode.none)])
+        channel = QuorumControllerChannel(standby(), client, timeout_ms=5_000)
+        results = await channel.create_topics([CreatableTopic("t", 1, 1)], validate_only=False)
+        assert [r.error_code for r in results] == [ErrorCode.request_timed_out]
+        assert len(client.requests) == 1
+    asyncio.run(go())
+
+
+def test_no_active_controller_until_the_deadline_is_not_controller() -> None:
+    async def go() -> None:
+        client = ScriptedClient(-1, [])
+        channel = QuorumControllerChannel(standby(), client, timeout_ms=100)
+        results = await channel.create_topics([CreatableTopic("t", 1, 1)], validate_only=False)
+        assert [r.error_code for r in results] == [ErrorCode.not_controller]
+        assert client.requests == []  # nobody to ask
+        with pytest.raises(ControllerRefused) as refused:
+            await channel.broker_heartbeat(3, 10, 5, want_fence=False, want_shutdown=False,
+                                           now_ms=lambda: 0)
+        assert refused.value.code == ErrorCode.not_controller
+    asyncio.run(go())
+
+
+def test_registration_is_resent_after_a_lost_answer_and_refusals_are_raised() -> None:
+    async def go() -> None:
+        module = response_module(BROKER_REGISTRATION, 4)
+        refused = make(module.BrokerRegistrationResponse, throttle_time=0,
+                       error_code=ErrorCode.inconsistent_cluster_id, broker_epoch=-1)
+        accepted = make(module.BrokerRegistrationResponse, throttle_time=0,
+                        error_code=ErrorCode.none, broker_epoch=42)
+        client = ScriptedClient(2, [ControllerUnavailable("reset", sent=True), accepted,
+                                    refused])
+        channel = QuorumControllerChannel(standby(), client, timeout_ms=5_000)
+
+        async def register_once() -> Any:
+            return await channel.register_broker(
+                3, uuid.uuid4(), [Listener("PLAINTEXT", "h", 9092, 0)], [], None,
+                log_dirs=[uuid.uuid4()], cluster_id="c", now_ms=lambda: 0)
+
+        assert (await register_once()).broker_epoch == 42
+        with pytest.raises(ControllerRefused) as caught:
+            await register_once()
+        assert caught.value.code == ErrorCode.inconsistent_cluster_id
+    asyncio.run(go())
+
+
+def test_the_active_controller_decides_in_process() -> None:
+    async def go() -> None:
+        server, raft = await activated()
+        await register(server, raft, 1)
+        client = ScriptedClient(2, [])
+        channel = QuorumControllerChannel(server, client, timeout_ms=1_000)
+        task = asyncio.ensure_future(channel.create_topics([CreatableTopic("t", 2, 1)],
+                                                           validate_only=False))
+        await settle()
+        raft.commit_all()
+        [result] = await task
+        assert result.error_code == ErrorCode.none and result.num_partitions == 2
+        assert client.requests == []
+        assert "t" in server.core.committed_image.topics.by_name
+    asyncio.run(go())

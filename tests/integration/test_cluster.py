@@ -11,10 +11,13 @@ a confluent-kafka producer and consumer.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -22,7 +25,7 @@ from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 from kio.schema.metadata.v12.request import MetadataRequest
 
-from pykraft.testing import LocalCluster
+from pykraft.testing import LocalCluster, free_port
 from pykraft.testing.wire import WireClient
 
 T = TypeVar("T")
@@ -257,6 +260,7 @@ def test_kill_9_of_the_active_controller_again_and_again_while_topics_are_create
         finally:
             creator.stop.set()
             creator.thread.join(60)
+            del creator.admin  # its threads go before the cluster does
         print(f"\nfailovers (s): {', '.join(f'{f:.2f}' for f in failovers)}; "
               f"created {len(creator.created)}, retried into existing "
               f"{len(creator.retried_into_existing)}, errors {len(creator.errors)}")
@@ -271,3 +275,36 @@ def test_kill_9_of_the_active_controller_again_and_again_while_topics_are_create
         images = wait_for(lambda: len(i := {cluster.metadata_image(n) for n in cluster.nodes})
                           == 1 and i, "identical metadata images")
         print(f"metadata image on all nodes: {images}")
+
+
+def test_a_broker_whose_controllers_are_unreachable_fails_clearly(tmp_path: Path) -> None:
+    broker_port, controller_port = free_port(), free_port()
+    config = tmp_path / "broker.properties"
+    config.write_text("\n".join([
+        "node.id=4", "process.roles=broker",
+        f"listeners=PLAINTEXT://127.0.0.1:{broker_port}", "controller.listener.names=CONTROLLER",
+        f"controller.quorum.voters=1@127.0.0.1:{controller_port}",
+        f"log.dirs={tmp_path / 'logs'}", "initial.broker.registration.timeout.ms=1500", ""]))
+    pykraft = [sys.executable, "-m", "pykraft"]
+    subprocess.run([*pykraft, "storage", "format", "--config", str(config),
+                    "--cluster-id", "MkU3OEVBNTcwNTJENDM2Qg"], check=True, capture_output=True)
+    started = time.monotonic()
+    result = subprocess.run([*pykraft, "server", "start", str(config)], capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode != 0
+    assert time.monotonic() - started < 30
+    assert ("broker 4 could not catch up with the metadata quorum within "
+            "initial.broker.registration.timeout.ms=1500: no answer from the controllers at "
+            f"controller.quorum.voters=1@127.0.0.1:{controller_port}") in result.stderr
+
+
+def test_a_broker_of_another_cluster_fails_clearly() -> None:
+    cluster = LocalCluster(controllers=1, brokers=1, startup_timeout_s=60,
+                           configs={"initial.broker.registration.timeout.ms": "2000"})
+    cluster.node(2).cluster_id = "MkU3OEVBNTcwNTJENDM2Qg"  # formatted for another cluster
+    with pytest.raises(RuntimeError) as caught:
+        cluster.start()
+    cluster.close()
+    message = str(caught.value)
+    assert "broker 2 could not catch up with the metadata quorum" in message
+    assert "formatted with this node's cluster id MkU3OEVBNTcwNTJENDM2Qg" in message

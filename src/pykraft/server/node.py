@@ -24,6 +24,7 @@ import asyncio
 import logging
 import random
 import uuid
+from collections.abc import Coroutine
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -67,6 +68,9 @@ SECURITY_PROTOCOL_PLAINTEXT = 0
 # registration retries across leader changes for up to the channel timeout
 CONTROLLER_REQUEST_TIMEOUT_MS = 5_000
 CONTROLLER_CHANNEL_TIMEOUT_MS = 15_000
+# registration refusals a retry cannot cure: the broker stops starting
+_REGISTRATION_FATAL = frozenset({ErrorCode.inconsistent_cluster_id,
+                                 ErrorCode.unsupported_version, ErrorCode.invalid_registration})
 # answers that make a broker register again (a new incarnation of its registration)
 _REREGISTER = frozenset({ErrorCode.stale_broker_epoch, ErrorCode.broker_id_not_registered})
 
@@ -95,6 +99,8 @@ class Node:
         self.channel: QuorumControllerChannel | None = None
         self._controller_clients: list[ActiveControllerClient] = []
         self._digests = DigestCache()
+        self._join_deadline: float | None = None
+        self._registration_error: str | None = None  # the last refusal, for start-up errors
 
     # -- start ------------------------------------------------------------------------
 
@@ -142,10 +148,10 @@ class Node:
             await self.raft.wait_leader()  # the whole committed log has been replayed by now
             await self.controller.wait_active()  # the bootstrap records, if the log was new
             await self._controller_listeners()
-        else:
-            await self.raft.wait_caught_up()  # the log replayed up to a leader's high watermark
+        else:  # the log replayed up to a leader's high watermark
+            await self._joining(self.raft.wait_caught_up(), "catch up with the metadata quorum")
         if self.is_broker:
-            await self._register_broker()
+            await self._joining(self._register_broker(), "register with the active controller")
             await self._broker_listeners()
             self._tasks += [
                 asyncio.create_task(self._heartbeat_loop(), name="broker-heartbeat"),
@@ -167,6 +173,30 @@ class Node:
                                      f"(pykraft.metrics.listener): {error.strerror}") from None
         log.info("pykraft node %d started (cluster %s): %s", self.node_id, self.cluster_id,
                  ", ".join(f"{x.name}://{x.host}:{x.port}" for x in self.listeners))
+
+    async def _joining(self, step: Coroutine[Any, Any, Any], what: str) -> None:
+        """A broker's start-up step towards the quorum, bounded by what is left of
+        initial.broker.registration.timeout.ms (as Kafka's broker gives up and exits);
+        a controller-only node waits for its quorum however long it takes."""
+        if not self.is_broker:
+            await step
+            return
+        loop = asyncio.get_running_loop()
+        if self._join_deadline is None:
+            timeout_ms = self.config.get_int("initial.broker.registration.timeout.ms")
+            self._join_deadline = loop.time() + timeout_ms / 1000
+        try:
+            async with asyncio.timeout_at(self._join_deadline):
+                await step
+        except TimeoutError:
+            timeout_ms = self.config.get_int("initial.broker.registration.timeout.ms")
+            reason = self._registration_error or (
+                "no answer from the controllers at controller.quorum.voters="
+                f"{self.config.get('controller.quorum.voters')} -- are they running, and "
+                f"formatted with this node's cluster id {self.cluster_id}?")
+            raise NodeStartError(
+                f"broker {self.node_id} could not {what} within "
+                f"initial.broker.registration.timeout.ms={timeout_ms}: {reason}") from None
 
     def _compose_broker(self, now_ms: int) -> None:
         """The broker's parts: data logs, replicas, group coordinator, metadata publishers."""
@@ -298,6 +328,15 @@ class Node:
                     self.config.get("broker.rack"), log_dirs=self.directory_ids,
                     cluster_id=self.cluster_id, now_ms=wall_clock_ms)
             except ControllerRefused as refused:
+                if refused.code in _REGISTRATION_FATAL:
+                    raise NodeStartError(f"the controller refused the registration of broker "
+                                         f"{self.node_id}: {refused.code.name}: "
+                                         f"{refused}") from None
+                self._registration_error = f"the controller answers {refused.code.name}" + (
+                    f" ({refused})" if str(refused) != refused.code.name else "")
+                if refused.code == ErrorCode.duplicate_broker_registration:
+                    self._registration_error += (f": another broker is registered with node.id "
+                                                 f"{self.node_id}")
                 log.warning("broker registration refused: %s (%s); retrying", refused,
                             refused.code.name)
                 await backoff.wait()

@@ -187,7 +187,7 @@ def pysyncobj_node(args: argparse.Namespace) -> None:
     log_dir = Path(args.log_dir)
     log_dir.mkdir(parents=True, exist_ok=True)
     conf = SyncObjConf(journalFile=str(log_dir / "journal"),
-                       fullDumpFile=str(log_dir / "dump"))
+                       fullDumpFile=str(log_dir / "dump"), **json.loads(args.pysyncobj_conf))
     node = Store(me, [a for a in addresses if a != me], conf)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -242,6 +242,11 @@ def free_ports(count: int) -> list[int]:
     return ports
 
 
+def pysyncobj_options(options: list[str]) -> dict[str, Any]:
+    pairs = (option.split("=", 1) for option in options)
+    return {key: json.loads(value) for key, value in pairs}
+
+
 def run_case(system: str, value_bytes: int, proposers: int, args: argparse.Namespace,
              workdir: Path) -> dict[str, Any]:
     case = f"{system}-{value_bytes}b-{proposers}p"
@@ -258,7 +263,8 @@ def run_case(system: str, value_bytes: int, proposers: int, args: argparse.Names
                    "--port", str(port), "--voters", voters, "--log-dir", str(log_dir),
                    "--value-bytes", str(value_bytes), "--proposers", str(proposers),
                    "--seconds", str(args.seconds), "--warmup", str(args.warmup),
-                   "--linger-ms", str(args.linger_ms)]
+                   "--linger-ms", str(args.linger_ms),
+                   "--pysyncobj-conf", json.dumps(pysyncobj_options(args.pysyncobj_option))]
         if args.profile and system == "pykraft":
             Path(args.profile).mkdir(parents=True, exist_ok=True)
             command += ["--profile", str(Path(args.profile) / f"{case}-node-{node_id}.prof")]
@@ -372,6 +378,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--only", choices=["pykraft", "pysyncobj", "failover"])
     parser.add_argument("--linger-ms", type=int, default=25,
                         help="controller.quorum.append.linger.ms of the pykraft voters")
+    parser.add_argument("--pysyncobj-option", action="append", default=[],
+                        metavar="KEY=VALUE",
+                        help="a SyncObjConf setting for the PySyncObj nodes (JSON value), "
+                        "e.g. appendEntriesUseBatch=false")
     parser.add_argument("--profile", help="cProfile each pykraft voter into this directory")
     parser.add_argument("--workdir", help="keep the data dirs here (default: a temp dir)")
     # one voter (internal)
@@ -381,6 +391,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--voters", help=argparse.SUPPRESS)
     parser.add_argument("--log-dir", help=argparse.SUPPRESS)
     parser.add_argument("--value-bytes", type=int, default=100, help=argparse.SUPPRESS)
+    parser.add_argument("--pysyncobj-conf", default="{}", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.node == "pykraft":
         args.proposers = int(args.proposers)
@@ -397,6 +408,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.only in systems:
         systems = [args.only]
     started = time.monotonic()
+    if args.pysyncobj_option:
+        print(f"PySyncObj options: {pysyncobj_options(args.pysyncobj_option)}")
     print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, Python "
           f"{platform.python_version()}, load average {os.getloadavg()[0]:.1f}", flush=True)
     with tempfile.TemporaryDirectory(prefix="raft-quorum-") as temp:

@@ -308,3 +308,33 @@ def test_a_broker_of_another_cluster_fails_clearly() -> None:
     message = str(caught.value)
     assert "broker 2 could not catch up with the metadata quorum" in message
     assert "formatted with this node's cluster id MkU3OEVBNTcwNTJENDM2Qg" in message
+
+
+@pytest.mark.slow
+def test_three_controllers_three_brokers_fence_a_killed_broker_and_take_it_back() -> None:
+    """Issue 4's shape: topics created through any broker appear identically on all of
+    them; a broker killed with SIGKILL is fenced once broker.session.timeout.ms passes
+    without heartbeats (Metadata stops listing it); restarted, it registers again, catches
+    up and is unfenced."""
+    configs = {"broker.session.timeout.ms": "3000", "broker.heartbeat.interval.ms": "500"}
+    with LocalCluster(controllers=3, brokers=3, startup_timeout_s=60,
+                      configs=configs) as cluster:
+        brokers = cluster.broker_ids
+        assert brokers == [4, 5, 6]
+        for broker in brokers:
+            create_topic(cluster.node(broker).bootstrap_servers, f"via-{broker}", 3)
+        names = {f"via-{b}" for b in brokers}
+        view = wait_for(agreed_with(cluster, brokers, names), "identical metadata")
+        assert [b[0] for b in view[0]] == brokers
+        killed_at = time.monotonic()
+        cluster.kill_node(6)
+        survivors = [4, 5]
+        wait_for(lambda: (v := agreed_view(cluster, survivors)) is not None
+                 and [b[0] for b in v[0]] == survivors, "broker 6 fenced", timeout_s=20)
+        fenced_after = time.monotonic() - killed_at
+        print(f"\nbroker 6 fenced {fenced_after:.2f}s after SIGKILL")
+        assert fenced_after < 3.0 + 5.0  # the session timeout, plus the tick and publishing
+        cluster.restart_node(6)
+        back = wait_for(lambda: (v := agreed_view(cluster, brokers)) is not None
+                        and [b[0] for b in v[0]] == brokers and v, "broker 6 back")
+        assert names <= topic_names(back)

@@ -191,6 +191,31 @@ def test_three_controllers_and_a_broker_serve_confluent_kafka() -> None:
         assert [b[0] for b in view[0]] == [4]  # controllers are not brokers
         assert {p[1] for t in view[1] for p in t[3]} == {4}
         produce_and_consume(cluster.bootstrap_servers, "dedicated", 30)
+        # DescribeQuorum from the leader: every voter's fetch state, the broker an observer
+        leader = cluster.active_controller()
+        quorum = wait_for(lambda: (q := describe_quorum(cluster, leader))["observers"]
+                          and all(v[1] >= 0 for v in q["voters"]) and q, "the quorum state")
+        assert quorum["leader"] == leader and [v[0] for v in quorum["voters"]] == [1, 2, 3]
+        assert [o[0] for o in quorum["observers"]] == [4]
+        assert all(r[2] > 0 for r in quorum["voters"] + quorum["observers"])  # fetched
+
+
+def describe_quorum(cluster: LocalCluster, node_id: int) -> dict[str, Any]:
+    from kio.schema.describe_quorum.v1.request import (
+        DescribeQuorumRequest,
+        PartitionData,
+        TopicData,
+    )
+    request = DescribeQuorumRequest(topics=(TopicData(
+        topic_name="__cluster_metadata", partitions=(PartitionData(partition_index=0),)),))
+    address = f"127.0.0.1:{cluster.node(node_id).controller_port}"
+    with WireClient(address, timeout_s=5, client_id="test-cluster") as client:
+        partition = client.request(55, 1, request).topics[0].partitions[0]
+    return {"leader": partition.leader_id,
+            "voters": [(r.replica_id, r.log_end_offset, r.last_fetch_timestamp)
+                       for r in partition.current_voters],
+            "observers": [(r.replica_id, r.log_end_offset, r.last_fetch_timestamp)
+                          for r in partition.observers]}
 
 
 RETRIABLE = {"NOT_CONTROLLER", "REQUEST_TIMED_OUT", "_TIMED_OUT", "_TRANSPORT",

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 import uuid
 from collections.abc import Coroutine
 from typing import Any
@@ -485,22 +486,41 @@ class Node:
     # -- DescribeQuorum ---------------------------------------------------------------
 
     def describe_quorum(self) -> dict[str, Any]:
-        """The single voter is the leader and is caught up with itself by definition."""
+        """The quorum as this node sees it. The leader reports each replica's last fetch
+        offset and times (its Raft state, monotonic times shown as wall-clock); a node that
+        does not lead knows only its own log end (others: -1). A single voter is caught up
+        with itself by definition. `nodes` are the voters' controller endpoints."""
         assert self.raft is not None
         leader = self.raft.leader_and_epoch
         high_watermark = self.raft.high_watermark
         end_offset = self.raft.store.log_end_offset
         now = wall_clock_ms()
-        voters = [{"replica_id": voter, "log_end_offset": end_offset,
-                   "last_fetch_timestamp": now, "last_caught_up_timestamp": now}
-                  for voter in sorted(self.config.voters)]
-        nodes = {}
-        controller_names = set(self.config.controller_listeners)
-        nodes[self.node_id] = [(e.listener_name, e.host, e.port) for e in self.config.listeners
-                               if e.listener_name in controller_names]
+        to_wall = now - time.monotonic_ns() // 1_000_000  # the Raft core's clock is monotonic
+        states = self.raft.core.replica_states if leader.leader_id == self.node_id else {}
+
+        def replica(replica_id: int) -> dict[str, int]:
+            if replica_id == self.node_id:
+                return {"replica_id": replica_id, "log_end_offset": end_offset,
+                        "last_fetch_timestamp": now, "last_caught_up_timestamp": now}
+            state = states.get(replica_id)
+            if state is None:
+                return {"replica_id": replica_id, "log_end_offset": -1,
+                        "last_fetch_timestamp": -1, "last_caught_up_timestamp": -1}
+            caught_up = state.last_caught_up_ms
+            return {"replica_id": replica_id,
+                    "log_end_offset": -1 if state.end_offset is None else state.end_offset,
+                    "last_fetch_timestamp": state.last_fetch_ms + to_wall,
+                    "last_caught_up_timestamp": -1 if caught_up is None else caught_up + to_wall}
+
+        voters = sorted(self.config.voters)
+        observers = sorted(set(states) - set(voters))
+        controller_name = (self.config.controller_listeners or ["CONTROLLER"])[0]
+        nodes = {voter: [(controller_name, host, port)]
+                 for voter, (host, port) in sorted(self.config.voters.items())}
         return {"leader_id": leader.leader_id, "leader_epoch": leader.epoch,
                 "high_watermark": -1 if high_watermark is None else high_watermark,
-                "voters": voters, "observers": [], "nodes": nodes}
+                "voters": [replica(v) for v in voters],
+                "observers": [replica(o) for o in observers], "nodes": nodes}
 
     # -- stop -------------------------------------------------------------------------
 

@@ -90,8 +90,16 @@ def agreed_with(cluster: LocalCluster, node_ids: list[int],
     return look
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def three_combined() -> Any:
+    """Shared by the tests that only add topics of their own names."""
+    with LocalCluster(combined=3, startup_timeout_s=60) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def own_three_combined() -> Any:
+    """For a test that kills nodes."""
     with LocalCluster(combined=3, startup_timeout_s=60) as cluster:
         yield cluster
 
@@ -158,9 +166,9 @@ def produce_and_consume(bootstrap: str, topic: str, count: int) -> None:
 
 @pytest.mark.slow
 def test_kill_9_of_the_active_controller_moves_it_and_metadata_converges(
-    three_combined: LocalCluster,
+    own_three_combined: LocalCluster,
 ) -> None:
-    cluster = three_combined
+    cluster = own_three_combined
     create_topic(cluster.bootstrap_servers, "before", 2)
     old = wait_for(lambda: cluster.active_controller() > 0 and cluster.active_controller(),
                    "an active controller")

@@ -102,17 +102,20 @@ async def pykraft_node(args: argparse.Namespace) -> None:
     from pykraft.server.config import parse_voters
 
     class Quiet:
+        leader_changes = 0
+
         def handle_commit(self, batch: CommittedBatch) -> None:
             pass
 
         def handle_leader_change(self, leader_id: int, epoch: int) -> None:
-            pass
+            self.leader_changes += 1
 
     voters = parse_voters(args.voters)
     config = RaftConfig(append_linger_ms=args.linger_ms)
     channels = RaftChannels.for_voters(args.node_id, CLUSTER_ID, voters, config)
+    quiet = Quiet()
     node = RaftNode.open(node_id=args.node_id, voters=frozenset(voters),
-                         log_dir=Path(args.log_dir), listener=Quiet(), config=config,
+                         log_dir=Path(args.log_dir), listener=quiet, config=config,
                          rng=random.Random(), transport=channels)
     listener = Listener("CONTROLLER", "127.0.0.1", args.port,
                         RaftDispatcher(RaftApis(node, CLUSTER_ID)),
@@ -121,10 +124,13 @@ async def pykraft_node(args: argparse.Namespace) -> None:
     await node.start()
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    await node.wait_leader()
-    while not node.is_leader and not stop.is_set():
-        await asyncio.sleep(0.01)
-    if node.is_leader:
+    leads = asyncio.ensure_future(node.wait_leader())  # this node leads (first leader only)
+    stopping = asyncio.ensure_future(stop.wait())
+    await asyncio.wait([leads, stopping], return_when=asyncio.FIRST_COMPLETED)
+    if not leads.done():
+        leads.cancel()
+    if leads.done() and not stop.is_set() and node.is_leader:
+        changes = quiet.leader_changes
         window = Window(args.warmup, args.seconds)
         value = b"v" * args.value_bytes
 
@@ -141,7 +147,8 @@ async def pykraft_node(args: argparse.Namespace) -> None:
                 window.record(started, time.monotonic())
 
         await asyncio.gather(*(propose() for _ in range(args.proposers)))
-        emit(**window.summary("pykraft", args.node_id, args.seconds))
+        emit(**window.summary("pykraft", args.node_id, args.seconds),
+             leader_changes=quiet.leader_changes - changes)
     await stop.wait()
     await node.stop()
     await listener.close()
@@ -296,6 +303,8 @@ def run_case(system: str, value_bytes: int, proposers: int, args: argparse.Names
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+    if len(results) > 1:
+        print(f"  {case}: {len(results)} nodes measured (the leader changed)")
     result = dict(results[0])
     result.update(value_bytes=value_bytes, proposers=proposers, all_cpu_s=cpu)
     return result
@@ -424,6 +433,7 @@ def main(argv: list[str] | None = None) -> None:
                         print(f"{system:9} {size:5} B x {count:3} proposers: "
                               f"{row['per_s']:9,.0f} rec/s  p50 {row['p50_ms']:7.1f} ms  "
                               f"p99 {row['p99_ms']:7.1f} ms  errors {row['errors']}  "
+                              f"leader changes {row.get('leader_changes', '-')}  "
                               f"CPU {row['all_cpu_s']:.1f} s (3 nodes)", flush=True)
             print(table(rows))
         if args.only in (None, "failover") and args.trials > 0:

@@ -94,7 +94,8 @@ async def lead(node: RaftNode) -> int:
 
 async def ack(node: RaftNode, replica: int, epoch: int, offset: int) -> FetchResponse | None:
     """Replica `replica` fetches from `offset`: its acknowledgement of the log below."""
-    answer = await node.handle_request(replica, FetchRequest(replica, epoch, offset, epoch))
+    answer = await asyncio.wait_for(
+        node.handle_request(replica, FetchRequest(replica, epoch, offset, epoch)), 5)
     assert answer is None or isinstance(answer, FetchResponse)
     return answer
 
@@ -154,12 +155,13 @@ async def test_losing_the_epoch_fails_only_what_it_did_not_commit(tmp_path: Path
         waiting = asyncio.ensure_future(node.wait_committed(second))
         await asyncio.sleep(0.05)
         assert not waiting.done()
-        answer = await node.handle_request(3, BeginQuorumEpochRequest(3, epoch + 1))
+        answer = await asyncio.wait_for(
+            node.handle_request(3, BeginQuorumEpochRequest(3, epoch + 1)), 5)
         assert answer == BeginQuorumEpochResponse(ErrorCode.none, 3, epoch + 1)
         with pytest.raises(NotLeaderError):
             await asyncio.wait_for(waiting, 5)
         with pytest.raises(NotLeaderError):
-            await node.wait_committed(second)
+            await asyncio.wait_for(node.wait_committed(second), 5)
         assert b"committed in time" in recorder.values
         assert b"never acknowledged" not in recorder.values
     finally:

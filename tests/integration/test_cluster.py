@@ -11,6 +11,7 @@ a confluent-kafka producer and consumer.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -371,3 +372,29 @@ def test_three_controllers_three_brokers_fence_a_killed_broker_and_take_it_back(
         back = wait_for(lambda: (v := agreed_view(cluster, brokers)) is not None
                         and [b[0] for b in v[0]] == brokers and v, "broker 6 back")
         assert names <= topic_names(back)
+
+
+@pytest.mark.slow
+def test_sigterm_of_a_broker_is_a_controlled_shutdown() -> None:
+    """SIGTERM: the broker asks the controller to take its leaderships (RF=1 here, so its
+    partitions go leaderless at once rather than after broker.session.timeout.ms), is told
+    to stop and exits; restarted, it leads them again."""
+    with LocalCluster(controllers=3, brokers=2, startup_timeout_s=60) as cluster:
+        create_topic(cluster.bootstrap_servers, "owned", 4)
+        view = wait_for(agreed_with(cluster, [4, 5], {"owned"}), "the topic")
+        on_5 = {p[0] for t in view[1] for p in t[3] if p[1] == 5}
+        assert on_5  # placement spread the partitions
+        started = time.monotonic()
+        cluster.kill_node(5, signal.SIGTERM)
+        stopped_s = time.monotonic() - started
+        log = cluster.node(5).tail_log(200)
+        assert "controlled shutdown complete" in log
+        after = metadata_view(cluster.node(4).bootstrap_servers)
+        leaders = {p[0]: p[1] for t in after[1] for p in t[3]}
+        assert all(leaders[p] == -1 for p in on_5)  # moved away (nowhere to go at RF=1)
+        print(f"\nbroker 5 stopped {stopped_s:.2f}s after SIGTERM")
+        assert stopped_s < 9.0  # well before a session timeout would have fenced it
+        cluster.restart_node(5)
+        wait_for(lambda: all(p[1] == 5 for t in metadata_view(
+            cluster.node(4).bootstrap_servers)[1] for p in t[3] if p[0] in on_5),
+            "broker 5 leads its partitions again")

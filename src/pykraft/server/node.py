@@ -69,6 +69,7 @@ SECURITY_PROTOCOL_PLAINTEXT = 0
 # registration retries across leader changes for up to the channel timeout
 CONTROLLER_REQUEST_TIMEOUT_MS = 5_000
 CONTROLLER_CHANNEL_TIMEOUT_MS = 15_000
+CONTROLLED_SHUTDOWN_TIMEOUT_MS = 10_000
 # registration refusals a retry cannot cure: the broker stops starting
 _REGISTRATION_FATAL = frozenset({ErrorCode.inconsistent_cluster_id,
                                  ErrorCode.unsupported_version, ErrorCode.invalid_registration})
@@ -376,6 +377,32 @@ class Node:
             except Exception:
                 log.exception("broker heartbeat failed")
 
+    async def _controlled_shutdown(self) -> None:
+        """A registered broker of a cluster asks the active controller to move its
+        leaderships away (heartbeats with want-shutdown) and stops once told to, or after
+        CONTROLLED_SHUTDOWN_TIMEOUT_MS; clients meanwhile follow the moved leaders. The
+        single node (its own only voter) skips it: there is nobody to move to."""
+        if (not getattr(self, "is_broker", False) or self.broker_epoch < 0
+                or self.channel is None or set(self.config.voters) == {self.node_id}):
+            return
+        for task in self._tasks:
+            if task.get_name() == "broker-heartbeat":
+                task.cancel()  # from here on only want-shutdown heartbeats
+        interval_s = min(0.5, self.config.get_int("broker.heartbeat.interval.ms") / 1000)
+        try:
+            async with asyncio.timeout(CONTROLLED_SHUTDOWN_TIMEOUT_MS / 1000):
+                while True:
+                    result = await self.channel.broker_heartbeat(
+                        self.node_id, self.broker_epoch, self.loader.last_offset,
+                        want_fence=False, want_shutdown=True, now_ms=wall_clock_ms)
+                    if result.should_shut_down:
+                        log.info("broker %d: controlled shutdown complete", self.node_id)
+                        return
+                    await asyncio.sleep(interval_s)
+        except (TimeoutError, ControllerRefused) as error:
+            log.warning("broker %d: controlled shutdown not completed (%s); stopping anyway",
+                        self.node_id, error or "timed out")
+
     async def _controller_tick_loop(self) -> None:
         """Fence brokers whose heartbeats stopped (broker.session.timeout.ms)."""
         assert self.controller is not None
@@ -535,6 +562,7 @@ class Node:
             return
         self._stopping = True
         log.info("pykraft node %d stopping", self.node_id)
+        await self._controlled_shutdown()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -320,8 +320,16 @@ class LocalCluster:
         self.process = None
 
     def stop(self) -> None:
-        for node_id in reversed(list(self.nodes)):  # brokers first, then the controllers
-            self.nodes[node_id].stop()
+        # SIGTERM to every node at once: each broker's controlled shutdown needs a quorum
+        # of controllers still running to commit it
+        running = [n for n in self.nodes.values() if n.process is not None]
+        for node in running:
+            assert node.process is not None
+            node.process.send_signal(signal.SIGTERM)
+        for node in running:
+            assert node.process is not None
+            node.process.wait(timeout=60)
+            node.process = None
         if self.process is not None:
             self.kill(signal.SIGTERM)
         if self._thread is not None and self._loop is not None and self._node is not None:

@@ -11,6 +11,7 @@ a confluent-kafka producer and consumer.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -398,3 +399,24 @@ def test_sigterm_of_a_broker_is_a_controlled_shutdown() -> None:
         wait_for(lambda: all(p[1] == 5 for t in metadata_view(
             cluster.node(4).bootstrap_servers)[1] for p in t[3] if p[0] in on_5),
             "broker 5 leads its partitions again")
+
+
+@pytest.mark.slow
+def test_a_wiped_controller_rejoins_and_catches_up() -> None:
+    """A follower controller loses its disk (killed, data dir removed, formatted again) and
+    rejoins: it fetches the metadata log from the leader and ends with the same image. (No
+    snapshot is taken by the node yet, so it replays the log from its start.)"""
+    with LocalCluster(controllers=3, brokers=1, startup_timeout_s=60) as cluster:
+        for index in range(5):
+            create_topic(cluster.bootstrap_servers, f"kept-{index}", 1)
+        leader = wait_for(lambda: (a := cluster.active_controller()) > 0 and a, "a leader")
+        wiped = next(i for i in cluster.controller_ids if i != leader)
+        cluster.kill_node(wiped)
+        shutil.rmtree(cluster.node(wiped).log_dir)
+        cluster.node(wiped).format()
+        cluster.restart_node(wiped)
+        create_topic(cluster.bootstrap_servers, "after-wipe", 1)
+        wait_for(agreed_with(cluster, [4], {"after-wipe"}), "the topic")
+        images = wait_for(lambda: len(i := {cluster.metadata_image(n) for n in cluster.nodes})
+                          == 1 and i, "identical metadata images")
+        assert next(iter(images))[0] > 0

@@ -61,9 +61,8 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-# api keys protocol.api does not name (KIP-631)
-BROKER_REGISTRATION: Final = 62
-BROKER_HEARTBEAT: Final = 63
+BROKER_REGISTRATION: Final = ApiKey.BROKER_REGISTRATION  # KIP-631
+BROKER_HEARTBEAT: Final = ApiKey.BROKER_HEARTBEAT
 
 # the versions this channel speaks (served by every pykraft controller listener)
 CREATE_TOPICS_VERSION: Final = 7

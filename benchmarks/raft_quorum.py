@@ -310,9 +310,11 @@ def run_case(system: str, value_bytes: int, proposers: int, args: argparse.Names
     return result
 
 
-def failover(trials: int, workdir: Path) -> list[float]:
+def failover(trials: int, workdir: Path, *, settle: bool = True) -> list[float]:
     """kill -9 the leader `trials` times at the default timeouts; seconds to the first
-    commit of the next leader, each time (the loop of test_raft_processes)."""
+    commit of the next leader, each time (the loop of test_raft_processes). With `settle`
+    each kill waits until the voter killed before follows the current leader; without it
+    (as the test does) a kill may find that voter still starting up."""
     from tests.integration.test_raft_processes import (
         Voter,
         check_logs,
@@ -337,7 +339,7 @@ def failover(trials: int, workdir: Path) -> list[float]:
             killed_at = time.time()
             leader.signal(signal.SIGKILL)
             others = [voter for voter in voters if voter is not leader]
-            _, first = wait_for(
+            successor, first = wait_for(
                 lambda killed_at=killed_at, others=others: latest_leader(others, killed_at),
                 "a new leader to commit", 30)
             if first["epoch"] <= event["epoch"]:
@@ -345,6 +347,13 @@ def failover(trials: int, workdir: Path) -> list[float]:
             times.append(first["time"] - killed_at)
             print(f"  trial {len(times)}: {times[-1] * 1000:.0f} ms", flush=True)
             leader.start()
+            if settle:
+                # the next kill only once the restarted voter follows the new leader, so
+                # each trial starts from 3 running voters (not one still starting up)
+                wait_for(lambda leader=leader, successor=successor, first=first: any(
+                    e["event"] == "leader" and e["leader"] == successor.node_id
+                    and e["epoch"] >= first["epoch"] for e in leader.all_events()[-1]),
+                    "the restarted voter to follow the new leader", 60)
             since = first["time"]
     finally:
         for voter in voters:
@@ -385,6 +394,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--proposers", default="1,16,64")
     parser.add_argument("--trials", type=int, default=20, help="failover trials")
     parser.add_argument("--only", choices=["pykraft", "pysyncobj", "failover"])
+    parser.add_argument("--no-settle", action="store_true",
+                        help="failover: kill the next leader without waiting for the "
+                        "voter killed before to rejoin (as test_raft_processes does)")
     parser.add_argument("--linger-ms", type=int, default=25,
                         help="controller.quorum.append.linger.ms of the pykraft voters")
     parser.add_argument("--pysyncobj-option", action="append", default=[],
@@ -439,7 +451,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.only in (None, "failover") and args.trials > 0:
             print(f"failover, {args.trials} trials (election 1000 ms, fetch 2000 ms):",
                   flush=True)
-            times = failover(args.trials, workdir)
+            times = failover(args.trials, workdir, settle=not args.no_settle)
             print(f"failover after kill -9: median {statistics.median(times) * 1000:.0f} ms, "
                   f"max {max(times) * 1000:.0f} ms over {len(times)} trials")
     print(f"wall time {time.monotonic() - started:.0f} s, load average "

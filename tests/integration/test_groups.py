@@ -35,6 +35,7 @@ from kio.schema.sync_group.v3.request import SyncGroupRequest, SyncGroupRequestA
 
 from pykraft.testing import LocalCluster
 from pykraft.testing.wire import WireClient
+from tests.integration.group_helpers import assignments_of, poll_until
 
 TOPIC = "shared"
 PARTITIONS = 6
@@ -113,20 +114,6 @@ class PollingThreads:
         self._stop.set()
         for thread in self._threads:
             thread.join(10)
-
-
-def assignments_of(consumers: list[Consumer]) -> list[set[int]]:
-    return [{tp.partition for tp in c.assignment()} for c in consumers]
-
-
-def poll_until(consumers: list[Consumer], done: Any, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        for consumer in consumers:
-            consumer.poll(0.05)
-        if done():
-            return
-    raise AssertionError(f"not done in {timeout_s}s: {assignments_of(consumers)}")
 
 
 def owned_exactly_once(assignments: list[set[int]]) -> bool:

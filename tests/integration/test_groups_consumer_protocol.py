@@ -25,6 +25,7 @@ from kio.schema.join_group.v5.request import JoinGroupRequest, JoinGroupRequestP
 
 from pykraft.testing import LocalCluster
 from pykraft.testing.wire import WireClient
+from tests.integration.group_helpers import assignments_of, poll_until
 
 TOPIC = "kip848"
 PARTITIONS = 6
@@ -60,20 +61,6 @@ def consumer_of(bootstrap: str, group: str, **extra: Any) -> Consumer:
     return Consumer({"bootstrap.servers": bootstrap, "group.id": group,
                      "group.protocol": "consumer", "auto.offset.reset": "earliest",
                      "enable.auto.commit": False, **extra})
-
-
-def assignments_of(consumers: list[Consumer]) -> list[set[int]]:
-    return [{tp.partition for tp in c.assignment()} for c in consumers]
-
-
-def poll_until(consumers: list[Consumer], done: Any, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        for consumer in consumers:
-            consumer.poll(0.05)
-        if done():
-            return
-    raise AssertionError(f"not done in {timeout_s}s: {assignments_of(consumers)}")
 
 
 def owned_in_thirds(assignments: list[set[int]]) -> bool:

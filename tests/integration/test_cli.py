@@ -3,43 +3,15 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 import time
 import uuid
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
-T = TypeVar("T")
+from tests.integration.tool_helpers import eventually, pykraft
 
 TOPIC_ERROR = "Error while executing topic command : "
-
-
-def pykraft(
-    *argv: str, stdin: str | None = None, timeout_s: float = 120
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "pykraft.cli", *argv],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-    )
-
-
-def eventually(check: Callable[[], T], timeout_s: float = 15.0) -> T:
-    """Retry `check` until it stops raising AssertionError: metadata reaches brokers a
-    moment after the controller commits it."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            return check()
-        except AssertionError:
-            if time.monotonic() >= deadline:
-                raise
-            time.sleep(0.2)
 
 
 def new_topic_name(prefix: str) -> str:

@@ -5,13 +5,10 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from kio.schema.describe_quorum.v2.request import (
     DescribeQuorumRequest,
@@ -34,29 +31,9 @@ from pykraft.records.batch import iter_headers
 from pykraft.records.record import build_batch, iter_records
 from pykraft.storage.checkpoint import kafka_uuid_string
 from pykraft.testing.wire import WireClient
+from tests.integration.tool_helpers import eventually, pykraft
 
-T = TypeVar("T")
 METADATA_SEGMENT = Path("__cluster_metadata-0") / "00000000000000000000.log"
-
-
-def pykraft(*argv: str, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "pykraft.cli", *argv],
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-    )
-
-
-def eventually(check: Callable[[], T], timeout_s: float = 15.0) -> T:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            return check()
-        except AssertionError:
-            if time.monotonic() >= deadline:
-                raise
-            time.sleep(0.2)
 
 
 def wire_describe_quorum(address: str) -> Any:

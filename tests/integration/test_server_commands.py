@@ -21,15 +21,10 @@ from kio.schema.metadata.v12.request import MetadataRequest
 
 from pykraft.testing import LocalCluster, free_port
 from pykraft.testing.wire import WireClient
+from tests.integration.tool_helpers import pykraft
 
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER_ID_FORMAT = re.compile(r"[A-Za-z0-9_-]{22}")
-
-
-def pykraft(*argv: str, env: Mapping[str, str] | None = None,
-            timeout_s: float = 30) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pykraft", *argv], capture_output=True,
-                          text=True, timeout=timeout_s, env=None if env is None else dict(env))
 
 
 def one_line_error(result: subprocess.CompletedProcess[str]) -> str:

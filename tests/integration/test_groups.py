@@ -35,7 +35,7 @@ from kio.schema.sync_group.v3.request import SyncGroupRequest, SyncGroupRequestA
 
 from pykraft.testing import LocalCluster
 from pykraft.testing.wire import WireClient
-from tests.integration.group_helpers import assignments_of, poll_until
+from tests.integration.group_helpers import assignments_of, poll_until, start_member
 
 TOPIC = "shared"
 PARTITIONS = 6
@@ -127,7 +127,7 @@ def test_confluent_three_members_share_partitions_and_a_killed_one_is_replaced(
     """Every partition has exactly one owner; SIGKILL one member (no LeaveGroup) and its
     partitions move to the others within the session timeout (plus a rebalance)."""
     group = "confluent-three"
-    victim = _start_member(cluster.bootstrap_servers, group)
+    victim = start_member(cluster.bootstrap_servers, group, TOPIC)
     try:
         assert victim.stdout is not None and victim.stdout.readline().strip() == "assigned"
         consumers = [confluent_consumer(cluster.bootstrap_servers, group) for _ in range(2)]
@@ -150,72 +150,10 @@ def test_confluent_three_members_share_partitions_and_a_killed_one_is_replaced(
             victim.kill()
 
 
-_MEMBER_SCRIPT = """
-import sys
-bootstrap, group, topic = sys.argv[1:4]
-client = sys.argv[4] if len(sys.argv) > 4 else "confluent"
-commit_every = int(sys.argv[5]) if len(sys.argv) > 5 else 0
-if client == "confluent":
-    from confluent_kafka import Consumer
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
-                  "session.timeout.ms": 1000, "heartbeat.interval.ms": 100,
-                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    c.subscribe([topic])
-    told, read = False, 0
-    while True:
-        m = c.poll(0.05)
-        if m is not None and m.error() is None:
-            print(f"R {m.partition()} {m.offset()}", flush=True)
-            read += 1
-            if commit_every and read % commit_every == 0:
-                done = c.commit(asynchronous=False)
-                print("C " + " ".join(f"{tp.partition}:{tp.offset}" for tp in done), flush=True)
-        if c.assignment() and not told:
-            print("assigned", flush=True)
-            told = True
-elif client == "kafka-python":
-    import time
-    from kafka import KafkaConsumer
-    c = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group,
-                      session_timeout_ms=1000, heartbeat_interval_ms=100,
-                      auto_offset_reset="earliest", enable_auto_commit=False)
-    while not c.partitions_for_topic(topic):  # see kafka_python_consumer in the test module
-        time.sleep(0.01)
-    c.subscribe([topic])
-    told = False
-    while True:
-        c.poll(timeout_ms=500)
-        if c.assignment() and not told:
-            print("assigned", flush=True)
-            told = True
-else:
-    import asyncio
-    from aiokafka import AIOKafkaConsumer
-    async def main():
-        c = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group,
-                             session_timeout_ms=1000, heartbeat_interval_ms=100,
-                             auto_offset_reset="earliest", enable_auto_commit=False)
-        await c.start()
-        told = False
-        while True:
-            await c.getmany(timeout_ms=50)
-            if c.assignment() and not told:
-                print("assigned", flush=True)
-                told = True
-    asyncio.run(main())
-"""
-
-
-def _start_member(bootstrap: str, group: str, client: str = "confluent",
-                  commit_every: int = 0) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-c", _MEMBER_SCRIPT, bootstrap, group, TOPIC,
-                             client, str(commit_every)], stdout=subprocess.PIPE, text=True)
-
-
 def test_kafka_python_and_aiokafka_replace_a_killed_member(cluster: LocalCluster) -> None:
     """kafka-python and aiokafka groups (session.timeout.ms=1000): SIGKILL one of three
     members and the other two own every partition again within seconds."""
-    victim = _start_member(cluster.bootstrap_servers, "kp-kill", "kafka-python")
+    victim = start_member(cluster.bootstrap_servers, "kp-kill", TOPIC, "kafka-python")
     try:
         assert victim.stdout is not None and victim.stdout.readline().strip() == "assigned"
         survivors = PollingThreads([
@@ -246,7 +184,7 @@ def _aiokafka_replaces_a_killed_member(bootstrap: str) -> None:
 
     async def run() -> float:
         loop = asyncio.get_running_loop()
-        victim = _start_member(bootstrap, "aio-kill", "aiokafka")
+        victim = start_member(bootstrap, "aio-kill", TOPIC, "aiokafka")
         try:
             assert victim.stdout is not None
             line = await loop.run_in_executor(None, victim.stdout.readline)
@@ -290,7 +228,7 @@ def test_commits_after_processing_lose_nothing_and_repeat_only_after_the_last_co
     exactly at the last commit: nothing is lost, and the only records read twice are
     those the dead member read after its last commit."""
     group = "at-least-once"
-    victim = _start_member(cluster.bootstrap_servers, group, commit_every=25)
+    victim = start_member(cluster.bootstrap_servers, group, TOPIC, commit_every=25)
     first_reads: set[tuple[int, int]] = set()
     committed: dict[int, int] = {}
 

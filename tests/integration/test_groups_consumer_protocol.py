@@ -25,7 +25,7 @@ from kio.schema.join_group.v5.request import JoinGroupRequest, JoinGroupRequestP
 
 from pykraft.testing import LocalCluster
 from pykraft.testing.wire import WireClient
-from tests.integration.group_helpers import assignments_of, poll_until
+from tests.integration.group_helpers import assignments_of, poll_until, start_member
 
 TOPIC = "kip848"
 PARTITIONS = 6
@@ -69,33 +69,6 @@ def owned_in_thirds(assignments: list[set[int]]) -> bool:
         len(owned) == PARTITIONS // len(assignments) for owned in assignments)
 
 
-_MEMBER_SCRIPT = """
-import sys
-from confluent_kafka import Consumer
-bootstrap, group, topic, commit_every = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": "consumer",
-              "auto.offset.reset": "earliest", "enable.auto.commit": False})
-c.subscribe([topic])
-told, read = False, 0
-while True:
-    m = c.poll(0.05)
-    if m is not None and m.error() is None:
-        print(f"R {m.partition()} {m.offset()}", flush=True)
-        read += 1
-        if commit_every and read % commit_every == 0:
-            done = c.commit(asynchronous=False)
-            print("C " + " ".join(f"{tp.partition}:{tp.offset}" for tp in done), flush=True)
-    if c.assignment() and not told:
-        print("assigned", flush=True)
-        told = True
-"""
-
-
-def _start_member(bootstrap: str, group: str, commit_every: int = 0) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-c", _MEMBER_SCRIPT, bootstrap, group, TOPIC,
-                             str(commit_every)], stdout=subprocess.PIPE, text=True)
-
-
 def test_three_members_own_a_third_each_and_a_killed_ones_partitions_move(
     cluster: LocalCluster,
 ) -> None:
@@ -103,7 +76,7 @@ def test_three_members_own_a_third_each_and_a_killed_ones_partitions_move(
     its partitions reach the two others within the group session timeout (plus a
     heartbeat or two)."""
     group = "kip848-three"
-    victim = _start_member(cluster.bootstrap_servers, group)
+    victim = start_member(cluster.bootstrap_servers, group, TOPIC, "consumer")
     try:
         assert victim.stdout is not None and victim.stdout.readline().strip() == "assigned"
         consumers = [consumer_of(cluster.bootstrap_servers, group) for _ in range(2)]
@@ -135,7 +108,7 @@ def test_commits_after_processing_lose_nothing_and_repeat_only_after_the_last_co
     exactly at the group's committed offsets: nothing lost, the only records read twice
     are those read after the last commit."""
     group = "kip848-at-least-once"
-    victim = _start_member(cluster.bootstrap_servers, group, commit_every=25)
+    victim = start_member(cluster.bootstrap_servers, group, TOPIC, "consumer", commit_every=25)
     first_reads: set[tuple[int, int]] = set()
     try:
         assert victim.stdout is not None

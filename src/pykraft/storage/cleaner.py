@@ -26,7 +26,15 @@ delete horizon; of those, the dirtiest goes first. A cleaning:
    keeps its base offset, last offset delta, producer id/epoch, base sequence, leader epoch,
    transactional and control bits; unchanged batches are copied byte for byte. A batch left
    without records goes, unless it is its producer's last batch in the log: then its header
-   stays, empty, so the producer's sequence survives. Control batches are kept as they are.
+   stays, empty, so the producer's sequence survives.
+   Transactions (KIP-98): a scan of the whole log first finds the aborted transactions
+   (data batches of a producer closed by its ABORT marker) and the first offset of a
+   transaction still open, which bounds the cleanable part like the high watermark (its
+   records may yet be aborted). Aborted batches never enter the offset map and are dropped
+   (emptied when they are their producer's last). A COMMIT/ABORT marker stays while any
+   batch of its transaction is left; the first cleaning that finds none stamps it with a
+   delete horizon (now + delete.retention.ms, as tombstones) and a cleaning after that
+   drops it. Other control batches are kept as they are.
 3. swaps each group's output in (`Log.replace_segments`: `.cleaned` -> `.swap` -> live
    names) and records the end offset as the partition's first dirty offset.
 
@@ -42,13 +50,14 @@ charged `len(key) + MAP_ENTRY_OVERHEAD_BYTES` per entry against the budget.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
 import os
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -71,7 +80,13 @@ from pykraft.records.batch import (
     read_header,
 )
 from pykraft.records.codecs import compress, decompress
-from pykraft.records.record import BatchBuilder, Record, iter_records
+from pykraft.records.record import (
+    BatchBuilder,
+    ControlRecordType,
+    Record,
+    iter_records,
+    read_control_record_type,
+)
 from pykraft.storage import log_files
 from pykraft.storage.checkpoint import read_offsets_checkpoint, write_offsets_checkpoint
 from pykraft.storage.log import Log
@@ -80,6 +95,8 @@ from pykraft.storage.segment import RELATIVE_OFFSET_MAX, LogSegment, segment_bas
 
 __all__ = [
     "CLEANER_OFFSET_CHECKPOINT",
+    "AbortedTxn",
+    "LogTransactions",
     "CleanerConfig",
     "CleaningJob",
     "CleaningPlan",
@@ -92,6 +109,7 @@ __all__ = [
     "choose_filthiest",
     "log_facts",
     "plan_cleaning",
+    "scan_transactions",
 ]
 
 log = logging.getLogger(__name__)
@@ -184,6 +202,7 @@ class LogFacts:
     min_compaction_lag_ms: int
     max_compaction_lag_ms: int
     delete_horizon_due_ms: int | None = None  # earliest horizon of tombstones left behind
+    first_unstable_offset: int | None = None  # first batch of an open transaction, if known
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,8 +241,11 @@ def plan_cleaning(facts: LogFacts, now_ms: int) -> CleaningPlan:
     else:
         first_dirty = checkpoint
     first_uncleanable = segments[-1].base_offset
+    stable_end = facts.high_watermark  # the last stable offset (KIP-98) when it is known
+    if facts.first_unstable_offset is not None:
+        stable_end = min(stable_end, facts.first_unstable_offset)
     for segment, upper in zip(segments[:-1], uppers[:-1], strict=True):
-        if upper > facts.high_watermark:
+        if upper > stable_end:
             first_uncleanable = min(first_uncleanable, segment.base_offset)
             break
     if facts.min_compaction_lag_ms > 0:
@@ -267,7 +289,8 @@ def choose_filthiest(plans: Sequence[tuple[K, CleaningPlan]]) -> K | None:
 
 
 def log_facts(
-    log_: Log, checkpoint_offset: int | None, delete_horizon_due_ms: int | None
+    log_: Log, checkpoint_offset: int | None, delete_horizon_due_ms: int | None,
+    first_unstable_offset: int | None = None,
 ) -> LogFacts:
     config = log_.config
     return LogFacts(
@@ -282,6 +305,7 @@ def log_facts(
         min_compaction_lag_ms=config.min_compaction_lag_ms,
         max_compaction_lag_ms=config.max_compaction_lag_ms,
         delete_horizon_due_ms=delete_horizon_due_ms,
+        first_unstable_offset=first_unstable_offset,
     )
 
 
@@ -306,6 +330,8 @@ class CleanStats:
     records_kept: int = 0
     batches_kept_empty: int = 0
     tombstones_removed: int = 0
+    aborted_records_removed: int = 0  # records of aborted transactions dropped
+    markers_removed: int = 0  # COMMIT/ABORT markers dropped once their data was gone
     map_entries: int = 0
     map_bytes: int = 0
     passes_needed: bool = False  # the map filled before the end of the dirty section
@@ -344,6 +370,99 @@ class _OffsetMap:
         for key, offset in keyed:
             offsets[key] = offset
         self.bytes_used += cost
+        return True
+
+
+@dataclass(frozen=True, slots=True)
+class AbortedTxn:
+    """An aborted transaction: its producer's first batch at `first_offset`, its ABORT
+    marker at `last_offset`."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+
+
+@dataclass(slots=True)
+class LogTransactions:
+    """What one scan of the whole log says about producers and transactions."""
+
+    producer_last: dict[int, int] = field(default_factory=dict)  # id -> last batch's offset
+    aborted: list[AbortedTxn] = field(default_factory=list)  # by first offset
+    first_unstable_offset: int | None = None  # first batch of a transaction still open
+
+
+def scan_transactions(batches: Iterable[tuple[BatchHeader, bytes]]) -> LogTransactions:
+    """Fold the log's batches, in offset order, into its transactions: a producer's
+    transactional data batches after its last marker form its open transaction, which its
+    next COMMIT or ABORT marker closes. (Until the log keeps Kafka's `.txnindex`, this scan
+    is how the cleaner learns which transactions were aborted.)"""
+    found = LogTransactions()
+    open_first: dict[int, int] = {}
+    for header, batch in batches:
+        producer_id = header.producer_id
+        if producer_id == _NO_PRODUCER:
+            continue
+        found.producer_last[producer_id] = header.last_offset
+        if not header.is_transactional:
+            continue
+        if not header.is_control:
+            open_first.setdefault(producer_id, header.base_offset)
+            continue
+        kind = _marker_type(header, batch)
+        first = open_first.pop(producer_id, None) if kind is not None else None
+        if kind is ControlRecordType.ABORT and first is not None:
+            found.aborted.append(AbortedTxn(producer_id, first, header.base_offset))
+    found.aborted.sort(key=lambda txn: txn.first_offset)
+    found.first_unstable_offset = min(open_first.values(), default=None)
+    return found
+
+
+def _marker_type(header: BatchHeader, batch: bytes) -> ControlRecordType | None:
+    """COMMIT or ABORT for a transaction marker batch; None for any other control batch."""
+    if header.records_count < 1:
+        return None
+    kind = read_control_record_type(next(iter(iter_records(batch))).key)
+    return kind if kind in (ControlRecordType.ABORT, ControlRecordType.COMMIT) else None
+
+
+class _TransactionWalk:
+    """Follows transactions batch by batch, in offset order, from wherever the walk starts
+    (`aborted` holds only the aborted transactions whose marker is at or after that point):
+    says which data batches belong to an aborted transaction (the cleaner drops them and
+    keeps them out of the offset map) and which markers no longer guard any data (the
+    cleaner may drop those once their delete horizon passes, KIP-534 style)."""
+
+    def __init__(self, aborted: Iterable[AbortedTxn]) -> None:
+        self._ahead = collections.deque(sorted(aborted, key=lambda txn: txn.first_offset))
+        self._aborting: dict[int, bool] = {}  # producer id -> saw a batch of it this walk
+        self._committing: set[int] = set()
+
+    def _enter(self, offset: int) -> None:
+        ahead = self._ahead
+        while ahead and ahead[0].first_offset <= offset:
+            self._aborting[ahead.popleft().producer_id] = False
+
+    def data_batch(self, header: BatchHeader) -> bool:
+        """True if the batch is part of an aborted transaction."""
+        self._enter(header.last_offset)
+        if not header.is_transactional:
+            return False
+        if header.producer_id in self._aborting:
+            self._aborting[header.producer_id] = True
+            return True
+        self._committing.add(header.producer_id)
+        return False
+
+    def marker(self, header: BatchHeader, kind: ControlRecordType) -> bool:
+        """True if the marker guards no data left in this walk: every batch of its
+        transaction has already been removed."""
+        self._enter(header.last_offset)
+        if kind is ControlRecordType.ABORT:
+            return not self._aborting.pop(header.producer_id, False)
+        if header.producer_id in self._committing:
+            self._committing.discard(header.producer_id)
+            return False
         return True
 
 
@@ -515,7 +634,8 @@ class CleaningJob:
         self.end_offset = plan.first_dirty_offset
         self.delete_horizon_due_ms: int | None = None
         self._outputs: list[_Output] = []
-        self._producer_last: dict[int, int] | None = None
+        self.log_end_at_start = log_.log_end_offset
+        self.transactions = LogTransactions()  # what run() finds in the whole log
 
     def abort(self) -> None:
         self._abort.set()
@@ -527,14 +647,18 @@ class CleaningJob:
     # -- run: off the owner's thread ----------------------------------------------------------
 
     def run(self) -> None:
-        """Map the dirty section, then write each group's cleaned segment (`.cleaned`)."""
+        """Scan the log's transactions, map the dirty section, then write each group's
+        cleaned segment (`.cleaned`)."""
         try:
+            self.transactions = scan_transactions(self._tail_batches())
             offset_map = self._build_offset_map()
             groups = self._groups([s for s in self._sources if s.base_offset < self.end_offset])
             invariant(all(s.upper <= self.plan.first_uncleanable_offset for g in groups
                           for s in g), "the cleaner never rewrites an uncleanable segment")
+            walk = _TransactionWalk(self.transactions.aborted)
             for group in groups:
-                self._outputs.append(_Output(self._clean_group(group, offset_map), group))
+                self._outputs.append(
+                    _Output(self._clean_group(group, offset_map, walk), group))
             self.ran = True
         except BaseException:
             self.discard()
@@ -544,16 +668,29 @@ class CleaningJob:
         plan, stats = self.plan, self.stats
         offset_map = _OffsetMap(self.map_bytes_max)
         start, stop = plan.first_dirty_offset, plan.first_uncleanable_offset
+        unstable = self.transactions.first_unstable_offset
+        if unstable is not None:
+            stop = min(stop, unstable)  # an open transaction's records may yet be aborted
+        walk = _TransactionWalk(t for t in self.transactions.aborted if t.last_offset >= start)
         end = start
         for source in self._sources:
             if source.upper <= start or source.base_offset >= stop:
                 continue
             for header, batch in _iter_file_batches(source.path, self._abort):
-                if header.last_offset < start or header.is_control:
-                    end = max(end, header.next_offset)
-                    continue
                 if header.base_offset >= stop:
                     break
+                if header.is_control:
+                    kind = _marker_type(header, batch) if header.last_offset >= start else None
+                    if kind is not None:
+                        walk.marker(header, kind)
+                    end = max(end, header.next_offset)
+                    continue
+                if header.last_offset < start:
+                    end = max(end, header.next_offset)
+                    continue
+                if walk.data_batch(header):  # aborted: never the latest value of its keys
+                    end = header.next_offset
+                    continue
                 _, scanned = _scan_records(batch, header)
                 keyed = [(key, offset) for offset, key, *_ in scanned if key is not None]
                 if not offset_map.try_put_batch(keyed):
@@ -587,7 +724,9 @@ class CleaningJob:
                 groups.append([source])
         return groups
 
-    def _clean_group(self, group: list[_Source], offset_map: _OffsetMap) -> LogSegment:
+    def _clean_group(
+        self, group: list[_Source], offset_map: _OffsetMap, walk: _TransactionWalk
+    ) -> LogSegment:
         directory, base = group[0].path.parent, group[0].base_offset
         name = segment_base_name(base)
         for path in directory.glob(f"{name}.*{log_files.CLEANED_SUFFIX}"):
@@ -595,7 +734,7 @@ class CleaningJob:
         output = LogSegment(directory, base, self.config, self.now_ms,
                             suffix=log_files.CLEANED_SUFFIX)
         try:
-            self._write_group(output, group, offset_map)
+            self._write_group(output, group, offset_map, walk)
         except BaseException:
             with contextlib.suppress(OSError):
                 output.close()
@@ -605,7 +744,8 @@ class CleaningJob:
         return output
 
     def _write_group(
-        self, output: LogSegment, group: list[_Source], offset_map: _OffsetMap
+        self, output: LogSegment, group: list[_Source], offset_map: _OffsetMap,
+        walk: _TransactionWalk,
     ) -> None:
         output.open_for_append(self.config)
         output.fd  # noqa: B018 - the log file exists even if nothing is kept
@@ -616,7 +756,7 @@ class CleaningJob:
             for header, batch in _iter_file_batches(source.path, self._abort):
                 self.stats.bytes_read += header.size
                 self._account(header.size)
-                kept = self._filter_batch(header, batch, offset_map, source)
+                kept = self._filter_batch(header, batch, offset_map, walk)
                 if kept is None:
                     continue
                 kept_header = read_header(kept)
@@ -637,14 +777,17 @@ class CleaningJob:
         output.close()
 
     def _filter_batch(
-        self, header: BatchHeader, batch: bytes, offset_map: _OffsetMap, source: _Source
+        self, header: BatchHeader, batch: bytes, offset_map: _OffsetMap, walk: _TransactionWalk
     ) -> bytes | None:
         """The batch as it stays in the cleaned log: unchanged, rebuilt, empty, or None."""
         if header.is_control:
-            return batch
+            return self._filter_marker(header, batch, walk)
         data, scanned = _scan_records(batch, header)
         stats = self.stats
         stats.records_read += len(scanned)
+        if walk.data_batch(header):
+            stats.aborted_records_removed += len(scanned)
+            return self._emptied(header)
         horizon = header.base_timestamp if _has_horizon(header) else None
         retain_deletes = horizon is None or self.now_ms < horizon
         offsets = offset_map.offsets
@@ -669,10 +812,7 @@ class CleaningJob:
         if len(kept) == len(scanned) and (not has_tombstone or _has_horizon(header)):
             return batch
         if not kept:
-            if header.producer_id != _NO_PRODUCER and self._is_producers_last(header):
-                stats.batches_kept_empty += 1
-                return _empty_batch(header)
-            return None
+            return self._emptied(header)
         if has_tombstone and not _has_horizon(header):
             assert horizon is not None
             wanted = {item[0] for item in kept}
@@ -695,18 +835,44 @@ class CleaningJob:
                            record.headers)
         return builder.build(last_offset_delta=header.last_offset_delta)
 
-    def _is_producers_last(self, header: BatchHeader) -> bool:
-        if self._producer_last is None:
-            last: dict[int, int] = {}
-            for path in self._tail_paths:
-                try:
-                    for other, _ in _iter_file_batches(path, self._abort):
-                        if other.producer_id != _NO_PRODUCER:
-                            last[other.producer_id] = other.last_offset
-                except FileNotFoundError:
-                    continue  # deleted meanwhile; the swap will notice
-            self._producer_last = last
-        return self._producer_last.get(header.producer_id) == header.last_offset
+    def _emptied(self, header: BatchHeader) -> bytes | None:
+        """A batch left without records: gone, unless it is its producer's last batch in the
+        log, whose header stays (empty) so that the producer's sequence survives."""
+        last = self.transactions.producer_last.get(header.producer_id)
+        if header.producer_id != _NO_PRODUCER and last == header.last_offset:
+            self.stats.batches_kept_empty += 1
+            return _empty_batch(header)
+        return None
+
+    def _filter_marker(
+        self, header: BatchHeader, batch: bytes, walk: _TransactionWalk
+    ) -> bytes | None:
+        """A COMMIT/ABORT marker stays while data of its transaction is left in the log;
+        after that it is stamped with a delete horizon (now + delete.retention.ms, so a
+        consumer mid-way through the log still sees it), and goes once that has passed.
+        Other control batches stay as they are."""
+        kind = _marker_type(header, batch)
+        if kind is None or not walk.marker(header, kind):
+            return batch
+        if _has_horizon(header):
+            horizon = header.base_timestamp
+            if horizon <= self.now_ms:
+                self.stats.markers_removed += 1
+                return self._emptied(header)
+        else:
+            horizon = self.now_ms + self.config.delete_retention_ms
+            batch = self._rebuild(header, list(iter_records(batch)), horizon)
+        due = self.delete_horizon_due_ms
+        self.delete_horizon_due_ms = horizon if due is None else min(due, horizon)
+        return batch
+
+    def _tail_batches(self) -> Iterator[tuple[BatchHeader, bytes]]:
+        """Every batch of the log as it is now, active segment included."""
+        for path in self._tail_paths:
+            try:
+                yield from _iter_file_batches(path, self._abort)
+            except FileNotFoundError:
+                continue  # deleted meanwhile; the swap will notice
 
     # -- finish: on the owner's thread ------------------------------------------------------
 
@@ -739,6 +905,15 @@ class _PartitionState:
     delete_horizon_due_ms: int | None = None
     last_clean_ms: int = -1
     last_stats: CleanStats | None = None
+    # the first offset of an open transaction, found by the last cleaning, while the log
+    # ends where it ended then (a transaction closes only by an append)
+    first_unstable_offset: int | None = None
+    unstable_as_of_log_end: int = -1
+
+    def facts(self, log_: Log) -> LogFacts:
+        unstable = (self.first_unstable_offset
+                    if self.unstable_as_of_log_end == log_.log_end_offset else None)
+        return log_facts(log_, self.checkpoint_offset, self.delete_horizon_due_ms, unstable)
 
 
 @dataclass(slots=True)
@@ -779,9 +954,8 @@ class LogCleaner:
         for log_, log_dir in self.logs():
             if log_.config.compact:
                 state = self._state(log_, log_dir)
-                facts = log_facts(log_, state.checkpoint_offset, state.delete_horizon_due_ms)
                 result[(log_.topic, log_.partition)] = (
-                    plan_cleaning(facts, now_ms), state.last_clean_ms)
+                    plan_cleaning(state.facts(log_), now_ms), state.last_clean_ms)
         return result
 
     def next_job(self, now_ms: int) -> CleaningJob | None:
@@ -791,8 +965,7 @@ class LogCleaner:
             if not log_.config.compact or (log_.topic, log_.partition) in self.uncleanable:
                 continue
             state = self._state(log_, log_dir)
-            facts = log_facts(log_, state.checkpoint_offset, state.delete_horizon_due_ms)
-            candidates.append((log_, plan_cleaning(facts, now_ms)))
+            candidates.append((log_, plan_cleaning(state.facts(log_), now_ms)))
         chosen = choose_filthiest(candidates)
         if chosen is None:
             return None
@@ -814,16 +987,20 @@ class LogCleaner:
         stats = job.stats
         log.info(
             "cleaned %s: dirty ratio %.2f, offsets [%d, %d) mapped (%d keys, %d bytes of map), "
-            "%d -> %d bytes, %d of %d records kept, %d tombstones removed, next dirty offset %d",
+            "%d -> %d bytes, %d of %d records kept, %d tombstones, %d aborted records and "
+            "%d transaction markers removed, next dirty offset %d",
             job.log.dir.name, job.plan.dirty_ratio, job.plan.first_dirty_offset,
             job.end_offset, stats.map_entries, stats.map_bytes, stats.bytes_read,
             stats.bytes_written, stats.records_kept, stats.records_read,
-            stats.tombstones_removed, job.end_offset)
+            stats.tombstones_removed, stats.aborted_records_removed, stats.markers_removed,
+            job.end_offset)
         home = {(lg.topic, lg.partition): d for lg, d in self.logs()}
         key = (job.log.topic, job.log.partition)
         state = self._states.setdefault(key, _PartitionState(owner=job.log))
         state.checkpoint_offset = job.end_offset
         state.delete_horizon_due_ms = job.delete_horizon_due_ms
+        state.first_unstable_offset = job.transactions.first_unstable_offset
+        state.unstable_as_of_log_end = job.log_end_at_start
         state.last_clean_ms = now_ms
         state.last_stats = job.stats
         if key in home:

@@ -16,11 +16,20 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pykraft.errors import CorruptRecord, InvalidRecord, OffsetOutOfRange
-from pykraft.records.batch import DELETE_HORIZON_BIT
-from pykraft.records.record import Record, build_batch, iter_records
+from pykraft.records.batch import DELETE_HORIZON_BIT, BatchHeader
+from pykraft.records.record import (
+    ControlRecordType,
+    Record,
+    build_batch,
+    control_record_key,
+    end_txn_marker_value,
+    iter_records,
+    read_control_record_type,
+)
 from pykraft.storage import log_files
 from pykraft.storage.cleaner import (
     CLEANER_OFFSET_CHECKPOINT,
+    AbortedTxn,
     CleanerConfig,
     CleaningPlan,
     LogCleaner,
@@ -29,6 +38,7 @@ from pykraft.storage.cleaner import (
     SwapFailed,
     choose_filthiest,
     plan_cleaning,
+    scan_transactions,
 )
 from pykraft.storage.log import Log
 from pykraft.storage.log_config import LogConfig
@@ -565,3 +575,149 @@ def test_a_recreated_partition_starts_with_a_fresh_cleaner_state(tmp_path: Path)
     current[0] = recreated
     plan, last_clean_ms = the_cleaner.status(NOW)[("t", 0)]
     assert plan.first_dirty_offset == 0 and last_clean_ms == -1
+
+
+# -- transactions: aborted data, markers, open transactions -----------------------------------
+
+
+class Txn:
+    """A transactional producer writing to one log: numbered batches, then its marker."""
+
+    def __init__(self, log: Log, producer_id: int) -> None:
+        self.log, self.producer_id, self.sequence = log, producer_id, 0
+
+    def send(self, pairs: list[tuple[bytes | None, bytes | None]], now_ms: int = NOW) -> int:
+        base = put(self.log, pairs, now_ms, producer_id=self.producer_id, producer_epoch=0,
+                   base_sequence=self.sequence, is_transactional=True)
+        self.sequence += len(pairs)
+        return base
+
+    def end(self, kind: ControlRecordType, now_ms: int = NOW) -> int:
+        marker = build_batch([(control_record_key(kind), end_txn_marker_value(0), [], now_ms)],
+                             producer_id=self.producer_id, producer_epoch=0,
+                             is_transactional=True, is_control=True)
+        info = self.log.append_as_leader(bytearray(marker), leader_epoch=0, now_ms=now_ms)
+        self.log.update_high_watermark(self.log.log_end_offset)
+        return info.first_offset
+
+
+def markers(log: Log) -> list[tuple[int, int, ControlRecordType, BatchHeader]]:
+    found = []
+    for header, batch in log.iter_batches():
+        if header.is_control:
+            kinds = [read_control_record_type(r.key) for r in iter_records(batch)]
+            found.append((header.producer_id, header.base_offset,
+                          kinds[0] if kinds else ControlRecordType.UNKNOWN, header))
+    return found
+
+
+def test_scan_finds_aborted_and_open_transactions(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0", compacted(segment_bytes=1 << 20), now_ms=NOW)
+    aborted, committed, still_open = Txn(log, 5), Txn(log, 6), Txn(log, 7)
+    put(log, [(b"plain", b"1")], producer_id=9, producer_epoch=0, base_sequence=0)
+    first_aborted = aborted.send([(b"a", b"x")])
+    committed.send([(b"b", b"y")])
+    aborted.send([(b"a", b"z")])
+    abort_at = aborted.end(ControlRecordType.ABORT)
+    commit_at = committed.end(ControlRecordType.COMMIT)
+    open_at = still_open.send([(b"c", b"w")])
+    second_aborted = aborted.send([(b"a", b"again")])
+    second_abort_at = aborted.end(ControlRecordType.ABORT)
+    found = scan_transactions(log.iter_batches())
+    assert found.aborted == [AbortedTxn(5, first_aborted, abort_at),
+                             AbortedTxn(5, second_aborted, second_abort_at)]
+    assert found.first_unstable_offset == open_at
+    assert found.producer_last == {9: 0, 5: second_abort_at, 6: commit_at, 7: open_at}
+
+
+def test_aborted_data_is_dropped_and_never_shadows_a_committed_value(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0", compacted(), now_ms=NOW)
+    txn = Txn(log, 5)
+    put(log, [(b"a", b"committed"), (b"b", b"committed")])
+    txn.send([(b"a", b"aborted"), (b"c", b"aborted")])
+    abort_at = txn.end(ControlRecordType.ABORT)
+    txn.send([(b"d", b"committed")])
+    txn.end(ControlRecordType.COMMIT)
+    log.roll(NOW)
+    the_cleaner = cleaner(log)
+    clean_until_done(the_cleaner, NOW)
+    # the aborted a=aborted is newer than a=committed but must not win: it never happened
+    assert fold(records(log)) == {b"a": b"committed", b"b": b"committed", b"d": b"committed"}
+    stats = the_cleaner._states[("t", 0)].last_stats
+    assert stats is not None and stats.aborted_records_removed == 2
+    # the ABORT marker saw its data removed in the same pass: it stays, for now
+    assert (5, abort_at) in [(pid, offset) for pid, offset, *_ in markers(log)]
+    log.check_invariants()
+
+
+def test_a_marker_goes_after_its_data_and_its_delete_horizon(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0", compacted(delete_retention_ms=1_000), now_ms=NOW)
+    txn = Txn(log, 5)
+    txn.send([(b"a", b"aborted")])
+    abort_at = txn.end(ControlRecordType.ABORT)
+    committed = Txn(log, 6)
+    committed.send([(b"k", b"old")])
+    commit_at = committed.end(ControlRecordType.COMMIT)
+    put(log, [(b"k", b"new")])  # supersedes the committed transaction's only record
+    txn.send([(b"z", b"later")])  # producers 5 and 6 have later batches, so their markers
+    txn.end(ControlRecordType.COMMIT)  # are not their last batch in the log
+    committed.send([(b"y", b"later")])
+    committed.end(ControlRecordType.COMMIT)
+    log.roll(NOW)
+    the_cleaner = cleaner(log)
+    clean_until_done(the_cleaner, NOW)
+    # the pass that removed the transactions' data keeps their markers as they were (Kafka
+    # does the same: a marker must outlive its data); the next cleaning stamps them
+    assert not any(h.attributes & DELETE_HORIZON_BIT for *_, h in markers(log))
+    put(log, [(b"y", b"newer")])
+    log.roll(NOW)
+    clean_until_done(the_cleaner, NOW)
+    kept = {offset: header for _, offset, _, header in markers(log)}
+    assert abort_at in kept and commit_at in kept
+    assert all(kept[o].attributes & DELETE_HORIZON_BIT for o in (abort_at, commit_at))
+    assert kept[abort_at].base_timestamp == NOW + 1_000
+    assert clean_until_done(the_cleaner, NOW + 999) == 0
+    assert clean_until_done(the_cleaner, NOW + 1_001) == 1  # the horizon brings it back
+    left = [offset for _, offset, *_ in markers(log)]
+    assert abort_at not in left and commit_at not in left
+    assert fold(records(log)) == {b"k": b"new", b"z": b"later", b"y": b"newer"}
+    log.check_invariants()
+
+
+def test_a_producers_last_batch_stays_as_an_empty_header(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0", compacted(), now_ms=NOW)
+    txn = Txn(log, 5)
+    txn.send([(b"a", b"aborted")])
+    abort_at = txn.end(ControlRecordType.ABORT)
+    put(log, [(b"b", b"1")])
+    log.roll(NOW)
+    the_cleaner = cleaner(log)
+    clean_until_done(the_cleaner, NOW)
+    put(log, [(b"b", b"2")])
+    log.roll(NOW)
+    clean_until_done(the_cleaner, NOW)  # stamps the marker
+    clean_until_done(the_cleaner, NOW + 1_001)  # its horizon passed: its record goes
+    (producer, offset, _, header), = markers(log)
+    assert (producer, offset, header.records_count) == (5, abort_at, 0)
+    assert fold(records(log)) == {b"b": b"2"}
+
+
+def test_an_open_transaction_bounds_cleaning_until_it_ends(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0", compacted(), now_ms=NOW)
+    put(log, [(b"a", b"1")])
+    txn = Txn(log, 5)
+    open_at = txn.send([(b"a", b"2")])  # may yet be aborted: must not shadow a=1
+    for value in range(3, 40):
+        put(log, [(b"a", b"%d" % value)])
+    log.roll(NOW)
+    the_cleaner = cleaner(log)
+    clean_until_done(the_cleaner, NOW)
+    state = the_cleaner._states[("t", 0)]
+    assert state.checkpoint_offset is not None and state.checkpoint_offset <= open_at
+    values = [r.value for r in records(log) if r.key == b"a"]
+    assert values[:2] == [b"1", b"2"] and values[-1] == b"39"  # nothing past it cleaned
+    txn.end(ControlRecordType.ABORT)
+    log.roll(NOW)
+    clean_until_done(the_cleaner, NOW)
+    assert [r.value for r in records(log) if r.key == b"a"] == [b"39"]
+    log.check_invariants()

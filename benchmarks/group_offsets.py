@@ -33,6 +33,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
+from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 from kio.schema.offset_commit.v8.request import (
     OffsetCommitRequest,
     OffsetCommitRequestPartition,
@@ -46,11 +47,13 @@ from kio.schema.offset_fetch.v8.request import (
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+from kio.static.primitive import i8  # noqa: E402
+
 from pykraft.broker.group_coordinator.core import partition_for  # noqa: E402
 from pykraft.testing import LocalCluster  # noqa: E402
 from pykraft.testing.wire import WireClient  # noqa: E402
 
-OFFSET_COMMIT, OFFSET_FETCH = 8, 9
+OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 8, 9, 10
 OFFSETS_PARTITIONS = 50
 
 
@@ -98,6 +101,15 @@ def commit_throughput(bootstrap: str, topic: str, partitions: int, seconds: floa
 
 def commit_groups(bootstrap: str, topic: str, groups: list[str]) -> None:
     with WireClient(bootstrap, timeout_s=60) as client:
+        deadline = time.monotonic() + 60
+        while True:  # the first FindCoordinator creates __consumer_offsets
+            found = client.request(FIND_COORDINATOR, 4, FindCoordinatorRequest(
+                key_type=i8(0), coordinator_keys=tuple(groups[:1])))
+            if found.coordinators[0].error_code == ErrorCode.none:
+                break
+            if time.monotonic() > deadline:
+                raise SystemExit(f"no coordinator: {found.coordinators[0].error_code!r}")
+            time.sleep(0.1)
         window = 200
         pending = 0
         for index, group in enumerate(groups):
@@ -164,26 +176,32 @@ def main() -> None:
     parser.add_argument("--groups", type=int, default=10_000)
     args = parser.parse_args()
     print(f"machine: {platform.machine()}, {platform.python_version()}")
-    with LocalCluster(configs={"offsets.topic.num.partitions": str(OFFSETS_PARTITIONS)}) as cluster:
+    configs = {"offsets.topic.num.partitions": str(OFFSETS_PARTITIONS)}
+    topic = "bench-offsets"
+    with LocalCluster(configs=configs) as cluster:
         bootstrap = cluster.bootstrap_servers
-        topic = "bench-offsets"
-        admin = AdminClient({"bootstrap.servers": bootstrap})
-        admin.create_topics([NewTopic(topic, num_partitions=args.partitions,
-                                      replication_factor=1)])[topic].result(30)
+        create_topic(bootstrap, topic, args.partitions)
         for asynchronous in (False, True):
             rate = commit_throughput(bootstrap, topic, args.partitions, args.seconds,
                                      asynchronous)
             mode = "async" if asynchronous else "sync"
             print(f"OffsetCommit, one group, {args.partitions} partitions per commit, {mode}: "
                   f"{rate:,.0f} commits/s")
+    with LocalCluster(configs=configs) as cluster:  # a fresh log: only the groups' records
+        create_topic(cluster.bootstrap_servers, topic, 1)
         groups = [f"reload-{i}" for i in range(args.groups)]
         started = time.monotonic()
-        commit_groups(bootstrap, topic, groups)
+        commit_groups(cluster.bootstrap_servers, topic, groups)
         print(f"{len(groups):,} groups committed in {time.monotonic() - started:.1f}s")
         ready, loaded = reload_time(cluster, topic, groups)
         print(f"kill -9 and restart: node answering after {ready:.2f}s, every offsets "
               f"partition's groups loaded after {loaded:.2f}s")
 
+
+def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, num_partitions=partitions,
+                                  replication_factor=1)])[topic].result(30)
 
 if __name__ == "__main__":
     main()

@@ -21,6 +21,7 @@ class WireClient:
         self.sock = socket.create_connection((host, int(port)), timeout=timeout_s)
         self.client_id = client_id
         self._correlation_id = 0
+        self.last_response_bytes = 0  # size of the last response frame (benchmarks)
 
     def send(self, api_key: int, api_version: int, request: Any) -> int:
         """Send without reading a response (produce with acks=0); return the correlation id."""
@@ -39,6 +40,7 @@ class WireClient:
 
     def receive(self, api_key: int, api_version: int) -> tuple[int, Any]:
         (size,) = struct.unpack(">i", self._read_exactly(4))
+        self.last_response_bytes = 4 + size
         return decode_response(api_key, api_version, self._read_exactly(size))
 
     def send_raw(self, data: bytes) -> None:

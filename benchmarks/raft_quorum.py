@@ -12,8 +12,9 @@ records/s and commit latency p50/p99 (propose -> commit seen by the proposer).
   default settings; a replicated method called with a callback, latency up to the callback.
 
 Then the failover figure: kill -9 of the leader, time to the first committed write by the
-new leader, over --trials trials at the default timeouts (election 1000 ms, fetch 2000 ms),
-using the harness of tests/integration/test_raft_processes.py.
+new leader, over --trials trials at the default timeouts (election 1000 ms, election backoff
+1000 ms, fetch 2000 ms, request 2000 ms), using the harness of
+pykraft.testing.raft_processes (as tests/integration/test_raft_processes.py does).
 
     .venv/bin/python benchmarks/raft_quorum.py [--seconds 5] [--sizes 100,1024]
         [--proposers 1,16,64] [--trials 20] [--only pykraft|pysyncobj|failover]
@@ -237,18 +238,6 @@ def pysyncobj_node(args: argparse.Namespace) -> None:
 # -- the driver -----------------------------------------------------------------------------
 
 
-def free_ports(count: int) -> list[int]:
-    import socket
-
-    sockets = [socket.socket() for _ in range(count)]
-    for sock in sockets:
-        sock.bind(("127.0.0.1", 0))
-    ports = [sock.getsockname()[1] for sock in sockets]
-    for sock in sockets:
-        sock.close()
-    return ports
-
-
 def pysyncobj_options(options: list[str]) -> dict[str, Any]:
     pairs = (option.split("=", 1) for option in options)
     return {key: json.loads(value) for key, value in pairs}
@@ -256,6 +245,8 @@ def pysyncobj_options(options: list[str]) -> dict[str, Any]:
 
 def run_case(system: str, value_bytes: int, proposers: int, args: argparse.Namespace,
              workdir: Path) -> dict[str, Any]:
+    from pykraft.testing.raft_processes import free_ports
+
     case = f"{system}-{value_bytes}b-{proposers}p"
     ports = free_ports(3)
     voters = ",".join(f"{i + 1}@127.0.0.1:{port}" for i, port in enumerate(ports))
@@ -312,53 +303,20 @@ def run_case(system: str, value_bytes: int, proposers: int, args: argparse.Names
 
 def failover(trials: int, workdir: Path, *, settle: bool = True) -> list[float]:
     """kill -9 the leader `trials` times at the default timeouts; seconds to the first
-    commit of the next leader, each time (the loop of test_raft_processes). With `settle`
-    each kill waits until the voter killed before follows the current leader; without it
-    (as the test does) a kill may find that voter still starting up."""
-    from tests.integration.test_raft_processes import (
-        Voter,
-        check_logs,
-        latest_leader,
-        wait_for,
-    )
+    commit of the next leader, each time (the harness of pykraft.testing.raft_processes,
+    which tests/integration/test_raft_processes.py uses too). With `settle` each kill waits
+    until the voter killed before follows the current leader; without it a kill may find
+    that voter still starting up."""
+    from pykraft.testing.raft_processes import check_logs, kill_leader_trials, start_voters
 
-    ports = free_ports(3)
-    spec = ",".join(f"{i + 1}@127.0.0.1:{port}" for i, port in enumerate(ports))
-    voters = [Voter(i + 1, port, spec, workdir / "failover" / f"node-{i + 1}" /
-                    "__cluster_metadata-0", []) for i, port in enumerate(ports)]
-    for voter in voters:
-        voter.start()
-    times: list[float] = []
+    voters = start_voters(workdir / "failover", [], cwd=ROOT)
     try:
-        since = 0.0
-        for _ in range(trials):
-            leader, event = wait_for(lambda since=since: latest_leader(voters, since),
-                                     "a committing leader", 30)
-            wait_for(lambda leader=leader: leader.committed_after(time.time() - 0.01) or
-                     None, "the leader to go on committing", 10)
-            killed_at = time.time()
-            leader.signal(signal.SIGKILL)
-            others = [voter for voter in voters if voter is not leader]
-            successor, first = wait_for(
-                lambda killed_at=killed_at, others=others: latest_leader(others, killed_at),
-                "a new leader to commit", 30)
-            if first["epoch"] <= event["epoch"]:
-                raise AssertionError("the next commit is not of a newer epoch")
-            times.append(first["time"] - killed_at)
-            print(f"  trial {len(times)}: {times[-1] * 1000:.0f} ms", flush=True)
-            leader.start()
-            if settle:
-                # the next kill only once the restarted voter follows the new leader, so
-                # each trial starts from 3 running voters (not one still starting up)
-                wait_for(lambda leader=leader, successor=successor, first=first: any(
-                    e["event"] == "leader" and e["leader"] == successor.node_id
-                    and e["epoch"] >= first["epoch"] for e in leader.all_events()[-1]),
-                    "the restarted voter to follow the new leader", 60)
-            since = first["time"]
+        times = kill_leader_trials(
+            voters, trials, settle=settle,
+            on_trial=lambda n, s: print(f"  trial {n}: {s * 1000:.0f} ms", flush=True))
     finally:
         for voter in voters:
-            if voter.process is not None and voter.process.poll() is None:
-                voter.signal(signal.SIGTERM)
+            voter.stop()
     check_logs(voters)
     return times
 
@@ -396,7 +354,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--only", choices=["pykraft", "pysyncobj", "failover"])
     parser.add_argument("--no-settle", action="store_true",
                         help="failover: kill the next leader without waiting for the "
-                        "voter killed before to rejoin (as test_raft_processes does)")
+                        "voter killed before to rejoin")
     parser.add_argument("--linger-ms", type=int, default=25,
                         help="controller.quorum.append.linger.ms of the pykraft voters")
     parser.add_argument("--pysyncobj-option", action="append", default=[],

@@ -5,6 +5,12 @@ Every choice -- cluster shape, message delay, loss, duplication, partitions, cra
 stalls, proposals, election jitter -- is drawn from one `random.Random(seed)`, and events
 with equal times run in the order they were scheduled, so a seed replays exactly.
 
+The transport's `Unreachable` reports are simulated too: a request to a node that is down is
+reported (connection refused), one whose destination crashed before it arrived is reported
+(reset); with faults on, some requests are reported although they are delivered (a flapping
+listener), at any time up to the request timeout, and some reports name no request at all.
+A cut link stays silent. Reports go through the node's inbox like any message.
+
 Each node's shell follows core.py's `Ready` contract: persist the quorum state, truncate,
 append and fsync (taking simulated disk time, during which messages wait in the node's
 inbox), then send, deliver commits to a state machine, `advance`, `flushed`. A crash loses
@@ -50,7 +56,13 @@ from dataclasses import dataclass, field
 from pykraft.errors import RequestTimedOut
 from pykraft.raft.core import CommittedBatch, RaftConfig, RaftCore, Ready
 from pykraft.raft.log_store import MemoryLogStore, SnapshotWriter
-from pykraft.raft.messages import InboundMessage, OutboundMessage, SnapshotId
+from pykraft.raft.messages import (
+    InboundMessage,
+    OutboundMessage,
+    RaftRequest,
+    SnapshotId,
+    Unreachable,
+)
 from pykraft.raft.snapshot import build_snapshot, snapshot_values
 from pykraft.raft.state import Leader, QuorumStateData
 from pykraft.records.batch import iter_headers, read_header
@@ -87,6 +99,7 @@ class Faults:
     election_timeout_ms: int
     snapshot_every_ms: int  # mean time between two nodes' snapshots, 0 for none
     wipe_every_ms: int  # mean time between disk wipes, 0 for none
+    false_unreachable: float  # chance that a request is reported Unreachable all the same
 
     @classmethod
     def from_seed(cls, rng: random.Random) -> Faults:
@@ -105,6 +118,7 @@ class Faults:
             election_timeout_ms=rng.choice([150, 300, 500]),
             snapshot_every_ms=rng.choice([0, 100, 400, 1_500]),
             wipe_every_ms=rng.choice([0, 0, 3_000]),
+            false_unreachable=rng.choice([0.0, 0.01, 0.05, 0.2]),
         )
 
     def raft_config(self, rng: random.Random) -> RaftConfig:
@@ -473,6 +487,8 @@ class SimCluster:
                 "snapshot_loads",
                 "wipes",
                 "voter_wipes",
+                "unreachable_reports",
+                "false_reports",
             ],
             0,
         )
@@ -486,7 +502,9 @@ class SimCluster:
     def send(self, source: int, message: OutboundMessage) -> None:
         destination = message.destination_id
         if (source, destination) in self.cut or destination not in self.nodes:
-            return
+            return  # a cut link is silence: nothing tells the sender
+        if isinstance(message.body, RaftRequest):
+            self._maybe_report(source, destination, message.correlation_id)
         if self.rng.random() < self.loss:
             self.counts["lost_messages"] += 1
             return
@@ -502,13 +520,47 @@ class SimCluster:
                 delay, lambda: self._deliver(source, destination, inbound, incarnation)
             )
 
+    def _maybe_report(self, source: int, destination: int, correlation_id: int) -> None:
+        """What a real transport reports of a request (messages.Unreachable): refused when
+        nobody listens at the destination; and, with faults on, false reports -- of a
+        request that is delivered all the same (a flapping listener), at any time in its
+        life, or of a correlation id that names no request at all."""
+        if not self.nodes[destination].up:
+            self._report_at(self.rng.randint(0, 2), source, destination, correlation_id,
+                            "unreachable_reports")
+        elif self.faulty and self.rng.random() < self.faults.false_unreachable:
+            if self.rng.random() < 0.2:
+                correlation_id = self.rng.getrandbits(30)
+            self._report_at(self.rng.randint(0, self.config.request_timeout_ms), source,
+                            destination, correlation_id, "false_reports")
+
+    def _report_at(self, delay_ms: int, source: int, destination: int, correlation_id: int,
+                   kind: str) -> None:
+        incarnation = self.nodes[source].incarnation  # its connections die with the process
+
+        def report() -> None:
+            node = self.nodes[source]
+            if node.incarnation != incarnation:
+                return
+            self.counts[kind] += 1
+            if self.trace:
+                print(f"{self.events.now_ms:>7} {source}: {destination} unreachable "
+                      f"({correlation_id}{', false' if kind == 'false_reports' else ''})")
+            node.receive(InboundMessage(destination, correlation_id, Unreachable()))
+
+        self.events.at(delay_ms, report)
+
     def _deliver(
         self, source: int, destination: int, message: InboundMessage, incarnation: int
     ) -> None:
         if (source, destination) in self.cut:
             return
         if self.nodes[destination].incarnation != incarnation:
-            return  # its connections died with the process it was sent to
+            # its connections died with the process it was sent to: the sender sees a reset
+            if isinstance(message.body, RaftRequest):
+                self._report_at(0, source, destination, message.correlation_id,
+                                "unreachable_reports")
+            return
         if self.trace:
             print(f"{self.events.now_ms:>7} {source}->{destination} {message.body}")
         self.nodes[destination].receive(message)

@@ -17,6 +17,7 @@ CI_SEEDS = 500
 CI_SAFETY_MS = 8_000
 LONG_SEEDS = range(CI_SEEDS, CI_SEEDS + 2_000)
 LONG_SAFETY_MS = 30_000
+BUG_SEEDS = 300
 
 
 def _run(seed: int, safety_ms: int) -> None:
@@ -80,10 +81,12 @@ def test_the_simulator_catches_a_faulty_variant(bug: str) -> None:
     installs a snapshot without loading it into its state machine diverges from the others'
     digests. Wiping a voter's disk whenever (not only when a majority of the others holds
     its log and no candidate can ask it for a vote again) loses committed entries (or a
-    follower is told to cut below its high watermark: InvariantViolation)."""
-    for seed in range(100):
+    follower is told to cut below its high watermark: InvariantViolation). Figure 8 needs
+    a leader to crash twice in a few elections and is the rarest: about one seed in 75 (the
+    first is 117)."""
+    for seed in range(BUG_SEEDS):
         try:
             run_seed(seed, bugs=Bugs.named(bug), safety_ms=CI_SAFETY_MS)
         except (SimulationFailure, KafkaStorageError, InvariantViolation):
             return
-    pytest.fail(f"no seed of 100 caught {bug}")
+    pytest.fail(f"no seed of {BUG_SEEDS} caught {bug}")

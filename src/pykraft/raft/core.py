@@ -37,8 +37,10 @@ Roles (the states of state.py; timers are the core's):
     follower / observer      fetches (fetch offset + last fetched epoch) from its leader,
                              one request at a time; truncates on a DivergingEpoch; a voter
                              that has not heard from its leader within fetch.timeout.ms
-                             turns Prospective, an observer looks for the leader again by
-                             fetching from any voter
+                             (plus a jitter of up to election.backoff.max.ms / 2, drawn for
+                             each leader it follows) turns Prospective, an observer looks
+                             for the leader again by fetching from any voter; sooner when
+                             the leader is unreachable (below)
     single voter             skips pre-vote: it runs for the next epoch at start and leads
 
 Votes. A voter grants a vote in an epoch at most once, durably, and only to a candidate
@@ -46,6 +48,27 @@ whose log is at least as up to date: (last epoch, log end offset) compared in th
 A pre-vote is granted on the same log test, to a candidate of a higher epoch, when the
 voter has not heard from a live leader within fetch.timeout.ms: a node that rejoins after a
 partition cannot unseat a healthy leader. Nothing about a pre-vote is persisted.
+
+An unreachable leader. A leader killed outright closes its connections and refuses new
+ones; the transport reports that as an `Unreachable` input for the request that failed
+(messages.py). Waiting out fetch.timeout.ms would cost every failover two seconds, so a
+follower acts on the report, but only as far as a wrong one (a leader restarting its
+listener, a report that comes late) is harmless:
+
+    1st failed fetch         it fetches again after controller.quorum.retry.backoff.ms
+                             (one refused connect proves little)
+    2nd failure in a row     it stops vouching for the leader -- it grants pre-votes from
+                             now on -- and gives up on it after a random jitter of up to
+                             election.backoff.max.ms / 2 instead of fetch.timeout.ms, still
+                             fetching meanwhile: any answer from the leader cancels all this
+    then                     Prospective, as after a fetch timeout: a pre-vote that the other
+                             voters refuse while they still hear from the leader, and the
+                             leader's next answer takes it back to following
+
+Only a report of the fetch in flight counts, so a stale one of an older fetch does nothing.
+The jitter is what keeps two followers of a dead leader, who learn of it within the same
+millisecond, from asking for pre-votes together, granting each other's and splitting the
+vote. Safety never rests on any of this: it changes only when a node asks for pre-votes.
 
 Commit. The leader's high watermark is the largest offset that a majority of voters (the
 leader's own fsynced end included) has reached, once that offset covers an entry of the
@@ -117,7 +140,7 @@ from __future__ import annotations
 import bisect
 import random
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Final
 
@@ -151,6 +174,7 @@ from pykraft.raft.messages import (
     OutboundMessage,
     RaftMessage,
     SnapshotId,
+    Unreachable,
     VoteRequest,
     VoteResponse,
 )
@@ -196,6 +220,7 @@ IDLE_WAKE_MS: Final = 1_000  # nothing is due: look again anyway, so a lost wake
 RECORD_OVERHEAD_BYTES_MAX: Final = 24  # a v2 record's framing around a value, keys null
 SCAN_BYTES: Final = 1 << 20  # bytes read at a time when scanning the log's epochs at start
 NO_HIGH_WATERMARK: Final = -1
+UNREACHABLE_FAILURES: Final = 2  # failed fetches in a row before the leader is suspected
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,6 +257,44 @@ class RaftConfig:
     @property
     def check_quorum_timeout_ms(self) -> int:
         return self.fetch_timeout_ms * 3 // 2
+
+    @property
+    def election_jitter_ms(self) -> int:
+        """The most a voter that lost its leader (fetch timeout, or found unreachable) waits
+        at random before it asks for pre-votes, so that two followers of a dead leader do not
+        run together and split the vote: half of controller.quorum.election.backoff.max.ms,
+        Kafka's bound on the random backoff between elections (500 ms by default)."""
+        return self.election_backoff_max_ms // 2
+
+    @classmethod
+    def from_server_configs(cls, configs: Mapping[str, str]) -> RaftConfig:
+        """The controller.quorum.* keys of server.properties, Kafka's defaults for those not
+        set: append.linger.ms, election.timeout.ms, election.backoff.max.ms,
+        fetch.timeout.ms, request.timeout.ms, retry.backoff.ms. The leader parks a fetch for
+        at most 500 ms, or less than half the request timeout when that is shorter."""
+        defaults = cls()
+
+        def get(key: str, default: int) -> int:
+            value = configs.get(f"controller.quorum.{key}")
+            if value is None:
+                return default
+            try:
+                return int(value)
+            except ValueError:
+                raise InvalidConfig(f"controller.quorum.{key}={value!r}: not an int") from None
+
+        request_timeout_ms = get("request.timeout.ms", defaults.request_timeout_ms)
+        return cls(
+            append_linger_ms=get("append.linger.ms", defaults.append_linger_ms),
+            election_timeout_ms=get("election.timeout.ms", defaults.election_timeout_ms),
+            election_backoff_max_ms=get(
+                "election.backoff.max.ms", defaults.election_backoff_max_ms
+            ),
+            fetch_timeout_ms=get("fetch.timeout.ms", defaults.fetch_timeout_ms),
+            request_timeout_ms=request_timeout_ms,
+            retry_backoff_ms=get("retry.backoff.ms", defaults.retry_backoff_ms),
+            fetch_max_wait_ms=min(defaults.fetch_max_wait_ms, max(0, request_timeout_ms // 2)),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -400,6 +463,8 @@ class RaftCore:
         self._election_deadline_ms = now_ms
         self._fetch_deadline_ms = now_ms
         self._leader_contact_ms: int | None = None  # last proof that our leader is alive
+        self._leader_failures = 0  # our fetches to it that failed in a row (`Unreachable`)
+        self._fetch_jitter_ms = 0  # added to fetch.timeout.ms, drawn per leader followed
         self._fetch_in_flight: _InFlightFetch | None = None
         self._fetch_backoff_until_ms = now_ms
         self._replicas: dict[int, ReplicaState] = {}
@@ -418,7 +483,8 @@ class RaftCore:
             )
             self._election_deadline_ms = now_ms + self._election_timeout_ms()
         elif isinstance(restored, Follower):
-            self._fetch_deadline_ms = now_ms + self.config.fetch_timeout_ms
+            self._fetch_jitter_ms = self._rng.randint(0, self.config.election_jitter_ms)
+            self._fetch_deadline_ms = self._fetch_deadline_from_now()
         else:
             self._election_deadline_ms = now_ms + self._election_timeout_ms()
 
@@ -519,6 +585,8 @@ class RaftCore:
                 self._on_fetch_snapshot_request(source, correlation_id, body)
             case FetchSnapshotResponse():
                 self._on_fetch_snapshot_response(source, correlation_id, body)
+            case Unreachable():
+                self._on_unreachable(source, correlation_id)
         self._poll()
 
     def propose(
@@ -718,6 +786,42 @@ class RaftCore:
             self._become_candidate()
         else:
             self._start_pre_vote()
+
+    def _fetch_deadline_from_now(self) -> int:
+        """When a follower that has just heard from its leader gives up on it: after
+        fetch.timeout.ms and this leadership's jitter, so that followers who heard from the
+        leader together do not time out together."""
+        return self._now_ms + self.config.fetch_timeout_ms + self._fetch_jitter_ms
+
+    def _heard_from_leader(self) -> None:
+        """Our leader answered a fetch: it is alive and reachable."""
+        self._leader_contact_ms = self._now_ms
+        self._leader_failures = 0
+        self._fetch_deadline_ms = self._fetch_deadline_from_now()
+
+    def _on_unreachable(self, source: int, correlation_id: int) -> None:
+        """The transport says our fetch (or FetchSnapshot) to `source` failed: ask again
+        after the backoff, and after UNREACHABLE_FAILURES failures in a row stop vouching
+        for the leader and give up on it after a random jitter instead of fetch.timeout.ms.
+        Reports of other requests (votes and the like are resent by their own timers), and
+        late ones of an older fetch, change nothing."""
+        in_flight = self._fetch_in_flight
+        if in_flight is None or (in_flight.destination_id, in_flight.correlation_id) != (
+            source,
+            correlation_id,
+        ):
+            return
+        self._fetch_in_flight = None  # it will never be answered
+        self._fetch_backoff_until_ms = self._now_ms + self.config.retry_backoff_ms
+        state = self._state
+        if not isinstance(state, Follower) or state.leader_id != source:
+            return  # an observer's search for the leader, or a Prospective's retry
+        self._leader_failures += 1
+        if self._leader_failures != UNREACHABLE_FAILURES:
+            return  # one failure may be a listener restarting; later ones change nothing
+        self._leader_contact_ms = None  # from now on we grant pre-votes
+        jitter_ms = self._rng.randint(0, self.config.election_jitter_ms)
+        self._fetch_deadline_ms = min(self._fetch_deadline_ms, self._now_ms + jitter_ms)
 
     def _on_fetch_timeout(self) -> None:
         """No word from our leader within fetch.timeout.ms."""
@@ -1262,8 +1366,7 @@ class RaftCore:
             self._transition(
                 become_follower(state, epoch=state.epoch, leader_id=source, local_id=self.node_id)
             )
-        self._leader_contact_ms = self._now_ms
-        self._fetch_deadline_ms = self._now_ms + self.config.fetch_timeout_ms
+        self._heard_from_leader()
         data, size = response.unaligned_records, response.size
         if (
             response.snapshot_id != fetch.snapshot_id
@@ -1333,8 +1436,7 @@ class RaftCore:
             self._transition(
                 become_follower(state, epoch=state.epoch, leader_id=source, local_id=self.node_id)
             )
-        self._leader_contact_ms = self._now_ms
-        self._fetch_deadline_ms = self._now_ms + self.config.fetch_timeout_ms
+        self._heard_from_leader()
         if response.snapshot_id is not None:
             self._start_snapshot_fetch(response.snapshot_id, source)
             return
@@ -1459,7 +1561,9 @@ class RaftCore:
                     self._fetch_in_flight = None
                     self._leader_contact_ms = None
                     self._snapshot_fetch = None
-                self._fetch_deadline_ms = now + self.config.fetch_timeout_ms
+                    self._leader_failures = 0
+                    self._fetch_jitter_ms = self._rng.randint(0, self.config.election_jitter_ms)
+                self._fetch_deadline_ms = self._fetch_deadline_from_now()
             case Leader():
                 self._on_become_leader(new_state)
             case Unattached() | Voted() | Resigned():

@@ -32,6 +32,8 @@ __all__ = [
     "RaftRequest",
     "RaftResponse",
     "RaftMessage",
+    "Unreachable",
+    "InboundBody",
     "InboundMessage",
     "OutboundMessage",
 ]
@@ -191,6 +193,21 @@ RaftMessage = RaftRequest | RaftResponse
 
 
 @dataclass(frozen=True, slots=True)
+class Unreachable:
+    """Not a message on the wire: the transport's report that the request it carried with
+    this InboundMessage's correlation id could not reach `source_id` -- the connection was
+    refused, or reset or closed before the answer came -- so no answer will come. A request
+    that merely goes unanswered is not reported (the core's own timers cover silence).
+
+    It is a hint, never proof: the node may be dead, or alive and only restarting its
+    listener, and a report may come late. The core acts on it only as far as a wrong
+    report is harmless (core.py: "An unreachable leader")."""
+
+
+InboundBody = RaftMessage | Unreachable
+
+
+@dataclass(frozen=True, slots=True)
 class OutboundMessage:
     """A message for `destination_id`. A response repeats its request's `correlation_id`."""
 
@@ -203,4 +220,4 @@ class OutboundMessage:
 class InboundMessage:
     source_id: int
     correlation_id: int
-    body: RaftMessage
+    body: InboundBody

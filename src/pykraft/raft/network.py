@@ -9,9 +9,12 @@ be sent or answered within controller.quorum.request.timeout.ms is dropped, and 
 that waited that long in its lane's queue: the core resends by its own timers, exactly as it
 does when the simulator loses a message. A lane that cannot connect backs off exponentially
 (controller.quorum.retry.backoff.ms doubling up to 1 s); requests for it meanwhile are
-dropped. Each answer is decoded against its request and handed to `deliver` as an
-InboundMessage carrying the core's correlation id (the header's correlation ids are the
-lane's own).
+dropped. A request that fails because the peer refused the connection, or reset or closed
+it before answering, or that is dropped during that backoff, is reported to the core as
+`Unreachable` (with its correlation id), so that a follower of a dead leader need not wait
+out fetch.timeout.ms (core.py); silence and timeouts are not reported. Each answer is
+decoded against its request and handed to `deliver` as an InboundMessage carrying the
+core's correlation id (the header's correlation ids are the lane's own).
 
 Inbound (`RaftApis`). On the controller listener the five RPCs are checked by the codec,
 given to the node as InboundMessages, and answered with what the core answers for that
@@ -49,6 +52,7 @@ from pykraft.raft.messages import (
     OutboundMessage,
     RaftRequest,
     RaftResponse,
+    Unreachable,
 )
 
 __all__ = ["RaftChannels", "RaftEndpoint", "RaftApis", "RaftDispatcher", "LANE_QUEUE_MAX"]
@@ -63,6 +67,14 @@ _SIZE: Final = struct.Struct(">i")
 
 def _now_ms() -> int:
     return time.monotonic_ns() // 1_000_000
+
+
+def _unreachable(error: BaseException) -> bool:
+    """The peer refused the connection or closed or reset it before answering (not: it was
+    silent until the timeout, or answered garbage)."""
+    if isinstance(error, asyncio.IncompleteReadError):
+        return True
+    return isinstance(error, OSError) and not isinstance(error, TimeoutError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,13 +126,18 @@ class _Lane:
 
     async def _handle(self, queued: _Queued, timeout_ms: int) -> None:
         deadline_ms = queued.queued_ms + timeout_ms
-        if _now_ms() >= deadline_ms or _now_ms() < self.retry_at_ms:
-            return  # stale, or the destination is known to be down: dropped
+        if _now_ms() >= deadline_ms:
+            return  # stale: dropped
+        if _now_ms() < self.retry_at_ms:
+            self._report_unreachable(queued.message)  # the destination is known to be down
+            return
         try:
             async with asyncio.timeout((deadline_ms - _now_ms()) / 1000):
                 response = await self._exchange(queued.message)
         except (OSError, TimeoutError, asyncio.IncompleteReadError, FrameError) as error:
             self._failed(error)
+            if _unreachable(error):
+                self._report_unreachable(queued.message)
             return
         except Exception:
             log.exception("raft request to node %d failed", self.destination_id)
@@ -164,6 +181,13 @@ class _Lane:
         if correlation_id != self.correlation_id:
             raise FrameError(f"correlation id {correlation_id}, expected {self.correlation_id}")
         return codec.decode_response(body, answer)
+
+    def _report_unreachable(self, message: OutboundMessage) -> None:
+        """Tell the core that `message` will not be answered (see messages.Unreachable)."""
+        self.channels.unreachable_reports += 1
+        self.channels.deliver(
+            InboundMessage(self.destination_id, message.correlation_id, Unreachable())
+        )
 
     def _failed(self, error: BaseException | None) -> None:
         """Close the connection (an answer may still come on it) and back off."""
@@ -218,6 +242,7 @@ class RaftChannels:
         self._deliver: Callable[[InboundMessage], None] | None = None
         self._lanes: dict[tuple[int, bool], _Lane] = {}
         self.dropped = 0  # requests never sent: no address, a full lane
+        self.unreachable_reports = 0  # requests reported Unreachable to the core
 
     @classmethod
     def for_voters(

@@ -1,7 +1,9 @@
 """The raft transport on real sockets, one side at a time: a request that cannot be sent or is
 never answered is dropped (no answer delivered, nothing raised) and the lane reconnects for
-the next one; the inbound handler answers with the node's answer, or REQUEST_TIMED_OUT; the
-controller listener's dispatcher routes the quorum's RPCs to RaftApis."""
+the next one; a refused connection, or one closed before the answer, is reported to the core
+as Unreachable with the request's correlation id (silence is not); the inbound handler
+answers with the node's answer, or REQUEST_TIMED_OUT; the controller listener's dispatcher
+routes the quorum's RPCs to RaftApis."""
 
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from pykraft.raft.messages import (
     OutboundMessage,
     RaftRequest,
     RaftResponse,
+    Unreachable,
     VoteRequest,
     VoteResponse,
 )
@@ -76,7 +79,8 @@ def channels_to(port: int, received: list[InboundMessage], **options: int) -> Ra
     return channels
 
 
-BEGIN = OutboundMessage(2, 41, BeginQuorumEpochRequest(leader_id=1, leader_epoch=7))
+BEGIN_BODY = BeginQuorumEpochRequest(leader_id=1, leader_epoch=7)
+BEGIN = OutboundMessage(2, 41, BEGIN_BODY)
 
 
 async def wait_until(condition: Any, timeout_s: float = 5.0) -> None:
@@ -102,6 +106,8 @@ async def test_an_answer_comes_back_with_the_cores_correlation_id() -> None:
 
 
 async def test_an_unreachable_voter_drops_requests_and_is_reached_once_it_listens() -> None:
+    """Refused connections: each request is dropped and reported Unreachable (the first
+    refused, the next two dropped during the lane's backoff), nothing raised."""
     port = free_port()
     received: list[InboundMessage] = []
     channels = channels_to(port, received, retry_backoff_ms=20, request_timeout_ms=300)
@@ -109,15 +115,17 @@ async def test_an_unreachable_voter_drops_requests_and_is_reached_once_it_listen
         for _ in range(3):
             channels.send(BEGIN)
         await asyncio.sleep(0.1)
-        assert received == []  # refused connections: dropped, nothing raised
+        assert received == [InboundMessage(2, 41, Unreachable())] * 3
+        assert channels.unreachable_reports == 3
+        received.clear()
         endpoint = Endpoint(BeginQuorumEpochResponse(ErrorCode.none, 1, 7))
         listener = await serve(port, endpoint)
         try:
+            answer = BeginQuorumEpochResponse(ErrorCode.none, 1, 7)
             async with asyncio.timeout(5):
-                while not received:  # the core resends by its timers; so do we here
-                    channels.send(BEGIN)
+                while answer not in [message.body for message in received]:
+                    channels.send(BEGIN)  # the core resends by its timers; so do we here
                     await asyncio.sleep(0.05)
-            assert received[0].body == BeginQuorumEpochResponse(ErrorCode.none, 1, 7)
         finally:
             await listener.close()
     finally:
@@ -143,12 +151,36 @@ async def test_a_request_never_answered_is_dropped_and_the_lane_reconnects() -> 
         await asyncio.sleep(0.3)
         channels.send(BEGIN)
         await wait_until(lambda: len(connections) == 2)
-        assert received == []
+        assert received == []  # a timeout is silence, not a report of an unreachable peer
     finally:
         await channels.close()
         server.close()
         for writer in connections:
             writer.close()
+        await server.wait_closed()
+
+
+async def test_a_connection_closed_before_the_answer_is_reported_unreachable() -> None:
+    """A peer that dies while it holds a parked fetch closes the connection: the fetch is
+    reported Unreachable at once, long before the request timeout."""
+    port = free_port()
+    connections: list[asyncio.StreamWriter] = []
+
+    async def dying(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.append(writer)
+        await reader.readexactly(4)  # the request arrives; then the process "dies"
+        writer.transport.abort()  # RST, as the kernel does for a killed process
+
+    server = await asyncio.start_server(dying, "127.0.0.1", port)
+    received: list[InboundMessage] = []
+    channels = channels_to(port, received, request_timeout_ms=5_000)
+    try:
+        channels.send(OutboundMessage(2, 9, FetchRequest(1, 7, 0, 0)))
+        await wait_until(lambda: received, timeout_s=1.0)
+        assert received == [InboundMessage(2, 9, Unreachable())]
+    finally:
+        await channels.close()
+        server.close()
         await server.wait_closed()
 
 
@@ -186,7 +218,7 @@ def context(api_key: int, version: int) -> RequestContext:
 
 async def test_no_answer_from_the_node_is_request_timed_out() -> None:
     apis = RaftApis(Endpoint(None), CLUSTER)
-    _, version, entity = codec.encode_request(BEGIN.body, cluster_id=CLUSTER, destination_id=2)
+    _, version, entity = codec.encode_request(BEGIN_BODY, cluster_id=CLUSTER, destination_id=2)
     answer = await apis.handle(context(codec.BEGIN_QUORUM_EPOCH, version), entity)
     partition = answer.topics[0].partitions[0]
     assert (partition.error_code, partition.leader_id, partition.leader_epoch) == (
@@ -196,7 +228,7 @@ async def test_no_answer_from_the_node_is_request_timed_out() -> None:
 async def test_a_refused_request_never_reaches_the_node() -> None:
     endpoint = Endpoint(BeginQuorumEpochResponse(ErrorCode.none, 1, 7))
     apis = RaftApis(endpoint, CLUSTER)
-    _, version, entity = codec.encode_request(BEGIN.body, cluster_id="other", destination_id=2)
+    _, version, entity = codec.encode_request(BEGIN_BODY, cluster_id="other", destination_id=2)
     answer = await apis.handle(context(codec.BEGIN_QUORUM_EPOCH, version), entity)
     assert answer.error_code == ErrorCode.inconsistent_cluster_id
     assert endpoint.requests == []

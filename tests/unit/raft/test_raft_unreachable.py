@@ -1,0 +1,242 @@
+"""RaftCore and the transport's `Unreachable` reports, message by message: a follower whose
+fetches to its leader fail twice in a row stops vouching for it and runs a pre-vote after a
+random jitter instead of fetch.timeout.ms; one failure, a stale report, or an answer from the
+leader in the meantime change nothing lasting; fetch timeouts are spread by a jitter too."""
+
+from __future__ import annotations
+
+import random
+
+from kio.schema.errors import ErrorCode
+
+from pykraft.raft.core import RaftConfig, RaftCore
+from pykraft.raft.log_store import MemoryLogStore
+from pykraft.raft.messages import (
+    BeginQuorumEpochRequest,
+    FetchRequest,
+    FetchResponse,
+    InboundMessage,
+    OutboundMessage,
+    RaftMessage,
+    Unreachable,
+    VoteRequest,
+    VoteResponse,
+)
+from pykraft.raft.state import (
+    EpochState,
+    Follower,
+    Prospective,
+    QuorumStateData,
+    Unattached,
+)
+
+TRIO = frozenset({1, 2, 3})
+CONFIG = RaftConfig(
+    election_timeout_ms=1_000,
+    election_backoff_max_ms=200,  # jitter up to 100 ms
+    fetch_timeout_ms=2_000,
+    request_timeout_ms=1_000,
+    retry_backoff_ms=20,
+    fetch_max_wait_ms=500,
+)
+LEADER = 2
+EPOCH = 4
+
+
+class Node:
+    """One core over a MemoryLogStore, with the shell's steps done at once."""
+
+    def __init__(self, node_id: int = 1, *, seed: int = 1, voters: frozenset[int] = TRIO) -> None:
+        self.store = MemoryLogStore()
+        self.now_ms = 0
+        self.core = RaftCore(node_id, voters, self.store, QuorumStateData(),
+                             random.Random(seed), 0, config=CONFIG)
+
+    def turn(self) -> list[OutboundMessage]:
+        ready = self.core.ready()
+        for batch in ready.batches:
+            self.store.append(batch)
+        self.store.flush()
+        self.core.advance(ready)
+        self.core.flushed(self.store.flushed_offset)
+        return list(ready.messages)
+
+    def at(self, now_ms: int) -> list[OutboundMessage]:
+        self.now_ms = now_ms
+        self.core.tick(now_ms)
+        return self.turn()
+
+    def receive(self, source: int, body: RaftMessage | Unreachable,
+                correlation_id: int = 1) -> list[OutboundMessage]:
+        self.core.step(InboundMessage(source, correlation_id, body), self.now_ms)
+        return self.turn()
+
+    def follow(self) -> OutboundMessage:
+        """Follow LEADER in EPOCH; the first fetch to it."""
+        sent = self.receive(LEADER, BeginQuorumEpochRequest(leader_id=LEADER, leader_epoch=EPOCH))
+        assert self.core.state == Follower(EPOCH, LEADER)
+        return self._the_fetch(sent)
+
+    def fetch(self) -> OutboundMessage:
+        """Let the clock reach now_ms: the fetch that goes out."""
+        return self._the_fetch(self.at(self.now_ms))
+
+    def _the_fetch(self, sent: list[OutboundMessage]) -> OutboundMessage:
+        (fetch,) = [m for m in sent if isinstance(m.body, FetchRequest)]
+        assert fetch.destination_id == LEADER
+        return fetch
+
+    def answer(self, fetch: OutboundMessage) -> OutboundMessage:
+        """The leader answers `fetch`: the next fetch, which goes out at once."""
+        return self._the_fetch(self.receive(
+            LEADER, FetchResponse(ErrorCode.none, LEADER, EPOCH, -1), fetch.correlation_id))
+
+    def report(self, request: OutboundMessage) -> None:
+        self.receive(request.destination_id, Unreachable(), request.correlation_id)
+
+
+def state_of(node: Node) -> EpochState:
+    return node.core.state  # (unnarrowed, for mypy)
+
+
+def pre_votes(messages: list[OutboundMessage]) -> list[OutboundMessage]:
+    return [m for m in messages if isinstance(m.body, VoteRequest) and m.body.pre_vote]
+
+
+def test_two_failed_fetches_in_a_row_start_a_pre_vote_within_the_jitter() -> None:
+    """The leader's process died: its connection closes (report 1), the retry after
+    retry.backoff.ms is refused (report 2); within election.backoff.max.ms / 2 the follower
+    asks the other voters for pre-votes -- not fetch.timeout.ms (2 s) later."""
+    node = Node()
+    first = node.follow()
+    node.now_ms = 5
+    node.report(first)
+    assert node.core.state == Follower(EPOCH, LEADER)
+    assert node.at(10) == []  # not before retry.backoff.ms
+    node.now_ms = 25
+    second = node.fetch()
+    assert second.correlation_id != first.correlation_id
+    node.now_ms = 26
+    node.report(second)
+    assert node.core.state == Follower(EPOCH, LEADER)
+    wake_at_ms = node.core.ready().wake_at_ms
+    assert 26 <= wake_at_ms <= 26 + CONFIG.election_jitter_ms
+    sent = node.at(26 + CONFIG.election_jitter_ms)
+    assert isinstance(node.core.state, Prospective) and node.core.state.epoch == EPOCH
+    assert sorted(m.destination_id for m in pre_votes(sent)) == [2, 3]
+
+
+def test_one_failure_then_an_answer_changes_nothing() -> None:
+    """A refused connect to a leader that is only restarting its listener: the retry is
+    answered, the count starts over, and the follower still waits fetch.timeout.ms."""
+    node = Node()
+    node.now_ms = 5
+    node.report(node.follow())
+    node.now_ms = 30
+    next_fetch = node.answer(node.fetch())
+    node.now_ms = 40
+    node.report(next_fetch)  # a first failure again, not a second
+    node.at(40 + CONFIG.election_jitter_ms + 1)
+    assert node.core.state == Follower(EPOCH, LEADER)
+    assert node.core.ready().wake_at_ms > 1_000
+
+
+def test_a_report_of_another_request_is_ignored() -> None:
+    """Only the fetch in flight counts: a late report of an older fetch, or of a request
+    to another node, neither clears the fetch in flight nor counts as a failure."""
+    node = Node()
+    fetch = node.follow()
+    node.now_ms = 5
+    node.receive(LEADER, Unreachable(), fetch.correlation_id + 1)
+    node.receive(3, Unreachable(), fetch.correlation_id)
+    assert [m for m in node.at(50) if isinstance(m.body, FetchRequest)] == []  # still waits
+    node.report(fetch)
+    node.now_ms = 100
+    node.report(node.fetch())
+    node.at(100 + CONFIG.election_jitter_ms)
+    assert isinstance(node.core.state, Prospective)  # these two were the ones that counted
+
+
+def test_a_suspected_leader_no_longer_keeps_the_follower_from_granting_pre_votes() -> None:
+    """Before the reports the follower refuses a pre-vote (its leader is alive); after two
+    it grants one: the other follower heard the same reports and must be able to win."""
+    node = Node()
+    fetch = node.follow()
+    node.now_ms = 5
+    request = VoteRequest(EPOCH + 1, 3, last_offset_epoch=0, last_offset=0, pre_vote=True)
+    (refusal,) = node.receive(3, request, 70)
+    assert isinstance(refusal.body, VoteResponse) and not refusal.body.vote_granted
+    node.report(fetch)
+    node.now_ms = 30
+    node.report(node.fetch())
+    (grant,) = node.receive(3, request, 71)
+    assert isinstance(grant.body, VoteResponse) and grant.body.vote_granted
+    assert node.core.state == Follower(EPOCH, LEADER)  # nothing persisted for a pre-vote
+
+
+def test_an_answer_from_the_leader_within_the_jitter_cancels_the_suspicion() -> None:
+    for seed in range(100):  # one whose jitter leaves time for a fetch after the backoff
+        node = Node(seed=seed)
+        node.now_ms = 5
+        node.report(node.follow())
+        node.now_ms = 30
+        node.report(node.fetch())
+        node.now_ms = 30 + CONFIG.retry_backoff_ms
+        fetch = node.fetch()
+        if node.core.ready().wake_at_ms > node.now_ms + 1:
+            break
+    node.now_ms += 1
+    node.answer(fetch)
+    node.at(30 + CONFIG.election_jitter_ms + 1)
+    assert node.core.state == Follower(EPOCH, LEADER)
+    request = VoteRequest(EPOCH + 1, 3, last_offset_epoch=0, last_offset=0, pre_vote=True)
+    (refusal,) = node.receive(3, request, 72)
+    assert isinstance(refusal.body, VoteResponse) and not refusal.body.vote_granted
+
+
+def test_a_prospective_whose_leader_answers_follows_it_again() -> None:
+    """A false report went all the way to a pre-vote; the leader's next answer ends it."""
+    node = Node()
+    node.now_ms = 5
+    node.report(node.follow())
+    node.now_ms = 30
+    node.report(node.fetch())
+    node.at(30 + CONFIG.election_jitter_ms)
+    assert isinstance(node.core.state, Prospective)
+    node.now_ms = 200
+    node.answer(node.fetch())
+    assert state_of(node) == Follower(EPOCH, LEADER)
+
+
+def test_an_observer_looks_for_the_leader_elsewhere_at_once() -> None:
+    node = Node(4)
+    (search,) = node.at(0)  # an observer asks any voter who leads
+    sent = node.receive(search.destination_id,
+                        FetchResponse(ErrorCode.not_leader_or_follower, LEADER, EPOCH, -1),
+                        search.correlation_id)
+    assert node.core.state == Follower(EPOCH, LEADER)
+    node.now_ms = 5
+    node.report(node._the_fetch(sent))
+    node.now_ms = 30
+    node.report(node.fetch())
+    node.at(30 + CONFIG.election_jitter_ms)
+    assert state_of(node) == Unattached(EPOCH)
+
+
+def test_fetch_timeouts_are_spread_by_the_jitter() -> None:
+    """Followers that last heard from their leader at the same instant give up on it at
+    different times, each within [fetch.timeout.ms, + election.backoff.max.ms / 2]."""
+    given_up = []
+    for seed in range(20):
+        node = Node(seed=seed)
+        node.follow()
+        now = CONFIG.fetch_timeout_ms - 1
+        while node.core.state == Follower(EPOCH, LEADER):
+            now += 1
+            node.at(now)
+        given_up.append(now)
+    assert all(
+        CONFIG.fetch_timeout_ms <= t <= CONFIG.fetch_timeout_ms + CONFIG.election_jitter_ms
+        for t in given_up
+    )
+    assert len(set(given_up)) > 10

@@ -20,6 +20,7 @@ Time enters as `now_ms`; scheduling retention, flushes and checkpoints is the ca
 
 from __future__ import annotations
 
+import collections
 import fcntl
 import json
 import os
@@ -72,6 +73,7 @@ class LogManager:
         self._rng = rng if rng is not None else random.Random()
         self._logs: dict[TopicPartition, Log] = {}
         self._home: dict[TopicPartition, Path] = {}
+        self._count: collections.Counter[Path] = collections.Counter()  # logs per dir
         self._locks: dict[Path, int] = {}
         self.had_clean_shutdown: dict[Path, bool] = {}
         self.warnings: list[str] = []
@@ -112,6 +114,7 @@ class LogManager:
                 if key in high_watermarks:
                     log.update_high_watermark(high_watermarks[key])
                 self._logs[key], self._home[key] = log, log_dir
+                self._count[log_dir] += 1
         for log_dir in self.log_dirs:  # from here on, a crash is an unclean shutdown
             (log_dir / CLEAN_SHUTDOWN_FILE).unlink(missing_ok=True)
 
@@ -168,7 +171,7 @@ class LogManager:
         key = (topic, partition)
         log = self._logs.get(key)
         if log is None:
-            log_dir = min(self.log_dirs, key=lambda d: (self._count_in(d), self.log_dirs.index(d)))
+            log_dir = min(self.log_dirs, key=lambda d: (self._count[d], self.log_dirs.index(d)))
             self._lock(log_dir)
             directory = log_dir / f"{topic}-{partition}"
             log = Log.open(
@@ -176,13 +179,11 @@ class LogManager:
             )
             fsync_directory(log_dir)
             self._logs[key], self._home[key] = log, log_dir
+            self._count[log_dir] += 1
         elif log.config != config:
             log.update_config(config)
         log.assign_topic_id(topic_id)
         return log
-
-    def _count_in(self, log_dir: Path) -> int:
-        return sum(1 for home in self._home.values() if home == log_dir)
 
     def delete_log(self, topic: str, partition: int) -> bool:
         """Close and remove the partition's log; False if there was none."""
@@ -191,6 +192,7 @@ class LogManager:
         if log is None:
             return False
         log_dir = self._home.pop(key)
+        self._count[log_dir] -= 1
         log.close()
         unique = uuid.UUID(int=self._rng.getrandbits(128), version=4).hex
         doomed = log_dir / f"{log.dir.name}.{unique}{DELETE_DIR_SUFFIX}"
@@ -247,6 +249,7 @@ class LogManager:
             write_atomically(log_dir / CLEAN_SHUTDOWN_FILE, marker)
         self._logs.clear()
         self._home.clear()
+        self._count.clear()
         self.release_locks()
 
     def release_locks(self) -> None:

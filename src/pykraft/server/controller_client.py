@@ -80,7 +80,7 @@ class ActiveControllerClient:
                 self._close()
                 raise ControllerUnavailable(
                     f"controller {destination} at {self._address(destination)}: "
-                    f"{error or type(error).__name__}", sent=self._sent) from error
+                    f"{str(error) or type(error).__name__}", sent=self._sent) from error
             except BaseException:
                 self._close()
                 raise

@@ -127,27 +127,37 @@ def main() -> None:
         bootstrap = cluster.bootstrap_servers
         first_broker = cluster.node(cluster.broker_ids[0]).bootstrap_servers
         admin = AdminClient({"bootstrap.servers": bootstrap})
-        made = 0
-        topic_index = 0
-        for target in steps:
-            count = max(0, (target - made) // args.partitions_per_topic)
-            names = [f"scale-{topic_index + i:06d}" for i in range(count)]
-            topic_index += count
-            started = time.monotonic()
-            create(admin, names, args.partitions_per_topic, args.rf, args.topics_per_request)
-            took = time.monotonic() - started
-            made += count * args.partitions_per_topic
-            controller_rss = rss_mib(cluster, cluster.active_controller())
-            broker_rss = max(rss_mib(cluster, b) for b in cluster.broker_ids)
-            one_s, one_bytes = metadata_timing(first_broker, names[-1] if names else None)
-            all_s, all_bytes = metadata_timing(first_broker, None, rounds=3)
-            fail_s = failover(cluster, admin, args.rf)
-            print(f"| {made:,} | {took:.1f} | {count * args.partitions_per_topic / took:,.0f} "
-                  f"| {controller_rss:.0f} | {broker_rss:.0f} "
-                  f"| {one_s * 1000:.1f} ({one_bytes:,} B) "
-                  f"| {all_s * 1000:.0f} ({all_bytes / 1e6:.1f} MB) | {fail_s:.2f} |",
-                  flush=True)
+        try:
+            run_steps(cluster, admin, first_broker, steps, args)
+        except BaseException:
+            for node_id in cluster.nodes:  # what the nodes said, to see why
+                print(f"--- node {node_id}\n{cluster.node(node_id).tail_log(15)}",
+                      file=sys.stderr)
+            raise
 
+
+def run_steps(cluster: LocalCluster, admin: AdminClient, first_broker: str, steps: list[int],
+              args: argparse.Namespace) -> None:
+    made = 0
+    topic_index = 0
+    for target in steps:
+        count = max(0, (target - made) // args.partitions_per_topic)
+        names = [f"scale-{topic_index + i:06d}" for i in range(count)]
+        topic_index += count
+        started = time.monotonic()
+        create(admin, names, args.partitions_per_topic, args.rf, args.topics_per_request)
+        took = time.monotonic() - started
+        made += count * args.partitions_per_topic
+        controller_rss = rss_mib(cluster, cluster.active_controller())
+        broker_rss = max(rss_mib(cluster, b) for b in cluster.broker_ids)
+        one_s, one_bytes = metadata_timing(first_broker, names[-1] if names else None)
+        all_s, all_bytes = metadata_timing(first_broker, None, rounds=3)
+        fail_s = failover(cluster, admin, args.rf)
+        print(f"| {made:,} | {took:.1f} | {count * args.partitions_per_topic / took:,.0f} "
+              f"| {controller_rss:.0f} | {broker_rss:.0f} "
+              f"| {one_s * 1000:.1f} ({one_bytes:,} B) "
+              f"| {all_s * 1000:.0f} ({all_bytes / 1e6:.1f} MB) | {fail_s:.2f} |",
+              flush=True)
 
 if __name__ == "__main__":
     main()

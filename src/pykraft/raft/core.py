@@ -47,7 +47,11 @@ Votes. A voter grants a vote in an epoch at most once, durably, and only to a ca
 whose log is at least as up to date: (last epoch, log end offset) compared in that order.
 A pre-vote is granted on the same log test, to a candidate of a higher epoch, when the
 voter has not heard from a live leader within fetch.timeout.ms: a node that rejoins after a
-partition cannot unseat a healthy leader. Nothing about a pre-vote is persisted.
+partition cannot unseat a healthy leader. Nothing about a pre-vote is persisted. A round
+(of pre-votes or votes) that so many voters refuse that no majority is left is lost: the
+node tries again after a random backoff of retry.backoff.ms x 1..2^k for the k-th round
+lost in a row, at most election.backoff.max.ms, instead of a whole election timeout (a
+pre-vote is often refused for a passing reason: the voter had not found the leader dead yet).
 
 An unreachable leader. A leader killed outright closes its connections and refuses new
 ones; the transport reports that as an `Unreachable` input for the request that failed
@@ -464,6 +468,9 @@ class RaftCore:
         self._fetch_deadline_ms = now_ms
         self._leader_contact_ms: int | None = None  # last proof that our leader is alive
         self._leader_failures = 0  # our fetches to it that failed in a row (`Unreachable`)
+        self._rejecting_voters: frozenset[int] = frozenset()  # of this (pre-)vote round
+        self._round_requests: dict[int, int] = {}  # its requests: correlation id -> voter
+        self._lost_rounds = 0  # (pre-)vote rounds lost in a row
         self._fetch_jitter_ms = 0  # added to fetch.timeout.ms, drawn per leader followed
         self._fetch_in_flight: _InFlightFetch | None = None
         self._fetch_backoff_until_ms = now_ms
@@ -803,8 +810,14 @@ class RaftCore:
         """The transport says our fetch (or FetchSnapshot) to `source` failed: ask again
         after the backoff, and after UNREACHABLE_FAILURES failures in a row stop vouching
         for the leader and give up on it after a random jitter instead of fetch.timeout.ms.
-        Reports of other requests (votes and the like are resent by their own timers), and
-        late ones of an older fetch, change nothing."""
+        A report of a (pre-)vote request of the current round counts as a refusal (the
+        voter cannot grant it); reports of other requests, and late ones of an older
+        fetch, change nothing."""
+        if self._round_requests.get(correlation_id) == source and isinstance(
+            self._state, Prospective | Candidate
+        ):
+            self._on_rejection(source)
+            return
         in_flight = self._fetch_in_flight
         if in_flight is None or (in_flight.destination_id, in_flight.correlation_id) != (
             source,
@@ -854,6 +867,10 @@ class RaftCore:
         state = become_prospective(self._state, local_id=self.node_id, voters=self.voters)
         self._transition(replace(state, granting_voters=frozenset({self.node_id})))
         self._election_deadline_ms = self._now_ms + self._election_timeout_ms()
+        leader_id = state.leader_id
+        # the leader we would replace never grants one: if alive it leads, if dead it is silent
+        known = leader_id != self.node_id and leader_id in self.voters
+        self._rejecting_voters = frozenset({leader_id}) if known else frozenset()
         self._send_vote_requests(pre_vote=True)
 
     def _become_candidate(self) -> None:
@@ -865,6 +882,7 @@ class RaftCore:
         )
         self._transition(candidate)
         self._election_deadline_ms = self._now_ms + self._election_timeout_ms()
+        self._rejecting_voters = frozenset()
         self._send_vote_requests(pre_vote=False)
         self._maybe_become_leader()
 
@@ -877,8 +895,9 @@ class RaftCore:
             last_offset=self._end_offset,
             pre_vote=pre_vote,
         )
-        for voter in sorted(self.voters - {self.node_id}):
-            self._send(voter, request)
+        self._round_requests = {
+            self._send(voter, request): voter for voter in sorted(self.voters - {self.node_id})
+        }
 
     def _on_vote_request(self, source: int, correlation_id: int, request: VoteRequest) -> None:
         if (
@@ -970,7 +989,20 @@ class RaftCore:
         ):
             return
         state = self._state
-        if not response.vote_granted or response.error != ErrorCode.none:
+        if response.error != ErrorCode.none:
+            return
+        this_round = (
+            isinstance(state, Prospective)
+            and response.pre_vote
+            and response.candidate_epoch == state.epoch + 1
+        ) or (
+            isinstance(state, Candidate)
+            and not response.pre_vote
+            and response.candidate_epoch == state.epoch
+        )
+        if not response.vote_granted:
+            if this_round:
+                self._on_rejection(source)
             return
         if (
             response.pre_vote
@@ -988,6 +1020,29 @@ class RaftCore:
         ):
             self._state = replace(state, granting_voters=state.granting_voters | {source})
             self._maybe_become_leader()
+
+    def _on_rejection(self, source: int) -> None:
+        """A voter refused our (pre-)vote of this round. Once so many refused that no
+        majority is left, the round is lost: rather than sit out the election timeout, try
+        again after a short random backoff that doubles with each round lost in a row, up to
+        election.backoff.max.ms, as Kafka's candidates back off. A pre-vote is often refused
+        for a passing reason -- the voter had not yet found the leader dead, or was still
+        catching up -- and nothing about it is persisted, so a new round is cheap."""
+        before = self._rejecting_voters
+        self._rejecting_voters = before | {source}
+        if self._round_lost(before) or not self._round_lost(self._rejecting_voters):
+            return
+        self._lost_rounds += 1
+        backoff_ms = self.config.retry_backoff_ms * self._rng.randint(
+            1, 2 << min(self._lost_rounds - 1, 16)
+        )
+        self._election_deadline_ms = min(
+            self._election_deadline_ms,
+            self._now_ms + min(self.config.election_backoff_max_ms, backoff_ms),
+        )
+
+    def _round_lost(self, rejecting_voters: frozenset[int]) -> bool:
+        return not has_majority(self.voters - rejecting_voters, self.voters)
 
     def _maybe_become_leader(self) -> None:
         state = self._state
@@ -1552,6 +1607,8 @@ class RaftCore:
             self._leader_high_watermark = None
         self._state = new_state
         now = self._now_ms
+        if isinstance(new_state, Follower | Leader):
+            self._lost_rounds = 0
         match new_state:
             case Follower():
                 same_leader = isinstance(old, Follower | Prospective) and (

@@ -57,9 +57,17 @@ from pykraft.raft.messages import (
     RaftRequest,
     RaftResponse,
     SnapshotId,
+    Unreachable,
 )
 from pykraft.raft.snapshot import build_snapshot
-from pykraft.raft.state import NO_LEADER, Leader, LeaderAndEpoch, QuorumStateData, QuorumStateStore
+from pykraft.raft.state import (
+    NO_LEADER,
+    EpochState,
+    Leader,
+    LeaderAndEpoch,
+    QuorumStateData,
+    QuorumStateStore,
+)
 
 __all__ = [
     "Clock",
@@ -177,6 +185,7 @@ class RaftNode:
         self._caught_up = asyncio.Event()
         self._snapshot_writer: SnapshotWriter | None = None  # a snapshot being fetched
         self._leader_high_watermark = -1  # the highest a leader told us in a fetch answer
+        self._logged_state: EpochState = core.state  # for the debug log of transitions
         if transport is not None:
             transport.connect(self.receive)
 
@@ -442,6 +451,7 @@ class RaftNode:
                 self._wake.clear()
                 stepped = self._step_inbox()
                 self.core.tick(self._clock.now_ms(), timestamp_ms=self._clock.wall_clock_ms())
+                self._log_transition()
                 resigning, self._resign_requested = self._resign_requested, False
                 if resigning:
                     self.core.resign(self._clock.now_ms())
@@ -455,6 +465,7 @@ class RaftNode:
                 self.core.advance(ready)
                 if flushed_end_offset is not None:
                     self.core.flushed(flushed_end_offset)
+                self._log_transition()
                 self._check_leadership()
                 self._resolve_waiters()
                 self._note_caught_up()
@@ -569,8 +580,17 @@ class RaftNode:
             body = message.body
             if isinstance(body, FetchResponse) and body.error == ErrorCode.none:
                 self._leader_high_watermark = max(self._leader_high_watermark, body.high_watermark)
+            elif isinstance(body, Unreachable):
+                log.debug("raft node %d: request %d to node %d failed (unreachable)",
+                          self.core.node_id, message.correlation_id, message.source_id)
             self.core.step(message, self._clock.now_ms())
         return True
+
+    def _log_transition(self) -> None:
+        state, before = self.core.state, self._logged_state
+        if state != before:
+            self._logged_state = state
+            log.debug("raft node %d: %r -> %r", self.core.node_id, before, state)
 
     def _send(self, messages: Sequence[OutboundMessage]) -> None:
         """Answers go back to the connection that asked; requests to the transport."""

@@ -9,12 +9,15 @@ be sent or answered within controller.quorum.request.timeout.ms is dropped, and 
 that waited that long in its lane's queue: the core resends by its own timers, exactly as it
 does when the simulator loses a message. A lane that cannot connect backs off exponentially
 (controller.quorum.retry.backoff.ms doubling up to 1 s); requests for it meanwhile are
-dropped. A request that fails because the peer refused the connection, or reset or closed
-it before answering, or that is dropped during that backoff, is reported to the core as
-`Unreachable` (with its correlation id), so that a follower of a dead leader need not wait
-out fetch.timeout.ms (core.py); silence and timeouts are not reported. Each answer is
-decoded against its request and handed to `deliver` as an InboundMessage carrying the
-core's correlation id (the header's correlation ids are the lane's own).
+dropped. A connection the peer has closed (it restarted) is replaced before use, and a
+request that fails on an old connection is sent once more on a new one, so that the first
+request after a peer's restart is not lost. A request that fails because the peer refused
+the connection, or reset or closed it before answering, or that is dropped during the
+backoff, is reported to the core as `Unreachable` (with its correlation id), so that a
+follower of a dead leader need not wait out fetch.timeout.ms (core.py); silence and
+timeouts are not reported. Each answer is decoded against its request and handed to
+`deliver` as an InboundMessage carrying the core's correlation id (the header's correlation
+ids are the lane's own).
 
 Inbound (`RaftApis`). On the controller listener the five RPCs are checked by the codec,
 given to the node as InboundMessages, and answered with what the core answers for that
@@ -133,7 +136,7 @@ class _Lane:
             return
         try:
             async with asyncio.timeout((deadline_ms - _now_ms()) / 1000):
-                response = await self._exchange(queued.message)
+                response = await self._exchange_retrying_stale(queued.message)
         except (OSError, TimeoutError, asyncio.IncompleteReadError, FrameError) as error:
             self._failed(error)
             if _unreachable(error):
@@ -148,6 +151,23 @@ class _Lane:
             self.channels.deliver(
                 InboundMessage(self.destination_id, queued.message.correlation_id, response)
             )
+
+    async def _exchange_retrying_stale(self, message: OutboundMessage) -> RaftResponse | None:
+        """Send on the lane's connection; if an old connection turns out dead (the peer
+        restarted since: its answer is an EOF or a reset), once more on a new one, so that
+        the first request after a peer's restart is not lost."""
+        if self.writer is not None and (
+            self.writer.is_closing() or (self.reader is not None and self.reader.at_eof())
+        ):
+            self.close_connection()  # the peer closed it already
+        reused = self.writer is not None
+        try:
+            return await self._exchange(message)
+        except (OSError, asyncio.IncompleteReadError) as error:
+            if not reused or not _unreachable(error):
+                raise
+        self.close_connection()
+        return await self._exchange(message)
 
     async def _exchange(self, message: OutboundMessage) -> RaftResponse | None:
         body = message.body

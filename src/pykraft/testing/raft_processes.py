@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import random
 import signal
 import socket
@@ -272,6 +273,9 @@ async def _propose_while_leading(node: Any, name: str, interval_s: float,
 
 
 async def _voter_main(args: argparse.Namespace) -> None:
+    if args.log_level:
+        logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                            format="%(asctime)s %(name)s %(message)s")
     from pykraft.net.server import Listener
     from pykraft.raft.core import RaftConfig
     from pykraft.raft.driver import RaftNode
@@ -330,6 +334,7 @@ def _parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--proposers", type=int, default=1,
                         help="concurrent proposers, each waiting for its commit")
     parser.add_argument("--value-bytes", type=int, default=0)
+    parser.add_argument("--log-level", help="log to stderr at this level (e.g. debug)")
     return parser.parse_args(argv)
 
 

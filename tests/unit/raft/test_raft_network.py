@@ -160,6 +160,29 @@ async def test_a_request_never_answered_is_dropped_and_the_lane_reconnects() -> 
         await server.wait_closed()
 
 
+async def test_the_first_request_after_the_peer_restarted_gets_through() -> None:
+    """The lane's connection died with the peer's old process: the next request goes out on
+    a new connection and is answered, neither lost nor reported unreachable."""
+    port = free_port()
+    answer = BeginQuorumEpochResponse(ErrorCode.none, 1, 7)
+    listener = await serve(port, Endpoint(answer))
+    received: list[InboundMessage] = []
+    channels = channels_to(port, received)
+    try:
+        channels.send(BEGIN)
+        await wait_until(lambda: received)
+        await listener.close()  # the peer's process ends ...
+        listener = await serve(port, Endpoint(answer))  # ... and a new one listens
+        received.clear()
+        channels.send(BEGIN)
+        await wait_until(lambda: received, timeout_s=1.0)
+        assert received == [InboundMessage(2, 41, answer)]
+        assert channels.unreachable_reports == 0
+    finally:
+        await channels.close()
+        await listener.close()
+
+
 async def test_a_connection_closed_before_the_answer_is_reported_unreachable() -> None:
     """A peer that dies while it holds a parked fetch closes the connection: the fetch is
     reported Unreachable at once, long before the request timeout."""

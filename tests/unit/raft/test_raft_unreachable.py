@@ -23,6 +23,7 @@ from pykraft.raft.messages import (
     VoteResponse,
 )
 from pykraft.raft.state import (
+    Candidate,
     EpochState,
     Follower,
     Prospective,
@@ -240,3 +241,79 @@ def test_fetch_timeouts_are_spread_by_the_jitter() -> None:
         for t in given_up
     )
     assert len(set(given_up)) > 10
+
+
+def test_a_lost_pre_vote_round_is_retried_after_a_short_backoff() -> None:
+    """Node 1 found the leader dead first and asks for pre-votes; node 3 still hears from it
+    and refuses, and the dead leader says nothing: with node 2's own vote that is no
+    majority left. Node 1 asks again after retry.backoff.ms x 1..2 -- not after a whole
+    election timeout (1-2 s) -- and by then node 3 grants."""
+    node = Node()
+    node.now_ms = 5
+    node.report(node.follow())
+    node.now_ms = 30
+    node.report(node.fetch())
+    sent = node.at(30 + CONFIG.election_jitter_ms)
+    assert isinstance(node.core.state, Prospective)
+    (to_3,) = [m for m in pre_votes(sent) if m.destination_id == 3]
+    lost_at = node.now_ms
+    node.receive(3, VoteResponse(ErrorCode.none, LEADER, EPOCH, False, EPOCH + 1, pre_vote=True),
+                 to_3.correlation_id)
+    node.receive(3, VoteResponse(ErrorCode.none, LEADER, EPOCH, False, EPOCH + 1, pre_vote=True),
+                 to_3.correlation_id)  # a duplicate changes nothing
+    wake_at_ms = node.core.ready().wake_at_ms
+    assert lost_at + CONFIG.retry_backoff_ms <= wake_at_ms <= lost_at + 2 * CONFIG.retry_backoff_ms
+    again = pre_votes(node.at(wake_at_ms))
+    assert sorted(m.destination_id for m in again) == [2, 3]
+    (to_3,) = [m for m in again if m.destination_id == 3]
+    node.receive(3, VoteResponse(ErrorCode.none, LEADER, EPOCH, True, EPOCH + 1, pre_vote=True),
+                 to_3.correlation_id)
+    assert state_of(node) == Candidate(EPOCH + 1, frozenset({1}))
+
+
+def test_a_round_is_lost_only_once_no_majority_is_left() -> None:
+    """Five voters, node 1 pre-votes against leader 2 (who never grants: alive it leads,
+    dead it is silent): node 3's refusal leaves 1, 4, 5, still a majority; node 4's loses
+    the round."""
+    voters = frozenset({1, 2, 3, 4, 5})
+    node = Node(voters=voters)
+    node.receive(LEADER, BeginQuorumEpochRequest(leader_id=LEADER, leader_epoch=EPOCH))
+    sent = node.at(CONFIG.fetch_timeout_ms + CONFIG.election_jitter_ms)
+    assert isinstance(node.core.state, Prospective)
+    by_voter = {m.destination_id: m for m in pre_votes(sent)}
+    refusal = VoteResponse(ErrorCode.none, LEADER, EPOCH, False, EPOCH + 1, pre_vote=True)
+    deadline_ms = node.core.ready().wake_at_ms
+    node.receive(3, refusal, by_voter[3].correlation_id)
+    assert node.core.ready().wake_at_ms == deadline_ms
+    node.receive(4, refusal, by_voter[4].correlation_id)
+    assert node.core.ready().wake_at_ms <= node.now_ms + 2 * CONFIG.retry_backoff_ms
+
+
+def test_a_split_vote_is_retried_at_once_when_the_third_voter_is_unreachable() -> None:
+    """Nodes 1 and 3 both ran for epoch 5 after leader 2 died; 3 refuses 1's vote (it voted
+    for itself) and 1's request to 2 is reported unreachable: no majority is left, so 1
+    pre-votes again within retry.backoff.ms x 1..2, not after a whole election timeout."""
+    node = Node()
+    node.now_ms = 5
+    node.report(node.follow())
+    node.now_ms = 30
+    node.report(node.fetch())
+    sent = node.at(30 + CONFIG.election_jitter_ms)
+    (to_3,) = [m for m in pre_votes(sent) if m.destination_id == 3]
+    sent = node.receive(3, VoteResponse(ErrorCode.none, -1, EPOCH, True, EPOCH + 1,
+                                        pre_vote=True), to_3.correlation_id)
+    assert state_of(node) == Candidate(EPOCH + 1, frozenset({1}))
+    votes = {m.destination_id: m for m in sent if isinstance(m.body, VoteRequest)}
+    assert sorted(votes) == [2, 3]
+    assert not any(isinstance(m.body, VoteRequest) and m.body.pre_vote for m in votes.values())
+    deadline_ms = node.core.ready().wake_at_ms
+    node.receive(3, VoteResponse(ErrorCode.none, -1, EPOCH + 1, False, EPOCH + 1),
+                 votes[3].correlation_id)
+    assert node.core.ready().wake_at_ms == deadline_ms  # node 2 might still grant
+    node.report(votes[2])
+    wake_at_ms = node.core.ready().wake_at_ms
+    assert wake_at_ms <= node.now_ms + 2 * CONFIG.retry_backoff_ms
+    again = pre_votes(node.at(wake_at_ms))
+    assert sorted(m.destination_id for m in again) == [2, 3]
+    assert all(m.body.candidate_epoch == EPOCH + 2 for m in again
+               if isinstance(m.body, VoteRequest))

@@ -208,3 +208,11 @@ class SnapshotNotFound(KafkaError):
 
 class PositionOutOfRange(KafkaError):
     code = ErrorCode.position_out_of_range
+
+
+class NotEnoughReplicas(KafkaError):
+    code = ErrorCode.not_enough_replicas
+
+
+class NotEnoughReplicasAfterAppend(KafkaError):
+    code = ErrorCode.not_enough_replicas_after_append

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import heapq
 import itertools
 import logging
@@ -207,10 +208,14 @@ class RaftNode:
         """Load `log_dir` (the `__cluster_metadata-0` directory: its quorum-state and its
         log, recovered and flushed) and build the node; nothing runs until `start`.
 
-        `election_timeout_ms` is controller.quorum.election.timeout.ms (used when `config`
-        is not given; a single voter never waits for an election). `server_configs`
-        supplies the `metadata.log.segment.bytes` / `metadata.log.segment.ms` keys. Several
-        voters, or a node outside `voters` (an observer), need a `transport`.
+        Without `config`, the quorum's settings come from `server_configs` (the node's
+        server.properties): the controller.quorum.* keys (`RaftConfig.from_server_configs`:
+        append.linger.ms, election.timeout.ms, election.backoff.max.ms, fetch.timeout.ms,
+        request.timeout.ms, retry.backoff.ms), Kafka's defaults for those not set;
+        `election_timeout_ms`, when given, overrides controller.quorum.election.timeout.ms.
+        `server_configs` also supplies the `metadata.log.segment.bytes` /
+        `metadata.log.segment.ms` keys. Several voters, or a node outside `voters` (an
+        observer), need a `transport`.
         """
         if election_timeout_ms is not None and election_timeout_ms <= 0:
             raise InvalidConfig(f"controller.quorum.election.timeout.ms={election_timeout_ms}")
@@ -219,10 +224,10 @@ class RaftNode:
                 f"node {node_id} with voters {sorted(voters)}: several voters, or an "
                 "observer, need a transport to the other nodes"
             )
-        if config is None and election_timeout_ms is not None and voters != frozenset({node_id}):
-            config = RaftConfig(
-                election_timeout_ms=election_timeout_ms, election_backoff_max_ms=election_timeout_ms
-            )
+        if config is None:
+            config = RaftConfig.from_server_configs(server_configs or {})
+            if election_timeout_ms is not None:
+                config = dataclasses.replace(config, election_timeout_ms=election_timeout_ms)
         clock = clock or SystemClock()
         now_ms = clock.now_ms()
         state_store = QuorumStateStore(log_dir / QUORUM_STATE_FILE)

@@ -65,9 +65,15 @@ class ControllerChannel(Protocol):
 
 
 class QuorumInfo(Protocol):
-    """What DescribeQuorum reports (from the Raft driver)."""
+    """What DescribeQuorum reports (from the Raft driver). A node that does not lead the
+    quorum gives only `error_code` NOT_LEADER_OR_FOLLOWER and its `leader_id` /
+    `leader_epoch`, as Kafka's KafkaRaftClient answers DescribeQuorum."""
 
     def describe_quorum(self) -> Mapping[str, Any]: ...
+
+
+# (api version, request) -> the active controller's DescribeQuorum response, None if none came
+QuorumForward = Callable[[int, Any], Awaitable[Any | None]]
 
 
 class AdminApis:
@@ -78,12 +84,17 @@ class AdminApis:
         controller: ControllerChannel,
         server_configs: Mapping[str, str],
         quorum: QuorumInfo,
+        forward_describe_quorum: QuorumForward | None = None,
     ) -> None:
+        """`forward_describe_quorum` is the broker listener's: a DescribeQuorum that this
+        node cannot answer (it does not lead) goes to the active controller, as Kafka's
+        brokers forward it; the controller listener answers NOT_LEADER_OR_FOLLOWER."""
         self.node_id = node_id
         self.cache = cache
         self.controller = controller
         self.server_configs = server_configs
         self.quorum = quorum
+        self.forward_describe_quorum = forward_describe_quorum
 
     @property
     def versions(self) -> Mapping[int, tuple[int, int]]:
@@ -337,6 +348,11 @@ class AdminApis:
     async def describe_quorum(self, context: RequestContext, request: Any) -> Any:
         module = response_module(ApiKey.DESCRIBE_QUORUM, context.header.api_version)
         state = self.quorum.describe_quorum()
+        error = state.get("error_code", ErrorCode.none)
+        if error != ErrorCode.none and self.forward_describe_quorum is not None:
+            answer = await self.forward_describe_quorum(context.header.api_version, request)
+            if answer is not None:
+                return answer
         topics = []
         for topic in request.topics:
             partitions = []
@@ -347,6 +363,13 @@ class AdminApis:
                         error_code=ErrorCode.unknown_topic_or_partition, error_message=None,
                         leader_id=-1, leader_epoch=-1, high_watermark=-1,
                         current_voters=(), observers=()))
+                    continue
+                if error != ErrorCode.none:  # not the leader: where it is, nothing more
+                    partitions.append(make(
+                        module.PartitionData, partition_index=0, error_code=error,
+                        error_message=f"node {self.node_id} does not lead the metadata quorum",
+                        leader_id=state["leader_id"], leader_epoch=state["leader_epoch"],
+                        high_watermark=-1, current_voters=(), observers=()))
                     continue
                 partitions.append(make(
                     module.PartitionData, partition_index=0, error_code=ErrorCode.none,
@@ -361,7 +384,7 @@ class AdminApis:
                  listeners=tuple(make(module.Listener, name=n, host=h, port=p)
                                  for n, h, p in listeners))
             for node_id, listeners in state.get("nodes", {}).items()
-        ) if hasattr(module, "Node") else ()
+        ) if hasattr(module, "Node") and error == ErrorCode.none else ()
         return make(module.DescribeQuorumResponse, error_code=ErrorCode.none,
                     error_message=None, topics=tuple(topics), nodes=nodes)
 

@@ -37,7 +37,15 @@ from pykraft.broker.group_coordinator.core import GroupConfig, GroupCoordinator
 from pykraft.broker.group_coordinator.shell import GroupCoordinatorShell
 from pykraft.broker.metadata_cache import MetadataCache
 from pykraft.broker.records_apis import RecordsApis
-from pykraft.broker.replica_manager import ReplicaManager
+from pykraft.broker.replica_fetcher import FetcherConfig, ReplicaFetcherManager
+from pykraft.broker.replica_manager import (
+    ALTER_PARTITION_VERSION,
+    IsrUpdate,
+    IsrUpdateResult,
+    ReplicaManager,
+    alter_partition_request,
+    alter_partition_result,
+)
 from pykraft.controller.config import ControllerConfig
 from pykraft.controller.features import BOOTSTRAP_METADATA_VERSION, MINIMUM_KRAFT_METADATA_VERSION
 from pykraft.controller.quorum_controller import QuorumController
@@ -52,7 +60,7 @@ from pykraft.raft.driver import RaftNode
 from pykraft.raft.network import RaftApis, RaftChannels
 from pykraft.server.config import ServerConfig
 from pykraft.server.controller_channel import ControllerRefused, QuorumControllerChannel
-from pykraft.server.controller_client import ActiveControllerClient, Backoff
+from pykraft.server.controller_client import ActiveControllerClient, Backoff, ControllerUnavailable
 from pykraft.server.controller_server import ControllerServer, wall_clock_ms
 from pykraft.server.image_digest import DigestCache
 from pykraft.server.lifecycle_apis import LifecycleApis
@@ -70,6 +78,7 @@ SECURITY_PROTOCOL_PLAINTEXT = 0
 CONTROLLER_REQUEST_TIMEOUT_MS = 5_000
 CONTROLLER_CHANNEL_TIMEOUT_MS = 15_000
 CONTROLLED_SHUTDOWN_TIMEOUT_MS = 10_000
+ALTER_PARTITION_API_KEY = 56
 # registration refusals a retry cannot cure: the broker stops starting
 _REGISTRATION_FATAL = frozenset({ErrorCode.inconsistent_cluster_id,
                                  ErrorCode.unsupported_version, ErrorCode.invalid_registration})
@@ -100,6 +109,8 @@ class Node:
         self.metrics: MetricsServer | None = None
         self.channel: QuorumControllerChannel | None = None
         self._controller_clients: list[ActiveControllerClient] = []
+        self._alter_client: ActiveControllerClient | None = None  # AlterPartition's own
+        self.fetchers: ReplicaFetcherManager | None = None
         self._digests = DigestCache()
         self._join_deadline: float | None = None
         self._registration_error: str | None = None  # the last refusal, for start-up errors
@@ -160,6 +171,7 @@ class Node:
                 asyncio.create_task(self._housekeeping_loop(), name="log-housekeeping"),
                 asyncio.create_task(self._cleaner_loop(), name="log-cleaner"),
                 asyncio.create_task(self.groups.run(), name="group-coordinator"),
+                asyncio.create_task(self.replicas.run_isr_checks(), name="isr-checks"),
             ]
         if self.is_controller:
             self._tasks.append(
@@ -206,11 +218,42 @@ class Node:
         self.log_manager = LogManager(self.config.log_dirs, values)
         self.log_manager.load(now_ms)
         self.replicas = ReplicaManager(self.node_id, self.log_manager, values, wall_clock_ms)
+        self.fetchers = ReplicaFetcherManager(
+            self.node_id, self._broker_address, FetcherConfig.from_configs(values),
+            lambda: self.broker_epoch, wall_clock_ms)
+        self.replicas.fetchers = self.fetchers
+        self.replicas.alter_partition = self._send_alter_partition
         self.loader.publishers.append(self.replicas.apply_delta)
         self.groups = GroupCoordinatorShell(
             GroupCoordinator(GroupConfig.from_properties(values), random.Random()),
             self.node_id, self.replicas, self.cache, wall_clock_ms)
         self.loader.publishers.append(self.groups.on_metadata)
+
+    def _broker_address(self, broker_id: int) -> tuple[str, int] | None:
+        """A broker's inter-broker listener, from the metadata image (replica fetchers)."""
+        broker = self.cache.image.cluster.brokers.get(broker_id)
+        endpoint = None if broker is None else broker.listeners.get(
+            self.config.inter_broker_listener)
+        return None if endpoint is None else (endpoint.host, endpoint.port)
+
+    async def _send_alter_partition(self, update: IsrUpdate) -> IsrUpdateResult:
+        """AlterPartition (KIP-497) to the active controller over its listener, on a
+        connection of its own; raises ControllerUnavailable when there is no answer."""
+        assert self.raft is not None
+        if self._alter_client is None:
+            raft = self.raft
+            self._alter_client = ActiveControllerClient(
+                self.node_id, self.config.voters, lambda: raft.leader_and_epoch.leader_id,
+                request_timeout_ms=CONTROLLER_REQUEST_TIMEOUT_MS,
+                client_id=f"broker-{self.node_id}-alter-partition")
+            self._controller_clients.append(self._alter_client)
+        _, answer = await self._alter_client.send(
+            ALTER_PARTITION_API_KEY, ALTER_PARTITION_VERSION,
+            alter_partition_request(update, self.node_id, self.broker_epoch))
+        result = alter_partition_result(update, answer)
+        if result.error_code == ErrorCode.not_controller:
+            raise ControllerUnavailable("the controller moved", sent=True)
+        return result
 
     # RaftListener
     def handle_commit(self, batch: CommittedBatch) -> None:
@@ -279,7 +322,22 @@ class Node:
     def _admin_apis(self) -> AdminApis:
         """The broker listener's: changes go to the active controller, wherever it is."""
         assert self.channel is not None
-        return AdminApis(self.node_id, self.cache, self.channel, self.config.values, self)
+        return AdminApis(self.node_id, self.cache, self.channel, self.config.values, self,
+                         self._forward_describe_quorum)
+
+    async def _forward_describe_quorum(self, api_version: int, request: Any) -> Any | None:
+        """DescribeQuorum on the broker listener of a node that does not lead: the active
+        controller's answer (None when there is none to ask or it does not answer)."""
+        from pykraft.protocol.api import ApiKey
+        from pykraft.server.controller_client import ControllerUnavailable
+
+        for client in self._controller_clients:
+            try:
+                _, answer = await client.send(ApiKey.DESCRIBE_QUORUM, api_version, request)
+            except ControllerUnavailable:
+                return None
+            return answer
+        return None
 
     def _controller_apis(self) -> Any:
         """The controller listener's: changes are decided here or answered NOT_CONTROLLER
@@ -513,12 +571,16 @@ class Node:
     # -- DescribeQuorum ---------------------------------------------------------------
 
     def describe_quorum(self) -> dict[str, Any]:
-        """The quorum as this node sees it. The leader reports each replica's last fetch
-        offset and times (its Raft state, monotonic times shown as wall-clock); a node that
-        does not lead knows only its own log end (others: -1). A single voter is caught up
-        with itself by definition. `nodes` are the voters' controller endpoints."""
+        """The quorum as the leader sees it: each replica's last fetch offset and times (its
+        Raft state, monotonic times shown as wall-clock). A single voter is caught up with
+        itself by definition. `nodes` are the voters' controller endpoints. A node that does
+        not lead answers NOT_LEADER_OR_FOLLOWER with the leader it knows, as Kafka's
+        KafkaRaftClient does (its broker listener forwards the request instead)."""
         assert self.raft is not None
         leader = self.raft.leader_and_epoch
+        if leader.leader_id != self.node_id:
+            return {"error_code": ErrorCode.not_leader_or_follower,
+                    "leader_id": leader.leader_id, "leader_epoch": leader.epoch}
         high_watermark = self.raft.high_watermark
         end_offset = self.raft.store.log_end_offset
         now = wall_clock_ms()
@@ -574,6 +636,9 @@ class Node:
             await client.close()
         if self.raft is not None:
             await self.raft.stop()
+        if self.fetchers is not None:
+            await self.fetchers.close()
+            await self.replicas.close()
         if self.log_manager is not None:
             self.log_manager.close()
         log.info("pykraft node %d stopped", self.node_id)

@@ -170,20 +170,25 @@ class BrokerApis:
                                    and entity is not None else ()))
             return {"index": data.index, "error_code": code, "base_offset": -1,
                     "error_message": message, "record_errors": record_errors}
+        end = info.last_offset + 1
         if acks == -1:
-            pending.append((partition, info.last_offset + 1))
+            pending.append((partition, end))
         append_time = None
         if info.log_append_time_ms >= 0:
             append_time = datetime.datetime.fromtimestamp(
                 info.log_append_time_ms / 1000, tz=datetime.UTC)
         return {"index": data.index, "error_code": ErrorCode.none,
                 "base_offset": info.first_offset, "log_append_time": append_time,
-                "log_start_offset": info.log_start_offset, "partition": partition}
+                "log_start_offset": info.log_start_offset,
+                "acks_all": (partition, partition.leader_epoch, end) if acks == -1 else None}
 
     def _finish_produce(self, module: Any, result: dict[str, Any]) -> Any:
-        partition = result.pop("partition", None)
-        if partition is not None and partition.log.high_watermark <= result["base_offset"]:
-            result["error_code"] = ErrorCode.request_timed_out
+        acks_all = result.pop("acks_all", None)
+        if acks_all is not None:
+            try:
+                self.replicas.check_acks_all(*acks_all)
+            except Exception as error:  # noqa: BLE001 - mapped to the partition's error code
+                result["error_code"], result["error_message"] = error_of(error)
         result.setdefault("record_errors", ())
         return make(module.PartitionProduceResponse, **result)
 
@@ -195,10 +200,16 @@ class BrokerApis:
         max_wait_ms = millis(request.max_wait)
         min_bytes = request.min_bytes
         max_bytes = field(request, "max_bytes", 0x7FFFFFFF)
+        replica_id = field(request, "replica_id", None)
+        if replica_id is None:  # v15+: KIP-903's ReplicaState
+            replica_id = getattr(field(request, "replica_state"), "replica_id", -1)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max_wait_ms / 1000
+        first_pass = True
         while True:
-            topics, total, errors, parked = self._read_fetch(module, request, max_bytes)
+            topics, total, errors, parked = self._read_fetch(
+                module, request, max_bytes, replica_id, first_pass)
+            first_pass = False
             remaining_ms = int((deadline - loop.time()) * 1000)
             if total >= min_bytes or errors or remaining_ms <= 0 or not parked:
                 break
@@ -212,8 +223,10 @@ class BrokerApis:
         )
 
     def _read_fetch(
-        self, module: Any, request: Any, max_bytes: int
+        self, module: Any, request: Any, max_bytes: int, replica_id: int, first_pass: bool,
     ) -> tuple[list[Any], int, bool, list[Partition]]:
+        """One look at every partition; `errors` is true when one answered without waiting
+        (an error or a diverging epoch), `parked` the partitions a wait is parked on."""
         image = self.cache.image
         total, errors = 0, False
         parked: list[Partition] = []
@@ -223,10 +236,11 @@ class BrokerApis:
             partitions = []
             for wanted in topic.partitions:
                 result = self._fetch_partition(
-                    module, name, wanted, image, max(0, max_bytes - total), total == 0
+                    module, name, wanted, image, max(0, max_bytes - total), total == 0,
+                    replica_id, first_pass,
                 )
                 partition, data = result
-                if data.error_code != ErrorCode.none:
+                if data.error_code != ErrorCode.none or partition is None:
                     errors = True
                 elif partition is not None:
                     parked.append(partition)
@@ -244,16 +258,29 @@ class BrokerApis:
         return (found.name if found is not None else ""), topic_id
 
     def _fetch_partition(
-        self, module: Any, topic: str, wanted: Any, image: Any, bytes_left: int, first: bool
+        self, module: Any, topic: str, wanted: Any, image: Any, bytes_left: int, first: bool,
+        replica_id: int, first_pass: bool,
     ) -> tuple[Partition | None, Any]:
+        """(the partition to park on, or None when answered at once; its PartitionData).
+        A follower (replica_id >= 0) reads up to the log end; its first look records its
+        position or finds that its log diverged (then no records, and no waiting)."""
         try:
             if not topic:
                 raise UnknownTopicId("unknown topic id")
             partition = self.replicas.leader_partition(topic, wanted.partition, image)
             partition.check_epoch(field(wanted, "current_leader_epoch", -1))
+            if replica_id >= 0 and first_pass:
+                seen = self.replicas.follower_fetch(
+                    partition, replica_id, wanted.fetch_offset,
+                    field(wanted, "last_fetched_epoch", -1))
+                if seen.diverged:
+                    return None, self._diverged(module, wanted.partition, partition,
+                                                seen.diverging_epoch,
+                                                seen.diverging_end_offset)
             limit = min(wanted.partition_max_bytes, bytes_left)
             read = self.replicas.read(partition, wanted.fetch_offset, limit,
-                                      min_one_message=first)
+                                      min_one_message=first,
+                                      up_to_high_watermark=replica_id < 0)
         except Exception as error:  # noqa: BLE001 - mapped to the partition's error code
             code, _ = error_of(error)
             if code == ErrorCode.unknown_topic_or_partition and field(wanted, "topic_id"):
@@ -272,6 +299,15 @@ class BrokerApis:
             aborted_transactions=None,
             records=read.records,
         )
+
+    def _diverged(self, module: Any, index: int, partition: Partition, epoch: int,
+                  end_offset: int) -> Any:
+        log_ = partition.log
+        return make(
+            module.PartitionData, partition_index=index, error_code=ErrorCode.none,
+            high_watermark=log_.high_watermark, last_stable_offset=log_.high_watermark,
+            log_start_offset=log_.log_start_offset, aborted_transactions=None, records=b"",
+            diverging_epoch=make(module.EpochEndOffset, epoch=epoch, end_offset=end_offset))
 
     # -- ListOffsets ------------------------------------------------------------------
 

@@ -1,12 +1,32 @@
-"""The broker's partitions: which logs it hosts, which it leads, produce and fetch on them.
+"""The broker's partitions: which logs it hosts, which it leads or follows, and the ISR.
 
 The replica manager follows the metadata image: a delta saying "partition P has replicas R,
 leader L at epoch E" makes this broker create P's log if it is in R and become its leader or
-a follower. Produce appends through the leader's log; the high watermark is the smallest log
-end offset over the ISR (with the ISR {self} of a one-replica partition, every append moves it).
-Fetches read below the high watermark; a fetch that finds less than it asked for waits in the
-fetch purgatory: each partition keeps the futures of fetches parked on it, and an append or a
-high watermark move completes them all, after which each fetch reads again.
+a follower.
+
+Leader. Produce appends through the leader's log. Followers fetch from it (Fetch with their
+replica id): a follower's fetch offset is its log end offset, which the leader records with
+the time it was last caught up (Kafka's rule: a fetch at or past the leader's log end makes
+it caught up now; a fetch at or past the leader's log end of the previous fetch makes it
+caught up as of that previous fetch). The high watermark is the smallest log end offset over
+the ISR (the maximal ISR while an AlterPartition is in flight: the old members during a
+shrink, the old ones and the new one during an expansion); it only moves forward. A fetch
+whose last fetched epoch the leader's epoch cache does not continue gets DivergingEpoch
+(KIP-320) and no records. A new leader records its epoch as starting at its log end before it
+writes anything, so followers of the old epoch are told where that epoch ended here.
+
+ISR (KIP-497). The leader asks the controller to add a follower that has reached the high
+watermark and the start of the current epoch, and (every replica.lag.time.max.ms / 2) to
+drop followers not caught up for replica.lag.time.max.ms. One AlterPartition per partition
+is in flight at a time; its answer (or the metadata record the controller commits, whichever
+comes first) becomes the partition's state.
+
+Follower. A replica fetcher per leader broker (broker.replica_fetcher) fetches from its log
+end and appends the leader's batches as they are, learning the high watermark and log start.
+
+Purgatories. Each partition keeps the futures of requests parked on it: a fetch that found
+less than it asked for, a produce with acks=all waiting for the high watermark. An append,
+a high watermark move or a leadership change completes them all; each then looks again.
 """
 
 from __future__ import annotations
@@ -14,24 +34,111 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from kio.schema.alter_partition.v3 import request as alter_request
+from kio.schema.errors import ErrorCode
 
 from pykraft.errors import (
     FencedLeaderEpoch,
     InvalidRequiredAcks,
     KafkaStorageError,
+    NotEnoughReplicas,
+    NotEnoughReplicasAfterAppend,
     NotLeaderOrFollower,
+    RequestTimedOut,
     UnknownLeaderEpoch,
     UnknownTopicOrPartition,
 )
 from pykraft.metadata.image import MetadataDelta, MetadataImage
 from pykraft.metadata.registrations import ConfigResourceType, PartitionRegistration
+from pykraft.protocol.entities import make
 from pykraft.storage.log import AppendInfo, Log, ReadInfo
 from pykraft.storage.log_config import LogConfig
 from pykraft.storage.log_manager import LogManager
 
 log = logging.getLogger(__name__)
+
+NO_LEADER = -1
+DEFAULT_REPLICA_LAG_TIME_MAX_MS = 30_000
+
+
+@dataclass(slots=True)
+class FollowerState:
+    """What the leader knows of one follower, from its fetches."""
+
+    log_end_offset: int = -1  # its last fetch offset; -1 until it fetches this epoch
+    last_fetch_ms: int = -1
+    last_fetch_leader_end: int = -1  # the leader's log end at that fetch
+    last_caught_up_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class IsrUpdate:
+    """One AlterPartition item: the leader's proposal for a partition's ISR."""
+
+    topic: str
+    topic_id: uuid.UUID
+    partition: int
+    leader_epoch: int
+    partition_epoch: int
+    new_isr: tuple[int, ...]
+    broker_epochs: tuple[int, ...]  # of each new ISR member, -1 when unknown
+
+
+@dataclass(frozen=True, slots=True)
+class IsrUpdateResult:
+    """The controller's answer for one partition (error_code 0: the committed state)."""
+
+    error_code: int
+    leader_id: int = NO_LEADER
+    leader_epoch: int = -1
+    isr: tuple[int, ...] = ()
+    partition_epoch: int = -1
+
+
+AlterPartitionSender = Callable[[IsrUpdate], Awaitable[IsrUpdateResult]]
+ALTER_PARTITION_VERSION = 3  # topic ids, ISR members with their broker epochs (KIP-903)
+
+
+def alter_partition_request(update: IsrUpdate, broker_id: int, broker_epoch: int) -> Any:
+    """The AlterPartition (API 56) v3 request a leader sends for one partition."""
+    return make(alter_request.AlterPartitionRequest,
+        broker_id=broker_id, broker_epoch=broker_epoch,
+        topics=(make(alter_request.TopicData, topic_id=update.topic_id, partitions=(
+            make(alter_request.PartitionData,
+                partition_index=update.partition, leader_epoch=update.leader_epoch,
+                new_isr_with_epochs=tuple(
+                    make(alter_request.BrokerState, broker_id=r, broker_epoch=e)
+                    for r, e in zip(update.new_isr, update.broker_epochs, strict=True)),
+                leader_recovery_state=0, partition_epoch=update.partition_epoch),)),))
+
+
+def alter_partition_result(update: IsrUpdate, response: Any) -> IsrUpdateResult:
+    """The answer for `update`'s partition; a top-level error stands for every partition
+    (NOT_CONTROLLER among them: the caller's retry finds the new controller)."""
+    if response.error_code != 0:
+        return IsrUpdateResult(int(response.error_code))
+    for topic in response.topics:
+        if topic.topic_id != update.topic_id:
+            continue
+        for answer in topic.partitions:
+            if answer.partition_index == update.partition:
+                return IsrUpdateResult(int(answer.error_code), int(answer.leader_id),
+                                       int(answer.leader_epoch),
+                                       tuple(int(r) for r in answer.isr),
+                                       int(answer.partition_epoch))
+    return IsrUpdateResult(int(ErrorCode.unknown_topic_or_partition))
+
+
+class FetcherControl(Protocol):
+    """The replica fetchers, as the replica manager drives them (broker.replica_fetcher)."""
+
+    def follow(self, partition: Partition) -> None: ...
+
+    def unfollow(self, partition: Partition) -> None: ...
 
 
 @dataclass(slots=True, eq=False)
@@ -44,7 +151,11 @@ class Partition:
     leader_epoch: int
     replicas: tuple[int, ...]
     isr: tuple[int, ...]
+    partition_epoch: int = -1
     waiters: list[asyncio.Future[None]] = field(default_factory=list)
+    followers: dict[int, FollowerState] = field(default_factory=dict)
+    leader_epoch_start_offset: int = -1  # where this broker's leadership began
+    pending_isr: tuple[int, ...] | None = None  # an AlterPartition in flight
 
     def wake_waiters(self) -> None:
         waiters, self.waiters = self.waiters, []
@@ -64,6 +175,29 @@ class Partition:
             f"epoch {current_leader_epoch} is newer than the leader's {self.leader_epoch}"
         )
 
+    @property
+    def maximal_isr(self) -> tuple[int, ...]:
+        """The ISR, widened by a pending expansion (a pending shrink keeps the old one)."""
+        if self.pending_isr is None:
+            return self.isr
+        return self.isr + tuple(r for r in self.pending_isr if r not in self.isr)
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.index}"
+
+
+@dataclass(frozen=True, slots=True)
+class FollowerFetch:
+    """The leader's view of one partition of a follower's fetch."""
+
+    diverging_epoch: int = -1  # with diverging_end_offset: set when the logs diverge
+    diverging_end_offset: int = -1
+
+    @property
+    def diverged(self) -> bool:
+        return self.diverging_epoch != -1 or self.diverging_end_offset != -1
+
 
 class ReplicaManager:
     def __init__(
@@ -77,12 +211,20 @@ class ReplicaManager:
         self.log_manager = log_manager
         self.server_configs = server_configs
         self.now_ms = now_ms
+        self.replica_lag_time_max_ms = int(
+            server_configs.get("replica.lag.time.max.ms") or DEFAULT_REPLICA_LAG_TIME_MAX_MS)
+        self.fetchers: FetcherControl | None = None
+        self.alter_partition: AlterPartitionSender | None = None
+        self.retry_backoff_ms = 100
         self._partitions: dict[tuple[str, int], Partition] = {}
+        self._image: MetadataImage | None = None
+        self._alter_tasks: set[asyncio.Task[None]] = set()
 
     # -- following the metadata image --------------------------------------------------
 
     def apply_delta(self, delta: MetadataDelta, image: MetadataImage) -> None:
         """Publisher: act on what changed for this broker, never on a diff of whole images."""
+        self._image = image
         changes = delta.local_changes(self.node_id)
         for deleted in changes.deletes:
             self._remove(deleted.topic, deleted.partition)
@@ -97,6 +239,10 @@ class ReplicaManager:
             for partition in self._partitions.values():
                 if partition.topic == resource.resource_name:
                     partition.log.update_config(config)
+        if delta.changed_brokers:  # a fenced broker's ISR entry cannot be re-added
+            for partition in self._partitions.values():
+                if partition.leader_id == self.node_id:
+                    partition.wake_waiters()
 
     def _log_config(self, image: MetadataImage, topic: str) -> LogConfig:
         overrides = image.configs.get(ConfigResourceType.TOPIC, topic)
@@ -112,19 +258,54 @@ class ReplicaManager:
             partition_log = self.log_manager.get_or_create_log(
                 topic, index, topic_id=topic_id, config=config, now_ms=self.now_ms()
             )
-            partition = Partition(topic, topic_id, index, partition_log, -1, -1, (), ())
+            partition = Partition(topic, topic_id, index, partition_log, NO_LEADER, -1, (), ())
             self._partitions[key] = partition
+        was_leader = partition.leader_id == self.node_id
+        new_epoch = registration.leader_epoch != partition.leader_epoch
         partition.leader_id = registration.leader
         partition.leader_epoch = registration.leader_epoch
         partition.replicas = registration.replicas
         partition.isr = registration.isr
+        partition.partition_epoch = registration.partition_epoch
+        partition.pending_isr = None  # the committed state supersedes any proposal
         if partition.leader_id == self.node_id:
+            if not was_leader or new_epoch:
+                self._become_leader(partition)
             self._maybe_advance_high_watermark(partition)
+        elif not was_leader and not new_epoch:
+            pass  # an ISR change seen by a follower: nothing to do
+        else:
+            partition.followers.clear()
+            partition.leader_epoch_start_offset = -1
+            if self.fetchers is not None:
+                if partition.leader_id >= 0:
+                    self.fetchers.follow(partition)
+                else:
+                    self.fetchers.unfollow(partition)
         partition.wake_waiters()
+
+    def _become_leader(self, partition: Partition) -> None:
+        """Kafka's makeLeader: the epoch starts at the log end; followers' positions are
+        unknown until they fetch; ISR members count as caught up now."""
+        if self.fetchers is not None:
+            self.fetchers.unfollow(partition)
+        now = self.now_ms()
+        partition.log.assign_epoch_start(partition.leader_epoch)
+        partition.leader_epoch_start_offset = partition.log.log_end_offset
+        partition.followers = {
+            replica: FollowerState(last_caught_up_ms=now if replica in partition.isr else 0)
+            for replica in partition.replicas if replica != self.node_id
+        }
+        log.debug("broker %d leads %s at epoch %d from offset %d (ISR %s)", self.node_id,
+                 partition.name, partition.leader_epoch, partition.leader_epoch_start_offset,
+                 list(partition.isr))
 
     def _remove(self, topic: str, index: int) -> None:
         partition = self._partitions.pop((topic, index), None)
         if partition is not None:
+            if self.fetchers is not None:
+                self.fetchers.unfollow(partition)
+            partition.leader_id = NO_LEADER
             partition.wake_waiters()
         self.log_manager.delete_log(topic, index)
 
@@ -155,33 +336,64 @@ class ReplicaManager:
     def append(self, partition: Partition, records: bytes, acks: int) -> AppendInfo:
         if acks not in (-1, 0, 1):
             raise InvalidRequiredAcks(f"acks={acks}; use -1, 0 or 1")
+        min_isr = partition.log.config.min_insync_replicas
+        if acks == -1 and len(partition.isr) < min_isr:
+            raise NotEnoughReplicas(
+                f"the ISR of {partition.name} is {list(partition.isr)}, fewer than "
+                f"min.insync.replicas={min_isr}")
         try:
             info = partition.log.append_as_leader(
                 bytearray(records), leader_epoch=partition.leader_epoch, now_ms=self.now_ms()
             )
         except OSError as error:
-            raise KafkaStorageError(f"cannot append to {partition.topic}-{partition.index}: "
-                                    f"{error}") from error
+            raise KafkaStorageError(f"cannot append to {partition.name}: {error}") from error
         self._maybe_advance_high_watermark(partition)
         partition.wake_waiters()
         return info
 
-    def _maybe_advance_high_watermark(self, partition: Partition) -> None:
-        """HW = min log end offset over the ISR; this broker's is the only one known yet."""
-        if tuple(partition.isr) == (self.node_id,) or not partition.isr:
-            partition.log.update_high_watermark(partition.log.log_end_offset)
+    def _maybe_advance_high_watermark(self, partition: Partition) -> bool:
+        """HW = min log end offset over the (maximal) ISR; it never moves back."""
+        if partition.leader_id != self.node_id:
+            return False
+        high_watermark = partition.log.log_end_offset
+        for replica in partition.maximal_isr:
+            if replica == self.node_id:
+                continue
+            state = partition.followers.get(replica)
+            if state is None or state.log_end_offset < 0:
+                return False  # a member whose position is not known yet holds it back
+            high_watermark = min(high_watermark, state.log_end_offset)
+        return partition.log.maybe_increment_high_watermark(high_watermark)
 
     async def wait_for_high_watermark(
         self, pending: list[tuple[Partition, int]], timeout_ms: int
     ) -> None:
-        """Park an acks=all produce until each partition's HW passes its last offset."""
+        """Park an acks=all produce until each partition's HW passes its last offset (or
+        the partition is no longer led here)."""
         deadline = asyncio.get_running_loop().time() + timeout_ms / 1000
+        epochs = {id(p): p.leader_epoch for p, _ in pending}
         while True:
-            waiting = [(p, end) for p, end in pending if p.log.high_watermark < end]
+            waiting = [(p, end) for p, end in pending
+                       if p.log.high_watermark < end and p.leader_id == self.node_id
+                       and p.leader_epoch == epochs[id(p)]]
             remaining = deadline - asyncio.get_running_loop().time()
             if not waiting or remaining <= 0:
                 return
             await _park([p for p, _ in waiting], remaining)
+
+    def check_acks_all(self, partition: Partition, leader_epoch: int, end: int) -> None:
+        """After the wait: raise the error an acks=all produce ending at `end` gets, if any
+        (Kafka's checkEnoughReplicasReachOffset)."""
+        if partition.leader_id != self.node_id or partition.leader_epoch != leader_epoch:
+            raise NotLeaderOrFollower(f"broker {self.node_id} no longer leads {partition.name}")
+        if partition.log.high_watermark < end:
+            raise RequestTimedOut(f"the ISR of {partition.name} did not reach offset {end} "
+                                  f"in time")
+        min_isr = partition.log.config.min_insync_replicas
+        if len(partition.isr) < min_isr:
+            raise NotEnoughReplicasAfterAppend(
+                f"the ISR of {partition.name} shrank to {list(partition.isr)}, below "
+                f"min.insync.replicas={min_isr}")
 
     # -- fetch ------------------------------------------------------------------------
 
@@ -203,6 +415,163 @@ class ReplicaManager:
         """The fetch purgatory: return when any partition changes or the wait times out."""
         if timeout_ms > 0:
             await _park(list(partitions), timeout_ms / 1000)
+
+    def follower_fetch(
+        self, partition: Partition, replica_id: int, fetch_offset: int, last_fetched_epoch: int,
+    ) -> FollowerFetch:
+        """A follower's fetch of `partition` (led here), before its records are read: the
+        diverging epoch if its log left ours, else its position is recorded (KIP-320;
+        Kafka's Partition.fetchRecords for followers)."""
+        if replica_id not in partition.replicas:
+            raise NotLeaderOrFollower(
+                f"broker {replica_id} is not a replica of {partition.name}")
+        if last_fetched_epoch >= 0:
+            epoch, end_offset = partition.log.end_offset_for_epoch(last_fetched_epoch)
+            if epoch < last_fetched_epoch or end_offset < fetch_offset:
+                return FollowerFetch(epoch, end_offset)
+        if not (partition.log.log_start_offset <= fetch_offset
+                <= partition.log.log_end_offset):
+            partition.log.read(fetch_offset, 0)  # raises OffsetOutOfRange
+        self.update_follower(partition, replica_id, fetch_offset)
+        return FollowerFetch()
+
+    def update_follower(self, partition: Partition, replica_id: int, fetch_offset: int) -> None:
+        now = self.now_ms()
+        state = partition.followers.setdefault(replica_id, FollowerState())
+        leader_end = partition.log.log_end_offset
+        if fetch_offset >= leader_end:
+            state.last_caught_up_ms = max(state.last_caught_up_ms, now)
+        elif fetch_offset >= state.last_fetch_leader_end >= 0:
+            state.last_caught_up_ms = max(state.last_caught_up_ms, state.last_fetch_ms)
+        state.log_end_offset = fetch_offset
+        state.last_fetch_ms = now
+        state.last_fetch_leader_end = leader_end
+        self._maybe_expand_isr(partition, replica_id, state)
+        if self._maybe_advance_high_watermark(partition):
+            partition.wake_waiters()
+
+    # -- ISR changes (KIP-497) ------------------------------------------------------------
+
+    def _broker_eligible(self, broker_id: int) -> bool:
+        """Registered, unfenced and not shutting down: the controller refuses others."""
+        image = self._image
+        if image is None:
+            return True
+        broker = image.cluster.brokers.get(broker_id)
+        return broker is not None and not broker.fenced and not broker.in_controlled_shutdown
+
+    def _broker_epoch(self, broker_id: int) -> int:
+        image = self._image
+        broker = image.cluster.brokers.get(broker_id) if image is not None else None
+        return broker.epoch if broker is not None else -1
+
+    def _maybe_expand_isr(self, partition: Partition, replica_id: int,
+                          state: FollowerState) -> None:
+        if (partition.pending_isr is not None or replica_id in partition.isr
+                or partition.leader_id != self.node_id):
+            return
+        caught_up = (state.log_end_offset >= partition.log.high_watermark
+                     and state.log_end_offset >= partition.leader_epoch_start_offset)
+        if caught_up and self._broker_eligible(replica_id):
+            new_isr = tuple(r for r in partition.replicas
+                            if r in partition.isr or r == replica_id)
+            log.info("%s: adding broker %d to the ISR %s (at offset %d)", partition.name,
+                     replica_id, list(partition.isr), state.log_end_offset)
+            self._propose_isr(partition, new_isr)
+
+    def out_of_sync_replicas(self, partition: Partition, now_ms: int) -> tuple[int, ...]:
+        """ISR members (not the leader) not caught up for replica.lag.time.max.ms."""
+        return tuple(
+            replica for replica in partition.isr
+            if replica != self.node_id and now_ms - partition.followers.get(
+                replica, FollowerState()).last_caught_up_ms > self.replica_lag_time_max_ms)
+
+    def maybe_shrink_isr(self) -> int:
+        """The periodic check: propose dropping lagging followers; return how many
+        partitions got a proposal."""
+        now = self.now_ms()
+        proposed = 0
+        for partition in list(self._partitions.values()):
+            if partition.leader_id != self.node_id or partition.pending_isr is not None:
+                continue
+            lagging = self.out_of_sync_replicas(partition, now)
+            if not lagging:
+                continue
+            new_isr = tuple(r for r in partition.isr if r not in lagging)
+            log.info("%s: removing %s from the ISR %s (not caught up for %d ms)",
+                     partition.name, list(lagging), list(partition.isr),
+                     self.replica_lag_time_max_ms)
+            self._propose_isr(partition, new_isr)
+            proposed += 1
+        return proposed
+
+    async def run_isr_checks(self) -> None:
+        """Every replica.lag.time.max.ms / 2, as Kafka's isr-expiration task."""
+        interval_s = max(0.01, self.replica_lag_time_max_ms / 2000)
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                self.maybe_shrink_isr()
+            except Exception:
+                log.exception("ISR check failed")
+
+    def _propose_isr(self, partition: Partition, new_isr: tuple[int, ...]) -> None:
+        if self.alter_partition is None:
+            return
+        partition.pending_isr = new_isr
+        update = IsrUpdate(partition.topic, partition.topic_id, partition.index,
+                           partition.leader_epoch, partition.partition_epoch, new_isr,
+                           tuple(self._broker_epoch(r) for r in new_isr))
+        task = asyncio.get_running_loop().create_task(
+            self._send_isr_update(partition, update), name=f"alter-partition-{partition.name}")
+        self._alter_tasks.add(task)
+        task.add_done_callback(self._alter_tasks.discard)
+
+    async def _send_isr_update(self, partition: Partition, update: IsrUpdate) -> None:
+        """Send until answered while the proposal still stands; apply the answer."""
+        sender = self.alter_partition
+        assert sender is not None
+        while self._proposal_stands(partition, update):
+            try:
+                result = await sender(update)
+            except Exception as error:  # noqa: BLE001 - the controller is unreachable: retry
+                log.info("%s: AlterPartition not answered (%s); retrying", partition.name,
+                         error)
+                await asyncio.sleep(self.retry_backoff_ms / 1000)
+                continue
+            if self._proposal_stands(partition, update):
+                self.handle_isr_result(partition, update, result)
+            return
+
+    def _proposal_stands(self, partition: Partition, update: IsrUpdate) -> bool:
+        return (self._partitions.get((partition.topic, partition.index)) is partition
+                and partition.pending_isr == update.new_isr
+                and partition.leader_epoch == update.leader_epoch
+                and partition.partition_epoch == update.partition_epoch)
+
+    def handle_isr_result(self, partition: Partition, update: IsrUpdate,
+                          result: IsrUpdateResult) -> None:
+        """The committed state on success; on a refusal the proposal is dropped and the
+        partition waits for the metadata (Kafka retries only what a retry can cure)."""
+        partition.pending_isr = None
+        if result.error_code != 0:
+            log.info("%s: AlterPartition %s refused with error %d", partition.name,
+                     list(update.new_isr), result.error_code)
+            return
+        if (result.leader_epoch != partition.leader_epoch
+                or result.partition_epoch <= partition.partition_epoch):
+            return  # stale: the metadata already moved past it
+        partition.isr = result.isr
+        partition.partition_epoch = result.partition_epoch
+        log.info("%s: ISR now %s (partition epoch %d)", partition.name, list(result.isr),
+                 result.partition_epoch)
+        self._maybe_advance_high_watermark(partition)
+        partition.wake_waiters()
+
+    async def close(self) -> None:
+        for task in list(self._alter_tasks):
+            task.cancel()
+        await asyncio.gather(*self._alter_tasks, return_exceptions=True)
 
 
 async def _park(partitions: list[Partition], timeout_s: float) -> None:

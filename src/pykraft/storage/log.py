@@ -417,6 +417,17 @@ class Log:
     def _assign_epoch(self, epoch: int, start_offset: int) -> None:
         self.leader_epoch_cache.assign(epoch, start_offset)
 
+    def assign_epoch_start(self, epoch: int) -> None:
+        """A new leader's epoch begins at the log end (KIP-101): recorded at once, before it
+        writes anything, so a follower asking where an older epoch ended is told here."""
+        self._assign_epoch(epoch, self._log_end_offset)
+
+    @property
+    def latest_epoch(self) -> int:
+        """The epoch of the last batch (or of a leadership begun since); -1 if none."""
+        latest = self.leader_epoch_cache.latest_epoch
+        return -1 if latest is None else latest
+
     def _maybe_flush_after_append(self, now_ms: int | None) -> None:
         config = self._config
         if self._log_end_offset - self._recovery_point >= config.flush_messages:

@@ -1,0 +1,453 @@
+"""Replica fetchers: a follower's side of partition replication.
+
+One fetcher task per source broker (the leader of the partitions it carries) batches every
+partition this broker follows from that leader into one Fetch (v15: replica id and broker
+epoch in ReplicaState, topic ids, the current leader epoch, the fetch offset = the follower's
+log end offset, the epoch of its last batch, its log start offset). For each partition of
+the answer, as Kafka's fetcher does with truncation on fetch (KIP-320, KIP-595 data plane):
+
+- records: appended as they are (`Log.append_as_follower`: the leader's offsets and epochs,
+  the epochs recorded in leader-epoch-checkpoint); then the high watermark becomes
+  min(leader's high watermark, own log end) and the log start follows the leader's;
+- DivergingEpoch (epoch E ended at offset X on the leader): the follower truncates to
+  `truncation_offset` (the end of its own largest epoch <= E, capped by X) and fetches
+  again, with its new last epoch, until the leader accepts it;
+- OFFSET_OUT_OF_RANGE: the leader's log start and high watermark are read (ListOffsets with
+  the replica id): a log that ends below the leader's start is emptied and restarted there;
+  one that ends above the leader's high watermark is cut back to it;
+- FENCED_LEADER_EPOCH: the follower is behind the metadata: the partition waits until the
+  metadata moves it (a new leader epoch makes the replica manager call `follow` again);
+- NOT_LEADER_OR_FOLLOWER, UNKNOWN_LEADER_EPOCH and other errors, and a broken connection:
+  the partition (or the whole fetcher) backs off replica.fetch.backoff.ms and retries.
+
+A fetcher never becomes follower by truncating to its high watermark: the first fetch from
+a new leader starts at the log end with the last epoch, and the leader's diverging-epoch
+answer says how much to cut (Kafka's KRaft-mode makeFollower does the same).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import logging
+import math
+import struct
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v15 import request as fetch_request
+from kio.schema.list_offsets.v7 import request as list_offsets_request
+
+from pykraft.broker.replica_manager import Partition
+from pykraft.errors import KafkaError
+from pykraft.protocol.api import ApiKey
+from pykraft.protocol.entities import make
+from pykraft.protocol.framing import FrameError, decode_response, encode_request
+from pykraft.records.batch import iter_headers
+from pykraft.storage.leader_epoch import UNDEFINED_EPOCH
+from pykraft.storage.log import Log
+
+log = logging.getLogger(__name__)
+
+FETCH_VERSION: Final = 15
+LIST_OFFSETS_VERSION: Final = 7
+EARLIEST_TIMESTAMP: Final = -2
+LATEST_TIMESTAMP: Final = -1
+_SIZE: Final = struct.Struct(">i")
+RESPONSE_BYTES_MAX: Final = 200 * 1024 * 1024
+# errors after which the partition waits for the metadata to move it
+_WAIT_FOR_METADATA: Final = frozenset({ErrorCode.fenced_leader_epoch})
+
+
+@dataclass(frozen=True, slots=True)
+class FetcherConfig:
+    wait_max_ms: int = 500
+    min_bytes: int = 1
+    max_bytes: int = 1024 * 1024  # per partition
+    response_max_bytes: int = 10 * 1024 * 1024
+    backoff_ms: int = 1000
+    socket_timeout_ms: int = 30_000
+
+    @classmethod
+    def from_configs(cls, configs: Mapping[str, str]) -> FetcherConfig:
+        def get(key: str, default: int) -> int:
+            value = configs.get(key)
+            return int(value) if value not in (None, "") else default
+
+        default = cls()
+        return cls(
+            wait_max_ms=get("replica.fetch.wait.max.ms", default.wait_max_ms),
+            min_bytes=get("replica.fetch.min.bytes", default.min_bytes),
+            max_bytes=get("replica.fetch.max.bytes", default.max_bytes),
+            response_max_bytes=get("replica.fetch.response.max.bytes",
+                                   default.response_max_bytes),
+            backoff_ms=get("replica.fetch.backoff.ms", default.backoff_ms),
+            socket_timeout_ms=get("replica.socket.timeout.ms", default.socket_timeout_ms),
+        )
+
+
+# -- the follower's decisions (no I/O) ---------------------------------------------------
+
+
+def truncation_offset(log_: Log, diverging_epoch: int, diverging_end_offset: int) -> int:
+    """Where a follower cuts its log when the leader says "epoch E ended at X" (Kafka's
+    getOffsetTruncationState): no offset known -> the high watermark; no epoch -> min(X,
+    log end); else the follower's own end of its largest epoch <= E, and X too when that
+    epoch is E itself (a smaller one means the next fetch checks again, from there)."""
+    end = log_.log_end_offset
+    if diverging_end_offset < 0:
+        return min(log_.high_watermark, end)
+    if diverging_epoch == UNDEFINED_EPOCH:
+        return min(diverging_end_offset, end)
+    own_epoch, own_end = log_.end_offset_for_epoch(diverging_epoch)
+    if own_epoch == UNDEFINED_EPOCH:
+        return min(diverging_end_offset, end)
+    if own_epoch != diverging_epoch:
+        return min(own_end, end)
+    return min(diverging_end_offset, own_end, end)
+
+
+def append_from_leader(log_: Log, records: bytes, now_ms: int) -> int:
+    """Append the whole batches of a fetch answer at the log end; return the bytes written.
+    Batches wholly below the log end are skipped; one that straddles it (the log was cut
+    inside a batch) replaces what is left of it."""
+    end = log_.log_end_offset
+    start = None
+    for position, header in iter_headers(records):
+        if header.last_offset >= end:
+            if header.base_offset < end:
+                log_.truncate_to(header.base_offset)
+            start = position
+            break
+    if start is None:
+        return 0
+    data = memoryview(records)[start:]
+    consumed = 0
+    for position, header in iter_headers(data):
+        consumed = position + header.size
+    if consumed == 0:
+        return 0
+    log_.append_as_follower(bytes(data[:consumed]), now_ms=now_ms)
+    return consumed
+
+
+def learn_from_leader(log_: Log, high_watermark: int, log_start_offset: int) -> None:
+    """The leader's high watermark (capped by our log end) and log start."""
+    if high_watermark >= 0:
+        log_.update_high_watermark(high_watermark)
+    if log_start_offset > log_.log_start_offset:
+        log_.maybe_increment_log_start_offset(min(log_start_offset, log_.high_watermark))
+
+
+# -- the connection ---------------------------------------------------------------------
+
+
+class BrokerConnection:
+    """One TCP connection to a broker listener; one request at a time."""
+
+    def __init__(self, address: Callable[[], tuple[str, int] | None], client_id: str,
+                 timeout_ms: int) -> None:
+        self.address = address
+        self.client_id = client_id
+        self.timeout_ms = timeout_ms
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._correlation_id = 0
+
+    async def request(self, api_key: int, api_version: int, request: Any,
+                      extra_timeout_ms: int = 0) -> Any:
+        try:
+            async with asyncio.timeout((self.timeout_ms + extra_timeout_ms) / 1000):
+                return await self._exchange(api_key, api_version, request)
+        except BaseException:
+            self.close()
+            raise
+
+    async def _exchange(self, api_key: int, api_version: int, request: Any) -> Any:
+        if self._writer is None:
+            address = self.address()
+            if address is None:
+                raise ConnectionError("the leader has no known address")
+            self._reader, self._writer = await asyncio.open_connection(*address)
+        reader, writer = self._reader, self._writer
+        assert reader is not None
+        self._correlation_id = (self._correlation_id + 1) & 0x7FFFFFFF
+        writer.write(encode_request(api_key, api_version, self._correlation_id,
+                                    self.client_id, request))
+        await writer.drain()
+        (size,) = _SIZE.unpack(await reader.readexactly(4))
+        if not 4 <= size <= RESPONSE_BYTES_MAX:
+            raise FrameError(f"response of {size} bytes")
+        frame = await reader.readexactly(size)
+        correlation_id, answer = decode_response(api_key, api_version, frame)
+        if correlation_id != self._correlation_id:
+            raise FrameError(f"correlation id {correlation_id}, expected {self._correlation_id}")
+        return answer
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        self._reader = self._writer = None
+
+
+# -- one fetcher per leader -----------------------------------------------------------
+
+
+@dataclass(slots=True, eq=False)
+class FetchState:
+    partition: Partition
+    leader_epoch: int  # the epoch this state follows; answers for another are dropped
+    delayed_until: float = 0.0  # loop time; math.inf: until the metadata moves it
+    reset_needed: bool = False  # OFFSET_OUT_OF_RANGE: ask the leader where its log lies
+
+
+class ReplicaFetcher:
+    def __init__(
+        self, node_id: int, leader_id: int, connection: BrokerConnection,
+        config: FetcherConfig, broker_epoch: Callable[[], int], now_ms: Callable[[], int],
+    ) -> None:
+        self.node_id = node_id
+        self.leader_id = leader_id
+        self.connection = connection
+        self.config = config
+        self.broker_epoch = broker_epoch
+        self.now_ms = now_ms
+        self.states: dict[tuple[str, int], FetchState] = {}
+        self._wake = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+
+    def add(self, partition: Partition) -> None:
+        self.states[(partition.topic, partition.index)] = FetchState(
+            partition, partition.leader_epoch)
+        self._wake.set()
+
+    def remove(self, partition: Partition) -> None:
+        state = self.states.get((partition.topic, partition.index))
+        if state is not None and state.partition is partition:
+            del self.states[(partition.topic, partition.index)]
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            now = loop.time()
+            ready = [s for s in self.states.values() if s.delayed_until <= now]
+            if not ready:
+                self._wake.clear()
+                wake_at = min((s.delayed_until for s in self.states.values()),
+                              default=math.inf)
+                timeout = None if wake_at == math.inf else max(0.0, wake_at - now)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(timeout):
+                        await self._wake.wait()
+                continue
+            try:
+                for state in [s for s in ready if s.reset_needed]:
+                    await self._reset_offset(state)
+                fetchable = [s for s in ready if not s.reset_needed and self._current(s)]
+                if fetchable:
+                    await self._fetch(fetchable)
+            except asyncio.CancelledError:
+                raise
+            except (OSError, TimeoutError, asyncio.IncompleteReadError, FrameError,
+                    ConnectionError) as error:
+                log.info("broker %d: fetch from leader %d failed (%s); retrying in %d ms",
+                         self.node_id, self.leader_id, error or type(error).__name__,
+                         self.config.backoff_ms)
+                self._delay(ready, self.config.backoff_ms)
+            except Exception:
+                log.exception("broker %d: fetch from leader %d failed", self.node_id,
+                              self.leader_id)
+                self._delay(ready, self.config.backoff_ms)
+
+    def _current(self, state: FetchState) -> bool:
+        """The state still follows what the replica manager says about its partition."""
+        partition = self.states.get((state.partition.topic, state.partition.index))
+        return (partition is state and state.partition.leader_id == self.leader_id
+                and state.partition.leader_epoch == state.leader_epoch)
+
+    def _delay(self, states: list[FetchState], delay_ms: int) -> None:
+        until = asyncio.get_running_loop().time() + delay_ms / 1000
+        for state in states:
+            if state.delayed_until != math.inf:
+                state.delayed_until = until
+
+    def build_request(self, states: list[FetchState]) -> tuple[Any, list[tuple[FetchState,
+                                                                                int]]]:
+        by_topic: dict[Any, list[Any]] = {}
+        sent = []
+        for state in states:
+            partition = state.partition
+            log_ = partition.log
+            fetch_offset = log_.log_end_offset
+            sent.append((state, fetch_offset))
+            by_topic.setdefault(partition.topic_id, []).append(make(fetch_request.FetchPartition,
+                partition=partition.index, current_leader_epoch=state.leader_epoch,
+                fetch_offset=fetch_offset, last_fetched_epoch=log_.latest_epoch,
+                log_start_offset=log_.log_start_offset,
+                partition_max_bytes=self.config.max_bytes))
+        request = make(fetch_request.FetchRequest,
+            replica_state=make(fetch_request.ReplicaState, replica_id=self.node_id,
+                                                     replica_epoch=self.broker_epoch()),
+            max_wait=_timedelta_ms(self.config.wait_max_ms), min_bytes=self.config.min_bytes,
+            max_bytes=self.config.response_max_bytes, isolation_level=0, session_id=0,
+            session_epoch=-1,
+            topics=tuple(make(fetch_request.FetchTopic, topic_id=topic_id, partitions=tuple(parts))
+                         for topic_id, parts in by_topic.items()),
+            forgotten_topics_data=(), rack_id="")
+        return request, sent
+
+    async def _fetch(self, states: list[FetchState]) -> None:
+        request, sent = self.build_request(states)
+        response = await self.connection.request(ApiKey.FETCH, FETCH_VERSION, request,
+                                                  extra_timeout_ms=self.config.wait_max_ms)
+        if response.error_code != ErrorCode.none:
+            log.info("broker %d: leader %d answered the fetch with %s", self.node_id,
+                     self.leader_id, response.error_code.name)
+            self._delay(states, self.config.backoff_ms)
+            return
+        self.handle_response(sent, response)
+
+    def handle_response(self, sent: list[tuple[FetchState, int]], response: Any) -> None:
+        answers = {(topic.topic_id, data.partition_index): data
+                   for topic in response.responses for data in topic.partitions}
+        for state, fetch_offset in sent:
+            data = answers.get((state.partition.topic_id, state.partition.index))
+            if data is None or not self._current(state):
+                continue
+            if state.partition.log.log_end_offset != fetch_offset:
+                continue  # the log moved meanwhile (truncated): the answer is stale
+            try:
+                self.handle_partition(state, data)
+            except KafkaError as error:
+                log.warning("broker %d: %s from leader %d: %s", self.node_id,
+                            state.partition.name, self.leader_id, error)
+                self._delay([state], self.config.backoff_ms)
+
+    def handle_partition(self, state: FetchState, data: Any) -> None:
+        partition = state.partition
+        log_ = partition.log
+        code = data.error_code
+        if code == ErrorCode.none:
+            diverging = data.diverging_epoch
+            if diverging.epoch != -1 or diverging.end_offset != -1:
+                offset = truncation_offset(log_, diverging.epoch, diverging.end_offset)
+                log.info("broker %d: %s diverged from leader %d (its epoch %d ended at %d); "
+                         "truncating from %d to %d", self.node_id, partition.name,
+                         self.leader_id, diverging.epoch, diverging.end_offset,
+                         log_.log_end_offset, offset)
+                log_.truncate_to(offset)
+                return
+            if data.records:
+                append_from_leader(log_, bytes(data.records), self.now_ms())
+            learn_from_leader(log_, data.high_watermark, data.log_start_offset)
+            partition.wake_waiters()
+        elif code == ErrorCode.offset_out_of_range:
+            state.reset_needed = True
+        elif code in _WAIT_FOR_METADATA:
+            log.info("broker %d: %s: leader %d answers %s; waiting for the metadata",
+                     self.node_id, partition.name, self.leader_id, code.name)
+            state.delayed_until = math.inf
+        else:
+            log.info("broker %d: %s: leader %d answers %s; retrying in %d ms", self.node_id,
+                     partition.name, self.leader_id, code.name, self.config.backoff_ms)
+            self._delay([state], self.config.backoff_ms)
+
+    async def _reset_offset(self, state: FetchState) -> None:
+        """OFFSET_OUT_OF_RANGE: restart below the leader's log start; cut back to its high
+        watermark what lies above it."""
+        earliest = await self._leader_offset(state, EARLIEST_TIMESTAMP)
+        latest = await self._leader_offset(state, LATEST_TIMESTAMP)
+        if earliest is None or latest is None or not self._current(state):
+            self._delay([state], self.config.backoff_ms)
+            return
+        log_ = state.partition.log
+        end = log_.log_end_offset
+        if end < earliest:
+            log.info("broker %d: %s ends at %d, below leader %d's log start %d: restarting "
+                     "the log there", self.node_id, state.partition.name, end, self.leader_id,
+                     earliest)
+            log_.truncate_fully_and_start_at(earliest, now_ms=self.now_ms())
+        elif end > latest:
+            log.info("broker %d: %s ends at %d, above leader %d's high watermark %d: "
+                     "truncating", self.node_id, state.partition.name, end, self.leader_id,
+                     latest)
+            log_.truncate_to(latest)
+        state.reset_needed = False
+
+    async def _leader_offset(self, state: FetchState, timestamp: int) -> int | None:
+        partition = state.partition
+        request = make(list_offsets_request.ListOffsetsRequest,
+            replica_id=self.node_id, isolation_level=0,
+            topics=(make(list_offsets_request.ListOffsetsTopic,
+                name=partition.topic, partitions=(make(list_offsets_request.ListOffsetsPartition,
+                    partition_index=partition.index, current_leader_epoch=state.leader_epoch,
+                    timestamp=timestamp),)),))
+        response = await self.connection.request(ApiKey.LIST_OFFSETS, LIST_OFFSETS_VERSION,
+                                                  request)
+        for topic in response.topics:
+            for answer in topic.partitions:
+                if answer.partition_index == partition.index:
+                    if answer.error_code != ErrorCode.none:
+                        return None
+                    return int(answer.offset)
+        return None
+
+
+def _timedelta_ms(ms: int) -> datetime.timedelta:
+    return datetime.timedelta(milliseconds=ms)
+
+
+class ReplicaFetcherManager:
+    """The replica manager's FetcherControl: a fetcher per leader, started on demand and
+    stopped when it has nothing left to fetch."""
+
+    def __init__(
+        self, node_id: int, address_of: Callable[[int], tuple[str, int] | None],
+        config: FetcherConfig, broker_epoch: Callable[[], int], now_ms: Callable[[], int],
+    ) -> None:
+        self.node_id = node_id
+        self.address_of = address_of
+        self.config = config
+        self.broker_epoch = broker_epoch
+        self.now_ms = now_ms
+        self.fetchers: dict[int, ReplicaFetcher] = {}
+        self._closed = False
+
+    def follow(self, partition: Partition) -> None:
+        self.unfollow(partition)
+        if self._closed or partition.leader_id < 0 or partition.leader_id == self.node_id:
+            return
+        leader_id = partition.leader_id
+        fetcher = self.fetchers.get(leader_id)
+        if fetcher is None:
+            connection = BrokerConnection(
+                lambda: self.address_of(leader_id),
+                f"broker-{self.node_id}-fetcher-{leader_id}", self.config.socket_timeout_ms)
+            fetcher = ReplicaFetcher(self.node_id, leader_id, connection, self.config,
+                                     self.broker_epoch, self.now_ms)
+            fetcher.task = asyncio.get_running_loop().create_task(
+                fetcher.run(), name=f"replica-fetcher-{leader_id}")
+            self.fetchers[leader_id] = fetcher
+        fetcher.add(partition)
+
+    def unfollow(self, partition: Partition) -> None:
+        for leader_id, fetcher in list(self.fetchers.items()):
+            fetcher.remove(partition)
+            if not fetcher.states:
+                self._stop(leader_id)
+
+    def _stop(self, leader_id: int) -> None:
+        fetcher = self.fetchers.pop(leader_id)
+        if fetcher.task is not None:
+            fetcher.task.cancel()
+        fetcher.connection.close()
+
+    async def close(self) -> None:
+        self._closed = True
+        tasks = [f.task for f in self.fetchers.values() if f.task is not None]
+        for leader_id in list(self.fetchers):
+            self._stop(leader_id)
+        await asyncio.gather(*tasks, return_exceptions=True)

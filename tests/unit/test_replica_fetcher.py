@@ -1,0 +1,178 @@
+"""The follower's decisions, one layer: real logs, leader answers built as kio entities."""
+
+from __future__ import annotations
+
+import math
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v15 import response as fetch_response
+
+from pykraft.broker.replica_fetcher import (
+    BrokerConnection,
+    FetcherConfig,
+    FetchState,
+    ReplicaFetcher,
+    append_from_leader,
+    learn_from_leader,
+    truncation_offset,
+)
+from pykraft.broker.replica_manager import Partition
+from pykraft.protocol.entities import make
+from pykraft.records.record import build_batch
+from pykraft.storage.log import Log
+from pykraft.storage.log_config import LogConfig
+
+TOPIC_ID = uuid.UUID(int=9)
+
+
+def batch(base_offset: int, epoch: int, count: int = 1) -> bytes:
+    return build_batch([(b"k", b"v", [], 1_000) for _ in range(count)],
+                       base_offset=base_offset, partition_leader_epoch=epoch)
+
+
+def open_log(directory: Path) -> Log:
+    return Log.open(directory / "t-0", LogConfig(), recovery_point=0, log_start_offset=None,
+                    now_ms=0)
+
+
+def follower_log(tmp_path: Path, epochs: list[tuple[int, int]]) -> Log:
+    """A log with `count` one-record batches per (epoch, count)."""
+    log = open_log(tmp_path)
+    for epoch, count in epochs:
+        for _ in range(count):
+            log.append_as_follower(batch(log.log_end_offset, epoch))
+    return log
+
+
+def test_truncation_to_the_leaders_end_of_a_shared_epoch(tmp_path: Path) -> None:
+    log = follower_log(tmp_path, [(1, 3), (2, 4)])  # epoch 1: 0-2, epoch 2: 3-6
+    assert truncation_offset(log, 2, 5) == 5  # the leader's epoch 2 ended at 5
+    assert truncation_offset(log, 2, 9) == 7  # never above our own end
+    assert truncation_offset(log, 1, 3) == 3
+
+
+def test_truncation_when_the_follower_lacks_the_leaders_epoch(tmp_path: Path) -> None:
+    log = follower_log(tmp_path, [(1, 3), (3, 2)])  # epoch 1: 0-2, epoch 3: 3-4
+    # the leader's epoch 2 ended at 10; our largest epoch <= 2 is 1, ending at 3: cut
+    # there and ask again
+    assert truncation_offset(log, 2, 10) == 3
+
+
+def test_truncation_without_an_epoch_or_an_offset(tmp_path: Path) -> None:
+    log = follower_log(tmp_path, [(1, 5)])
+    log.update_high_watermark(2)
+    assert truncation_offset(log, -1, 3) == 3
+    assert truncation_offset(log, -1, -1) == 2  # nothing known: back to the HW
+    empty = open_log(tmp_path / "empty")
+    assert truncation_offset(empty, 4, 7) == 0
+
+
+def test_append_from_leader_keeps_offsets_and_epochs(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    data = batch(0, 5, 3) + batch(3, 5, 2) + batch(5, 7, 1)
+    assert append_from_leader(log, data, 0) == len(data)
+    assert log.log_end_offset == 6
+    assert log.leader_epoch_cache.entries == ((5, 0), (7, 5))
+    # a repeat of what we have is skipped; the new part is appended
+    assert append_from_leader(log, data + batch(6, 7, 1), 0) == len(batch(6, 7, 1))
+    assert log.log_end_offset == 7
+    log.check_invariants()
+
+
+def test_append_from_leader_ignores_a_trailing_partial_batch(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    whole = batch(0, 1, 2)
+    assert append_from_leader(log, whole + batch(2, 1, 4)[:30], 0) == len(whole)
+    assert log.log_end_offset == 2
+
+
+def test_learn_from_leader_caps_the_hw_at_the_log_end(tmp_path: Path) -> None:
+    log = follower_log(tmp_path, [(1, 5)])
+    learn_from_leader(log, 9, 0)
+    assert log.high_watermark == 5
+    learn_from_leader(log, 3, 2)
+    assert log.high_watermark == 3 and log.log_start_offset == 2
+
+
+class NoConnection(BrokerConnection):
+    def __init__(self) -> None:
+        super().__init__(lambda: None, "test", 1000)
+
+
+def fetcher_for(log: Log, epoch: int = 4) -> tuple[ReplicaFetcher, FetchState]:
+    partition = Partition("t", TOPIC_ID, 0, log, leader_id=2, leader_epoch=epoch,
+                          replicas=(1, 2), isr=(1, 2))
+    fetcher = ReplicaFetcher(1, 2, NoConnection(), FetcherConfig(backoff_ms=50),
+                             lambda: 7, lambda: 0)
+    fetcher.add(partition)
+    return fetcher, fetcher.states[("t", 0)]
+
+
+def answer(records: bytes = b"", *, error: ErrorCode = ErrorCode.none, hw: int = -1,
+           diverging: tuple[int, int] = (-1, -1)) -> Any:
+    m = fetch_response
+    return make(m.PartitionData, partition_index=0, error_code=error, high_watermark=hw,
+                last_stable_offset=hw, log_start_offset=0, aborted_transactions=None,
+                records=records, diverging_epoch=make(m.EpochEndOffset, epoch=diverging[0],
+                                                      end_offset=diverging[1]))
+
+
+def test_a_fetch_request_carries_the_follower_position(tmp_path: Path) -> None:
+    log = follower_log(tmp_path, [(1, 2), (3, 1)])
+    fetcher, state = fetcher_for(log)
+    request, sent = fetcher.build_request([state])
+    wanted = request.topics[0].partitions[0]
+    assert request.replica_state.replica_id == 1 and request.replica_state.replica_epoch == 7
+    assert request.topics[0].topic_id == TOPIC_ID
+    assert (wanted.fetch_offset, wanted.last_fetched_epoch, wanted.current_leader_epoch) == (
+        3, 3, 4)
+    assert sent == [(state, 3)]
+
+
+async def test_the_fetcher_applies_records_divergence_and_errors(tmp_path: Path) -> None:
+    log = follower_log(tmp_path, [(1, 2), (2, 3)])  # epoch 2 at 2-4, the leader's ended at 3
+    fetcher, state = fetcher_for(log)
+    fetcher.handle_partition(state, answer(diverging=(2, 3), hw=2))
+    assert log.log_end_offset == 3 and log.leader_epoch_cache.entries == ((1, 0), (2, 2))
+    fetcher.handle_partition(state, answer(batch(3, 4, 2), hw=4))
+    assert log.log_end_offset == 5 and log.high_watermark == 4
+    fetcher.handle_partition(state, answer(error=ErrorCode.offset_out_of_range))
+    assert state.reset_needed
+    state.reset_needed = False
+    fetcher.handle_partition(state, answer(error=ErrorCode.fenced_leader_epoch))
+    assert state.delayed_until == math.inf  # until the metadata moves the partition
+    fetcher.add(state.partition)  # a new epoch from the metadata: fetching again
+    assert fetcher.states[("t", 0)].delayed_until == 0
+    fetcher.handle_partition(fetcher.states[("t", 0)],
+                             answer(error=ErrorCode.not_leader_or_follower))
+    assert 0 < fetcher.states[("t", 0)].delayed_until < math.inf
+
+
+async def test_answers_for_an_old_epoch_or_a_moved_log_are_dropped(tmp_path: Path) -> None:
+    log = follower_log(tmp_path, [(1, 2)])
+    fetcher, state = fetcher_for(log)
+    response = make(fetch_response.FetchResponse, throttle_time=0, error_code=ErrorCode.none,
+                    session_id=0, responses=(make(
+                        fetch_response.FetchableTopicResponse, topic_id=TOPIC_ID,
+                        partitions=(answer(batch(2, 4), hw=3),)),))
+    state.partition.leader_epoch = 5  # the metadata moved on while the fetch was out
+    fetcher.handle_response([(state, 2)], response)
+    assert log.log_end_offset == 2
+    state.partition.leader_epoch = 4
+    fetcher.handle_response([(state, 1)], response)  # sent at 1: the log moved since
+    assert log.log_end_offset == 2
+    fetcher.handle_response([(state, 2)], response)
+    assert log.log_end_offset == 3
+
+
+@pytest.mark.parametrize("configs,expected", [
+    ({}, FetcherConfig()),
+    ({"replica.fetch.backoff.ms": "100", "replica.fetch.wait.max.ms": "200"},
+     FetcherConfig(backoff_ms=100, wait_max_ms=200)),
+])
+def test_fetcher_config(configs: dict[str, str], expected: FetcherConfig) -> None:
+    assert FetcherConfig.from_configs(configs) == expected

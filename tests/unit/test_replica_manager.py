@@ -1,0 +1,233 @@
+"""The leader's side of replication, one layer: real logs in a temp dir, a ReplicaManager
+driven by partition registrations, followers' fetches as calls, and a recorded
+AlterPartition sender in place of the controller."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pykraft.broker.replica_manager import (
+    IsrUpdate,
+    IsrUpdateResult,
+    Partition,
+    ReplicaManager,
+)
+from pykraft.errors import (
+    NotEnoughReplicas,
+    NotEnoughReplicasAfterAppend,
+    NotLeaderOrFollower,
+    OffsetOutOfRange,
+    RequestTimedOut,
+)
+from pykraft.metadata.registrations import LeaderRecoveryState, PartitionRegistration
+from pykraft.records.record import build_batch
+from pykraft.storage.log_config import LogConfig
+from pykraft.storage.log_manager import LogManager
+
+TOPIC_ID = uuid.UUID(int=7)
+ME = 1
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.ms = 1_000_000
+
+    def __call__(self) -> int:
+        return self.ms
+
+
+def registration(leader: int, epoch: int, isr: tuple[int, ...], *, partition_epoch: int = 0,
+                 replicas: tuple[int, ...] = (1, 2, 3)) -> PartitionRegistration:
+    return PartitionRegistration(
+        replicas=replicas, isr=isr, removing_replicas=(), adding_replicas=(), leader=leader,
+        leader_recovery_state=LeaderRecoveryState.RECOVERED, leader_epoch=epoch,
+        partition_epoch=partition_epoch, directories=())
+
+
+def batch(count: int = 1) -> bytes:
+    return build_batch([(b"k", b"v" * 10, [], 1_000_000) for _ in range(count)])
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def manager(tmp_path: Path, clock: Clock) -> Iterator[ReplicaManager]:
+    log_manager = LogManager([tmp_path], {"replica.lag.time.max.ms": "10000"})
+    log_manager.load(clock())
+    replicas = ReplicaManager(ME, log_manager, {"replica.lag.time.max.ms": "10000",
+                                                "min.insync.replicas": "2"}, clock)
+    yield replicas
+    log_manager.close()
+
+
+def place(manager: ReplicaManager, reg: PartitionRegistration) -> Partition:
+    """What a metadata delta placing partition t-0 on this broker does."""
+    config = LogConfig.from_configs({}, manager.server_configs)
+    manager._apply_partition("t", TOPIC_ID, 0, reg, config)
+    partition = manager.get_partition("t", 0)
+    assert partition is not None
+    return partition
+
+
+def test_high_watermark_is_the_smallest_log_end_over_the_isr(manager: ReplicaManager) -> None:
+    partition = place(manager, registration(ME, 0, (1, 2, 3)))
+    manager.append(partition, batch(5), acks=-1)
+    assert partition.log.log_end_offset == 5
+    assert partition.log.high_watermark == 0  # followers' positions are not known yet
+    manager.follower_fetch(partition, 2, 5, 0)
+    assert partition.log.high_watermark == 0  # broker 3 still unknown
+    manager.follower_fetch(partition, 3, 3, 0)
+    assert partition.log.high_watermark == 3
+    manager.follower_fetch(partition, 3, 1, 0)  # an older fetch never moves it back
+    assert partition.log.high_watermark == 3
+    manager.follower_fetch(partition, 3, 5, 0)
+    assert partition.log.high_watermark == 5
+
+
+def test_followers_read_up_to_the_log_end_consumers_up_to_the_hw(
+        manager: ReplicaManager) -> None:
+    partition = place(manager, registration(ME, 0, (1, 2, 3)))
+    manager.append(partition, batch(3), acks=1)
+    consumer = manager.read(partition, 0, 10_000, min_one_message=True)
+    follower = manager.read(partition, 0, 10_000, min_one_message=True,
+                            up_to_high_watermark=False)
+    assert consumer.records == b"" and follower.next_offset == 3
+
+
+def test_a_new_leader_records_its_epoch_at_its_log_end(manager: ReplicaManager) -> None:
+    partition = place(manager, registration(2, 4, (1, 2, 3)))
+    partition.log.append_as_follower(build_batch([(b"k", b"v", [], 1)], base_offset=0,
+                                                 partition_leader_epoch=4))
+    partition = place(manager, registration(ME, 5, (1, 2, 3), partition_epoch=1))
+    assert partition.log.leader_epoch_cache.entries[-1] == (5, 1)
+    assert partition.leader_epoch_start_offset == 1
+
+
+def test_a_follower_of_a_stale_epoch_gets_the_diverging_epoch(manager: ReplicaManager) -> None:
+    partition = place(manager, registration(ME, 3, (1, 2, 3)))
+    manager.append(partition, batch(4), acks=1)  # epoch 3: offsets 0-3
+    partition = place(manager, registration(ME, 6, (1, 2, 3), partition_epoch=1))
+    manager.append(partition, batch(2), acks=1)  # epoch 6: offsets 4-5
+    # a follower that wrote offsets 0-6 in epoch 3 (a deposed leader's tail)
+    seen = manager.follower_fetch(partition, 2, 7, 3)
+    assert (seen.diverging_epoch, seen.diverging_end_offset) == (3, 4)
+    assert partition.followers[2].log_end_offset == -1  # not recorded
+    # an epoch the leader never had, between two it had: the one below it, and where it ended
+    seen = manager.follower_fetch(partition, 2, 4, 5)
+    assert (seen.diverging_epoch, seen.diverging_end_offset) == (3, 4)
+    # consistent: recorded
+    assert not manager.follower_fetch(partition, 2, 4, 3).diverged
+    assert partition.followers[2].log_end_offset == 4
+    assert not manager.follower_fetch(partition, 2, 6, 6).diverged
+
+
+def test_fetches_outside_the_log_and_from_non_replicas_are_refused(
+        manager: ReplicaManager) -> None:
+    partition = place(manager, registration(ME, 0, (1, 2, 3)))
+    manager.append(partition, batch(2), acks=1)
+    with pytest.raises(OffsetOutOfRange):
+        manager.follower_fetch(partition, 2, 3, -1)
+    with pytest.raises(NotLeaderOrFollower):
+        manager.follower_fetch(partition, 9, 0, -1)
+
+
+def test_min_insync_replicas_refuses_acks_all_before_the_append(
+        manager: ReplicaManager) -> None:
+    partition = place(manager, registration(ME, 0, (1,)))
+    with pytest.raises(NotEnoughReplicas):
+        manager.append(partition, batch(), acks=-1)
+    assert partition.log.log_end_offset == 0
+    manager.append(partition, batch(), acks=1)  # acks=1 does not care
+    assert partition.log.log_end_offset == 1
+
+
+def test_acks_all_outcomes(manager: ReplicaManager, clock: Clock) -> None:
+    partition = place(manager, registration(ME, 0, (1, 2)))
+    info = manager.append(partition, batch(2), acks=-1)
+    end = info.last_offset + 1
+    with pytest.raises(RequestTimedOut):
+        manager.check_acks_all(partition, 0, end)
+    manager.follower_fetch(partition, 2, end, 0)
+    manager.check_acks_all(partition, 0, end)  # replicated: fine
+    partition.isr = (1,)  # the ISR shrank meanwhile
+    with pytest.raises(NotEnoughReplicasAfterAppend):
+        manager.check_acks_all(partition, 0, end)
+    place(manager, registration(2, 1, (2,), partition_epoch=2))
+    with pytest.raises(NotLeaderOrFollower):
+        manager.check_acks_all(partition, 0, end)
+
+
+async def test_an_acks_all_wait_ends_when_a_follower_catches_up(
+        manager: ReplicaManager) -> None:
+    partition = place(manager, registration(ME, 0, (1, 2)))
+    info = manager.append(partition, batch(), acks=-1)
+    waiting = asyncio.ensure_future(
+        manager.wait_for_high_watermark([(partition, info.last_offset + 1)], 5_000))
+    await asyncio.sleep(0.01)
+    assert not waiting.done()
+    manager.follower_fetch(partition, 2, 1, 0)
+    await asyncio.wait_for(waiting, 1)
+    assert partition.log.high_watermark == 1
+
+
+class Controller:
+    """Answers AlterPartition as the controller would, one partition epoch further."""
+
+    def __init__(self, error: int = 0) -> None:
+        self.updates: list[IsrUpdate] = []
+        self.error = error
+
+    async def __call__(self, update: IsrUpdate) -> IsrUpdateResult:
+        self.updates.append(update)
+        if self.error:
+            return IsrUpdateResult(self.error)
+        return IsrUpdateResult(0, ME, update.leader_epoch, update.new_isr,
+                               update.partition_epoch + 1)
+
+
+async def test_isr_shrinks_after_the_lag_time_and_expands_on_catch_up(
+        manager: ReplicaManager, clock: Clock) -> None:
+    controller = Controller()
+    manager.alter_partition = controller
+    partition = place(manager, registration(ME, 0, (1, 2, 3)))
+    manager.append(partition, batch(3), acks=1)
+    manager.follower_fetch(partition, 2, 3, 0)
+    manager.follower_fetch(partition, 3, 1, 0)
+    clock.ms += 5_000
+    assert manager.maybe_shrink_isr() == 0
+    manager.follower_fetch(partition, 2, 3, 0)  # 2 keeps up; 3 stays behind
+    clock.ms += 6_000
+    assert manager.maybe_shrink_isr() == 1
+    assert partition.maximal_isr == (1, 2, 3)  # a pending shrink keeps the old ISR
+    await asyncio.sleep(0.01)
+    assert controller.updates[-1].new_isr == (1, 2)
+    assert controller.updates[-1].partition_epoch == 0
+    assert partition.isr == (1, 2) and partition.partition_epoch == 1
+    assert partition.log.high_watermark == 3  # no longer held back by broker 3
+    # broker 3 fetches, reaches the HW (and the epoch start): added back
+    manager.follower_fetch(partition, 3, 3, 0)
+    await asyncio.sleep(0.01)
+    assert controller.updates[-1].new_isr == (1, 2, 3)
+    assert partition.isr == (1, 2, 3) and partition.partition_epoch == 2
+
+
+async def test_a_refused_isr_change_is_dropped_until_the_metadata_moves(
+        manager: ReplicaManager, clock: Clock) -> None:
+    controller = Controller(error=108)  # INVALID_UPDATE_VERSION
+    manager.alter_partition = controller
+    partition = place(manager, registration(ME, 0, (1, 2)))
+    clock.ms += 20_000
+    assert manager.maybe_shrink_isr() == 1
+    await asyncio.sleep(0.01)
+    assert partition.isr == (1, 2) and partition.pending_isr is None
+    # the committed state arrives through the metadata
+    place(manager, registration(ME, 0, (1,), partition_epoch=3))
+    assert partition.isr == (1,) and partition.partition_epoch == 3

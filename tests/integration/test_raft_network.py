@@ -152,6 +152,13 @@ class NodeThread:
             await self.node.stop(resign=resign)
         if self.listener is not None:
             await self.listener.close()
+        # a connection accepted while the listener closed may still have its task: end it
+        # here, not by closing the loop under it
+        current = asyncio.current_task()
+        rest = [task for task in asyncio.all_tasks() if task is not current]
+        for task in rest:
+            task.cancel()
+        await asyncio.gather(*rest, return_exceptions=True)
 
     # views, read on the node's loop ---------------------------------------------------------
 

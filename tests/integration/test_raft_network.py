@@ -181,7 +181,7 @@ class NodeThread:
         return self.call(go)
 
 
-def wait_for(predicate: Callable[[], T], what: str, timeout_s: float = WAIT_S) -> T:
+def wait_for(predicate: Callable[[], T | None], what: str, timeout_s: float = WAIT_S) -> T:
     deadline = time.monotonic() + timeout_s
     while True:
         value = predicate()
@@ -308,6 +308,23 @@ def test_a_new_leader_takes_over_and_a_restarted_node_catches_up(cluster: Any) -
     assert b"before failover" in back.collector.values
     assert b"after failover" in back.collector.values
     assert back.collector.values == second.collector.values
+
+
+def test_a_crashed_leader_is_replaced_long_before_the_fetch_timeout(cluster: Any) -> None:
+    """The leader goes away without resigning (its connections reset, its port refusing):
+    the followers hear it from their transport and elect a new leader within a second,
+    although controller.quorum.fetch.timeout.ms is 10 s."""
+    make, _ = cluster
+    slow_fetch_timeout = dataclasses.replace(CONFIG, fetch_timeout_ms=10_000)
+    nodes = make(3, config=slow_fetch_timeout)
+    first = wait_for(lambda: single_leader(nodes), "a first leader")
+    first.propose([b"before the crash"])
+    crashed_at = time.monotonic()
+    first.stop(resign=False)
+    survivors = [node for node in nodes if node is not first]
+    second = wait_for(lambda: single_leader(survivors), "a second leader")
+    assert time.monotonic() - crashed_at < 2.0
+    assert second.propose([b"after the crash"]) > 0
 
 
 def test_an_observer_replicates_without_voting(cluster: Any) -> None:

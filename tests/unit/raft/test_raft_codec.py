@@ -42,6 +42,7 @@ from pykraft.raft.messages import (
     FetchSnapshotRequest,
     FetchSnapshotResponse,
     RaftRequest,
+    RaftResponse,
     SnapshotId,
     VoteRequest,
     VoteResponse,
@@ -141,7 +142,7 @@ def test_fetch_names_the_metadata_partition_by_its_fixed_topic_id() -> None:
     assert entity.cluster_id == CLUSTER
 
 
-RESPONSES = [
+RESPONSES: list[tuple[RaftRequest, RaftResponse]] = [
     (REQUESTS[0], VoteResponse(ErrorCode.none, -1, 5, True, 5)),
     (REQUESTS[1], VoteResponse(ErrorCode.none, 2, 4, False, 5, pre_vote=True)),
     (REQUESTS[2], BeginQuorumEpochResponse(ErrorCode.fenced_leader_epoch, 3, 10)),
@@ -242,6 +243,7 @@ def test_a_request_for_another_partition_is_answered_invalid_request(
     api_key, _, entity = codec.encode_request(body, cluster_id=CLUSTER, destination_id=2)
     topic = entity.topics[0]
     partition = topic.partitions[0]
+    topics: tuple[Any, ...]
     if change == "topic":
         topic = (dataclasses.replace(topic, topic_id=codec.METADATA_TOPIC_ID.__class__(int=2))
                  if api_key == codec.FETCH else dataclasses.replace(topic, topic_name="other"))
@@ -262,8 +264,9 @@ def test_a_request_for_another_partition_is_answered_invalid_request(
     REQUESTS[0], REQUESTS[2], REQUESTS[3],
 ], ids=lambda body: type(body).__name__)
 def test_a_non_voter_is_answered_inconsistent_voter_set(body: RaftRequest) -> None:
+    changed: Any = body  # replace() with a field named at run time
     outsider = dataclasses.replace(
-        body, **{"candidate_id" if isinstance(body, VoteRequest) else "leader_id": 7})
+        changed, **{"candidate_id" if isinstance(body, VoteRequest) else "leader_id": 7})
     api_key, _, entity = codec.encode_request(outsider, cluster_id=CLUSTER, destination_id=2)
     result, answer = refused(api_key, entity)
     assert result.error == ErrorCode.inconsistent_voter_set

@@ -72,7 +72,8 @@ def test_raft_node_open_takes_the_timers_from_server_configs(
 
 
 def test_an_explicit_election_timeout_overrides_the_key(tmp_path: Path) -> None:
-    node = RaftNode.open(node_id=1, voters=frozenset({1}), log_dir=tmp_path / "__cluster_metadata-0",
+    node = RaftNode.open(node_id=1, voters=frozenset({1}),
+                         log_dir=tmp_path / "__cluster_metadata-0",
                          server_configs=KEYS, election_timeout_ms=250)
     try:
         assert node.core.config.election_timeout_ms == 250

@@ -17,7 +17,7 @@ from pykraft.errors import (
 from pykraft.raft.control import decode_leader_change
 from pykraft.raft.core import CommittedBatch, RaftConfig, RaftCore
 from pykraft.raft.log_store import MemoryLogStore
-from pykraft.raft.state import Candidate, Leader, LeaderAndEpoch, QuorumStateData
+from pykraft.raft.state import Candidate, EpochState, Leader, LeaderAndEpoch, QuorumStateData
 from pykraft.records.batch import read_header
 from pykraft.records.record import ControlRecordType, iter_records, read_control_record_type
 from tests.unit.raft.raft_shell import NODE_ID, Shell
@@ -45,7 +45,8 @@ def test_start_votes_for_itself_then_leads_after_the_vote_is_durable() -> None:
     assert (error.value.leader_id, error.value.leader_epoch) == (-1, 1)
 
     shell.core.advance(first)
-    assert shell.core.state == Leader(1, 0, frozenset({NODE_ID}))
+    state: EpochState = shell.core.state  # (not narrowed by the assert above)
+    assert state == Leader(1, 0, frozenset({NODE_ID}))
     second = shell.core.ready()
     assert second.quorum_state is not None
     assert (second.quorum_state.leader_id, second.quorum_state.voted_id) == (NODE_ID, -1)

@@ -96,8 +96,10 @@ def test_prospective_keeps_the_leader_and_vote_of_its_epoch_in_quorum_state() ->
 def test_a_vote_is_granted_once_per_epoch_and_never_by_a_follower() -> None:
     assert become_voted(Unattached(4), candidate_id=2, local_id=ME) == Voted(4, 2)
     assert become_voted(Prospective(4), candidate_id=2, local_id=ME) == Voted(4, 2)
-    for state in [Voted(4, 3), Follower(4, 2), Candidate(4, frozenset({ME})), Resigned(4),
-                  Prospective(4, voted_id=3), Prospective(4, leader_id=2)]:
+    taken: list[EpochState] = [Voted(4, 3), Follower(4, 2), Candidate(4, frozenset({ME})),
+                               Resigned(4), Prospective(4, voted_id=3),
+                               Prospective(4, leader_id=2)]
+    for state in taken:
         with pytest.raises(IllegalTransition):
             become_voted(state, candidate_id=2, local_id=ME)
 
@@ -105,7 +107,9 @@ def test_a_vote_is_granted_once_per_epoch_and_never_by_a_follower() -> None:
 def test_one_leader_per_epoch_is_enforced_on_follow() -> None:
     """Following another node in the epoch this node leads (or led), or a second leader of
     an epoch, is a bug; a higher epoch is always followed."""
-    for state in [Leader(4, 0, TRIO), Resigned(4), Follower(4, 3), Prospective(4, leader_id=3)]:
+    led: list[EpochState] = [Leader(4, 0, TRIO), Resigned(4), Follower(4, 3),
+                             Prospective(4, leader_id=3)]
+    for state in led:
         with pytest.raises(IllegalTransition):
             become_follower(state, epoch=4, leader_id=2, local_id=ME)
         assert become_follower(state, epoch=5, leader_id=2, local_id=ME) == Follower(5, 2)

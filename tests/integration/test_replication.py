@@ -10,6 +10,8 @@ send order on every surviving replica.
 
 from __future__ import annotations
 
+import signal
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -25,11 +27,13 @@ from pykraft.testing.wire import WireClient
 
 T = TypeVar("T")
 WAIT_S = 30.0
+# the leader drops a silent follower from the ISR (lag time 2 s) before the controller
+# fences it (session 6 s), so the ISR tests see the leader's AlterPartition at work
 FAST = {
-    "replica.lag.time.max.ms": "3000",
+    "replica.lag.time.max.ms": "2000",
     "replica.fetch.backoff.ms": "100",
     "replica.fetch.wait.max.ms": "200",
-    "broker.session.timeout.ms": "3000",
+    "broker.session.timeout.ms": "6000",
     "broker.heartbeat.interval.ms": "500",
 }
 
@@ -143,3 +147,197 @@ def test_rf3_acks_all_replicates_to_every_broker(cluster: LocalCluster) -> None:
     wait_for(lambda: len({replica_log(cluster, b, topic) for b in (2, 3, 4)}) == 1,
              "identical replica logs")
     assert len(replica_log(cluster, leader, topic)) > 0
+
+
+class SendLoop:
+    """A producer thread sending numbered values (acks=all, retries, no idempotence, one
+    request in flight) until stopped; `acked` holds the values acknowledged, in order."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.topic = topic
+        self.producer = producer(bootstrap, **{"max.in.flight.requests.per.connection": 1,
+                                               "retries": 1_000_000,
+                                               "retry.backoff.ms": 100,
+                                               "message.timeout.ms": 60_000,
+                                               "topic.metadata.refresh.interval.ms": 500})
+        self.acked: list[int] = []
+        self.failed: list[tuple[int, str]] = []
+        self.sent = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _report(self, error: Any, message: Any) -> None:
+        value = int(message.value())
+        if error is None:
+            self.acked.append(value)
+        else:
+            self.failed.append((value, str(error)))
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.producer.produce(self.topic, value=str(self.sent).encode(),
+                                      on_delivery=self._report)
+                self.sent += 1
+            except BufferError:
+                pass
+            self.producer.poll(0.002)
+
+    def __enter__(self) -> SendLoop:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        if not self._stop.is_set():
+            self._stop.set()
+            self._thread.join(10)
+            self.producer.flush(90)
+
+
+def new_leader(cluster: LocalCluster, topic: str, old: int) -> int:
+    state = partition_state(cluster, topic)
+    return state[0] if state is not None and state[0] not in (old, -1) else 0
+
+
+def check_no_acked_write_lost(acked: list[int], values: list[bytes]) -> int:
+    """Every acknowledged value is in the log, in send order; return how many values
+    appear more than once (retries of a write whose answer was lost: no idempotence)."""
+    seen = [int(v) for v in values]
+    first: dict[int, int] = {}
+    for position, value in enumerate(seen):
+        first.setdefault(value, position)
+    missing = [v for v in acked if v not in first]
+    assert missing == [], f"acknowledged but lost: {missing[:20]}"
+    order = [first[v] for v in sorted(acked)]
+    assert order == sorted(order), "acknowledged values out of send order"
+    return len(seen) - len(first)
+
+
+def kill_leader_while_producing(cluster: LocalCluster, topic: str, kills: int, *,
+                                rejoin_isr: bool) -> None:
+    """Kill -9 the partition's leader `kills` times while a SendLoop produces; each time
+    wait for a new leader and more acks, then restart the killed broker (and, with
+    `rejoin_isr`, wait until it is back in the ISR). Then check the acknowledged writes."""
+    with SendLoop(bootstrap_of(cluster), topic) as sender:
+        for _ in range(kills):
+            leader = wait_for(lambda: partition_state(cluster, topic)[0], "a leader")
+            before = len(sender.acked)
+            wait_for(lambda n=before: len(sender.acked) >= n + 200,  # type: ignore[misc]
+                     "acks before the kill")
+            cluster.kill_node(leader, signal.SIGKILL)
+            wait_for(lambda old=leader: new_leader(cluster, topic, old),  # type: ignore[misc]
+                     "a new leader")
+            after = len(sender.acked)
+            wait_for(lambda n=after: len(sender.acked) >= n + 200,  # type: ignore[misc]
+                     "acks after the kill")
+            cluster.restart_node(leader)
+            if rejoin_isr:
+                wait_for(lambda: len((partition_state(cluster, topic) or (0, 0, ()))[2]) == 3,
+                         "the restarted broker back in the ISR", timeout_s=60)
+    assert sender.failed == []
+    end = wait_for(lambda: high_watermark(cluster, topic), "the final high watermark")
+    values = consume_all(bootstrap_of(cluster), topic, end, timeout_s=60)
+    assert len(values) == end
+    check_no_acked_write_lost(sender.acked, values)
+
+
+def high_watermark(cluster: LocalCluster, topic: str) -> int:
+    consumer = Consumer({"bootstrap.servers": bootstrap_of(cluster), "group.id": "hw"})
+    try:
+        _, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=5)
+        return int(high)
+    finally:
+        consumer.close()
+
+
+def test_kill_the_leader_while_producing_loses_no_acknowledged_write(
+        cluster: LocalCluster) -> None:
+    topic = f"kill-{uuid.uuid4().hex[:8]}"
+    create_topic(cluster, topic, configs={"min.insync.replicas": "2"})
+    kill_leader_while_producing(cluster, topic, kills=1, rejoin_isr=False)
+
+
+def controller_serves_alter_partition(cluster: LocalCluster) -> bool:
+    """Whether the controller listener offers AlterPartition (API 56) at v3."""
+    from kio.schema.api_versions.v3.request import ApiVersionsRequest
+
+    controller = cluster.nodes[cluster.controller_ids[0]]
+    request = ApiVersionsRequest(client_software_name="test", client_software_version="1")
+    with WireClient(f"127.0.0.1:{controller.controller_port}", timeout_s=5) as client:
+        response = client.request(18, 3, request)
+    return any(key.api_key == 56 and key.max_version >= 3 for key in response.api_keys)
+
+
+needs_alter_partition = pytest.mark.usefixtures("alter_partition_served")
+
+
+@pytest.fixture
+def alter_partition_served(cluster: LocalCluster) -> None:
+    if not controller_serves_alter_partition(cluster):
+        pytest.skip("the controller does not serve AlterPartition v3 yet")
+
+
+def send_one(bootstrap: str, topic: str, value: bytes, timeout_s: float = 10) -> Any:
+    """Produce one record with acks=all and no retries; the delivery error (None if acked)."""
+    outcome: list[Any] = []
+    p = producer(bootstrap, **{"retries": 0, "message.timeout.ms": int(timeout_s * 1000),
+                               "request.timeout.ms": int(timeout_s * 1000)})
+    p.produce(topic, value=value, on_delivery=lambda error, _: outcome.append(error))
+    p.flush(timeout_s + 5)
+    assert outcome, "no delivery report"
+    return outcome[0]
+
+
+@needs_alter_partition
+def test_a_stopped_follower_leaves_the_isr_and_rejoins(cluster: LocalCluster) -> None:
+    topic = f"stop-{uuid.uuid4().hex[:8]}"
+    create_topic(cluster, topic, configs={"min.insync.replicas": "2"})
+    leader, _, isr = partition_state(cluster, topic)  # type: ignore[misc]
+    assert isr == (2, 3, 4)
+    follower = next(b for b in isr if b != leader)
+    others = [b for b in cluster.broker_ids if b != follower]
+    assert send_one(bootstrap_of(cluster, others), topic, b"before") is None
+    process = cluster.nodes[follower].process
+    assert process is not None
+    process.send_signal(signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        wait_for(lambda: follower not in partition_state(cluster, topic, via=leader)[2],
+                 "the stopped follower out of the ISR")
+        left_after = time.monotonic() - started
+        assert send_one(bootstrap_of(cluster, others), topic, b"during") is None
+    finally:
+        process.send_signal(signal.SIGCONT)
+    wait_for(lambda: follower in partition_state(cluster, topic, via=leader)[2],
+             "the follower back in the ISR")
+    assert left_after < 10  # replica.lag.time.max.ms 2 s, checked every 1 s
+    wait_for(lambda: len({replica_log(cluster, b, topic) for b in (2, 3, 4)}) == 1,
+             "identical replica logs")
+
+
+@needs_alter_partition
+def test_two_stopped_followers_make_acks_all_fail(cluster: LocalCluster) -> None:
+    topic = f"two-{uuid.uuid4().hex[:8]}"
+    create_topic(cluster, topic, configs={"min.insync.replicas": "2"})
+    leader = partition_state(cluster, topic)[0]  # type: ignore[index]
+    followers = [b for b in cluster.broker_ids if b != leader]
+    processes = [cluster.nodes[b].process for b in followers]
+    for process in processes:
+        assert process is not None
+        process.send_signal(signal.SIGSTOP)
+    try:
+        wait_for(lambda: partition_state(cluster, topic, via=leader)[2] == (leader,),
+                 "the ISR down to the leader")
+        error = send_one(cluster.nodes[leader].bootstrap_servers, topic, b"refused")
+        assert error is not None and error.name() == "NOT_ENOUGH_REPLICAS"
+    finally:
+        for process in processes:
+            assert process is not None
+            process.send_signal(signal.SIGCONT)
+    wait_for(lambda: len(partition_state(cluster, topic, via=leader)[2]) == 3,
+             "both followers back in the ISR")
+    values = consume_all(bootstrap_of(cluster), topic, 1, timeout_s=5)
+    assert values == []  # nothing was acknowledged, nothing is visible

@@ -63,6 +63,7 @@ log = logging.getLogger(__name__)
 
 NO_LEADER = -1
 DEFAULT_REPLICA_LAG_TIME_MAX_MS = 30_000
+MAX_ALTER_PARTITION_BACKOFF_MS = 5_000
 
 
 @dataclass(slots=True)
@@ -531,13 +532,15 @@ class ReplicaManager:
         """Send until answered while the proposal still stands; apply the answer."""
         sender = self.alter_partition
         assert sender is not None
+        backoff_ms = self.retry_backoff_ms
         while self._proposal_stands(partition, update):
             try:
                 result = await sender(update)
             except Exception as error:  # noqa: BLE001 - the controller is unreachable: retry
-                log.info("%s: AlterPartition not answered (%s); retrying", partition.name,
-                         error)
-                await asyncio.sleep(self.retry_backoff_ms / 1000)
+                log.info("%s: AlterPartition not answered (%s); retrying in %d ms",
+                         partition.name, error, backoff_ms)
+                await asyncio.sleep(backoff_ms / 1000)
+                backoff_ms = min(MAX_ALTER_PARTITION_BACKOFF_MS, 2 * backoff_ms)
                 continue
             if self._proposal_stands(partition, update):
                 self.handle_isr_result(partition, update, result)

@@ -43,9 +43,9 @@ from pykraft.server.storage_tool import random_uuid
 _IMAGE_INFO = re.compile(r"^pykraft_metadata_image_info\{(.*)\}", re.MULTILINE)
 _LABEL = re.compile(r'(\w+)="([^"]*)"')
 
-# Partition data is not replicated between brokers yet: internal topics get one replica.
+# __consumer_offsets takes the broker default (3, capped by the live brokers when it is
+# created); the transaction state log keeps one replica until transactions use replication.
 MULTI_NODE_DEFAULTS = {
-    "offsets.topic.replication.factor": "1",
     "transaction.state.log.replication.factor": "1",
     "transaction.state.log.min.isr": "1",
 }

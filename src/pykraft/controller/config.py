@@ -51,6 +51,9 @@ class ControllerConfig:
     broker_session_timeout_ms: int = 9000
     delete_topic_enable: bool = True
     controller_ids: frozenset[int] = frozenset()
+    auto_leader_rebalance_enable: bool = True
+    leader_imbalance_check_interval_ms: int = 300_000
+    leader_imbalance_per_broker_percentage: int = 10
     server_configs: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     @classmethod
@@ -62,7 +65,8 @@ class ControllerConfig:
         controller_ids: frozenset[int] = frozenset(),
     ) -> ControllerConfig:
         """Kafka's keys: node.id, num.partitions, default.replication.factor,
-        broker.session.timeout.ms, delete.topic.enable."""
+        broker.session.timeout.ms, delete.topic.enable, auto.leader.rebalance.enable,
+        leader.imbalance.check.interval.seconds, leader.imbalance.per.broker.percentage."""
         return cls(
             node_id=_int(properties, "node.id", -1, -1),
             cluster_id=cluster_id,
@@ -70,6 +74,12 @@ class ControllerConfig:
             default_replication_factor=_int(properties, "default.replication.factor", 1, 1),
             broker_session_timeout_ms=_int(properties, "broker.session.timeout.ms", 9000, 1),
             delete_topic_enable=_bool(properties, "delete.topic.enable", True),
+            auto_leader_rebalance_enable=_bool(properties, "auto.leader.rebalance.enable", True),
+            leader_imbalance_check_interval_ms=1000
+            * _int(properties, "leader.imbalance.check.interval.seconds", 300, 1),
+            leader_imbalance_per_broker_percentage=_int(
+                properties, "leader.imbalance.per.broker.percentage", 10, 0
+            ),
             controller_ids=controller_ids,
             server_configs=MappingProxyType(dict(properties)),
         )

@@ -3,6 +3,8 @@
 Theory of operation. A change starts from a partition's registration and a *target ISR*
 and asks: who should lead? The rules (Kafka's, without eligible leader replicas):
 
+0. A *preferred* election (ElectLeaders, leader rebalancing) first tries the preferred
+   replica, the first of the assignment, if it is in the target ISR and acceptable.
 1. The current leader stays if it is still in the target ISR and still acceptable.
 2. Otherwise the first replica, in replica order, that is in the target ISR and acceptable
    becomes leader: the preferred replica when it qualifies.
@@ -48,6 +50,7 @@ class Election(Enum):
 
     ONLINE = "online"  # only from the ISR
     UNCLEAN = "unclean"  # from the ISR, else any acceptable replica
+    PREFERRED = "preferred"  # the preferred replica when it qualifies, else as ONLINE
 
 
 def _elect(
@@ -61,6 +64,8 @@ def _elect(
     def valid(replica: int) -> bool:
         return replica in target_isr and is_acceptable_leader(replica)
 
+    if election == Election.PREFERRED and partition.replicas and valid(partition.replicas[0]):
+        return partition.replicas[0], False
     if partition.leader != NO_LEADER and valid(partition.leader):
         return partition.leader, False
     for replica in partition.replicas:

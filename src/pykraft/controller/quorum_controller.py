@@ -40,9 +40,9 @@ from __future__ import annotations
 import random
 import uuid
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-from pykraft.controller import cluster, configs, topics
+from pykraft.controller import cluster, configs, replication, topics
 from pykraft.controller.cluster import BrokerControlState, BrokerSessions, Registration
 from pykraft.controller.config import ControllerConfig
 from pykraft.controller.features import BOOTSTRAP_METADATA_VERSION, bootstrap_records
@@ -50,6 +50,8 @@ from pykraft.controller.placement import UsableBroker
 from pykraft.controller.requests import (
     AlterConfigsResource,
     AlterConfigsResult,
+    AlterPartitionTopic,
+    AlterPartitionTopicResult,
     BrokerFeatureRange,
     BrokerHeartbeatResult,
     BrokerRegistrationResult,
@@ -58,12 +60,14 @@ from pykraft.controller.requests import (
     CreatePartitionsTopic,
     CreateTopicResult,
     DeleteTopicResult,
+    ElectionType,
     LegacyAlterConfigsResource,
     Listener,
     OpResult,
     TickResult,
+    TopicElectionResult,
 )
-from pykraft.controller.state import ControllerState, StateBuilder
+from pykraft.controller.state import ControllerState, StateBuilder, fold
 from pykraft.errors import NotController, invariant
 from pykraft.metadata.image import MetadataImage
 from pykraft.metadata.records import MetadataRecord
@@ -90,6 +94,7 @@ class QuorumController:
         self._active = False
         self._leader_epoch = -1
         self._next_write_offset = -1
+        self._next_balance_ms = -1
 
     # -- reading ----------------------------------------------------------------------
 
@@ -130,6 +135,7 @@ class QuorumController:
         self._active = True
         self._leader_epoch = leader_epoch
         self._next_write_offset = next_write_offset
+        self._next_balance_ms = now_ms + self.config.leader_imbalance_check_interval_ms
         # Every registered broker gets a fresh session - except one with this controller's
         # own node id: a combined node's broker cannot outlive the process that is becoming
         # active now, so its old incarnation is known to be gone and it may re-register at
@@ -145,6 +151,7 @@ class QuorumController:
         self._active = False
         self._leader_epoch = -1
         self._next_write_offset = -1
+        self._next_balance_ms = -1
 
     # -- the log ----------------------------------------------------------------------
 
@@ -406,4 +413,52 @@ class QuorumController:
             if expiry is not None
         ]
         wake_at_ms = min(expiries, default=now_ms + self.config.broker_session_timeout_ms)
+        if self.config.auto_leader_rebalance_enable:
+            if now_ms >= self._next_balance_ms:
+                self._next_balance_ms = now_ms + self.config.leader_imbalance_check_interval_ms
+                records.extend(self._balance_records(records))
+            wake_at_ms = min(wake_at_ms, self._next_balance_ms)
         return OpResult(tuple(records), TickResult(tuple(fenced), max(wake_at_ms, now_ms + 1)))
+
+    def _balance_records(self, fences: Sequence[MetadataRecord]) -> list[MetadataRecord]:
+        """Preferred elections of the leader rebalancing, seeing `fences` applied."""
+        state = self._state
+        if fences:
+            state = fold(state, fences, state.image.offset + 1, state.image.epoch)
+
+        def is_active(broker_id: int) -> bool:
+            registration = state.image.cluster.brokers.get(broker_id)
+            return (
+                registration is not None
+                and not registration.fenced
+                and not registration.in_controlled_shutdown
+                and not self._sessions.shutting_down(broker_id)
+            )
+
+        return replication.balance_leaders(
+            state, is_active, self.config.leader_imbalance_per_broker_percentage
+        )
+
+    # -- replication ----------------------------------------------------------------------
+
+    def alter_partition(
+        self, broker_id: int, broker_epoch: int, topics_to_alter: Sequence[AlterPartitionTopic]
+    ) -> OpResult[tuple[AlterPartitionTopicResult, ...]]:
+        """AlterPartition (KIP-497); raises StaleBrokerEpoch for the whole request."""
+        self._require_active()
+        cluster.check_broker_epoch(self._state, broker_id, broker_epoch)
+        records, results = replication.alter_partition(
+            self._state, self._is_active_broker, broker_id, topics_to_alter
+        )
+        return OpResult(tuple(records), results)
+
+    def elect_leaders(
+        self, election_type: ElectionType, partitions: Mapping[str, Sequence[int]] | None
+    ) -> OpResult[tuple[TopicElectionResult, ...]]:
+        """ElectLeaders (KIP-460); `partitions` None means every partition."""
+        self._require_active()
+        records, results = replication.elect_leaders(
+            self._state, self._is_active_broker, election_type, partitions
+        )
+        return OpResult(tuple(records), results)
+

@@ -3,8 +3,8 @@
 The broker's protocol handlers translate kio entities to these and back; the controller
 core never sees the wire. Names follow Kafka's RPC fields (CreateTopics, DeleteTopics,
 CreatePartitions, IncrementalAlterConfigs, AlterConfigs, BrokerRegistration,
-BrokerHeartbeat). Error codes are kio's `ErrorCode` (an `IntEnum`); messages are Kafka's
-wording where Kafka has one.
+BrokerHeartbeat, AlterPartition, ElectLeaders). Error codes are kio's `ErrorCode` (an
+`IntEnum`); messages are Kafka's wording where Kafka has one.
 """
 
 from __future__ import annotations
@@ -41,6 +41,14 @@ __all__ = [
     "BrokerRegistrationResult",
     "BrokerHeartbeatResult",
     "TickResult",
+    "IsrMember",
+    "AlterPartitionItem",
+    "AlterPartitionTopic",
+    "AlterPartitionPartitionResult",
+    "AlterPartitionTopicResult",
+    "ElectionType",
+    "PartitionElectionResult",
+    "TopicElectionResult",
 ]
 
 NO_TOPIC_ID: Final = uuid.UUID(int=0)
@@ -207,3 +215,72 @@ class TickResult:
 
     fenced_broker_ids: tuple[int, ...]
     wake_at_ms: int
+
+
+# -- AlterPartition (KIP-497) ------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class IsrMember:
+    """A replica of a proposed ISR; `broker_epoch` -1 when the sender does not say (v2)."""
+
+    broker_id: int
+    broker_epoch: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class AlterPartitionItem:
+    """The partition leader's proposal: this ISR, at these epochs."""
+
+    partition_index: int
+    leader_epoch: int
+    new_isr: tuple[IsrMember, ...]
+    partition_epoch: int
+    leader_recovery_state: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class AlterPartitionTopic:
+    topic_id: uuid.UUID
+    partitions: tuple[AlterPartitionItem, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AlterPartitionPartitionResult:
+    """The partition's state after the change, or only an error (other fields as Kafka's
+    defaults, 0)."""
+
+    partition_index: int
+    error_code: ErrorCode = ErrorCode.none
+    leader_id: int = 0
+    leader_epoch: int = 0
+    isr: tuple[int, ...] = ()
+    leader_recovery_state: int = 0
+    partition_epoch: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class AlterPartitionTopicResult:
+    topic_id: uuid.UUID
+    partitions: tuple[AlterPartitionPartitionResult, ...]
+
+
+# -- ElectLeaders (KIP-460) ---------------------------------------------------------------
+
+
+class ElectionType(IntEnum):
+    PREFERRED = 0
+    UNCLEAN = 1
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionElectionResult:
+    partition_id: int
+    error_code: ErrorCode = ErrorCode.none
+    error_message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TopicElectionResult:
+    topic: str
+    partitions: tuple[PartitionElectionResult, ...]

@@ -216,12 +216,45 @@ def check_no_acked_write_lost(acked: list[int], values: list[bytes]) -> int:
     return len(seen) - len(first)
 
 
+class WatchLoop:
+    """A consumer thread reading the partition from the start while the test runs;
+    `seen` maps each offset it was given to the value it saw there."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.consumer = Consumer({"bootstrap.servers": bootstrap,
+                                  "group.id": f"watch-{uuid.uuid4()}",
+                                  "enable.auto.commit": False,
+                                  "topic.metadata.refresh.interval.ms": 500})
+        self.consumer.assign([TopicPartition(topic, 0, 0)])
+        self.seen: dict[int, bytes] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            message = self.consumer.poll(0.2)
+            if message is not None and message.error() is None:
+                self.seen[message.offset()] = message.value()
+
+    def __enter__(self) -> WatchLoop:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        self.consumer.close()
+
+
 def kill_leader_while_producing(cluster: LocalCluster, topic: str, kills: int, *,
                                 rejoin_isr: bool) -> None:
-    """Kill -9 the partition's leader `kills` times while a SendLoop produces; each time
-    wait for a new leader and more acks, then restart the killed broker (and, with
-    `rejoin_isr`, wait until it is back in the ISR). Then check the acknowledged writes."""
-    with SendLoop(bootstrap_of(cluster), topic) as sender:
+    """Kill -9 the partition's leader `kills` times while a SendLoop produces and a
+    WatchLoop consumes; each time wait for a new leader and more acks, then restart the
+    killed broker (and, with `rejoin_isr`, wait until it is back in the ISR). Then: every
+    acknowledged write is in the log in send order, and whatever the consumer saw is still
+    there, at the offset where it saw it."""
+    with SendLoop(bootstrap_of(cluster), topic) as sender, \
+            WatchLoop(bootstrap_of(cluster), topic) as watcher:
         for _ in range(kills):
             leader = wait_for(lambda: partition_state(cluster, topic)[0], "a leader")
             before = len(sender.acked)
@@ -237,11 +270,14 @@ def kill_leader_while_producing(cluster: LocalCluster, topic: str, kills: int, *
             if rejoin_isr:
                 wait_for(lambda: len((partition_state(cluster, topic) or (0, 0, ()))[2]) == 3,
                          "the restarted broker back in the ISR", timeout_s=60)
+        sender.stop()
     assert sender.failed == []
     end = wait_for(lambda: high_watermark(cluster, topic), "the final high watermark")
     values = consume_all(bootstrap_of(cluster), topic, end, timeout_s=60)
     assert len(values) == end
     check_no_acked_write_lost(sender.acked, values)
+    changed = {o: v for o, v in watcher.seen.items() if o >= end or values[o] != v}
+    assert changed == {}, "a consumer saw records that later disappeared"
 
 
 def high_watermark(cluster: LocalCluster, topic: str) -> int:
@@ -341,3 +377,11 @@ def test_two_stopped_followers_make_acks_all_fail(cluster: LocalCluster) -> None
              "both followers back in the ISR")
     values = consume_all(bootstrap_of(cluster), topic, 1, timeout_s=5)
     assert values == []  # nothing was acknowledged, nothing is visible
+
+
+@pytest.mark.slow
+@needs_alter_partition
+def test_ten_leader_kills_lose_no_acknowledged_write(cluster: LocalCluster) -> None:
+    topic = f"kills-{uuid.uuid4().hex[:8]}"
+    create_topic(cluster, topic, configs={"min.insync.replicas": "2"})
+    kill_leader_while_producing(cluster, topic, kills=10, rejoin_isr=True)

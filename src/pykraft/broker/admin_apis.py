@@ -1,7 +1,7 @@
-"""Handlers for metadata APIs: topics, partitions, configs, cluster and quorum descriptions.
+"""Handlers for metadata APIs: topics, partitions, configs, leaders, cluster and quorum.
 
 Changes (CreateTopics, DeleteTopics, CreatePartitions, AlterConfigs,
-IncrementalAlterConfigs) are translated into the controller's neutral requests and
+IncrementalAlterConfigs, ElectLeaders) are translated into the controller's neutral requests and
 forwarded through a `ControllerChannel` to the active controller — in-process on a combined
 node — which answers once the records are committed. Descriptions are read from the broker's
 metadata image and configuration.
@@ -27,7 +27,10 @@ from pykraft.controller.requests import (
     CreatePartitionsTopic,
     CreateTopicResult,
     DeleteTopicResult,
+    ElectionType,
     LegacyAlterConfigsResource,
+    PartitionElectionResult,
+    TopicElectionResult,
 )
 from pykraft.net.server import RequestContext
 from pykraft.protocol.api import ADMIN_APIS, ApiKey
@@ -62,6 +65,10 @@ class ControllerChannel(Protocol):
     async def alter_configs(
         self, resources: Sequence[LegacyAlterConfigsResource], *, validate_only: bool
     ) -> Sequence[AlterConfigsResult]: ...
+
+    async def elect_leaders(
+        self, election_type: ElectionType, partitions: Mapping[str, Sequence[int]] | None
+    ) -> tuple[ErrorCode, Sequence[TopicElectionResult]]: ...
 
 
 class QuorumInfo(Protocol):
@@ -110,6 +117,7 @@ class AdminApis:
             ApiKey.DESCRIBE_CONFIGS: self.describe_configs,
             ApiKey.DESCRIBE_CLUSTER: self.describe_cluster,
             ApiKey.DESCRIBE_QUORUM: self.describe_quorum,
+            ApiKey.ELECT_LEADERS: self.elect_leaders,
         }
 
     # -- topics -----------------------------------------------------------------------
@@ -322,6 +330,38 @@ class AdminApis:
             entries.append(_Entry(name, None if sensitive else value, True, int(source),
                                   sensitive, _CONFIG_TYPES.get(key.type, 0), None))
         return entries
+
+    # -- leadership ---------------------------------------------------------------------
+
+    async def elect_leaders(self, context: RequestContext, request: Any) -> Any:
+        """ElectLeaders (KIP-460), decided by the active controller; v0 means PREFERRED."""
+        module = response_module(ApiKey.ELECT_LEADERS, context.header.api_version)
+        wanted: dict[str, list[int]] | None = None
+        if request.topic_partitions is not None:
+            wanted = {}
+            for topic in request.topic_partitions:
+                ids = wanted.setdefault(topic.topic, [])
+                ids.extend(p for p in topic.partitions if p not in ids)
+        raw_type = int(field(request, "election_type", ElectionType.PREFERRED))
+        if raw_type not in (ElectionType.PREFERRED, ElectionType.UNCLEAN):
+            message = f"Unknown election type {raw_type}"
+            results: Sequence[TopicElectionResult] = [
+                TopicElectionResult(name, tuple(
+                    PartitionElectionResult(i, ErrorCode.invalid_request, message)
+                    for i in ids))
+                for name, ids in (wanted or {}).items()]
+            error = ErrorCode.invalid_request
+        else:
+            error, results = await self.controller.elect_leaders(
+                ElectionType(raw_type), wanted)
+        return make(
+            module.ElectLeadersResponse, throttle_time=NO_THROTTLE, error_code=error,
+            replica_election_results=tuple(
+                make(module.ReplicaElectionResult, topic=r.topic, partition_result=tuple(
+                    make(module.PartitionResult, partition_id=p.partition_id,
+                         error_code=p.error_code, error_message=p.error_message)
+                    for p in r.partitions))
+                for r in results))
 
     # -- cluster and quorum -----------------------------------------------------------
 

@@ -22,8 +22,10 @@ class ApiKey(IntEnum):
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
     CREATE_PARTITIONS = 37
+    ELECT_LEADERS = 43
     INCREMENTAL_ALTER_CONFIGS = 44
     DESCRIBE_QUORUM = 55
+    ALTER_PARTITION = 56
     DESCRIBE_CLUSTER = 60
     BROKER_REGISTRATION = 62
     BROKER_HEARTBEAT = 63
@@ -51,6 +53,7 @@ ADMIN_APIS: Final[dict[int, tuple[int, int]]] = {
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
     ApiKey.DESCRIBE_QUORUM: (0, 2),
     ApiKey.DESCRIBE_CLUSTER: (0, 1),
+    ApiKey.ELECT_LEADERS: (0, 2),
 }
 
 # what a broker listener serves before any feature adds its own APIs

@@ -1,8 +1,8 @@
 """The broker's `ControllerChannel` in a cluster: to the active controller wherever it runs.
 
 `QuorumControllerChannel` serves each metadata change (CreateTopics, DeleteTopics,
-CreatePartitions, AlterConfigs, IncrementalAlterConfigs) and the broker's own lifecycle
-requests (BrokerRegistration, BrokerHeartbeat):
+CreatePartitions, AlterConfigs, IncrementalAlterConfigs, ElectLeaders) and the broker's own
+lifecycle and replication requests (BrokerRegistration, BrokerHeartbeat, AlterPartition):
 
 - in-process when this node's controller is the active one (a combined node that leads the
   metadata quorum: no network hop, as the single node always did);
@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
 from kio.schema.errors import ErrorCode
@@ -33,6 +33,9 @@ from kio.schema.errors import ErrorCode
 from pykraft.controller.requests import (
     AlterConfigsResource,
     AlterConfigsResult,
+    AlterPartitionPartitionResult,
+    AlterPartitionTopic,
+    AlterPartitionTopicResult,
     BrokerFeatureRange,
     BrokerHeartbeatResult,
     BrokerRegistrationResult,
@@ -43,8 +46,11 @@ from pykraft.controller.requests import (
     CreatePartitionsTopic,
     CreateTopicResult,
     DeleteTopicResult,
+    ElectionType,
     LegacyAlterConfigsResource,
     Listener,
+    PartitionElectionResult,
+    TopicElectionResult,
 )
 from pykraft.errors import KafkaError, NotController
 from pykraft.protocol.api import ApiKey
@@ -63,6 +69,7 @@ T = TypeVar("T")
 
 BROKER_REGISTRATION: Final = ApiKey.BROKER_REGISTRATION  # KIP-631
 BROKER_HEARTBEAT: Final = ApiKey.BROKER_HEARTBEAT
+ALTER_PARTITION: Final = ApiKey.ALTER_PARTITION  # KIP-497
 
 # the versions this channel speaks (served by every pykraft controller listener)
 CREATE_TOPICS_VERSION: Final = 7
@@ -72,6 +79,8 @@ INCREMENTAL_ALTER_CONFIGS_VERSION: Final = 1
 ALTER_CONFIGS_VERSION: Final = 2
 BROKER_REGISTRATION_VERSION: Final = 4
 BROKER_HEARTBEAT_VERSION: Final = 1
+ALTER_PARTITION_VERSION: Final = 3
+ELECT_LEADERS_VERSION: Final = 2
 NOT_CONTROLLER_MESSAGE: Final = "no active controller answered in time"
 
 
@@ -381,6 +390,101 @@ class QuorumControllerChannel:
                                          should_shut_down=answer.should_shut_down)
 
         return await self._route(local, remote, _refuse, idempotent=True)
+
+    # -- replication (KIP-497, KIP-460) ------------------------------------------------
+
+    async def alter_partition(
+        self, broker_id: int, broker_epoch: int, topics: Sequence[AlterPartitionTopic]
+    ) -> Sequence[AlterPartitionTopicResult]:
+        """AlterPartition; raises ControllerRefused for a whole-request error
+        (STALE_BROKER_EPOCH, or NOT_CONTROLLER when no active controller answered)."""
+        async def local(server: ControllerServer) -> Sequence[AlterPartitionTopicResult]:
+            try:
+                return await server.run(
+                    lambda core: core.alter_partition(broker_id, broker_epoch, topics))
+            except (NotController, OutcomeUnknown):
+                raise
+            except KafkaError as error:
+                raise ControllerRefused(error.code, str(error) or None) from error
+
+        async def remote(
+            client: ActiveControllerClient,
+        ) -> Sequence[AlterPartitionTopicResult] | None:
+            module = _module(ALTER_PARTITION, ALTER_PARTITION_VERSION)
+            request = make(
+                module.AlterPartitionRequest, broker_id=broker_id, broker_epoch=broker_epoch,
+                topics=tuple(
+                    make(module.TopicData, topic_id=t.topic_id, partitions=tuple(
+                        make(module.PartitionData, partition_index=p.partition_index,
+                             leader_epoch=p.leader_epoch,
+                             new_isr_with_epochs=tuple(
+                                 make(module.BrokerState, broker_id=m.broker_id,
+                                      broker_epoch=m.broker_epoch) for m in p.new_isr),
+                             leader_recovery_state=p.leader_recovery_state,
+                             partition_epoch=p.partition_epoch)
+                        for p in t.partitions))
+                    for t in topics))
+            _, answer = await client.send(ALTER_PARTITION, ALTER_PARTITION_VERSION, request)
+            if answer.error_code == ErrorCode.not_controller:
+                return None
+            if answer.error_code != ErrorCode.none:
+                raise ControllerRefused(answer.error_code)
+            results = tuple(
+                AlterPartitionTopicResult(t.topic_id, tuple(
+                    AlterPartitionPartitionResult(
+                        p.partition_index, p.error_code, p.leader_id, p.leader_epoch,
+                        tuple(p.isr), p.leader_recovery_state, p.partition_epoch)
+                    for p in t.partitions))
+                for t in answer.topics)
+            codes = [p.error_code for t in results for p in t.partitions]
+            return None if _retry_needed(codes) else results
+
+        # an ISR proposal carries the epochs it was made at: resending it is harmless
+        return await self._route(local, remote, _refuse, idempotent=True)
+
+    async def elect_leaders(
+        self, election_type: ElectionType, partitions: Mapping[str, Sequence[int]] | None
+    ) -> tuple[ErrorCode, Sequence[TopicElectionResult]]:
+        """ElectLeaders: the top-level error and the results (`partitions` None: all)."""
+        async def local(
+            server: ControllerServer,
+        ) -> tuple[ErrorCode, Sequence[TopicElectionResult]]:
+            results = await server.run(lambda core: core.elect_leaders(election_type, partitions))
+            return ErrorCode.none, results
+
+        async def remote(
+            client: ActiveControllerClient,
+        ) -> tuple[ErrorCode, Sequence[TopicElectionResult]] | None:
+            module = _module(ApiKey.ELECT_LEADERS, ELECT_LEADERS_VERSION)
+            request = make(
+                module.ElectLeadersRequest, election_type=int(election_type),
+                timeout=_timeout(self.timeout_ms),
+                topic_partitions=None if partitions is None else tuple(
+                    make(module.TopicPartitions, topic=name, partitions=tuple(ids))
+                    for name, ids in partitions.items()))
+            _, answer = await client.send(ApiKey.ELECT_LEADERS, ELECT_LEADERS_VERSION, request)
+            if answer.error_code == ErrorCode.not_controller:
+                return None
+            results = tuple(
+                TopicElectionResult(r.topic, tuple(
+                    PartitionElectionResult(p.partition_id, p.error_code, p.error_message)
+                    for p in r.partition_result))
+                for r in answer.replica_election_results)
+            codes = [p.error_code for r in results for p in r.partitions]
+            return None if _retry_needed(codes) else (answer.error_code, results)
+
+        def failed(
+            code: ErrorCode, message: str
+        ) -> tuple[ErrorCode, Sequence[TopicElectionResult]]:
+            if partitions is None:
+                return code, ()
+            return code, tuple(
+                TopicElectionResult(name, tuple(PartitionElectionResult(i, code, message)
+                                                for i in ids))
+                for name, ids in partitions.items())
+
+        # a second election of the same kind finds nothing to do: safe to resend
+        return await self._route(local, remote, failed, idempotent=True)
 
 
 _NO_ID: Final = uuid.UUID(int=0)

@@ -1,4 +1,5 @@
-"""BrokerRegistration (62) and BrokerHeartbeat (63) on the controller listener (KIP-631).
+"""BrokerRegistration (62), BrokerHeartbeat (63) (KIP-631) and AlterPartition (56, KIP-497)
+on the controller listener.
 
 Brokers that do not run the active controller in their own process register and heartbeat
 here over the network. A controller that is not the active one answers NOT_CONTROLLER and
@@ -15,10 +16,17 @@ from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
 
-from pykraft.controller.requests import BrokerFeatureRange, Listener
+from pykraft.controller.requests import (
+    AlterPartitionItem,
+    AlterPartitionTopic,
+    BrokerFeatureRange,
+    IsrMember,
+    Listener,
+)
 from pykraft.net.server import RequestContext
 from pykraft.protocol.entities import NO_THROTTLE, field, make, response_module
 from pykraft.server.controller_channel import (
+    ALTER_PARTITION,
     BROKER_HEARTBEAT,
     BROKER_REGISTRATION,
     ControllerRefused,
@@ -29,6 +37,7 @@ from pykraft.server.controller_server import ControllerServer, wall_clock_ms
 LIFECYCLE_APIS: Final[dict[int, tuple[int, int]]] = {
     BROKER_REGISTRATION: (0, 4),
     BROKER_HEARTBEAT: (0, 1),
+    ALTER_PARTITION: (2, 3),  # v0-v1 (topic names) are below Kafka 4.0's baseline
 }
 
 
@@ -46,6 +55,7 @@ class LifecycleApis:
         return {
             BROKER_REGISTRATION: self.broker_registration,
             BROKER_HEARTBEAT: self.broker_heartbeat,
+            ALTER_PARTITION: self.alter_partition,
         }
 
     async def broker_registration(self, context: RequestContext, request: Any) -> Any:
@@ -84,3 +94,38 @@ class LifecycleApis:
         return make(module.BrokerHeartbeatResponse, throttle_time=NO_THROTTLE,
                     error_code=ErrorCode.none, is_caught_up=result.is_caught_up,
                     is_fenced=result.is_fenced, should_shut_down=result.should_shut_down)
+
+    async def alter_partition(self, context: RequestContext, request: Any) -> Any:
+        version = context.header.api_version
+        module = response_module(ALTER_PARTITION, version)
+        topics = [
+            AlterPartitionTopic(topic.topic_id or uuid.UUID(int=0), tuple(
+                AlterPartitionItem(
+                    partition_index=p.partition_index,
+                    leader_epoch=p.leader_epoch,
+                    new_isr=tuple(IsrMember(m.broker_id, m.broker_epoch)
+                                  for m in p.new_isr_with_epochs) if version >= 3
+                    else tuple(IsrMember(b) for b in p.new_isr),
+                    partition_epoch=p.partition_epoch,
+                    leader_recovery_state=p.leader_recovery_state,
+                )
+                for p in topic.partitions))
+            for topic in request.topics
+        ]
+        try:
+            results = await self.channel.alter_partition(
+                request.broker_id, request.broker_epoch, topics)
+        except ControllerRefused as refused:
+            return make(module.AlterPartitionResponse, throttle_time=NO_THROTTLE,
+                        error_code=refused.code, topics=())
+        return make(
+            module.AlterPartitionResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
+            topics=tuple(
+                make(module.TopicData, topic_id=t.topic_id, partitions=tuple(
+                    make(module.PartitionData, partition_index=p.partition_index,
+                         error_code=p.error_code, leader_id=p.leader_id,
+                         leader_epoch=p.leader_epoch, isr=p.isr,
+                         leader_recovery_state=p.leader_recovery_state,
+                         partition_epoch=p.partition_epoch)
+                    for p in t.partitions))
+                for t in results))

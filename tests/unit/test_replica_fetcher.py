@@ -176,3 +176,16 @@ async def test_answers_for_an_old_epoch_or_a_moved_log_are_dropped(tmp_path: Pat
 ])
 def test_fetcher_config(configs: dict[str, str], expected: FetcherConfig) -> None:
     assert FetcherConfig.from_configs(configs) == expected
+
+
+def test_an_empty_epoch_at_the_log_end_goes_with_the_truncation(tmp_path: Path) -> None:
+    """A follower that led epoch 5 without writing: the leader (epoch 6) says its epoch 3
+    ended at our log end; cutting there writes nothing but forgets epoch 5, so the next
+    fetch carries epoch 3 and is accepted."""
+    log = follower_log(tmp_path, [(3, 4)])
+    log.assign_epoch_start(5)
+    fetcher, state = fetcher_for(log, epoch=6)
+    request, _ = fetcher.build_request([state])
+    assert request.topics[0].partitions[0].last_fetched_epoch == 5
+    fetcher.handle_partition(state, answer(diverging=(3, 4)))
+    assert log.log_end_offset == 4 and log.latest_epoch == 3

@@ -596,6 +596,9 @@ class Log:
         """Remove everything from `offset` on (a follower diverged); True if anything went."""
         invariant(offset >= 0, f"truncate {self.dir.name} to negative offset {offset}")
         if offset >= self._log_end_offset:
+            # an epoch begun at the log end with nothing written (a leadership that wrote
+            # nothing) is still forgotten, or the next fetch would diverge on it again
+            self.leader_epoch_cache.truncate_from_end(self._log_end_offset)
             return False
         if offset < self._segments[0].base_offset:
             self.truncate_fully_and_start_at(offset, now_ms=self._active.created_ms)

@@ -231,3 +231,15 @@ async def test_a_refused_isr_change_is_dropped_until_the_metadata_moves(
     # the committed state arrives through the metadata
     place(manager, registration(ME, 0, (1,), partition_epoch=3))
     assert partition.isr == (1,) and partition.partition_epoch == 3
+
+
+def test_a_silent_follower_of_an_idle_partition_stays_in_the_isr(
+        manager: ReplicaManager, clock: Clock) -> None:
+    partition = place(manager, registration(ME, 0, (1, 2, 3)))
+    manager.append(partition, batch(2), acks=1)
+    manager.follower_fetch(partition, 2, 2, 0)
+    manager.follower_fetch(partition, 3, 2, 0)
+    clock.ms += 60_000  # neither fetched since, but both hold the whole log
+    assert manager.out_of_sync_replicas(partition, clock()) == ()
+    manager.append(partition, batch(1), acks=1)  # now they are behind
+    assert manager.out_of_sync_replicas(partition, clock()) == (2, 3)

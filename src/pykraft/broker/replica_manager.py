@@ -481,11 +481,19 @@ class ReplicaManager:
             self._propose_isr(partition, new_isr)
 
     def out_of_sync_replicas(self, partition: Partition, now_ms: int) -> tuple[int, ...]:
-        """ISR members (not the leader) not caught up for replica.lag.time.max.ms."""
-        return tuple(
-            replica for replica in partition.isr
-            if replica != self.node_id and now_ms - partition.followers.get(
-                replica, FollowerState()).last_caught_up_ms > self.replica_lag_time_max_ms)
+        """ISR members (not the leader) not caught up for replica.lag.time.max.ms; one
+        whose log end is the leader's counts as caught up (an idle partition keeps a
+        silent follower, as Kafka's does)."""
+        leader_end = partition.log.log_end_offset
+        lagging = []
+        for replica in partition.isr:
+            if replica == self.node_id:
+                continue
+            state = partition.followers.get(replica, FollowerState())
+            if (state.log_end_offset != leader_end
+                    and now_ms - state.last_caught_up_ms > self.replica_lag_time_max_ms):
+                lagging.append(replica)
+        return tuple(lagging)
 
     def maybe_shrink_isr(self) -> int:
         """The periodic check: propose dropping lagging followers; return how many

@@ -5,6 +5,7 @@
     pykraft topics | console-producer | console-consumer | dump-log | perf produce|consume
     pykraft consumer-groups --bootstrap-server H:P --list | --describe | --reset-offsets | --delete
     pykraft delete-records --bootstrap-server H:P --offset-json-file FILE
+    pykraft leader-election --bootstrap-server H:P --election-type preferred|unclean ...
     pykraft metadata-quorum --bootstrap-controller H:P describe --status | --replication
     pykraft log-cleaner --describe --metrics-url URL [--topic T]
 
@@ -31,6 +32,7 @@ from pykraft.cli import (
     consumer_groups,
     delete_records,
     dump_log,
+    leader_election,
     log_cleaner,
     metadata_quorum,
     perf,
@@ -56,6 +58,7 @@ def build_parser() -> ArgumentParser:
     consumer_groups.add_parser(commands)
     dump_log.add_parser(commands)
     delete_records.add_parser(commands)
+    leader_election.add_parser(commands)
     metadata_quorum.add_parser(commands)
     log_cleaner.add_parser(commands)
     perf.add_parser(commands)

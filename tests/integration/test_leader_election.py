@@ -159,3 +159,23 @@ def test_a_dedicated_broker_forwards_elect_leaders_to_the_controller() -> None:
                      "101 leading again")
         finally:
             stand_ins.close()
+
+
+def test_the_controller_moves_leadership_back_to_the_preferred_replica() -> None:
+    """auto.leader.rebalance.enable with a 1 s check interval and no tolerated imbalance."""
+    configs = {**CONFIGS, "leader.imbalance.check.interval.seconds": "1",
+               "leader.imbalance.per.broker.percentage": "0"}
+    with LocalCluster(configs=configs) as node:
+        stand_ins = StandIns(node)
+        try:
+            stand_ins.start()
+            topic_id = stand_ins.create_topic("auto", {0: (101, 102)})
+            fence_and_return(stand_ins, 101)
+            wait_for(lambda: partition_state(node, "auto")[:2] == (102, 1), "102 leading")
+            answer = stand_ins.alter(102, topic_id, (102, 101), leader_epoch=1,
+                                     partition_epoch=1)
+            assert answer.topics[0].partitions[0].error_code == ErrorCode.none, answer
+            wait_for(lambda: partition_state(node, "auto")[:2] == (101, 2),
+                     "101 leading again without being asked", timeout_s=10)
+        finally:
+            stand_ins.close()

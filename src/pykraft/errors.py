@@ -216,3 +216,7 @@ class NotEnoughReplicas(KafkaError):
 
 class NotEnoughReplicasAfterAppend(KafkaError):
     code = ErrorCode.not_enough_replicas_after_append
+
+
+class NoReassignmentInProgress(KafkaError):
+    code = ErrorCode.no_reassignment_in_progress

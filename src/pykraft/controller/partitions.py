@@ -42,7 +42,7 @@ from pykraft.metadata.registrations import (
     PartitionRegistration,
 )
 
-__all__ = ["Election", "build_partition_change"]
+__all__ = ["Election", "build_partition_change", "complete_reassignment"]
 
 
 class Election(Enum):
@@ -55,6 +55,7 @@ class Election(Enum):
 
 def _elect(
     partition: PartitionRegistration,
+    replicas: tuple[int, ...],
     target_isr: tuple[int, ...],
     is_acceptable_leader: Callable[[int], bool],
     election: Election,
@@ -64,15 +65,15 @@ def _elect(
     def valid(replica: int) -> bool:
         return replica in target_isr and is_acceptable_leader(replica)
 
-    if election == Election.PREFERRED and partition.replicas and valid(partition.replicas[0]):
-        return partition.replicas[0], False
+    if election == Election.PREFERRED and replicas and valid(replicas[0]):
+        return replicas[0], False
     if partition.leader != NO_LEADER and valid(partition.leader):
         return partition.leader, False
-    for replica in partition.replicas:
+    for replica in replicas:
         if valid(replica):
             return replica, False
     if election == Election.UNCLEAN:
-        for replica in partition.replicas:
+        for replica in replicas:
             if is_acceptable_leader(replica):
                 return replica, True
     return NO_LEADER, False
@@ -87,10 +88,23 @@ def build_partition_change(
     is_acceptable_leader: Callable[[int], bool],
     metadata_version: int,
     election: Election = Election.ONLINE,
+    target_replicas: tuple[int, ...] | None = None,
+    target_adding: tuple[int, ...] | None = None,
+    target_removing: tuple[int, ...] | None = None,
 ) -> PartitionChangeRecord | None:
-    """The record that moves `partition` to `target_isr` with a fitting leader; None when
-    nothing would change."""
-    leader, unclean = _elect(partition, target_isr, is_acceptable_leader, election)
+    """The record that moves `partition` to `target_isr` (and to `target_replicas`,
+    `target_adding`, `target_removing` when given) with a fitting leader; None when
+    nothing would change. A reassignment whose adding replicas are all in the target ISR
+    completes in the same record."""
+    replicas = partition.replicas if target_replicas is None else target_replicas
+    adding = partition.adding_replicas if target_adding is None else target_adding
+    removing = partition.removing_replicas if target_removing is None else target_removing
+    if adding or removing:
+        completed = complete_reassignment(replicas, adding, removing, target_isr)
+        if completed is not None:
+            replicas, target_isr = completed
+            adding = removing = ()
+    leader, unclean = _elect(partition, replicas, target_isr, is_acceptable_leader, election)
     record_leader = NO_LEADER_CHANGE
     record_isr: tuple[int, ...] | None = None
     recovery_state = -1
@@ -109,12 +123,39 @@ def build_partition_change(
         and not set(partition.isr) <= set(record_isr)
     ):
         record_leader = partition.leader
-    if record_leader == NO_LEADER_CHANGE and record_isr is None and recovery_state == -1:
+    record_replicas = None if replicas == partition.replicas else replicas
+    record_adding = None if adding == partition.adding_replicas else adding
+    record_removing = None if removing == partition.removing_replicas else removing
+    if (
+        record_leader == NO_LEADER_CHANGE
+        and record_isr is None
+        and recovery_state == -1
+        and record_replicas is None
+        and record_adding is None
+        and record_removing is None
+    ):
         return None
     return PartitionChangeRecord(
         partition_id=partition_id,
         topic_id=topic_id,
         isr=record_isr,
         leader=record_leader,
+        replicas=record_replicas,
+        removing_replicas=record_removing,
+        adding_replicas=record_adding,
         leader_recovery_state=recovery_state,
     )
+
+
+def complete_reassignment(
+    replicas: tuple[int, ...],
+    adding: tuple[int, ...],
+    removing: tuple[int, ...],
+    target_isr: tuple[int, ...],
+) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """(replicas, ISR) once a reassignment is done: every adding replica is in the ISR and
+    the ISR keeps a member after the removing replicas leave. None while it is not."""
+    isr = tuple(replica for replica in target_isr if replica not in removing)
+    if not isr or any(replica not in isr for replica in adding):
+        return None
+    return tuple(replica for replica in replicas if replica not in removing), isr

@@ -42,7 +42,7 @@ import uuid
 from collections import deque
 from collections.abc import Mapping, Sequence
 
-from pykraft.controller import cluster, configs, replication, topics
+from pykraft.controller import cluster, configs, reassignment, replication, topics
 from pykraft.controller.cluster import BrokerControlState, BrokerSessions, Registration
 from pykraft.controller.config import ControllerConfig
 from pykraft.controller.features import BOOTSTRAP_METADATA_VERSION, bootstrap_records
@@ -63,7 +63,10 @@ from pykraft.controller.requests import (
     ElectionType,
     LegacyAlterConfigsResource,
     Listener,
+    OngoingTopicReassignments,
     OpResult,
+    ReassignableTopic,
+    ReassignmentTopicResult,
     TickResult,
     TopicElectionResult,
 )
@@ -462,3 +465,34 @@ class QuorumController:
         )
         return OpResult(tuple(records), results)
 
+    # -- reassignment (KIP-455) -----------------------------------------------------------
+
+    def alter_partition_reassignments(
+        self,
+        topics_to_move: Sequence[ReassignableTopic],
+        *,
+        allow_replication_factor_change: bool = True,
+    ) -> OpResult[tuple[ReassignmentTopicResult, ...]]:
+        self._require_active()
+        state = self._state
+
+        def unclean_allowed(topic: str) -> bool:
+            value = configs.effective_topic_config(
+                state, self.config, topic, "unclean.leader.election.enable"
+            )
+            return (value or "").strip().lower() == "true"
+
+        records, results = reassignment.alter_reassignments(
+            state,
+            self._is_active_broker,
+            unclean_allowed,
+            topics_to_move,
+            allow_replication_factor_change=allow_replication_factor_change,
+        )
+        return OpResult(tuple(records), results)
+
+    def list_partition_reassignments(
+        self, partitions: Mapping[str, Sequence[int]] | None
+    ) -> OpResult[tuple[OngoingTopicReassignments, ...]]:
+        self._require_active()
+        return OpResult((), reassignment.list_reassignments(self._state, partitions))

@@ -3,8 +3,9 @@
 The broker's protocol handlers translate kio entities to these and back; the controller
 core never sees the wire. Names follow Kafka's RPC fields (CreateTopics, DeleteTopics,
 CreatePartitions, IncrementalAlterConfigs, AlterConfigs, BrokerRegistration,
-BrokerHeartbeat, AlterPartition, ElectLeaders). Error codes are kio's `ErrorCode` (an
-`IntEnum`); messages are Kafka's wording where Kafka has one.
+BrokerHeartbeat, AlterPartition, ElectLeaders, Alter/ListPartitionReassignments). Error
+codes are kio's `ErrorCode` (an `IntEnum`); messages are Kafka's wording where Kafka has
+one.
 """
 
 from __future__ import annotations
@@ -49,6 +50,12 @@ __all__ = [
     "ElectionType",
     "PartitionElectionResult",
     "TopicElectionResult",
+    "ReassignablePartition",
+    "ReassignableTopic",
+    "ReassignmentPartitionResult",
+    "ReassignmentTopicResult",
+    "OngoingReassignment",
+    "OngoingTopicReassignments",
 ]
 
 NO_TOPIC_ID: Final = uuid.UUID(int=0)
@@ -284,3 +291,47 @@ class PartitionElectionResult:
 class TopicElectionResult:
     topic: str
     partitions: tuple[PartitionElectionResult, ...]
+
+
+# -- AlterPartitionReassignments / ListPartitionReassignments (KIP-455) --------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ReassignablePartition:
+    """Move a partition to `replicas`; None cancels its reassignment."""
+
+    partition_index: int
+    replicas: tuple[int, ...] | None
+
+
+@dataclass(frozen=True, slots=True)
+class ReassignableTopic:
+    name: str
+    partitions: tuple[ReassignablePartition, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ReassignmentPartitionResult:
+    partition_index: int
+    error_code: ErrorCode = ErrorCode.none
+    error_message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReassignmentTopicResult:
+    name: str
+    partitions: tuple[ReassignmentPartitionResult, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OngoingReassignment:
+    partition_index: int
+    replicas: tuple[int, ...]
+    adding_replicas: tuple[int, ...]
+    removing_replicas: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OngoingTopicReassignments:
+    name: str
+    partitions: tuple[OngoingReassignment, ...]

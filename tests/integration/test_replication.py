@@ -345,7 +345,8 @@ def test_a_stopped_follower_leaves_the_isr_and_rejoins(cluster: LocalCluster) ->
         started = time.monotonic()
         assert send_one(bootstrap_of(cluster, others), topic, b"during", 20) is None
         waited = time.monotonic() - started
-        assert follower not in partition_state(cluster, topic, via=leader)[2]  # type: ignore[index]
+        wait_for(lambda: follower not in partition_state(cluster, topic, via=leader)[2],
+                 "the ISR change in the metadata", timeout_s=5)
     finally:
         process.send_signal(signal.SIGCONT)
     assert 1.5 < waited < 10

@@ -1,10 +1,11 @@
 """Handlers for metadata APIs: topics, partitions, configs, leaders, cluster and quorum.
 
 Changes (CreateTopics, DeleteTopics, CreatePartitions, AlterConfigs,
-IncrementalAlterConfigs, ElectLeaders) are translated into the controller's neutral requests and
-forwarded through a `ControllerChannel` to the active controller — in-process on a combined
-node — which answers once the records are committed. Descriptions are read from the broker's
-metadata image and configuration.
+IncrementalAlterConfigs, ElectLeaders, AlterPartitionReassignments) are translated into the
+controller's neutral requests and forwarded through a `ControllerChannel` to the active
+controller — in-process on a combined node — which answers once the records are committed;
+so is ListPartitionReassignments, which reads the controller's state. Descriptions are read
+from the broker's metadata image and configuration.
 """
 
 from __future__ import annotations
@@ -29,7 +30,11 @@ from pykraft.controller.requests import (
     DeleteTopicResult,
     ElectionType,
     LegacyAlterConfigsResource,
+    OngoingTopicReassignments,
     PartitionElectionResult,
+    ReassignablePartition,
+    ReassignableTopic,
+    ReassignmentTopicResult,
     TopicElectionResult,
 )
 from pykraft.net.server import RequestContext
@@ -69,6 +74,14 @@ class ControllerChannel(Protocol):
     async def elect_leaders(
         self, election_type: ElectionType, partitions: Mapping[str, Sequence[int]] | None
     ) -> tuple[ErrorCode, Sequence[TopicElectionResult]]: ...
+
+    async def alter_partition_reassignments(
+        self, topics: Sequence[ReassignableTopic], *, allow_replication_factor_change: bool
+    ) -> Sequence[ReassignmentTopicResult]: ...
+
+    async def list_partition_reassignments(
+        self, partitions: Mapping[str, Sequence[int]] | None
+    ) -> tuple[ErrorCode, Sequence[OngoingTopicReassignments]]: ...
 
 
 class QuorumInfo(Protocol):
@@ -118,6 +131,8 @@ class AdminApis:
             ApiKey.DESCRIBE_CLUSTER: self.describe_cluster,
             ApiKey.DESCRIBE_QUORUM: self.describe_quorum,
             ApiKey.ELECT_LEADERS: self.elect_leaders,
+            ApiKey.ALTER_PARTITION_REASSIGNMENTS: self.alter_partition_reassignments,
+            ApiKey.LIST_PARTITION_REASSIGNMENTS: self.list_partition_reassignments,
         }
 
     # -- topics -----------------------------------------------------------------------
@@ -362,6 +377,50 @@ class AdminApis:
                          error_code=p.error_code, error_message=p.error_message)
                     for p in r.partitions))
                 for r in results))
+
+    async def alter_partition_reassignments(self, context: RequestContext, request: Any) -> Any:
+        """AlterPartitionReassignments (KIP-455), decided by the active controller."""
+        module = response_module(ApiKey.ALTER_PARTITION_REASSIGNMENTS,
+                                 context.header.api_version)
+        allow = bool(field(request, "allow_replication_factor_change", True))
+        topics = [
+            ReassignableTopic(t.name, tuple(
+                ReassignablePartition(p.partition_index,
+                                      None if p.replicas is None else tuple(p.replicas))
+                for p in t.partitions))
+            for t in request.topics
+        ]
+        results = await self.controller.alter_partition_reassignments(
+            topics, allow_replication_factor_change=allow)
+        return make(
+            module.AlterPartitionReassignmentsResponse, throttle_time=NO_THROTTLE,
+            allow_replication_factor_change=allow, error_code=ErrorCode.none,
+            error_message=None,
+            responses=tuple(
+                make(module.ReassignableTopicResponse, name=r.name, partitions=tuple(
+                    make(module.ReassignablePartitionResponse,
+                         partition_index=p.partition_index, error_code=p.error_code,
+                         error_message=p.error_message)
+                    for p in r.partitions))
+                for r in results))
+
+    async def list_partition_reassignments(self, context: RequestContext, request: Any) -> Any:
+        module = response_module(ApiKey.LIST_PARTITION_REASSIGNMENTS,
+                                 context.header.api_version)
+        wanted = None if request.topics is None else {
+            t.name: list(t.partition_indexes) for t in request.topics}
+        error, listed = await self.controller.list_partition_reassignments(wanted)
+        return make(
+            module.ListPartitionReassignmentsResponse, throttle_time=NO_THROTTLE,
+            error_code=error, error_message=None,
+            topics=tuple(
+                make(module.OngoingTopicReassignment, name=t.name, partitions=tuple(
+                    make(module.OngoingPartitionReassignment,
+                         partition_index=p.partition_index, replicas=p.replicas,
+                         adding_replicas=p.adding_replicas,
+                         removing_replicas=p.removing_replicas)
+                    for p in t.partitions))
+                for t in listed))
 
     # -- cluster and quorum -----------------------------------------------------------
 

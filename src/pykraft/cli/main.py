@@ -6,6 +6,7 @@
     pykraft consumer-groups --bootstrap-server H:P --list | --describe | --reset-offsets | --delete
     pykraft delete-records --bootstrap-server H:P --offset-json-file FILE
     pykraft leader-election --bootstrap-server H:P --election-type preferred|unclean ...
+    pykraft reassign-partitions --bootstrap-server H:P --generate|--execute|--verify|...
     pykraft metadata-quorum --bootstrap-controller H:P describe --status | --replication
     pykraft log-cleaner --describe --metrics-url URL [--topic T]
 
@@ -36,6 +37,7 @@ from pykraft.cli import (
     log_cleaner,
     metadata_quorum,
     perf,
+    reassign_partitions,
     topics,
 )
 from pykraft.cli.args import ArgumentParser, CommandError, UsageError
@@ -59,6 +61,7 @@ def build_parser() -> ArgumentParser:
     dump_log.add_parser(commands)
     delete_records.add_parser(commands)
     leader_election.add_parser(commands)
+    reassign_partitions.add_parser(commands)
     metadata_quorum.add_parser(commands)
     log_cleaner.add_parser(commands)
     perf.add_parser(commands)

@@ -23,6 +23,8 @@ class ApiKey(IntEnum):
     ALTER_CONFIGS = 33
     CREATE_PARTITIONS = 37
     ELECT_LEADERS = 43
+    ALTER_PARTITION_REASSIGNMENTS = 45
+    LIST_PARTITION_REASSIGNMENTS = 46
     INCREMENTAL_ALTER_CONFIGS = 44
     DESCRIBE_QUORUM = 55
     ALTER_PARTITION = 56
@@ -54,6 +56,8 @@ ADMIN_APIS: Final[dict[int, tuple[int, int]]] = {
     ApiKey.DESCRIBE_QUORUM: (0, 2),
     ApiKey.DESCRIBE_CLUSTER: (0, 1),
     ApiKey.ELECT_LEADERS: (0, 2),
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 1),
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
 }
 
 # what a broker listener serves before any feature adds its own APIs

@@ -1,7 +1,8 @@
 """The broker's `ControllerChannel` in a cluster: to the active controller wherever it runs.
 
 `QuorumControllerChannel` serves each metadata change (CreateTopics, DeleteTopics,
-CreatePartitions, AlterConfigs, IncrementalAlterConfigs, ElectLeaders) and the broker's own
+CreatePartitions, AlterConfigs, IncrementalAlterConfigs, ElectLeaders,
+AlterPartitionReassignments), ListPartitionReassignments, and the broker's own
 lifecycle and replication requests (BrokerRegistration, BrokerHeartbeat, AlterPartition):
 
 - in-process when this node's controller is the active one (a combined node that leads the
@@ -49,7 +50,12 @@ from pykraft.controller.requests import (
     ElectionType,
     LegacyAlterConfigsResource,
     Listener,
+    OngoingReassignment,
+    OngoingTopicReassignments,
     PartitionElectionResult,
+    ReassignableTopic,
+    ReassignmentPartitionResult,
+    ReassignmentTopicResult,
     TopicElectionResult,
 )
 from pykraft.errors import KafkaError, NotController
@@ -81,6 +87,8 @@ BROKER_REGISTRATION_VERSION: Final = 4
 BROKER_HEARTBEAT_VERSION: Final = 1
 ALTER_PARTITION_VERSION: Final = 3
 ELECT_LEADERS_VERSION: Final = 2
+ALTER_REASSIGNMENTS_VERSION: Final = 1
+LIST_REASSIGNMENTS_VERSION: Final = 0
 NOT_CONTROLLER_MESSAGE: Final = "no active controller answered in time"
 
 
@@ -486,6 +494,80 @@ class QuorumControllerChannel:
         # a second election of the same kind finds nothing to do: safe to resend
         return await self._route(local, remote, failed, idempotent=True)
 
+    # -- reassignment (KIP-455) ---------------------------------------------------------
+
+    async def alter_partition_reassignments(
+        self, topics: Sequence[ReassignableTopic], *, allow_replication_factor_change: bool
+    ) -> Sequence[ReassignmentTopicResult]:
+        async def local(server: ControllerServer) -> Sequence[ReassignmentTopicResult]:
+            return await server.run(lambda core: core.alter_partition_reassignments(
+                topics, allow_replication_factor_change=allow_replication_factor_change))
+
+        async def remote(
+            client: ActiveControllerClient,
+        ) -> Sequence[ReassignmentTopicResult] | None:
+            module = _module(ApiKey.ALTER_PARTITION_REASSIGNMENTS, ALTER_REASSIGNMENTS_VERSION)
+            request = make(
+                module.AlterPartitionReassignmentsRequest, timeout=_timeout(self.timeout_ms),
+                allow_replication_factor_change=allow_replication_factor_change,
+                topics=tuple(
+                    make(module.ReassignableTopic, name=t.name, partitions=tuple(
+                        make(module.ReassignablePartition, partition_index=p.partition_index,
+                             replicas=p.replicas)
+                        for p in t.partitions))
+                    for t in topics))
+            _, answer = await client.send(ApiKey.ALTER_PARTITION_REASSIGNMENTS,
+                                          ALTER_REASSIGNMENTS_VERSION, request)
+            if answer.error_code == ErrorCode.not_controller:
+                return None
+            if answer.error_code != ErrorCode.none:
+                return _reassign_failed(topics, answer.error_code, answer.error_message)
+            results = tuple(
+                ReassignmentTopicResult(r.name, tuple(
+                    ReassignmentPartitionResult(p.partition_index, p.error_code,
+                                                p.error_message)
+                    for p in r.partitions))
+                for r in answer.responses)
+            codes = [p.error_code for r in results for p in r.partitions]
+            return None if _retry_needed(codes) else results
+
+        # the same target again changes nothing: safe to resend
+        return await self._route(
+            local, remote, lambda code, message: _reassign_failed(topics, code, message),
+            idempotent=True)
+
+    async def list_partition_reassignments(
+        self, partitions: Mapping[str, Sequence[int]] | None
+    ) -> tuple[ErrorCode, Sequence[OngoingTopicReassignments]]:
+        async def local(
+            server: ControllerServer,
+        ) -> tuple[ErrorCode, Sequence[OngoingTopicReassignments]]:
+            listed = await server.run(lambda core: core.list_partition_reassignments(partitions))
+            return ErrorCode.none, listed
+
+        async def remote(
+            client: ActiveControllerClient,
+        ) -> tuple[ErrorCode, Sequence[OngoingTopicReassignments]] | None:
+            module = _module(ApiKey.LIST_PARTITION_REASSIGNMENTS, LIST_REASSIGNMENTS_VERSION)
+            request = make(
+                module.ListPartitionReassignmentsRequest, timeout=_timeout(self.timeout_ms),
+                topics=None if partitions is None else tuple(
+                    make(module.ListPartitionReassignmentsTopics, name=name,
+                         partition_indexes=tuple(ids))
+                    for name, ids in partitions.items()))
+            _, answer = await client.send(ApiKey.LIST_PARTITION_REASSIGNMENTS,
+                                          LIST_REASSIGNMENTS_VERSION, request)
+            if answer.error_code == ErrorCode.not_controller:
+                return None
+            return answer.error_code, tuple(
+                OngoingTopicReassignments(t.name, tuple(
+                    OngoingReassignment(p.partition_index, tuple(p.replicas),
+                                        tuple(p.adding_replicas), tuple(p.removing_replicas))
+                    for p in t.partitions))
+                for t in answer.topics)
+
+        return await self._route(local, remote, lambda code, _: (code, ()), idempotent=True)
+
 
 _NO_ID: Final = uuid.UUID(int=0)
 
@@ -511,6 +593,13 @@ def _alter_failed(resources: Sequence[AlterConfigsResource | LegacyAlterConfigsR
                   code: ErrorCode, message: str) -> Sequence[AlterConfigsResult]:
     return tuple(AlterConfigsResult(r.resource_type, r.resource_name, code, message)
                  for r in resources)
+
+
+def _reassign_failed(topics: Sequence[ReassignableTopic], code: ErrorCode,
+                     message: str | None) -> Sequence[ReassignmentTopicResult]:
+    return tuple(ReassignmentTopicResult(t.name, tuple(
+        ReassignmentPartitionResult(p.partition_index, code, message) for p in t.partitions))
+        for t in topics)
 
 
 __all__ = ["QuorumControllerChannel", "ControllerRefused"]

@@ -9,6 +9,7 @@ broker listener shows what the controller decided.
 
 from __future__ import annotations
 
+import datetime
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -94,7 +95,7 @@ class StandIns:
                                   for p, ids in assignments.items()),
                 configs=tuple(ct.CreatableTopicConfig(name=k, value=v)
                               for k, v in (configs or {}).items())),),
-            timeout=__import__("datetime").timedelta(seconds=10), validate_only=False)
+            timeout=datetime.timedelta(seconds=10), validate_only=False)
         (result,) = self.wire.request(ApiKey.CREATE_TOPICS, 7, request).topics
         assert result.error_code == ErrorCode.none, result
         return uuid.UUID(str(result.topic_id))

@@ -7,7 +7,9 @@ through the node's broker listener (forwarded to the controller) as a client sen
 
 from __future__ import annotations
 
+import datetime
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -51,7 +53,7 @@ def elect(bootstrap: str, kind: int, partitions: dict[str, list[int]] | None,
         topic_partitions=None if partitions is None else tuple(
             module.TopicPartitions(topic=t, partitions=tuple(ids))
             for t, ids in partitions.items()),
-        timeout=__import__("datetime").timedelta(seconds=10))
+        timeout=datetime.timedelta(seconds=10))
     with WireClient(bootstrap) as client:
         answer = client.request(ApiKey.ELECT_LEADERS, version, request)
     return answer, {(r.topic, p.partition_id): (p.error_code, p.error_message)
@@ -179,3 +181,99 @@ def test_the_controller_moves_leadership_back_to_the_preferred_replica() -> None
                      "101 leading again without being asked", timeout_s=10)
         finally:
             stand_ins.close()
+
+
+# -- with real brokers replicating -----------------------------------------------------------
+
+REAL = {
+    "replica.lag.time.max.ms": "2000",
+    "replica.fetch.backoff.ms": "100",
+    "replica.fetch.wait.max.ms": "200",
+    "broker.session.timeout.ms": "6000",
+    "broker.heartbeat.interval.ms": "500",
+}
+
+
+def leadership(bootstrap: str, topic: str) -> dict[int, tuple[int, int, frozenset[int]]]:
+    """partition -> (leader, preferred replica, ISR), from the cluster's metadata."""
+    from confluent_kafka.admin import AdminClient
+
+    found = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
+    return {p.id: (p.leader, p.replicas[0], frozenset(p.isrs))
+            for p in found.topics[topic].partitions.values()}
+
+
+def balanced_after_a_broker_returns(cluster: LocalCluster, topic: str) -> str:
+    """Create `topic` (6 partitions, RF=3), produce, kill -9 broker 2 and restart it; wait
+    until it is back in every ISR and leads nothing. Returns the bootstrap servers."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+    bootstrap = ",".join(cluster.node(i).bootstrap_servers for i in cluster.broker_ids)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 6, 3)])[topic].result(30)
+    wait_for(lambda: all(lead == p for lead, p, _ in leadership(bootstrap, topic).values()),
+             "preferred leaders at creation", timeout_s=30)
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    for i in range(60):
+        producer.produce(topic, str(i).encode(), partition=i % 6)
+    assert producer.flush(30) == 0
+    cluster.kill_node(2)
+    survivors = ",".join(cluster.node(i).bootstrap_servers for i in (3, 4))
+    wait_for(lambda: all(lead != 2 and 2 not in isr
+                         for lead, _, isr in leadership(survivors, topic).values()),
+             "broker 2 out of every ISR", timeout_s=30)
+    cluster.restart_node(2)
+    wait_for(lambda: all(2 in isr for _, _, isr in leadership(bootstrap, topic).values()),
+             "broker 2 back in every ISR", timeout_s=60)
+    return bootstrap
+
+
+def count_records(bootstrap: str, topic: str, expected: int) -> int:
+    from confluent_kafka import Consumer
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{topic}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    seen = 0
+    deadline = time.monotonic() + 30
+    try:
+        while seen < expected and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                seen += 1
+    finally:
+        consumer.close()
+    return seen
+
+
+@pytest.mark.slow
+def test_preferred_election_restores_balanced_leadership_with_real_brokers() -> None:
+    """Issue 5, done-when 5: after a broker returns, `pykraft leader-election` moves every
+    partition's leadership back to its preferred replica; no record is lost."""
+    configs = {**REAL, "auto.leader.rebalance.enable": "false"}
+    with LocalCluster(controllers=1, brokers=3, configs=configs,
+                      startup_timeout_s=60) as cluster:
+        bootstrap = balanced_after_a_broker_returns(cluster, "balance")
+        state = leadership(bootstrap, "balance")
+        assert not any(lead == 2 for lead, _, _ in state.values())
+        assert any(p == 2 for _, p, _ in state.values())  # 2 prefers some: imbalanced
+        done = pykraft("leader-election", "--bootstrap-server", bootstrap,
+                       "--election-type", "preferred", "--all-topic-partitions")
+        assert done.returncode == 0, done
+        assert done.stdout.startswith("Successfully completed leader election (PREFERRED)")
+        wait_for(lambda: all(lead == p for lead, p, _ in leadership(bootstrap, "balance").values()),
+                 "preferred leaders again")
+        assert count_records(bootstrap, "balance", 60) == 60
+
+
+@pytest.mark.slow
+def test_auto_leader_rebalance_with_real_brokers() -> None:
+    configs = {**REAL, "leader.imbalance.check.interval.seconds": "2"}
+    with LocalCluster(controllers=1, brokers=3, configs=configs,
+                      startup_timeout_s=60) as cluster:
+        bootstrap = balanced_after_a_broker_returns(cluster, "auto-balance")
+        wait_for(lambda: all(lead == p for lead, p, _ in
+                             leadership(bootstrap, "auto-balance").values()),
+                 "preferred leaders again without being asked", timeout_s=20)
+        assert count_records(bootstrap, "auto-balance", 60) == 60

@@ -123,3 +123,79 @@ def test_cancel_and_refusals(node: LocalCluster, stand_ins: StandIns, tmp_path: 
     assert code == 1 and "--verify needs --reassignment-json-file" in err
     code, _, err = tool(node, "--execute", "--list")
     assert code == 1 and "exactly one action" in err
+
+
+@pytest.mark.slow
+def test_a_loaded_partition_moves_to_other_brokers_while_producing(tmp_path: Path) -> None:
+    """Issue 5, done-when 4: {2,3,4} -> {3,4,5} with real brokers under acks=all load: the
+    new replica catches up, joins the ISR, the move completes, broker 2's files are
+    removed, and every acknowledged record is there."""
+    import threading
+    import time
+
+    from confluent_kafka import Consumer, Producer
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+    configs = {"replica.lag.time.max.ms": "2000", "replica.fetch.backoff.ms": "100",
+               "replica.fetch.wait.max.ms": "200", "broker.session.timeout.ms": "6000",
+               "broker.heartbeat.interval.ms": "500"}
+    with LocalCluster(controllers=1, brokers=4, configs=configs,
+                      startup_timeout_s=90) as cluster:
+        bootstrap = ",".join(cluster.node(i).bootstrap_servers for i in cluster.broker_ids)
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic("moving", num_partitions=1,
+                                      replica_assignment=[[2, 3, 4]])])["moving"].result(30)
+        def in_sync() -> bool:
+            found = admin.list_topics("moving", timeout=10).topics["moving"].partitions
+            return 0 in found and len(found[0].isrs) == 3
+
+        wait_for(in_sync, "the topic in sync")
+        acked: list[int] = []
+        stop = threading.Event()
+
+        def produce() -> None:
+            producer = Producer({"bootstrap.servers": bootstrap, "acks": "all",
+                                 "enable.idempotence": False, "linger.ms": 5})
+            sent = 0
+            while not stop.is_set():
+                producer.produce("moving", str(sent).encode(), on_delivery=lambda error, m: (
+                    acked.append(int(m.value())) if error is None else None))
+                producer.poll(0)
+                sent += 1
+                time.sleep(0.002)
+            producer.flush(30)
+
+        thread = threading.Thread(target=produce)
+        thread.start()
+        try:
+            wait_for(lambda: len(acked) > 300, "records acknowledged before the move")
+            plan = write(tmp_path / "plan.json", {("moving", 0): [3, 4, 5]})
+            code, out, err = tool(cluster.node(2), "--execute", "--reassignment-json-file",
+                                  plan)
+            assert code == 0, (out, err)
+            wait_for(lambda: "is completed" in tool(cluster.node(3), "--verify",
+                                                    "--reassignment-json-file", plan)[1],
+                     "the move completed", timeout_s=60)
+            moved_at = len(acked)
+            wait_for(lambda: len(acked) > moved_at + 300, "records acknowledged after")
+        finally:
+            stop.set()
+            thread.join(60)
+        partition = admin.list_topics("moving", timeout=10).topics["moving"].partitions[0]
+        assert sorted(partition.replicas) == [3, 4, 5] and sorted(partition.isrs) == [3, 4, 5]
+        wait_for(lambda: not list(cluster.node(2).log_dir.glob("moving-*")),
+                 "broker 2's replica removed")
+        assert all(list(cluster.node(b).log_dir.glob("moving-0")) for b in (3, 4, 5))
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "moving-check",
+                             "auto.offset.reset": "earliest", "enable.auto.commit": False})
+        consumer.subscribe(["moving"])
+        seen: set[int] = set()
+        deadline = time.monotonic() + 30
+        try:
+            while not set(acked) <= seen and time.monotonic() < deadline:
+                message = consumer.poll(0.5)
+                if message is not None and message.error() is None:
+                    seen.add(int(message.value()))
+        finally:
+            consumer.close()
+        assert set(acked) <= seen, f"{len(set(acked) - seen)} acknowledged records lost"

@@ -1033,9 +1033,8 @@ class RaftCore:
         if self._round_lost(before) or not self._round_lost(self._rejecting_voters):
             return
         self._lost_rounds += 1
-        backoff_ms = self.config.retry_backoff_ms * self._rng.randint(
-            1, 2 << min(self._lost_rounds - 1, 16)
-        )
+        base_ms = max(1, self.config.retry_backoff_ms)  # never a busy loop of rounds
+        backoff_ms = base_ms * self._rng.randint(1, 2 << min(self._lost_rounds - 1, 16))
         self._election_deadline_ms = min(
             self._election_deadline_ms,
             self._now_ms + min(self.config.election_backoff_max_ms, backoff_ms),

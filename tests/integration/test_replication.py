@@ -10,7 +10,9 @@ send order on every surviving replica.
 
 from __future__ import annotations
 
+import contextlib
 import signal
+import socket
 import threading
 import time
 import uuid
@@ -22,7 +24,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 
-from pykraft.testing import LocalCluster
+from pykraft.testing import LocalCluster, free_port
 from pykraft.testing.wire import WireClient
 
 T = TypeVar("T")
@@ -153,13 +155,15 @@ class SendLoop:
     """A producer thread sending numbered values (acks=all, retries, no idempotence, one
     request in flight) until stopped; `acked` holds the values acknowledged, in order."""
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
+    def __init__(self, bootstrap: str, topic: str, prefix: str = "", **extra: Any) -> None:
         self.topic = topic
+        self.prefix = prefix
         self.producer = producer(bootstrap, **{"max.in.flight.requests.per.connection": 1,
                                                "retries": 1_000_000,
                                                "retry.backoff.ms": 100,
                                                "message.timeout.ms": 60_000,
-                                               "topic.metadata.refresh.interval.ms": 500})
+                                               "topic.metadata.refresh.interval.ms": 500,
+                                               **extra})
         self.acked: list[int] = []
         self.failed: list[tuple[int, str]] = []
         self.sent = 0
@@ -167,7 +171,7 @@ class SendLoop:
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _report(self, error: Any, message: Any) -> None:
-        value = int(message.value())
+        value = int(message.value()[len(self.prefix):])
         if error is None:
             self.acked.append(value)
         else:
@@ -176,7 +180,7 @@ class SendLoop:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                self.producer.produce(self.topic, value=str(self.sent).encode(),
+                self.producer.produce(self.topic, value=f"{self.prefix}{self.sent}".encode(),
                                       on_delivery=self._report)
                 self.sent += 1
             except BufferError:
@@ -202,10 +206,11 @@ def new_leader(cluster: LocalCluster, topic: str, old: int) -> int:
     return state[0] if state is not None and state[0] not in (old, -1) else 0
 
 
-def check_no_acked_write_lost(acked: list[int], values: list[bytes]) -> int:
-    """Every acknowledged value is in the log, in send order; return how many values
-    appear more than once (retries of a write whose answer was lost: no idempotence)."""
-    seen = [int(v) for v in values]
+def check_no_acked_write_lost(acked: list[int], values: list[bytes], prefix: str = "") -> int:
+    """Every acknowledged value (of the SendLoop with `prefix`) is in the log, in send
+    order; return how many appear more than once (retries of a write whose answer was lost:
+    no idempotence)."""
+    seen = [int(v[len(prefix):]) for v in values if v.decode().startswith(prefix)]
     first: dict[int, int] = {}
     for position, value in enumerate(seen):
         first.setdefault(value, position)
@@ -390,3 +395,138 @@ def test_ten_leader_kills_lose_no_acknowledged_write(cluster: LocalCluster) -> N
     topic = f"kills-{uuid.uuid4().hex[:8]}"
     create_topic(cluster, topic, configs={"min.insync.replicas": "2"})
     kill_leader_while_producing(cluster, topic, kills=10, rejoin_isr=True)
+
+
+class Proxy:
+    """A TCP relay on loopback that a test can cut (every connection through it closed,
+    new ones closed at once) and heal."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.server.bind(("127.0.0.1", 0))
+        self.server.listen(64)
+        self.port = int(self.server.getsockname()[1])
+        self.is_cut = False
+        self._lock = threading.Lock()
+        self._sockets: set[socket.socket] = set()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            if self.is_cut:
+                client.close()
+                continue
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.target_port), 5)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._sockets |= {client, upstream}
+            for source, target in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(source, target), daemon=True).start()
+
+    def _pump(self, source: socket.socket, target: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                target.sendall(data)
+        except OSError:
+            pass
+        for sock in (source, target):
+            with contextlib.suppress(OSError):
+                sock.close()
+            with self._lock:
+                self._sockets.discard(sock)
+
+    def cut(self) -> None:
+        self.is_cut = True
+        with self._lock:
+            doomed, self._sockets = self._sockets, set()
+        for sock in doomed:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+    def heal(self) -> None:
+        self.is_cut = False
+
+    def close(self) -> None:
+        self.cut()
+        self.server.close()
+
+
+def test_an_isolated_leader_acknowledges_nothing_and_truncates_after_healing() -> None:
+    """Each broker's replication listener and its way to the controller go through a
+    proxy. Cutting the leader's two proxies isolates it from the other brokers and the
+    controller (clients still reach it): nothing it takes during the isolation is
+    acknowledged, the controller fences it and elects another leader from the ISR, and
+    once healed it truncates what only it had and rejoins the ISR."""
+    cluster = LocalCluster(controllers=1, brokers=3, configs=FAST)
+    controller_port = cluster.nodes[1].controller_port
+    proxies: dict[int, tuple[Proxy, Proxy]] = {}
+    for broker in cluster.broker_ids:
+        node = cluster.nodes[broker]
+        replication_port = free_port()
+        replication, to_controller = Proxy(replication_port), Proxy(controller_port)
+        proxies[broker] = (replication, to_controller)
+        cluster.set_node_configs(broker, {
+            "listeners": f"PLAINTEXT://127.0.0.1:{node.broker_port},"
+                         f"REPLICATION://127.0.0.1:{replication_port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{node.broker_port},"
+                                    f"REPLICATION://127.0.0.1:{replication.port}",
+            "listener.security.protocol.map":
+                "PLAINTEXT:PLAINTEXT,REPLICATION:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "inter.broker.listener.name": "REPLICATION",
+            "controller.quorum.voters": f"1@127.0.0.1:{to_controller.port}",
+        })
+    try:
+        with cluster:
+            topic = f"iso-{uuid.uuid4().hex[:8]}"
+            create_topic(cluster, topic, configs={"min.insync.replicas": "2"})
+            leader = partition_state(cluster, topic)[0]  # type: ignore[index]
+            others = [b for b in cluster.broker_ids if b != leader]
+            # one producer knows only the leader; the other, started at the cut, the rest
+            to_leader = SendLoop(cluster.nodes[leader].bootstrap_servers, topic, "a",
+                                 **{"request.timeout.ms": 3000})
+            to_others = SendLoop(bootstrap_of(cluster, others), topic, "b",
+                                 **{"request.timeout.ms": 3000})
+            with to_leader, WatchLoop(bootstrap_of(cluster), topic) as watcher:
+                wait_for(lambda: len(to_leader.acked) >= 300, "acks before the isolation")
+                for proxy in proxies[leader]:
+                    proxy.cut()
+                time.sleep(0.5)  # answers already on their way are not counted
+                acked_at_cut = len(to_leader.acked)
+                with to_others:
+                    wait_for(lambda: partition_state(cluster, topic, via=others[0])[0]
+                             in others, "a new leader elected by the controller")
+                    wait_for(lambda: len(to_others.acked) >= 300, "acks from the new leader")
+                    # the isolated leader took writes but could acknowledge none of them
+                    assert len(to_leader.acked) == acked_at_cut
+                    assert to_leader.sent > acked_at_cut
+                    for proxy in proxies[leader]:
+                        proxy.heal()
+                    wait_for(lambda: len(partition_state(cluster, topic, via=others[0])[2])
+                             == 3, "the old leader back in the ISR", timeout_s=60)
+                to_leader.stop()
+            assert to_leader.failed == [] and to_others.failed == []
+            end = wait_for(lambda: high_watermark(cluster, topic), "the final high watermark")
+            values = consume_all(bootstrap_of(cluster), topic, end, timeout_s=60)
+            assert len(values) == end
+            check_no_acked_write_lost(to_leader.acked, values, "a")
+            check_no_acked_write_lost(to_others.acked, values, "b")
+            assert {o: v for o, v in watcher.seen.items() if o >= end or values[o] != v} == {}
+            wait_for(lambda: len({replica_log(cluster, b, topic)
+                                  for b in cluster.broker_ids}) == 1,
+                     "identical replica logs, the old leader's tail truncated")
+            log_text = cluster.nodes[leader].log_path.read_text()
+            assert f"{topic}-0 diverged" in log_text
+    finally:
+        for pair in proxies.values():
+            for proxy in pair:
+                proxy.close()

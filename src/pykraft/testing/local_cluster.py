@@ -129,6 +129,13 @@ class LocalCluster:
                                   **self.extra_configs}
             node._write_config()
 
+    def set_node_configs(self, node_id: int, configs: Mapping[str, str]) -> None:
+        """Override keys of one node of a multi-node cluster (before it starts, or before a
+        restart): e.g. its own listeners, or its own address for the controllers."""
+        node = self.nodes[node_id]
+        node.extra_configs.update(configs)
+        node._write_config()
+
     @property
     def broker_ids(self) -> list[int]:
         return [i for i, n in self.nodes.items() if "broker" in n.roles]

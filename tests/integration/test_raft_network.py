@@ -147,6 +147,20 @@ class NodeThread:
         self.loop.close()
         assert not self.fatal
 
+    def restart_listener(self) -> None:
+        """Close the node's listener (every connection to it drops) and listen again at
+        once: the node itself runs on."""
+        async def again() -> None:
+            assert self.listener is not None and self.node is not None
+            await self.listener.close()
+            self.listener = Listener(
+                "CONTROLLER", "127.0.0.1", self.port,
+                RaftDispatcher(RaftApis(self.node, self.cluster_id)),
+                request_bytes_max=100 * 1024 * 1024, on_fatal=self.fatal.append,
+            )
+            await self.listener.start()
+        self.call(again)
+
     async def _stop(self, resign: bool) -> None:
         if self.node is not None:
             await self.node.stop(resign=resign)
@@ -325,6 +339,21 @@ def test_a_crashed_leader_is_replaced_long_before_the_fetch_timeout(cluster: Any
     second = wait_for(lambda: single_leader(survivors), "a second leader")
     assert time.monotonic() - crashed_at < 2.0
     assert second.propose([b"after the crash"]) > 0
+
+
+def test_a_leader_that_only_restarts_its_listener_keeps_leading(cluster: Any) -> None:
+    """Flapping: the leader's connections drop and its port is back at once. The followers'
+    fetches fail once, the retry gets through, and nobody runs for election."""
+    make, _ = cluster
+    nodes = make(3, config=dataclasses.replace(CONFIG, fetch_timeout_ms=10_000))
+    leader = wait_for(lambda: single_leader(nodes), "a leader")
+    epoch = leader.view()[2]
+    for _ in range(3):
+        leader.restart_listener()
+        time.sleep(0.3)
+    offset = leader.propose([b"after the flapping"])
+    wait_for(lambda: caught_up(nodes, offset), "every node to apply")
+    assert single_leader(nodes) is leader and leader.view()[2] == epoch
 
 
 def test_an_observer_replicates_without_voting(cluster: Any) -> None:

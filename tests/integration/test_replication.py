@@ -11,6 +11,7 @@ send order on every surviving replica.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import signal
 import socket
 import threading
@@ -22,6 +23,7 @@ from typing import Any, TypeVar
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 
 from pykraft.testing import LocalCluster, free_port
@@ -530,3 +532,61 @@ def test_an_isolated_leader_acknowledges_nothing_and_truncates_after_healing() -
         for pair in proxies.values():
             for proxy in pair:
                 proxy.close()
+
+
+def replica_fetch(bootstrap: str, topic_id: uuid.UUID, replica_id: int, fetch_offset: int,
+                  last_fetched_epoch: int, current_leader_epoch: int = -1) -> Any:
+    """One Fetch v15 as a follower sends it; the answer for partition 0."""
+    from kio.schema.fetch.v15 import request as m
+
+    from pykraft.protocol.entities import make
+
+    request = make(
+        m.FetchRequest, replica_state=make(m.ReplicaState, replica_id=replica_id,
+                                           replica_epoch=-1),
+        max_wait=datetime.timedelta(0), min_bytes=0, max_bytes=1 << 20, isolation_level=0,
+        session_id=0, session_epoch=-1, forgotten_topics_data=(), rack_id="",
+        topics=(make(m.FetchTopic, topic_id=topic_id, partitions=(make(
+            m.FetchPartition, partition=0, current_leader_epoch=current_leader_epoch,
+            fetch_offset=fetch_offset, last_fetched_epoch=last_fetched_epoch,
+            log_start_offset=0, partition_max_bytes=1 << 20),)),))
+    with WireClient(bootstrap, timeout_s=5) as client:
+        response = client.request(1, 15, request)
+    return response.responses[0].partitions[0]
+
+
+def test_the_leader_answers_follower_fetches_as_kafka(cluster: LocalCluster) -> None:
+    """Exact protocol: a replica reads to the log end, a consumer to the high watermark; a
+    last fetched epoch the leader's log does not continue gets DivergingEpoch and no
+    records; a broker outside the replica set and a stale leader epoch are refused."""
+    topic = f"wire-{uuid.uuid4().hex[:8]}"
+    create_topic(cluster, topic)
+    leader, epoch, _ = partition_state(cluster, topic)  # type: ignore[misc]
+    request = MetadataRequest(topics=(MetadataRequestTopic(name=topic, topic_id=None),),
+                              allow_auto_topic_creation=False,
+                              include_topic_authorized_operations=False)
+    with WireClient(cluster.nodes[leader].bootstrap_servers, timeout_s=5) as client:
+        topic_uuid = client.request(3, 12, request).topics[0].topic_id
+    p = producer(bootstrap_of(cluster))
+    for i in range(3):
+        p.produce(topic, value=f"w{i}".encode())
+    assert p.flush(10) == 0
+    bootstrap = cluster.nodes[leader].bootstrap_servers
+    follower = next(b for b in cluster.broker_ids if b != leader)
+    answer = replica_fetch(bootstrap, topic_uuid, follower, 3, epoch, epoch)
+    assert answer.error_code == ErrorCode.none and answer.high_watermark == 3
+    assert (answer.diverging_epoch.epoch, answer.diverging_epoch.end_offset) == (-1, -1)
+    # a follower whose log goes on past the leader's in the same epoch (a deposed
+    # leader's unreplicated tail): the epoch ends at the leader's log end
+    answer = replica_fetch(bootstrap, topic_uuid, follower, 5, epoch, epoch)
+    assert answer.error_code == ErrorCode.none and answer.records in (b"", None)
+    assert (answer.diverging_epoch.epoch, answer.diverging_epoch.end_offset) == (epoch, 3)
+    # from offset 0 with no epoch: the whole log, to its end
+    answer = replica_fetch(bootstrap, topic_uuid, follower, 0, -1, epoch)
+    assert answer.error_code == ErrorCode.none and len(answer.records) > 0
+    assert replica_fetch(bootstrap, topic_uuid, 99, 0, -1).error_code == \
+        ErrorCode.not_leader_or_follower
+    assert replica_fetch(bootstrap, topic_uuid, follower, 0, -1, epoch + 1).error_code == \
+        ErrorCode.unknown_leader_epoch
+    assert replica_fetch(bootstrap, topic_uuid, follower, 4, -1, epoch).error_code == \
+        ErrorCode.offset_out_of_range

@@ -412,3 +412,27 @@ def test_rebalancing_can_be_disabled_or_tolerate_an_imbalance() -> None:
     for broker in (0, 1, 2):
         h.heartbeat(broker, 19_000)
     assert h.controller.tick(20_000).records == ()
+
+
+def test_enabling_unclean_election_elects_at_the_next_check() -> None:
+    """unclean.leader.election.interval.ms: a partition left leaderless gets an unclean
+    leader at the next check once its topic allows it (Kafka's periodic check)."""
+    from pykraft.controller.requests import AlterableConfig, AlterConfigOp, AlterConfigsResource
+
+    h = started(3, unclean_leader_election_interval_ms=60_000)
+    shrink_to(h, "t", (0,))
+    fence_all_but(h, (1, 2))
+    assert part(h, "t").leader == -1
+    for broker in (1, 2):
+        h.heartbeat(broker, 59_000)
+    assert h.controller.tick(60_000).records == ()  # not allowed yet
+    h.run(h.controller.incremental_alter_configs([AlterConfigsResource(2, "t", (
+        AlterableConfig("unclean.leader.election.enable", AlterConfigOp.SET, "true"),))],
+        validate_only=False))
+    op = h.controller.tick(60_001)
+    assert op.records == () and op.response.wake_at_ms <= 120_000
+    for broker in (1, 2):
+        h.heartbeat(broker, 119_000)
+    (record,) = h.controller.tick(120_000).records
+    assert isinstance(record, PartitionChangeRecord)
+    assert (record.leader, record.isr, record.leader_recovery_state) == (1, (1,), 1)

@@ -54,6 +54,7 @@ class ControllerConfig:
     auto_leader_rebalance_enable: bool = True
     leader_imbalance_check_interval_ms: int = 300_000
     leader_imbalance_per_broker_percentage: int = 10
+    unclean_leader_election_interval_ms: int = 300_000
     server_configs: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     @classmethod
@@ -66,7 +67,8 @@ class ControllerConfig:
     ) -> ControllerConfig:
         """Kafka's keys: node.id, num.partitions, default.replication.factor,
         broker.session.timeout.ms, delete.topic.enable, auto.leader.rebalance.enable,
-        leader.imbalance.check.interval.seconds, leader.imbalance.per.broker.percentage."""
+        leader.imbalance.check.interval.seconds, leader.imbalance.per.broker.percentage,
+        unclean.leader.election.interval.ms (internal in Kafka)."""
         return cls(
             node_id=_int(properties, "node.id", -1, -1),
             cluster_id=cluster_id,
@@ -79,6 +81,9 @@ class ControllerConfig:
             * _int(properties, "leader.imbalance.check.interval.seconds", 300, 1),
             leader_imbalance_per_broker_percentage=_int(
                 properties, "leader.imbalance.per.broker.percentage", 10, 0
+            ),
+            unclean_leader_election_interval_ms=_int(
+                properties, "unclean.leader.election.interval.ms", 300_000, 1
             ),
             controller_ids=controller_ids,
             server_configs=MappingProxyType(dict(properties)),

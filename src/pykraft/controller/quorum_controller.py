@@ -40,7 +40,7 @@ from __future__ import annotations
 import random
 import uuid
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from pykraft.controller import cluster, configs, reassignment, replication, topics
 from pykraft.controller.cluster import BrokerControlState, BrokerSessions, Registration
@@ -98,6 +98,7 @@ class QuorumController:
         self._leader_epoch = -1
         self._next_write_offset = -1
         self._next_balance_ms = -1
+        self._next_unclean_ms = -1
 
     # -- reading ----------------------------------------------------------------------
 
@@ -139,6 +140,7 @@ class QuorumController:
         self._leader_epoch = leader_epoch
         self._next_write_offset = next_write_offset
         self._next_balance_ms = now_ms + self.config.leader_imbalance_check_interval_ms
+        self._next_unclean_ms = now_ms + self.config.unclean_leader_election_interval_ms
         # Every registered broker gets a fresh session - except one with this controller's
         # own node id: a combined node's broker cannot outlive the process that is becoming
         # active now, so its old incarnation is known to be gone and it may re-register at
@@ -155,6 +157,7 @@ class QuorumController:
         self._leader_epoch = -1
         self._next_write_offset = -1
         self._next_balance_ms = -1
+        self._next_unclean_ms = -1
 
     # -- the log ----------------------------------------------------------------------
 
@@ -416,6 +419,10 @@ class QuorumController:
             if expiry is not None
         ]
         wake_at_ms = min(expiries, default=now_ms + self.config.broker_session_timeout_ms)
+        if now_ms >= self._next_unclean_ms:
+            self._next_unclean_ms = now_ms + self.config.unclean_leader_election_interval_ms
+            records.extend(self._unclean_records(records))
+        wake_at_ms = min(wake_at_ms, self._next_unclean_ms)
         if self.config.auto_leader_rebalance_enable:
             if now_ms >= self._next_balance_ms:
                 self._next_balance_ms = now_ms + self.config.leader_imbalance_check_interval_ms
@@ -423,12 +430,13 @@ class QuorumController:
             wake_at_ms = min(wake_at_ms, self._next_balance_ms)
         return OpResult(tuple(records), TickResult(tuple(fenced), max(wake_at_ms, now_ms + 1)))
 
-    def _balance_records(self, fences: Sequence[MetadataRecord]) -> list[MetadataRecord]:
-        """Preferred elections of the leader rebalancing, seeing `fences` applied."""
+    def _after(self, earlier: Sequence[MetadataRecord]) -> ControllerState:
         state = self._state
-        if fences:
-            state = fold(state, fences, state.image.offset + 1, state.image.epoch)
+        if earlier:
+            state = fold(state, earlier, state.image.offset + 1, state.image.epoch)
+        return state
 
+    def _active_in(self, state: ControllerState) -> Callable[[int], bool]:
         def is_active(broker_id: int) -> bool:
             registration = state.image.cluster.brokers.get(broker_id)
             return (
@@ -438,8 +446,27 @@ class QuorumController:
                 and not self._sessions.shutting_down(broker_id)
             )
 
+        return is_active
+
+    def _unclean_records(self, earlier: Sequence[MetadataRecord]) -> list[MetadataRecord]:
+        """Unclean elections for leaderless partitions that allow them, after `earlier`."""
+        state = self._after(earlier)
+        if not state.leaderless:
+            return []
+
+        def unclean_allowed(topic: str) -> bool:
+            value = configs.effective_topic_config(
+                state, self.config, topic, "unclean.leader.election.enable"
+            )
+            return (value or "").strip().lower() == "true"
+
+        return replication.elect_unclean_leaders(state, self._active_in(state), unclean_allowed)
+
+    def _balance_records(self, earlier: Sequence[MetadataRecord]) -> list[MetadataRecord]:
+        """Preferred elections of the leader rebalancing, seeing `earlier` applied."""
+        state = self._after(earlier)
         return replication.balance_leaders(
-            state, is_active, self.config.leader_imbalance_per_broker_percentage
+            state, self._active_in(state), self.config.leader_imbalance_per_broker_percentage
         )
 
     # -- replication ----------------------------------------------------------------------

@@ -31,6 +31,11 @@ reset to it (ELECTION_NOT_NEEDED when there is a leader, ELIGIBLE_LEADERS_NOT_AV
 when nobody can lead). All partitions (topics null) report only the partitions for which
 an election was needed.
 
+Unclean elections. Every unclean.leader.election.interval.ms the active controller elects a
+leader for each leaderless partition whose topic allows unclean election (so that turning
+unclean.leader.election.enable on takes effect without a broker coming back); a broker
+unfencing does so at once for the partitions it can lead.
+
 Leader rebalancing. Every leader.imbalance.check.interval.seconds the active controller
 counts, for each broker, the partitions whose preferred replica it is and how many of
 those it does not lead; when that share is above leader.imbalance.per.broker.percentage,
@@ -65,7 +70,7 @@ from pykraft.metadata.registrations import (
     PartitionRegistration,
 )
 
-__all__ = ["alter_partition", "elect_leaders", "balance_leaders"]
+__all__ = ["alter_partition", "elect_leaders", "balance_leaders", "elect_unclean_leaders"]
 
 IsActive = Callable[[int], bool]
 
@@ -299,4 +304,35 @@ def balance_leaders(
             )
             if record is not None and record.leader == broker:
                 records.append(record)
+    return records
+
+
+# -- periodic unclean elections ----------------------------------------------------------------
+
+
+def elect_unclean_leaders(
+    state: ControllerState, is_active: IsActive, unclean_allowed: Callable[[str], bool]
+) -> list[MetadataRecord]:
+    """A leader for every leaderless partition of a topic that allows unclean election:
+    an active ISR member if there is one, else any active replica (ISR reset to it)."""
+    records: list[MetadataRecord] = []
+    allowed: dict[uuid.UUID, bool] = {}
+    metadata_version = state.image.features.metadata_version
+    for topic_id, index in state.leaderless_partitions():
+        topic = state.image.topics.by_id[topic_id]
+        if topic_id not in allowed:
+            allowed[topic_id] = unclean_allowed(topic.name)
+        if not allowed[topic_id]:
+            continue
+        record = build_partition_change(
+            topic.partitions[index],
+            topic_id,
+            index,
+            target_isr=topic.partitions[index].isr,
+            is_acceptable_leader=is_active,
+            metadata_version=metadata_version,
+            election=Election.UNCLEAN,
+        )
+        if record is not None and record.leader not in (NO_LEADER, NO_LEADER_CHANGE):
+            records.append(record)
     return records

@@ -92,6 +92,15 @@ def test_execute_verify_and_completion_by_the_leader(
     assert out.splitlines() == ["Status of partition reassignment:",
                                 "Reassignment of partition ra-move-0 is still in progress."]
     assert partition_state(node, "ra-move")[2] == (102, 103, 101)
+    described = pykraft("topics", "--bootstrap-server", node.bootstrap_servers, "--describe",
+                        "--topic", "ra-move")
+    summary, line = described.stdout.splitlines()
+    assert "\tReplicationFactor: 2\t" in summary  # the adding replica does not count
+    assert line.endswith("\tReplicas: 102,103,101\tIsr: 101,102"
+                         "\tAdding Replicas: 103\tRemoving Replicas: 101"), line
+    under = pykraft("topics", "--bootstrap-server", node.bootstrap_servers, "--describe",
+                    "--topic", "ra-move", "--under-replicated-partitions")
+    assert under.returncode == 0 and under.stdout == ""
     # the leader (101, leaving) sees 103 caught up: the move completes and 102 leads
     answer = stand_ins.alter(101, topic_id, (101, 102, 103), partition_epoch=1)
     assert answer.topics[0].partitions[0].error_code == ErrorCode.new_leader_elected

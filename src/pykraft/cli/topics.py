@@ -97,6 +97,17 @@ class PartitionInfo:
     leader: int | None  # None: no leader (Kafka prints "none")
     replicas: tuple[int, ...]
     isr: tuple[int, ...]
+    adding: tuple[int, ...] = ()  # replicas a reassignment in progress adds (KIP-455)
+    removing: tuple[int, ...] = ()  # and removes
+
+    @property
+    def reassigning(self) -> bool:
+        return bool(self.adding or self.removing)
+
+    @property
+    def replication_factor(self) -> int:
+        """Kafka's: the replicas the partition keeps, without those being added."""
+        return len(self.replicas) - len(self.adding)
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,7 +290,7 @@ def describe_lines(
 
 
 def summary_line(topic: TopicInfo) -> str:
-    replication_factor = len(topic.partitions[0].replicas) if topic.partitions else 0
+    replication_factor = topic.partitions[0].replication_factor if topic.partitions else 0
     configs = ",".join(f"{name}={value}" for name, value in topic.configs)
     topic_id = f"\tTopicId: {topic.topic_id}" if topic.topic_id else ""
     return (
@@ -292,10 +303,15 @@ def partition_line(topic: str, partition: PartitionInfo) -> str:
     leader = "none" if partition.leader is None else str(partition.leader)
     replicas = ",".join(str(replica) for replica in partition.replicas)
     isr = ",".join(str(replica) for replica in partition.isr)
-    return (
+    line = (
         f"\tTopic: {topic}\tPartition: {partition.partition}\tLeader: {leader}"
         f"\tReplicas: {replicas}\tIsr: {isr}"
     )
+    if partition.reassigning:
+        adding = ",".join(str(replica) for replica in partition.adding)
+        removing = ",".join(str(replica) for replica in partition.removing)
+        line += f"\tAdding Replicas: {adding}\tRemoving Replicas: {removing}"
+    return line
 
 
 def _partition_selected(
@@ -308,7 +324,7 @@ def _partition_selected(
         return True
     min_isr = topic.min_insync_replicas
     return (
-        (options.under_replicated and len(partition.isr) < len(partition.replicas))
+        (options.under_replicated and len(partition.isr) < partition.replication_factor)
         or (
             options.unavailable
             and (partition.leader is None or partition.leader not in live_brokers)
@@ -331,7 +347,8 @@ def run(options: TopicsOptions) -> int:
     config["error_cb"] = errors
     config.setdefault("log_level", 0)  # errors reach the user through error_cb, once each
     admin = AdminClient(config)
-    session = _Session(admin, timeout_seconds(properties), errors)
+    session = _Session(admin, timeout_seconds(properties), errors,
+                       str(config.get("bootstrap.servers", "")))
     try:
         _ACTION_RUNNERS[options.action](session, options)
     except KafkaException as exception:
@@ -349,6 +366,7 @@ class _Session:
     admin: AdminClient
     timeout_s: float
     errors: ErrorReporter
+    bootstrap: str = ""
 
     def metadata(self) -> ClusterMetadata:
         return self.admin.list_topics(timeout=self.timeout_s)
@@ -463,8 +481,9 @@ def _describe(session: _Session, options: TopicsOptions) -> None:
         return
     topic_ids = _topic_ids(session, names)
     configs = _topic_configs(session, names)
+    moving = _reassignments(session, names)
     topics = [
-        _topic_info(name, metadata.topics[name], topic_ids.get(name), configs[name])
+        _topic_info(name, metadata.topics[name], topic_ids.get(name), configs[name], moving)
         for name in names
     ]
     for line in describe_lines(topics, options, frozenset(metadata.brokers)):
@@ -499,15 +518,50 @@ def _topic_configs(session: _Session, names: list[str]) -> dict[str, dict[str, C
     return {resource.name: future.result() for resource, future in futures.items()}
 
 
+def _reassignments(
+    session: _Session, names: list[str]
+) -> dict[tuple[str, int], tuple[tuple[int, ...], tuple[int, ...]]]:
+    """(topic, partition) -> (adding, removing) of the reassignments in progress, from
+    ListPartitionReassignments (confluent-kafka does not send it). Best effort, as Kafka's
+    tool: a cluster that cannot say (or a secured one) shows no reassignment columns."""
+    from pykraft.cli.protocol_client import ProtocolClient
+
+    def build(module: Any, version: int) -> Any:
+        import datetime
+
+        return module.ListPartitionReassignmentsRequest(
+            timeout=datetime.timedelta(seconds=session.timeout_s), topics=None)
+
+    try:
+        with ProtocolClient(session.bootstrap, timeout_s=session.timeout_s,
+                            client_id="pykraft-topics") as client:
+            _, answer = client.request(46, "ListPartitionReassignments", (0, 0), build)
+    except (CommandError, OSError):
+        return {}
+    if answer.error_code != 0:
+        return {}
+    wanted = set(names)
+    return {(str(t.name), int(p.partition_index)):
+            (tuple(p.adding_replicas), tuple(p.removing_replicas))
+            for t in answer.topics if t.name in wanted for p in t.partitions}
+
+
 def _topic_info(
-    name: str, metadata: TopicMetadata, topic_id: str | None, configs: Mapping[str, ConfigEntry]
+    name: str,
+    metadata: TopicMetadata,
+    topic_id: str | None,
+    configs: Mapping[str, ConfigEntry],
+    moving: Mapping[tuple[str, int], tuple[tuple[int, ...], tuple[int, ...]]] | None = None,
 ) -> TopicInfo:
+    moving = moving or {}
     partitions = tuple(
         PartitionInfo(
             partition=partition.id,
             leader=partition.leader if partition.leader >= 0 else None,
             replicas=tuple(partition.replicas),
             isr=tuple(partition.isrs),
+            adding=moving.get((name, partition.id), ((), ()))[0],
+            removing=moving.get((name, partition.id), ((), ()))[1],
         )
         for partition in sorted(metadata.partitions.values(), key=lambda p: p.id)
     )

@@ -233,6 +233,11 @@ def test_empty_listener_host_is_advertised_as_the_host_name() -> None:
         # dynamic broker keys
         ("log.cleaner.threads", "x"),
         ("producer.id.expiration.ms", "0"),
+        # replication and leadership
+        ("replica.fetch.max.bytes", "lots"),
+        ("replica.socket.timeout.ms", "0"),
+        ("auto.leader.rebalance.enable", "yes"),
+        ("leader.imbalance.check.interval.seconds", "0"),
     ],
 )
 def test_invalid_values_name_the_key(key: str, value: str) -> None:

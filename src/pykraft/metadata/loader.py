@@ -20,7 +20,7 @@ upstream, and the loader stops on it rather than publish a wrong image.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from pykraft.errors import invariant
 from pykraft.metadata.image import MetadataDelta, MetadataImage
@@ -30,6 +30,7 @@ from pykraft.metadata.records import (
     EndTransactionRecord,
     MetadataRecord,
 )
+from pykraft.metadata.snapshot import change_records, image_from_records
 
 __all__ = ["MetadataLoader", "Publisher"]
 
@@ -86,6 +87,31 @@ class MetadataLoader:
         self._last_offset = last_offset
         if not self._in_transaction:
             self._publish(last_offset, epoch)
+
+    def load_snapshot(
+        self, records: Iterable[MetadataRecord], *, offset: int, epoch: int
+    ) -> None:
+        """Replace the image by the one `records` (a snapshot's content) build, as of
+        `offset` (the snapshot's end offset - 1) in `epoch`, and publish it as one delta
+        from the current image: what the snapshot lacks is removed, what differs changed,
+        so publishers need nothing special. An open transaction is dropped (the snapshot
+        holds whatever of it committed)."""
+        invariant(
+            offset > self._last_offset,
+            f"snapshot at {offset} does not follow offset {self._last_offset}",
+        )
+        target = image_from_records(records, offset=offset, epoch=epoch)
+        delta = MetadataDelta(self._image)
+        for record in change_records(self._image, target):
+            delta.replay(record)
+        image = delta.apply(offset, epoch)
+        invariant(image == target, f"the change to snapshot {offset} does not rebuild it")
+        self._image = image
+        self._delta = MetadataDelta(image)
+        self._last_offset = offset
+        self._in_transaction = False
+        for publish in self.publishers:
+            publish(delta, image)
 
     def _replay(self, record: MetadataRecord, offset: int, epoch: int) -> None:
         match record:

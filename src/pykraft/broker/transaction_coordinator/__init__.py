@@ -1,0 +1,1 @@
+"""The transaction coordinator: `__transaction_state` records and the sans-I/O core."""

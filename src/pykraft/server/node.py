@@ -57,6 +57,8 @@ from pykraft.metadata.loader import MetadataLoader
 from pykraft.net.server import Listener
 from pykraft.raft.core import CommittedBatch, RaftConfig
 from pykraft.raft.driver import RaftNode
+from pykraft.raft.log_store import RaftLogView
+from pykraft.raft.messages import SnapshotId
 from pykraft.raft.network import RaftApis, RaftChannels
 from pykraft.server.config import ServerConfig
 from pykraft.server.controller_channel import ControllerRefused, QuorumControllerChannel
@@ -64,6 +66,11 @@ from pykraft.server.controller_client import ActiveControllerClient, Backoff, Co
 from pykraft.server.controller_server import ControllerServer, wall_clock_ms
 from pykraft.server.image_digest import DigestCache
 from pykraft.server.lifecycle_apis import LifecycleApis
+from pykraft.server.metadata_snapshots import (
+    MetadataSnapshots,
+    SnapshotPolicy,
+    controller_from_image,
+)
 from pykraft.server.metrics import CleanerMetrics, LogMetrics, MetricsServer, NodeMetrics
 from pykraft.server.storage_tool import StorageToolError, check_storage
 from pykraft.storage.cleaner import CleanerConfig, LogCleaner, SwapFailed
@@ -147,6 +154,9 @@ class Node:
             transport=None if raft_config is None else RaftChannels.for_voters(
                 self.node_id, self.cluster_id, voters, raft_config),
         )
+        self.snapshots = MetadataSnapshots(  # writes and loads metadata snapshots
+            self.raft, self.loader, SnapshotPolicy.from_configs(self.config.get_int),
+            wall_clock_ms)
         if self.is_controller:
             controller_config = ControllerConfig.from_properties(
                 values, cluster_id=self.cluster_id, controller_ids=frozenset(voters))
@@ -176,6 +186,7 @@ class Node:
         if self.is_controller:
             self._tasks.append(
                 asyncio.create_task(self._controller_tick_loop(), name="controller-tick"))
+        self._tasks.append(asyncio.create_task(self.snapshots.run(), name="metadata-snapshots"))
         address = self.config.metrics_listener
         if address is not None:
             self.metrics = MetricsServer(*address, asyncio.get_running_loop(),
@@ -261,6 +272,14 @@ class Node:
         if records and self.controller is not None:
             self.controller.handle_committed(batch.base_offset, batch.epoch, records)
         self.loader.handle_commit(batch.base_offset, batch.epoch, records, batch.last_offset)
+        self.snapshots.note_commit(batch)
+
+    # SnapshotLoader: the latest local snapshot at start-up, or one fetched from the leader
+    def handle_load_snapshot(self, snapshot_id: SnapshotId, snapshot: RaftLogView) -> None:
+        image = self.snapshots.load(snapshot_id, snapshot)
+        if self.controller is not None:
+            self.controller.core = self.controller_core = controller_from_image(
+                self.controller.core, image)
 
     def handle_leader_change(self, leader_id: int, epoch: int) -> None:
         log.info("metadata quorum leader is now %d at epoch %d", leader_id, epoch)

@@ -1,0 +1,223 @@
+"""Metadata snapshots of a node (KIP-630): when to write one, and how to load one.
+
+Theory of operation. Every node (controller or broker) folds the metadata log into its
+`MetadataLoader`'s image; `MetadataSnapshots` turns that image into a snapshot and back.
+
+Writing, as Kafka's SnapshotGenerator decides it: each committed batch adds its size to the
+bytes since the last snapshot; once they reach
+`metadata.log.max.record.bytes.between.snapshots`, or once
+`metadata.log.max.snapshot.interval.ms` (0: never) has passed since the last snapshot with
+at least one byte committed since, the node writes the image as a snapshot. The snapshot
+ends after the last batch the image folded (`image.offset + 1`, always a batch boundary)
+and is taken only between metadata transactions. The records are produced and encoded in a
+worker thread from the immutable image (at the versions its metadata.version asks for, as
+the controller writes the log), then `RaftNode.write_snapshot` stores them and deletes the
+log below (the raft layer keeps only the newest snapshot and the log after it). One
+snapshot is written at a time; a failed write is logged and retried at the next trigger.
+
+Loading (the Raft driver's `SnapshotLoader` hook, called at start-up for the latest local
+snapshot and whenever a snapshot was fetched from the leader): the snapshot's records are
+read and checked, the loader replaces its image (publishing the change from the old image
+as one ordinary delta, so broker-side publishers see what appeared, changed or went away),
+and the controller's state is rebuilt from the new image (`controller_from_image`). The
+batches after the snapshot then arrive through `handle_commit` as usual.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Final
+
+from pykraft.controller.features import record_version
+from pykraft.controller.quorum_controller import QuorumController
+from pykraft.controller.state import ControllerState
+from pykraft.errors import invariant
+from pykraft.metadata.codec import decode_metadata_record, encode_metadata_record
+from pykraft.metadata.image import MetadataImage
+from pykraft.metadata.loader import MetadataLoader
+from pykraft.metadata.snapshot import image_records
+from pykraft.raft.core import CommittedBatch
+from pykraft.raft.driver import RaftNode
+from pykraft.raft.log_store import RaftLogView
+from pykraft.raft.messages import SnapshotId
+from pykraft.raft.snapshot import snapshot_values
+
+__all__ = [
+    "SnapshotPolicy",
+    "MetadataSnapshots",
+    "controller_from_image",
+    "encoded_image",
+    "read_snapshot_records",
+]
+
+log = logging.getLogger("pykraft.server")
+
+READ_CHUNK_BYTES: Final = 1024 * 1024
+# a committed batch's size, estimated from its record values: Kafka counts batch bytes
+BATCH_OVERHEAD_BYTES: Final = 61  # the RecordBatch v2 header
+RECORD_OVERHEAD_BYTES: Final = 8  # a small record's length, attributes, deltas, key, headers
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotPolicy:
+    max_bytes_between: int  # metadata.log.max.record.bytes.between.snapshots
+    max_interval_ms: int  # metadata.log.max.snapshot.interval.ms; 0: no time trigger
+
+    @classmethod
+    def from_configs(cls, get_int: Callable[[str], int]) -> SnapshotPolicy:
+        return cls(
+            max_bytes_between=get_int("metadata.log.max.record.bytes.between.snapshots"),
+            max_interval_ms=get_int("metadata.log.max.snapshot.interval.ms"),
+        )
+
+
+def batch_bytes(batch: CommittedBatch) -> int:
+    return BATCH_OVERHEAD_BYTES + sum(len(value) + RECORD_OVERHEAD_BYTES for value in batch.records)
+
+
+def encoded_image(image: MetadataImage) -> list[bytes]:
+    """The image's snapshot records, encoded at the versions its metadata.version uses."""
+    level = image.features.metadata_version
+    return [encode_metadata_record(record, record_version(record, level))
+            for record in image_records(image)]
+
+
+def read_snapshot_records(
+    snapshot_id: SnapshotId, view: RaftLogView
+) -> Iterator[bytes]:
+    """The record values of a stored snapshot, checked (framing, CRCs, header, footer)."""
+    size = view.snapshot_size(snapshot_id)
+    invariant(size is not None, f"no snapshot {snapshot_id} to load")
+    assert size is not None
+
+    def chunks() -> Iterator[bytes]:
+        position = 0
+        while position < size:
+            chunk = view.read_snapshot(snapshot_id, position, READ_CHUNK_BYTES)
+            invariant(bool(chunk), f"snapshot {snapshot_id} ends at {position} of {size}")
+            position += len(chunk)
+            yield chunk
+
+    return snapshot_values(chunks())
+
+
+def controller_from_image(core: QuorumController, image: MetadataImage) -> QuorumController:
+    """A standby controller whose state is `image` (after a snapshot load), with the
+    configuration and randomness of `core`, which must not be active: only a standby or a
+    starting controller loads a snapshot."""
+    invariant(not core.is_active, "the active controller cannot load a snapshot")
+    return QuorumController(core.config, core.rng, state=ControllerState.from_image(image))
+
+
+class MetadataSnapshots:
+    """The node's snapshot writer and loader. Call `note_commit` after the loader took each
+    committed batch, `load` from the SnapshotLoader hook, and run `run()` as a task."""
+
+    def __init__(
+        self,
+        raft: RaftNode,
+        loader: MetadataLoader,
+        policy: SnapshotPolicy,
+        now_ms: Callable[[], int],
+    ) -> None:
+        self.raft = raft
+        self.loader = loader
+        self.policy = policy
+        self._now_ms = now_ms
+        self._bytes_since = 0  # committed since the last snapshot, written or loaded
+        self._last_snapshot_ms = now_ms()
+        self._last_append_timestamp = -1  # of the last batch the image folded
+        self._due = asyncio.Event()
+        self.written = 0  # snapshots written by this process
+        self.loaded = 0  # snapshots loaded by this process (local or fetched)
+        self.last_written: SnapshotId | None = None
+
+    # -- from the Raft listener ----------------------------------------------------------
+
+    def note_commit(self, batch: CommittedBatch) -> None:
+        self._bytes_since += batch_bytes(batch)
+        self._last_append_timestamp = batch.append_timestamp
+        if self._bytes_since >= self.policy.max_bytes_between:
+            self._due.set()
+
+    def load(self, snapshot_id: SnapshotId, view: RaftLogView) -> MetadataImage:
+        """Replace the loader's image by snapshot `snapshot_id` (published as one delta)."""
+        records = [decode_metadata_record(value)
+                   for value in read_snapshot_records(snapshot_id, view)]
+        self.loader.load_snapshot(
+            records, offset=snapshot_id.end_offset - 1, epoch=snapshot_id.epoch)
+        self._bytes_since = 0
+        self._last_snapshot_ms = self._now_ms()
+        self.loaded += 1
+        image = self.loader.image
+        log.info("loaded metadata snapshot %d-%d: %d records, %d topics, image offset %d",
+                 snapshot_id.end_offset, snapshot_id.epoch, len(records),
+                 len(image.topics.by_id), image.offset)
+        return image
+
+    # -- the policy ---------------------------------------------------------------------
+
+    def due(self, now_ms: int) -> bool:
+        """Whether a snapshot should be written now (bytes or time since the last one)."""
+        if self._bytes_since <= 0:
+            return False
+        if self._bytes_since >= self.policy.max_bytes_between:
+            return True
+        interval = self.policy.max_interval_ms
+        return interval > 0 and now_ms - self._last_snapshot_ms >= interval
+
+    def _next_check_s(self, now_ms: int) -> float:
+        interval = self.policy.max_interval_ms
+        if interval <= 0:
+            return 60.0
+        return max(0.01, min(60.0, (self._last_snapshot_ms + interval - now_ms) / 1000))
+
+    async def run(self) -> None:
+        """Write snapshots as the policy asks, until cancelled."""
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._due.wait(), self._next_check_s(self._now_ms()))
+            self._due.clear()
+            if not self.due(self._now_ms()):
+                continue
+            try:
+                await self.write_now()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("writing a metadata snapshot failed; retried at the next trigger")
+                await asyncio.sleep(1.0)
+
+    async def write_now(self) -> SnapshotId | None:
+        """Write the image as a snapshot now; None when there is nothing new to write or a
+        metadata transaction is open (it is tried again at the next batch)."""
+        loader = self.loader
+        image = loader.image
+        end_offset = image.offset + 1
+        latest = self.raft.store.latest_snapshot_id
+        if (
+            loader.in_transaction
+            or image.offset != loader.last_offset
+            or end_offset <= 0
+            or (latest is not None and end_offset <= latest.end_offset)
+        ):
+            return None
+        bytes_covered, timestamp = self._bytes_since, self._last_append_timestamp
+        started_ms = self._now_ms()
+        values = await asyncio.to_thread(encoded_image, image)
+        if end_offset < self.raft.core.log_start_offset:
+            return None  # a snapshot fetched meanwhile is past this one
+        snapshot_id = await self.raft.write_snapshot(
+            end_offset, values, last_contained_log_timestamp=timestamp)
+        self._bytes_since = max(0, self._bytes_since - bytes_covered)
+        self._last_snapshot_ms = self._now_ms()
+        self.written += 1
+        self.last_written = snapshot_id
+        log.info("wrote metadata snapshot %d-%d: %d records in %d ms; the log now starts at %d",
+                 snapshot_id.end_offset, snapshot_id.epoch, len(values),
+                 self._last_snapshot_ms - started_ms, self.raft.store.log_start_offset)
+        return snapshot_id

@@ -1,0 +1,152 @@
+"""Metadata snapshots written and loaded by real nodes (server/metadata_snapshots.py).
+
+With a tiny `metadata.log.max.record.bytes.between.snapshots`, creating topics makes every
+node write snapshots and delete the metadata log below them. A node restarted on its data
+dir starts from its latest snapshot and the log after it; a controller whose data dir was
+wiped fetches the leader's snapshot (FetchSnapshot), ends with the same image as the
+others, and can lead the quorum with every topic. `pykraft dump-log
+--cluster-metadata-decoder` reads the snapshots the nodes write.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+from pykraft.raft.snapshot import parse_snapshot_file_name
+from pykraft.testing import LocalCluster
+from tests.integration.test_cluster import agreed_with, metadata_view, topic_names, wait_for
+
+SNAPSHOT_CONFIGS = {
+    "metadata.log.max.record.bytes.between.snapshots": "2000",
+    "metadata.log.max.snapshot.interval.ms": "0",
+}
+
+
+def metadata_dir(node: LocalCluster) -> Path:
+    return node.log_dir / "__cluster_metadata-0"
+
+
+def snapshot_ends(node: LocalCluster) -> list[int]:
+    """End offsets of the node's snapshot files, in order."""
+    found = (parse_snapshot_file_name(p.name) for p in metadata_dir(node).glob("*.checkpoint"))
+    return sorted(s.end_offset for s in found if s is not None)
+
+
+def segment_bases(node: LocalCluster) -> list[int]:
+    return sorted(int(p.stem) for p in metadata_dir(node).glob("*.log"))
+
+
+def create_topics(bootstrap: str, names: list[str]) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(name, num_partitions=2, replication_factor=1)
+                                   for name in names], operation_timeout=20)
+    for future in futures.values():
+        future.result(30)
+
+
+def log_since(node: LocalCluster, position: int) -> str:
+    with node.log_path.open("rb") as file:
+        file.seek(position)
+        return file.read().decode(errors="replace")
+
+
+def agreed_images(cluster: LocalCluster, node_ids: list[int]) -> tuple[int, str] | None:
+    images = {cluster.metadata_image(n) for n in node_ids}
+    return images.pop() if len(images) == 1 else None
+
+
+def dump_snapshot(path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pykraft", "dump-log", "--cluster-metadata-decoder",
+         "--files", str(path)],
+        capture_output=True, text=True, timeout=60)
+
+
+def test_a_node_writes_snapshots_and_restarts_from_the_latest() -> None:
+    """One combined node: snapshots appear as the log grows, the log below the latest is
+    deleted, dump-log decodes them, and a restart loads the latest snapshot and then the log
+    after it: every topic is back, and the controller (rebuilt from the snapshot) creates
+    more."""
+    with LocalCluster(configs=SNAPSHOT_CONFIGS) as node:
+        names = [f"snap-{i}" for i in range(12)]
+        create_topics(node.bootstrap_servers, names)
+        ends = wait_for(lambda: snapshot_ends(node), "a snapshot")
+        assert len(ends) == 1, "only the latest snapshot is kept"
+        latest = next(metadata_dir(node).glob("*.checkpoint"))
+
+        dumped = dump_snapshot(latest)
+        assert dumped.returncode == 0, dumped.stderr
+        payloads = [json.loads(line.split(" payload: ", 1)[1])
+                    for line in dumped.stdout.splitlines() if " payload: " in line]
+        kinds = [p["type"] for p in payloads]
+        assert kinds[0] == "FEATURE_LEVEL_RECORD", kinds[:3]
+        in_snapshot = {p["data"]["name"] for p in payloads if p["type"] == "TOPIC_RECORD"}
+        assert in_snapshot and in_snapshot <= set(names)
+        assert "SnapshotHeader" in dumped.stdout and "SnapshotFooter" in dumped.stdout
+
+        before = metadata_view(node.bootstrap_servers)
+        position = node.log_path.stat().st_size
+        node.kill()
+        node.start()
+        after_start = log_since(node, position)
+        assert "loaded metadata snapshot" in after_start, after_start[-3000:]
+        view = wait_for(lambda: (v := metadata_view(node.bootstrap_servers))
+                        and set(names) <= topic_names(v) and v, "the topics back")
+        assert {t for t in view[1] if t[0] in names} == {t for t in before[1] if t[0] in names}
+        create_topics(node.bootstrap_servers, ["after-restart"])
+        assert "after-restart" in topic_names(metadata_view(node.bootstrap_servers))
+
+
+def test_a_wiped_controller_fetches_a_snapshot_and_can_lead() -> None:
+    """Three controllers and a broker: the leader's log starts above 0 (below it, only its
+    snapshot); a follower controller killed and wiped (formatted again) fetches the
+    snapshot, ends with the same image digest as every other node, and once the others'
+    leaders are killed in turn, leads the quorum with every topic and creates one more."""
+    with LocalCluster(controllers=3, brokers=1, configs=SNAPSHOT_CONFIGS,
+                      startup_timeout_s=60) as cluster:
+        names = [f"kept-{i}" for i in range(12)]
+        create_topics(cluster.bootstrap_servers, names)
+        leader = wait_for(lambda: (a := cluster.active_controller()) > 0 and a, "a leader")
+        wait_for(lambda: snapshot_ends(cluster.node(leader)), "a snapshot on the leader")
+        assert segment_bases(cluster.node(leader)), "the leader keeps its log after it"
+
+        wiped = next(i for i in cluster.controller_ids if i != leader)
+        node = cluster.node(wiped)
+        cluster.kill_node(wiped)
+        shutil.rmtree(node.log_dir)
+        node.format()
+        position = node.log_path.stat().st_size
+        cluster.restart_node(wiped)
+        create_topics(cluster.bootstrap_servers, ["after-wipe"])
+        wait_for(lambda: agreed_images(cluster, list(cluster.nodes)), "identical images")
+        restarted = log_since(node, position)
+        assert "loaded metadata snapshot" in restarted, restarted[-3000:]
+        assert min(segment_bases(node)) > 0, "the wiped node never had the log's start"
+
+        # make the wiped controller lead: kill whoever else leads, until it does
+        def running_leader() -> int | None:
+            found = cluster.active_controller()
+            return found if found > 0 and cluster.running(found) else None
+
+        deadline = time.monotonic() + 90
+        while (current := wait_for(running_leader, "a running leader")) != wiped:
+            assert time.monotonic() < deadline, "the wiped controller never led"
+            for other in cluster.controller_ids:  # the other survivor must be up
+                if other != current and not cluster.running(other):
+                    cluster.restart_node(other)
+            cluster.kill_node(current)
+        create_topics(cluster.bootstrap_servers, ["led-by-the-wiped"])
+        broker = cluster.broker_ids[0]
+        view: Any = wait_for(agreed_with(cluster, [broker], {*names, "after-wipe",
+                                                             "led-by-the-wiped"}), "topics")
+        assert {*names, "after-wipe", "led-by-the-wiped"} <= topic_names(view)
+        running = [n for n in cluster.nodes if cluster.running(n)]
+        wait_for(lambda: agreed_images(cluster, running), "identical images after the move")

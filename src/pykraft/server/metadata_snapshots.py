@@ -36,7 +36,11 @@ from pykraft.controller.features import record_version
 from pykraft.controller.quorum_controller import QuorumController
 from pykraft.controller.state import ControllerState
 from pykraft.errors import invariant
-from pykraft.metadata.codec import decode_metadata_record, encode_metadata_record
+from pykraft.metadata.codec import (
+    MetadataEncodeError,
+    decode_metadata_record,
+    encode_metadata_record,
+)
 from pykraft.metadata.image import MetadataImage
 from pykraft.metadata.loader import MetadataLoader
 from pykraft.metadata.snapshot import image_records
@@ -80,10 +84,19 @@ def batch_bytes(batch: CommittedBatch) -> int:
 
 
 def encoded_image(image: MetadataImage) -> list[bytes]:
-    """The image's snapshot records, encoded at the versions its metadata.version uses."""
+    """The image's snapshot records, encoded at the versions its metadata.version uses. A
+    record holding state its version cannot (below 3.7-IV2, the directory of a replica
+    added by a reassignment; below 3.3-IV3, a broker in controlled shutdown) is written at
+    its latest version instead, so that the snapshot rebuilds the image exactly (Kafka
+    drops such state as a "loss")."""
     level = image.features.metadata_version
-    return [encode_metadata_record(record, record_version(record, level))
-            for record in image_records(image)]
+    encoded = []
+    for record in image_records(image):
+        try:
+            encoded.append(encode_metadata_record(record, record_version(record, level)))
+        except MetadataEncodeError:
+            encoded.append(encode_metadata_record(record))
+    return encoded
 
 
 def read_snapshot_records(

@@ -77,6 +77,7 @@ class Listener:
         self.on_fatal = on_fatal
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
+        self._closing = False
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(
@@ -87,8 +88,12 @@ class Listener:
         log.info("listener %s on %s:%d", self.name, self.host, self.port)
 
     async def close(self) -> None:
+        self._closing = True
         if self._server is not None:
             self._server.close()
+        # a connection accepted just before has its handler task scheduled but not started:
+        # let it run its first step, which sees `_closing` and closes the connection
+        await asyncio.sleep(0)
         for task in list(self._connections):
             task.cancel()
         if self._connections:
@@ -97,6 +102,9 @@ class Listener:
             await self._server.wait_closed()
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._closing:
+            writer.close()
+            return
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)

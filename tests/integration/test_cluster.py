@@ -70,10 +70,10 @@ def topic_names(view: tuple[Any, ...]) -> set[str]:
     return {name for name, *_ in view[1]}
 
 
-def create_topic(bootstrap: str, name: str, partitions: int = 3) -> None:
+def create_topic(bootstrap: str, name: str, partitions: int = 3, replicas: int = 1) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     futures = admin.create_topics([NewTopic(name, num_partitions=partitions,
-                                            replication_factor=1)], operation_timeout=20)
+                                            replication_factor=replicas)], operation_timeout=20)
     futures[name].result(30)
 
 
@@ -347,20 +347,23 @@ def test_a_broker_of_another_cluster_fails_clearly() -> None:
 
 @pytest.mark.slow
 def test_three_controllers_three_brokers_fence_a_killed_broker_and_take_it_back() -> None:
-    """Issue 4's shape: topics created through any broker appear identically on all of
+    """Issue 4's shape: RF=3 topics created through any broker appear identically on all of
     them; a broker killed with SIGKILL is fenced once broker.session.timeout.ms passes
-    without heartbeats (Metadata stops listing it); restarted, it registers again, catches
-    up and is unfenced."""
+    without heartbeats (Metadata stops listing it) and every partition it led gets a new
+    leader from the ISR; restarted, it registers again, catches up, is unfenced and rejoins
+    every ISR."""
     configs = {"broker.session.timeout.ms": "3000", "broker.heartbeat.interval.ms": "500"}
     with LocalCluster(controllers=3, brokers=3, startup_timeout_s=60,
                       configs=configs) as cluster:
         brokers = cluster.broker_ids
         assert brokers == [4, 5, 6]
         for broker in brokers:
-            create_topic(cluster.node(broker).bootstrap_servers, f"via-{broker}", 3)
+            create_topic(cluster.node(broker).bootstrap_servers, f"via-{broker}", 3, 3)
         names = {f"via-{b}" for b in brokers}
         view = wait_for(agreed_with(cluster, brokers, names), "identical metadata")
         assert [b[0] for b in view[0]] == brokers
+        led_by_6 = {(t[0], p[0]) for t in view[1] for p in t[3] if p[1] == 6}
+        assert led_by_6  # placement balanced the leaders
         killed_at = time.monotonic()
         cluster.kill_node(6)
         survivors = [4, 5]
@@ -369,9 +372,17 @@ def test_three_controllers_three_brokers_fence_a_killed_broker_and_take_it_back(
         fenced_after = time.monotonic() - killed_at
         print(f"\nbroker 6 fenced {fenced_after:.2f}s after SIGKILL")
         assert fenced_after < 3.0 + 5.0  # the session timeout, plus the tick and publishing
+        moved = wait_for(lambda: (v := agreed_view(cluster, survivors)) is not None
+                         and all(p[1] in survivors for t in v[1] for p in t[3]) and v,
+                         "new leaders for broker 6's partitions")
+        for topic in moved[1]:
+            for _, leader, _, replicas, isr in topic[3]:
+                assert len(replicas) == 3 and 6 not in isr and leader in isr
         cluster.restart_node(6)
         back = wait_for(lambda: (v := agreed_view(cluster, brokers)) is not None
-                        and [b[0] for b in v[0]] == brokers and v, "broker 6 back")
+                        and [b[0] for b in v[0]] == brokers
+                        and all(sorted(p[4]) == brokers for t in v[1] for p in t[3]) and v,
+                        "broker 6 back in every ISR", timeout_s=60)
         assert names <= topic_names(back)
 
 

@@ -221,7 +221,7 @@ async def test_isr_shrinks_after_the_lag_time_and_expands_on_catch_up(
 
 async def test_a_refused_isr_change_is_dropped_until_the_metadata_moves(
         manager: ReplicaManager, clock: Clock) -> None:
-    controller = Controller(error=108)  # INVALID_UPDATE_VERSION
+    controller = Controller(error=95)  # INVALID_UPDATE_VERSION
     manager.alter_partition = controller
     partition = place(manager, registration(ME, 0, (1, 2)))
     clock.ms += 20_000
@@ -243,3 +243,20 @@ def test_a_silent_follower_of_an_idle_partition_stays_in_the_isr(
     assert manager.out_of_sync_replicas(partition, clock()) == ()
     manager.append(partition, batch(1), acks=1)  # now they are behind
     assert manager.out_of_sync_replicas(partition, clock()) == (2, 3)
+
+
+async def test_no_new_proposal_right_after_a_refusal(manager: ReplicaManager,
+                                                     clock: Clock) -> None:
+    controller = Controller(error=107)  # INELIGIBLE_REPLICA
+    manager.alter_partition = controller
+    partition = place(manager, registration(ME, 0, (1, 2)))
+    manager.follower_fetch(partition, 3, 0, -1)  # caught up: proposed, refused
+    await asyncio.sleep(0.01)
+    assert len(controller.updates) == 1 and partition.pending_isr is None
+    manager.follower_fetch(partition, 3, 0, -1)
+    await asyncio.sleep(0.01)
+    assert len(controller.updates) == 1  # quiet for a moment
+    clock.ms += 1_000
+    manager.follower_fetch(partition, 3, 0, -1)
+    await asyncio.sleep(0.01)
+    assert len(controller.updates) == 2

@@ -64,6 +64,7 @@ log = logging.getLogger(__name__)
 NO_LEADER = -1
 DEFAULT_REPLICA_LAG_TIME_MAX_MS = 30_000
 MAX_ALTER_PARTITION_BACKOFF_MS = 5_000
+REFUSED_PROPOSAL_QUIET_MS = 500
 
 
 @dataclass(slots=True)
@@ -157,6 +158,7 @@ class Partition:
     followers: dict[int, FollowerState] = field(default_factory=dict)
     leader_epoch_start_offset: int = -1  # where this broker's leadership began
     pending_isr: tuple[int, ...] | None = None  # an AlterPartition in flight
+    quiet_until_ms: int = 0  # no new proposal before this, after a refusal
 
     def wake_waiters(self) -> None:
         waiters, self.waiters = self.waiters, []
@@ -240,10 +242,6 @@ class ReplicaManager:
             for partition in self._partitions.values():
                 if partition.topic == resource.resource_name:
                     partition.log.update_config(config)
-        if delta.changed_brokers:  # a fenced broker's ISR entry cannot be re-added
-            for partition in self._partitions.values():
-                if partition.leader_id == self.node_id:
-                    partition.wake_waiters()
 
     def _log_config(self, image: MetadataImage, topic: str) -> LogConfig:
         overrides = image.configs.get(ConfigResourceType.TOPIC, topic)
@@ -525,7 +523,7 @@ class ReplicaManager:
                 log.exception("ISR check failed")
 
     def _propose_isr(self, partition: Partition, new_isr: tuple[int, ...]) -> None:
-        if self.alter_partition is None:
+        if self.alter_partition is None or self.now_ms() < partition.quiet_until_ms:
             return
         partition.pending_isr = new_isr
         update = IsrUpdate(partition.topic, partition.topic_id, partition.index,
@@ -568,6 +566,9 @@ class ReplicaManager:
         if result.error_code != 0:
             log.info("%s: AlterPartition %s refused with error %d", partition.name,
                      list(update.new_isr), result.error_code)
+            # each fetch of a caught-up follower would propose again at once: wait a little
+            # (the metadata usually brings the state the controller has meanwhile)
+            partition.quiet_until_ms = self.now_ms() + REFUSED_PROPOSAL_QUIET_MS
             return
         if (result.leader_epoch != partition.leader_epoch
                 or result.partition_epoch <= partition.partition_epoch):

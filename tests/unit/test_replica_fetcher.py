@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 import uuid
 from pathlib import Path
@@ -189,3 +190,30 @@ def test_an_empty_epoch_at_the_log_end_goes_with_the_truncation(tmp_path: Path) 
     assert request.topics[0].partitions[0].last_fetched_epoch == 5
     fetcher.handle_partition(state, answer(diverging=(3, 4)))
     assert log.log_end_offset == 4 and log.latest_epoch == 3
+
+
+async def test_the_manager_keeps_one_fetcher_per_leader(tmp_path: Path) -> None:
+    from pykraft.broker.replica_fetcher import ReplicaFetcherManager
+
+    manager = ReplicaFetcherManager(1, lambda broker: None, FetcherConfig(backoff_ms=10),
+                                    lambda: 7, lambda: 0)
+    logs = [open_log(tmp_path / str(i)) for i in range(3)]
+    partitions = [Partition("t", TOPIC_ID, i, log, leader_id=2, leader_epoch=0,
+                            replicas=(1, 2), isr=(1, 2)) for i, log in enumerate(logs)]
+    for partition in partitions[:2]:
+        manager.follow(partition)
+    assert list(manager.fetchers) == [2]
+    assert len(manager.fetchers[2].states) == 2  # both partitions in one fetch
+    partitions[2].leader_id = 3
+    manager.follow(partitions[2])
+    assert sorted(manager.fetchers) == [2, 3]
+    first = manager.fetchers[3].task
+    partitions[2].leader_id = 2  # the leader moved back: fetcher 3 has nothing left
+    manager.follow(partitions[2])
+    assert list(manager.fetchers) == [2] and first is not None
+    await asyncio.sleep(0.05)  # fetcher 2 fails to connect and backs off meanwhile
+    assert first.cancelled() or first.done()
+    partitions[2].leader_id = 1  # this broker leads it now
+    manager.follow(partitions[2])
+    await manager.close()
+    assert manager.fetchers == {}

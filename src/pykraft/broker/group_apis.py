@@ -98,6 +98,9 @@ class GroupApis:
         self.controller = controller
         self.server_configs = server_configs
         self._creating: asyncio.Lock = asyncio.Lock()
+        # FindCoordinator key type 1: set by the node (broker.transaction_apis)
+        self.find_transaction_coordinator: Callable[
+            [str, str], Awaitable[tuple[ErrorCode, str | None, int, str, int]]] | None = None
 
     @property
     def versions(self) -> Mapping[int, tuple[int, int]]:
@@ -142,8 +145,10 @@ class GroupApis:
     async def _coordinator(
         self, key: str, key_type: int, listener: str
     ) -> tuple[ErrorCode, str | None, int, str, int]:
+        if key_type == KEY_TYPE_TRANSACTION and self.find_transaction_coordinator is not None:
+            return await self.find_transaction_coordinator(key, listener)
         if key_type != KEY_TYPE_GROUP:
-            message = ("the transaction coordinator is not available yet"
+            message = ("the transaction coordinator is not available"
                        if key_type == KEY_TYPE_TRANSACTION else f"unsupported key type {key_type}")
             code = (ErrorCode.coordinator_not_available if key_type == KEY_TYPE_TRANSACTION
                     else ErrorCode.invalid_request)

@@ -46,6 +46,7 @@ from pykraft.broker.replica_manager import (
     alter_partition_request,
     alter_partition_result,
 )
+from pykraft.broker.transaction_apis import TransactionParts
 from pykraft.controller.config import ControllerConfig
 from pykraft.controller.features import BOOTSTRAP_METADATA_VERSION, MINIMUM_KRAFT_METADATA_VERSION
 from pykraft.controller.quorum_controller import QuorumController
@@ -181,6 +182,8 @@ class Node:
                 asyncio.create_task(self._housekeeping_loop(), name="log-housekeeping"),
                 asyncio.create_task(self._cleaner_loop(), name="log-cleaner"),
                 asyncio.create_task(self.groups.run(), name="group-coordinator"),
+                asyncio.create_task(self.transactions.shell.run(),
+                                    name="transaction-coordinator"),
                 asyncio.create_task(self.replicas.run_isr_checks(), name="isr-checks"),
             ]
         if self.is_controller:
@@ -239,6 +242,10 @@ class Node:
             GroupCoordinator(GroupConfig.from_properties(values), random.Random()),
             self.node_id, self.replicas, self.cache, wall_clock_ms)
         self.loader.publishers.append(self.groups.on_metadata)
+        self.transactions = TransactionParts(
+            self.node_id, self.replicas, self.cache, values, self.config.log_dirs[0],
+            self._broker_address, wall_clock_ms)
+        self.loader.publishers.append(self.transactions.shell.on_metadata)
 
     def _broker_address(self, broker_id: int) -> tuple[str, int] | None:
         """A broker's inter-broker listener, from the metadata image (replica fetchers)."""
@@ -318,10 +325,14 @@ class Node:
 
     async def _broker_listeners(self) -> None:
         controller_names = set(self.config.controller_listeners)
+        assert self.channel is not None
+        transactions = self.transactions.apis(self.channel)
+        group_apis = self._group_apis()
+        group_apis.find_transaction_coordinator = transactions.find_coordinator
         apis = BrokerApis(
             self.node_id, self.cache, self.replicas,
             [self._admin_apis(), RecordsApis(self.cache, self.replicas, self._checkpoint_logs),
-             self._group_apis()],
+             group_apis, transactions],
             auto_create_topics=self._auto_create_topics
             if self.config.get_bool("auto.create.topics.enable") else None,
         )
@@ -656,6 +667,7 @@ class Node:
         if self.raft is not None:
             await self.raft.stop()
         if self.fetchers is not None:
+            self.transactions.close()
             await self.fetchers.close()
             await self.replicas.close()
         if self.log_manager is not None:

@@ -345,6 +345,42 @@ def test_a_broker_of_another_cluster_fails_clearly() -> None:
     assert "formatted with this node's cluster id MkU3OEVBNTcwNTJENDM2Qg" in message
 
 
+def test_a_second_broker_with_a_taken_node_id_fails_clearly(tmp_path: Path) -> None:
+    """Two processes configured with the same node.id: the controller refuses the second's
+    registration (DUPLICATE_BROKER_REGISTRATION, the first's session is alive), and the
+    second gives up after initial.broker.registration.timeout.ms saying why."""
+    with LocalCluster(controllers=1, brokers=1, startup_timeout_s=60) as cluster:
+        first = cluster.node(2)
+        text = first.config_path.read_text()
+        twin = tmp_path / "twin.properties"
+        replaced = []
+        for line in text.splitlines():
+            key = line.split("=", 1)[0]
+            if key == "listeners":
+                line = f"listeners=PLAINTEXT://127.0.0.1:{free_port()}"
+            elif key == "advertised.listeners":
+                continue
+            elif key in ("log.dirs", "log.dir", "pykraft.metrics.listener"):
+                continue
+            replaced.append(line)
+        replaced += [f"log.dirs={tmp_path / 'logs'}",
+                     "initial.broker.registration.timeout.ms=2000"]
+        twin.write_text("\n".join(replaced) + "\n")
+        pykraft = [sys.executable, "-m", "pykraft"]
+        subprocess.run([*pykraft, "storage", "format", "--config", str(twin),
+                        "--cluster-id", cluster.cluster_id], check=True, capture_output=True)
+        result = subprocess.run([*pykraft, "server", "start", str(twin)], capture_output=True,
+                                text=True, timeout=60)
+        assert result.returncode != 0
+        assert "broker 2 could not" in result.stderr
+        assert "initial.broker.registration.timeout.ms=2000" in result.stderr
+        assert "the controller answers DUPLICATE_BROKER_REGISTRATION" in result.stderr
+        assert "another broker is registered with node.id 2" in result.stderr
+        assert cluster.running(2)  # the first broker is untouched
+        view = metadata_view(first.bootstrap_servers)
+        assert [b[0] for b in view[0]] == [2]
+
+
 @pytest.mark.slow
 def test_three_controllers_three_brokers_fence_a_killed_broker_and_take_it_back() -> None:
     """Issue 4's shape: RF=3 topics created through any broker appear identically on all of

@@ -420,10 +420,11 @@ class Node:
             except ControllerRefused as refused:
                 if refused.code in _REGISTRATION_FATAL:
                     raise NodeStartError(f"the controller refused the registration of broker "
-                                         f"{self.node_id}: {refused.code.name}: "
+                                         f"{self.node_id}: {refused.code.name.upper()}: "
                                          f"{refused}") from None
-                self._registration_error = f"the controller answers {refused.code.name}" + (
-                    f" ({refused})" if str(refused) != refused.code.name else "")
+                code = refused.code.name.upper()  # Kafka's spelling of error names
+                self._registration_error = f"the controller answers {code}" + (
+                    f" ({refused})" if str(refused).upper() != code else "")
                 if refused.code == ErrorCode.duplicate_broker_registration:
                     self._registration_error += (f": another broker is registered with node.id "
                                                  f"{self.node_id}")

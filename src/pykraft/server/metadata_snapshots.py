@@ -128,7 +128,8 @@ def controller_from_image(core: QuorumController, image: MetadataImage) -> Quoru
 
 class MetadataSnapshots:
     """The node's snapshot writer and loader. Call `note_commit` after the loader took each
-    committed batch, `load` from the SnapshotLoader hook, and run `run()` as a task."""
+    committed batch, `load` from the SnapshotLoader hook, run `run()` as a task, and after
+    cancelling it, await `close()` before stopping the Raft node."""
 
     def __init__(
         self,
@@ -148,6 +149,7 @@ class MetadataSnapshots:
         self.written = 0  # snapshots written by this process
         self.loaded = 0  # snapshots loaded by this process (local or fetched)
         self.last_written: SnapshotId | None = None
+        self._writing: asyncio.Future[SnapshotId | None] | None = None
 
     # -- from the Raft listener ----------------------------------------------------------
 
@@ -197,13 +199,22 @@ class MetadataSnapshots:
             self._due.clear()
             if not self.due(self._now_ms()):
                 continue
+            self._writing = asyncio.ensure_future(self.write_now())
             try:
-                await self.write_now()
+                await asyncio.shield(self._writing)  # a stop lets it finish (`close`)
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("writing a metadata snapshot failed; retried at the next trigger")
                 await asyncio.sleep(1.0)
+
+    async def close(self) -> None:
+        """Wait for a snapshot being written (after `run` was cancelled), so that the Raft
+        node is not stopped under it."""
+        writing = self._writing
+        if writing is not None and not writing.done():
+            with contextlib.suppress(Exception):
+                await writing
 
     async def write_now(self) -> SnapshotId | None:
         """Write the image as a snapshot now; None when there is nothing new to write or a

@@ -122,6 +122,7 @@ class Node:
         self._digests = DigestCache()
         self._join_deadline: float | None = None
         self._registration_error: str | None = None  # the last refusal, for start-up errors
+        self.snapshots: MetadataSnapshots | None = None  # once the metadata log is open
 
     # -- start ------------------------------------------------------------------------
 
@@ -279,10 +280,12 @@ class Node:
         if records and self.controller is not None:
             self.controller.handle_committed(batch.base_offset, batch.epoch, records)
         self.loader.handle_commit(batch.base_offset, batch.epoch, records, batch.last_offset)
-        self.snapshots.note_commit(batch)
+        if self.snapshots is not None:
+            self.snapshots.note_commit(batch)
 
     # SnapshotLoader: the latest local snapshot at start-up, or one fetched from the leader
     def handle_load_snapshot(self, snapshot_id: SnapshotId, snapshot: RaftLogView) -> None:
+        assert self.snapshots is not None  # created before the Raft node starts
         image = self.snapshots.load(snapshot_id, snapshot)
         if self.controller is not None:
             self.controller.core = self.controller_core = controller_from_image(
@@ -665,6 +668,8 @@ class Node:
             await listener.close()
         for client in self._controller_clients:
             await client.close()
+        if self.snapshots is not None:
+            await self.snapshots.close()  # a snapshot being written completes first
         if self.raft is not None:
             await self.raft.stop()
         if self.fetchers is not None:

@@ -1,0 +1,334 @@
+"""Transactions against a real node: confluent-kafka's transactional producer (init, begin,
+produce, commit/abort), a read_committed consumer, zombie fencing, the coordinator aborting a
+transaction left open past its timeout, and the documented errors at the wire."""
+
+from __future__ import annotations
+
+import datetime
+import struct
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.add_partitions_to_txn.v3.request import (
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnTopic,
+)
+from kio.schema.describe_transactions.v0.request import DescribeTransactionsRequest
+from kio.schema.end_txn.v3.request import EndTxnRequest
+from kio.schema.errors import ErrorCode
+from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
+from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
+from kio.schema.list_transactions.v1.request import ListTransactionsRequest
+from kio.schema.write_txn_markers.v1.request import (
+    WritableTxnMarker,
+    WritableTxnMarkerTopic,
+    WriteTxnMarkersRequest,
+)
+from kio.static.primitive import i16, i32, i64
+
+from pykraft.testing import LocalCluster
+from pykraft.testing.wire import WireClient
+
+FIND_COORDINATOR, INIT_PRODUCER_ID, ADD_PARTITIONS, END_TXN = 10, 22, 24, 26
+WRITE_TXN_MARKERS, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 27, 65, 66
+
+
+def create_topic(bootstrap: str, name: str, partitions: int = 2) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(name, num_partitions=partitions,
+                                  replication_factor=1)])[name].result(timeout=30)
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def transactional(bootstrap: str, txn_id: str, **extra: Any) -> Producer:
+    return Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id, **extra})
+
+
+def consume_all(bootstrap: str, topic: str, partitions: int, isolation: str,
+                expected: int, wait_s: float = 15.0) -> list[bytes]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("reader"),
+                         "isolation.level": isolation, "enable.auto.commit": False,
+                         "enable.partition.eof": True})
+    consumer.assign([TopicPartition(topic, index, 0) for index in range(partitions)])
+    values: list[bytes] = []
+    at_end: set[int] = set()
+    deadline = time.monotonic() + wait_s
+    try:
+        while time.monotonic() < deadline:
+            message = consumer.poll(0.2)
+            if message is None:
+                continue
+            if message.error() is not None:
+                if message.error().code() == KafkaError._PARTITION_EOF:
+                    at_end.add(message.partition())
+                    if len(at_end) == partitions and len(values) >= expected:
+                        break
+                continue
+            values.append(message.value())
+    finally:
+        consumer.close()
+    return values
+
+
+def wait_coordinator(client: WireClient, txn_id: str) -> None:
+    deadline = time.monotonic() + 20
+    while True:
+        found = client.request(FIND_COORDINATOR, 4, FindCoordinatorRequest(
+            key_type=i16(1), coordinator_keys=(txn_id,)))
+        if found.coordinators[0].error_code == ErrorCode.none:
+            return
+        assert time.monotonic() < deadline, found
+        time.sleep(0.1)
+
+
+def init_producer(client: WireClient, txn_id: str, timeout_ms: int = 60_000) -> Any:
+    wait_coordinator(client, txn_id)
+    deadline = time.monotonic() + 20
+    while True:
+        answer = client.request(INIT_PRODUCER_ID, 4, InitProducerIdRequest(
+            transactional_id=txn_id,
+            transaction_timeout=datetime.timedelta(milliseconds=timeout_ms),
+            producer_id=i64(-1), producer_epoch=i16(-1)))
+        if answer.error_code not in (ErrorCode.coordinator_load_in_progress,
+                                     ErrorCode.concurrent_transactions):
+            return answer
+        assert time.monotonic() < deadline, answer
+        time.sleep(0.1)
+
+
+@dataclass(frozen=True)
+class Described:
+    error_code: ErrorCode
+    transaction_state: str
+    timeout_ms: int
+    start_ms: int
+    producer_id: int
+    producer_epoch: int
+    topics: tuple[tuple[str, tuple[int, ...]], ...]
+
+
+def describe(client: WireClient, txn_id: str) -> Described:
+    """DescribeTransactions v0 for one id, read by hand: kio refuses the start time -1 that
+    Kafka (and pykraft) answer for a transaction that has not started."""
+    client.send(DESCRIBE_TRANSACTIONS, 0, DescribeTransactionsRequest(
+        transactional_ids=(txn_id,)))
+    (size,) = struct.unpack(">i", client._read_exactly(4))
+    data = client._read_exactly(size)
+    position = 4  # correlation id
+
+    def varint() -> int:
+        nonlocal position
+        value = shift = 0
+        while True:
+            byte = data[position]
+            position += 1
+            value |= (byte & 0x7F) << shift
+            shift += 7
+            if not byte & 0x80:
+                return value
+
+    def fixed(layout: str) -> int:
+        nonlocal position
+        (value,) = struct.unpack_from(layout, data, position)
+        position += struct.calcsize(layout)
+        return int(value)
+
+    def string() -> str:
+        nonlocal position
+        length = varint() - 1
+        position += length
+        return data[position - length:position].decode()
+
+    varint()  # header tags
+    fixed(">i")  # throttle
+    assert varint() - 1 == 1
+    error, answered = ErrorCode(fixed(">h")), string()
+    assert answered == txn_id
+    state, timeout, start = string(), fixed(">i"), fixed(">q")
+    producer_id, epoch = fixed(">q"), fixed(">h")
+    topics = []
+    for _ in range(varint() - 1):
+        name = string()
+        topics.append((name, tuple(fixed(">i") for _ in range(varint() - 1))))
+        varint()
+    return Described(error, state, timeout, start, producer_id, epoch, tuple(topics))
+
+
+@pytest.fixture
+def wire(pykraft_cluster: LocalCluster) -> Iterator[WireClient]:
+    with WireClient(pykraft_cluster.bootstrap_servers) as client:
+        yield client
+
+
+# -- confluent-kafka ----------------------------------------------------------------------
+
+
+def test_committed_transaction_is_read_by_read_committed(pykraft_cluster: LocalCluster) -> None:
+    bootstrap = pykraft_cluster.bootstrap_servers
+    topic, txn_id = unique("txn-commit"), unique("tx")
+    create_topic(bootstrap, topic)
+    producer = transactional(bootstrap, txn_id)
+    producer.init_transactions(30)
+    for batch in range(3):
+        producer.begin_transaction()
+        for index in range(10):
+            producer.produce(topic, f"{batch}-{index}".encode(), partition=index % 2)
+        producer.commit_transaction(30)
+    values = consume_all(bootstrap, topic, 2, "read_committed", 30)
+    assert sorted(values) == sorted(f"{b}-{i}".encode() for b in range(3) for i in range(10))
+    with WireClient(bootstrap) as client:
+        state = describe(client, txn_id)
+        assert state.error_code == ErrorCode.none
+        assert state.transaction_state == "CompleteCommit" and state.topics == ()
+        assert state.timeout_ms == 60_000 and state.start_ms > 0
+        listed = client.request(LIST_TRANSACTIONS, 1, ListTransactionsRequest(
+            state_filters=("CompleteCommit",), producer_id_filters=(), duration_filter=i64(-1)))
+        assert txn_id in {each.transactional_id for each in listed.transaction_states}
+
+
+def test_zombie_producer_is_fenced_by_a_new_instance(pykraft_cluster: LocalCluster) -> None:
+    bootstrap = pykraft_cluster.bootstrap_servers
+    topic, txn_id = unique("txn-zombie"), unique("tx")
+    create_topic(bootstrap, topic)
+    zombie = transactional(bootstrap, txn_id)
+    zombie.init_transactions(30)
+    zombie.begin_transaction()
+    zombie.produce(topic, b"zombie", partition=0)
+    assert zombie.flush(30) == 0
+    successor = transactional(bootstrap, txn_id)
+    successor.init_transactions(30)  # aborts the zombie's transaction under a new epoch
+    with WireClient(bootstrap) as client:
+        state = describe(client, txn_id)
+    # the zombie's transaction was aborted under epoch 1, the successor holds epoch 2
+    assert state.transaction_state == "Empty" and state.producer_epoch == 2
+    with pytest.raises(KafkaException) as raised:
+        zombie.commit_transaction(30)
+    assert raised.value.args[0].code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
+                                           KafkaError.INVALID_PRODUCER_EPOCH)
+    successor.begin_transaction()
+    successor.produce(topic, b"successor", partition=1)
+    successor.commit_transaction(30)
+    assert b"successor" in consume_all(bootstrap, topic, 2, "read_committed", 1)
+
+
+def test_open_transaction_past_its_timeout_is_aborted() -> None:
+    configs = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": "200"}
+    with LocalCluster(configs=configs) as cluster:
+        bootstrap = cluster.bootstrap_servers
+        topic, txn_id = unique("txn-timeout"), unique("tx")
+        create_topic(bootstrap, topic)
+        producer = transactional(bootstrap, txn_id, **{"transaction.timeout.ms": 1000})
+        producer.init_transactions(30)
+        producer.begin_transaction()
+        producer.produce(topic, b"left open", partition=0)
+        assert producer.flush(30) == 0
+        with WireClient(bootstrap) as client:
+            assert describe(client, txn_id).transaction_state == "Ongoing"
+            deadline = time.monotonic() + 15
+            while (state := describe(client, txn_id)).transaction_state != "CompleteAbort":
+                assert time.monotonic() < deadline, state
+                time.sleep(0.1)
+        assert state.producer_epoch == 1  # bumped: the producer is fenced
+        with pytest.raises(KafkaException):
+            producer.commit_transaction(30)
+
+
+# -- the wire -------------------------------------------------------------------------------
+
+
+def test_end_txn_of_an_unknown_transactional_id(wire: WireClient) -> None:
+    txn_id = unique("never-initialised")
+    wait_coordinator(wire, txn_id)
+    answer = wire.request(END_TXN, 3, EndTxnRequest(
+        transactional_id=txn_id, producer_id=i64(4242), producer_epoch=i16(0), committed=True))
+    assert answer.error_code == ErrorCode.invalid_producer_id_mapping
+    assert describe(wire, txn_id).error_code == ErrorCode.transactional_id_not_found
+
+
+def test_stale_epochs_are_fenced_per_version(wire: WireClient,
+                                             pykraft_cluster: LocalCluster) -> None:
+    topic, txn_id = unique("txn-wire"), unique("tx")
+    create_topic(pykraft_cluster.bootstrap_servers, topic)
+    first = init_producer(wire, txn_id)
+    second = init_producer(wire, txn_id)
+    assert first.error_code == second.error_code == ErrorCode.none
+    assert (second.producer_id, second.producer_epoch) == (first.producer_id,
+                                                           first.producer_epoch + 1)
+
+    def add(version: int, epoch: int) -> ErrorCode:
+        module = __import__(f"kio.schema.add_partitions_to_txn.v{version}.request",
+                            fromlist=["_"])
+        answer = wire.request(ADD_PARTITIONS, version, module.AddPartitionsToTxnRequest(
+            v3_and_below_transactional_id=txn_id, v3_and_below_producer_id=first.producer_id,
+            v3_and_below_producer_epoch=i16(epoch), v3_and_below_topics=(
+                module.AddPartitionsToTxnTopic(name=topic, partitions=(i32(0),)),)))
+        (result,) = answer.results_by_topic_v3_and_below
+        return ErrorCode(result.results_by_partition[0].partition_error_code)
+
+    assert add(3, first.producer_epoch) == ErrorCode.producer_fenced
+    assert add(1, first.producer_epoch) == ErrorCode.invalid_producer_epoch
+    assert add(3, second.producer_epoch) == ErrorCode.none
+    assert describe(wire, txn_id).transaction_state == "Ongoing"
+    # a stale EndTxn changes nothing
+    answer = wire.request(END_TXN, 3, EndTxnRequest(
+        transactional_id=txn_id, producer_id=first.producer_id,
+        producer_epoch=first.producer_epoch, committed=True))
+    assert answer.error_code == ErrorCode.producer_fenced
+    assert describe(wire, txn_id).transaction_state == "Ongoing"
+    answer = wire.request(END_TXN, 3, EndTxnRequest(
+        transactional_id=txn_id, producer_id=second.producer_id,
+        producer_epoch=second.producer_epoch, committed=False))
+    assert answer.error_code == ErrorCode.none
+
+
+def test_add_partitions_of_an_unknown_topic_adds_nothing(wire: WireClient,
+                                                         pykraft_cluster: LocalCluster) -> None:
+    topic, txn_id = unique("txn-known"), unique("tx")
+    create_topic(pykraft_cluster.bootstrap_servers, topic)
+    producer = init_producer(wire, txn_id)
+    answer = wire.request(ADD_PARTITIONS, 3, AddPartitionsToTxnRequest(
+        v3_and_below_transactional_id=txn_id, v3_and_below_producer_id=producer.producer_id,
+        v3_and_below_producer_epoch=producer.producer_epoch, v3_and_below_topics=(
+            AddPartitionsToTxnTopic(name=topic, partitions=(i32(0),)),
+            AddPartitionsToTxnTopic(name=unique("missing"), partitions=(i32(0),)))))
+    errors = {result.name: result.results_by_partition[0].partition_error_code
+              for result in answer.results_by_topic_v3_and_below}
+    assert errors[topic] == ErrorCode.operation_not_attempted
+    assert ErrorCode.unknown_topic_or_partition in errors.values()
+    assert describe(wire, txn_id).transaction_state == "Empty"
+
+
+def test_write_txn_markers_appends_a_control_batch(wire: WireClient,
+                                                   pykraft_cluster: LocalCluster) -> None:
+    topic = unique("txn-markers")
+    create_topic(pykraft_cluster.bootstrap_servers, topic, partitions=1)
+    answer = wire.request(WRITE_TXN_MARKERS, 1, WriteTxnMarkersRequest(markers=(
+        WritableTxnMarker(producer_id=i64(77), producer_epoch=i16(3), transaction_result=True,
+                          coordinator_epoch=i32(0), topics=(
+                              WritableTxnMarkerTopic(name=topic, partition_indexes=(i32(0),)),
+                              WritableTxnMarkerTopic(name=unique("gone"),
+                                                     partition_indexes=(i32(0),)))),)))
+    (marker,) = answer.markers
+    errors = {t.name: t.partitions[0].error_code for t in marker.topics}
+    assert errors[topic] == ErrorCode.none
+    assert sorted(errors.values()) == sorted([ErrorCode.none,
+                                              ErrorCode.unknown_topic_or_partition])
+    # the marker took an offset: the log end moved, and no data record is read
+    consumer = Consumer({"bootstrap.servers": pykraft_cluster.bootstrap_servers,
+                         "group.id": unique("g")})
+    try:
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+    finally:
+        consumer.close()
+    assert (low, high) == (0, 1)
+    assert consume_all(pykraft_cluster.bootstrap_servers, topic, 1, "read_uncommitted", 0,
+                       wait_s=3) == []

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import random
+import time
 from pathlib import Path
 
 import pytest
@@ -158,25 +159,36 @@ async def test_the_byte_threshold_makes_the_task_write_snapshots(tmp_path: Path)
         await raft.stop()
 
 
-async def test_the_policy_counts_bytes_and_time_since_the_last_snapshot(tmp_path: Path) -> None:
+async def test_the_policy_counts_bytes_and_the_age_of_the_oldest_batch_not_in_a_snapshot(
+    tmp_path: Path,
+) -> None:
     clock = Clock()
     policy = SnapshotPolicy(max_bytes_between=10_000, max_interval_ms=60_000)
     raft, machine = await open_node(tmp_path, policy, clock)
     snapshots = machine.snapshots
     assert snapshots is not None
     try:
-        assert not snapshots.due(clock.ms), "the leader change alone: below both limits"
-        await append(raft, history(4, 5))
-        assert not snapshots.due(clock.ms + 59_999)
-        assert snapshots.due(clock.ms + 60_000), "the interval passed with bytes committed"
+        appended_ms = int(time.time() * 1000)
+        clock.ms = appended_ms + 1000
+        await append(raft, history(4, 5))  # below the byte limit
+        assert not snapshots.due(clock.ms)
+        # KIP-876: due once the oldest batch not in a snapshot was appended the interval ago
+        assert not snapshots.due(appended_ms - 2000 + 60_000)
+        assert snapshots.due(clock.ms + 60_000)
         clock.ms += 60_000
         assert await snapshots.write_now() is not None
         assert not snapshots.due(clock.ms + 10**9), "nothing committed since the snapshot"
-        batch = CommittedBatch(base_offset=0, last_offset=0, epoch=1, append_timestamp=0,
-                               records=(b"x" * 10_000,))
-        assert batch_bytes(batch) > 10_000
-        snapshots.note_commit(batch)
-        assert snapshots.due(clock.ms)
+        # a quiet hour, then one batch: due an interval after that batch, not at once
+        clock.ms += 3_600_000
+        snapshots.note_commit(CommittedBatch(base_offset=0, last_offset=0, epoch=1,
+                                             append_timestamp=clock.ms, records=(b"x",)))
+        assert not snapshots.due(clock.ms + 59_999)
+        assert snapshots.due(clock.ms + 60_000)
+        big = CommittedBatch(base_offset=1, last_offset=1, epoch=1,
+                             append_timestamp=clock.ms, records=(b"x" * 10_000,))
+        assert batch_bytes(big) > 10_000
+        snapshots.note_commit(big)
+        assert snapshots.due(clock.ms), "the byte limit is reached"
     finally:
         await raft.stop()
 

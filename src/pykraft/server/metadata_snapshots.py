@@ -6,8 +6,9 @@ Theory of operation. Every node (controller or broker) folds the metadata log in
 Writing, as Kafka's SnapshotGenerator decides it: each committed batch adds its size to the
 bytes since the last snapshot; once they reach
 `metadata.log.max.record.bytes.between.snapshots`, or once
-`metadata.log.max.snapshot.interval.ms` (0: never) has passed since the last snapshot with
-at least one byte committed since, the node writes the image as a snapshot. The snapshot
+`metadata.log.max.snapshot.interval.ms` (0: never) has passed since the append time of
+the first batch committed after the last snapshot (KIP-876), the node writes the image as a
+snapshot. The snapshot
 ends after the last batch the image folded (`image.offset + 1`, always a batch boundary)
 and is taken only between metadata transactions. The records are produced and encoded in a
 worker thread from the immutable image (at the versions its metadata.version asks for, as
@@ -143,7 +144,7 @@ class MetadataSnapshots:
         self.policy = policy
         self._now_ms = now_ms
         self._bytes_since = 0  # committed since the last snapshot, written or loaded
-        self._last_snapshot_ms = now_ms()
+        self._oldest_since_ms: int | None = None  # append time of the first of those batches
         self._last_append_timestamp = -1  # of the last batch the image folded
         self._due = asyncio.Event()
         self.written = 0  # snapshots written by this process
@@ -156,6 +157,9 @@ class MetadataSnapshots:
     def note_commit(self, batch: CommittedBatch) -> None:
         self._bytes_since += batch_bytes(batch)
         self._last_append_timestamp = batch.append_timestamp
+        if self._oldest_since_ms is None:
+            self._oldest_since_ms = batch.append_timestamp
+            self._due.set()  # the run loop sets its timer by it
         if self._bytes_since >= self.policy.max_bytes_between:
             self._due.set()
 
@@ -166,7 +170,7 @@ class MetadataSnapshots:
         self.loader.load_snapshot(
             records, offset=snapshot_id.end_offset - 1, epoch=snapshot_id.epoch)
         self._bytes_since = 0
-        self._last_snapshot_ms = self._now_ms()
+        self._oldest_since_ms = None
         self.loaded += 1
         image = self.loader.image
         log.info("loaded metadata snapshot %d-%d: %d records, %d topics, image offset %d",
@@ -177,19 +181,20 @@ class MetadataSnapshots:
     # -- the policy ---------------------------------------------------------------------
 
     def due(self, now_ms: int) -> bool:
-        """Whether a snapshot should be written now (bytes or time since the last one)."""
-        if self._bytes_since <= 0:
+        """Whether a snapshot should be written now: enough bytes committed since the last
+        one, or (KIP-876) a batch it lacks was appended at least the interval ago."""
+        if self._bytes_since <= 0 or self._oldest_since_ms is None:
             return False
         if self._bytes_since >= self.policy.max_bytes_between:
             return True
         interval = self.policy.max_interval_ms
-        return interval > 0 and now_ms - self._last_snapshot_ms >= interval
+        return interval > 0 and now_ms - self._oldest_since_ms >= interval
 
     def _next_check_s(self, now_ms: int) -> float:
-        interval = self.policy.max_interval_ms
-        if interval <= 0:
-            return 60.0
-        return max(0.01, min(60.0, (self._last_snapshot_ms + interval - now_ms) / 1000))
+        interval, oldest = self.policy.max_interval_ms, self._oldest_since_ms
+        if interval <= 0 or oldest is None:
+            return 60.0  # woken by `note_commit`
+        return max(0.01, min(60.0, (oldest + interval - now_ms) / 1000))
 
     async def run(self) -> None:
         """Write snapshots as the policy asks, until cancelled."""
@@ -238,10 +243,13 @@ class MetadataSnapshots:
         snapshot_id = await self.raft.write_snapshot(
             end_offset, values, last_contained_log_timestamp=timestamp)
         self._bytes_since = max(0, self._bytes_since - bytes_covered)
-        self._last_snapshot_ms = self._now_ms()
+        finished_ms = self._now_ms()
+        # batches committed while it was written: their first append time is not kept, the
+        # end of the write stands in for it
+        self._oldest_since_ms = finished_ms if self._bytes_since > 0 else None
         self.written += 1
         self.last_written = snapshot_id
         log.info("wrote metadata snapshot %d-%d: %d records in %d ms; the log now starts at %d",
                  snapshot_id.end_offset, snapshot_id.epoch, len(values),
-                 self._last_snapshot_ms - started_ms, self.raft.store.log_start_offset)
+                 finished_ms - started_ms, self.raft.store.log_start_offset)
         return snapshot_id

@@ -261,3 +261,15 @@ def test_a_snapshot_drops_an_open_transaction() -> None:
     loader.load_snapshot(image_records(target), offset=5, epoch=target.epoch)
     assert not loader.in_transaction and loader.image.topic_by_name("half") is None
     assert loader.image == target
+
+
+def test_an_empty_loader_publishes_the_snapshot_as_a_delta_from_empty() -> None:
+    records = history(12, 200)
+    target = fold(records, offset=len(records) + 3, epoch=2)
+    published: list[tuple[MetadataDelta, MetadataImage]] = []
+    loader = MetadataLoader(publishers=[lambda d, i: published.append((d, i))])
+    loader.load_snapshot(image_records(target), offset=target.offset, epoch=target.epoch)
+    ((delta, image),) = published
+    assert image == target and delta.base is MetadataImage.EMPTY
+    assert set(delta.created_topic_ids) == set(target.topics.by_id)
+    assert set(delta.changed_brokers) == set(target.cluster.brokers)

@@ -100,12 +100,18 @@ class MetadataLoader:
             offset > self._last_offset,
             f"snapshot at {offset} does not follow offset {self._last_offset}",
         )
-        target = image_from_records(records, offset=offset, epoch=epoch)
-        delta = MetadataDelta(self._image)
-        for record in change_records(self._image, target):
-            delta.replay(record)
-        image = delta.apply(offset, epoch)
-        invariant(image == target, f"the change to snapshot {offset} does not rebuild it")
+        if self._image is MetadataImage.EMPTY:  # start-up, or a wiped node: one replay
+            delta = MetadataDelta(self._image)
+            for record in records:
+                delta.replay(record)
+            image = delta.apply(offset, epoch)
+        else:
+            target = image_from_records(records, offset=offset, epoch=epoch)
+            delta = MetadataDelta(self._image)
+            for record in change_records(self._image, target):
+                delta.replay(record)
+            image = delta.apply(offset, epoch)
+            invariant(image == target, f"the change to snapshot {offset} does not rebuild it")
         self._image = image
         self._delta = MetadataDelta(image)
         self._last_offset = offset

@@ -24,18 +24,24 @@ from kio.schema.end_txn.v3.request import EndTxnRequest
 from kio.schema.errors import ErrorCode
 from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
+from kio.schema.list_offsets.v2.request import (
+    ListOffsetsPartition,
+    ListOffsetsRequest,
+    ListOffsetsTopic,
+)
 from kio.schema.list_transactions.v1.request import ListTransactionsRequest
+from kio.schema.types import BrokerId
 from kio.schema.write_txn_markers.v1.request import (
     WritableTxnMarker,
     WritableTxnMarkerTopic,
     WriteTxnMarkersRequest,
 )
-from kio.static.primitive import i16, i32, i64
+from kio.static.primitive import i8, i16, i32, i64
 
 from pykraft.testing import LocalCluster
 from pykraft.testing.wire import WireClient
 
-FIND_COORDINATOR, INIT_PRODUCER_ID, ADD_PARTITIONS, END_TXN = 10, 22, 24, 26
+LIST_OFFSETS, FIND_COORDINATOR, INIT_PRODUCER_ID, ADD_PARTITIONS, END_TXN = 2, 10, 22, 24, 26
 WRITE_TXN_MARKERS, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 27, 65, 66
 
 
@@ -193,6 +199,68 @@ def test_committed_transaction_is_read_by_read_committed(pykraft_cluster: LocalC
         listed = client.request(LIST_TRANSACTIONS, 1, ListTransactionsRequest(
             state_filters=("CompleteCommit",), producer_id_filters=(), duration_filter=i64(-1)))
         assert txn_id in {each.transactional_id for each in listed.transaction_states}
+
+
+def test_aborted_data_is_invisible_to_read_committed(pykraft_cluster: LocalCluster) -> None:
+    bootstrap = pykraft_cluster.bootstrap_servers
+    topic, txn_id = unique("txn-abort"), unique("tx")
+    create_topic(bootstrap, topic)
+    plain = Producer({"bootstrap.servers": bootstrap})
+    producer = transactional(bootstrap, txn_id)
+    producer.init_transactions(30)
+    expected_committed = []
+    for round_ in range(4):
+        producer.begin_transaction()
+        for index in range(6):
+            producer.produce(topic, f"t{round_}-{index}".encode(), partition=index % 2)
+        plain.produce(topic, f"plain{round_}".encode(), partition=round_ % 2)
+        assert plain.flush(30) == 0
+        expected_committed.append(f"plain{round_}".encode())
+        if round_ % 2:
+            assert producer.flush(30) == 0  # the aborted records reach the log first
+            producer.abort_transaction(30)
+        else:
+            producer.commit_transaction(30)
+            expected_committed += [f"t{round_}-{i}".encode() for i in range(6)]
+    committed = consume_all(bootstrap, topic, 2, "read_committed", len(expected_committed))
+    assert sorted(committed) == sorted(expected_committed)
+    everything = consume_all(bootstrap, topic, 2, "read_uncommitted", 28)
+    assert len(everything) == 28  # aborted data stays in the log
+    assert {f"t1-{i}".encode() for i in range(6)} <= set(everything)
+
+
+def latest_offset(client: WireClient, topic: str, isolation: int) -> int:
+    answer = client.request(LIST_OFFSETS, 2, ListOffsetsRequest(
+        replica_id=BrokerId(-1), isolation_level=i8(isolation), topics=(ListOffsetsTopic(
+            name=topic, partitions=(ListOffsetsPartition(partition_index=i32(0),
+                                                         timestamp=i64(-1)),)),)))
+    partition = answer.topics[0].partitions[0]
+    assert partition.error_code == ErrorCode.none
+    return int(partition.offset)
+
+
+def test_an_open_transaction_holds_read_committed_back(pykraft_cluster: LocalCluster) -> None:
+    bootstrap = pykraft_cluster.bootstrap_servers
+    topic, txn_id = unique("txn-open"), unique("tx")
+    create_topic(bootstrap, topic, partitions=1)
+    plain = Producer({"bootstrap.servers": bootstrap})
+    plain.produce(topic, b"before", partition=0)
+    assert plain.flush(30) == 0
+    producer = transactional(bootstrap, txn_id)
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(topic, b"in-transaction", partition=0)
+    assert producer.flush(30) == 0
+    plain.produce(topic, b"after", partition=0)
+    assert plain.flush(30) == 0
+    with WireClient(bootstrap) as client:
+        assert latest_offset(client, topic, 0) == 3  # the high watermark
+        assert latest_offset(client, topic, 1) == 1  # the last stable offset
+        assert consume_all(bootstrap, topic, 1, "read_committed", 1, wait_s=3) == [b"before"]
+        producer.commit_transaction(30)
+        assert latest_offset(client, topic, 1) == 4  # past the COMMIT marker
+    assert consume_all(bootstrap, topic, 1, "read_committed", 3) == [
+        b"before", b"in-transaction", b"after"]
 
 
 def test_zombie_producer_is_fenced_by_a_new_instance(pykraft_cluster: LocalCluster) -> None:

@@ -36,6 +36,7 @@ from pykraft.protocol.entities import NO_THROTTLE, field, make, millis, response
 log = logging.getLogger(__name__)
 
 EARLIEST_TIMESTAMP = -2
+READ_COMMITTED = 1  # isolation_level of Fetch and ListOffsets
 LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL_TIMESTAMP = -4
@@ -238,6 +239,7 @@ class BrokerApis:
                 result = self._fetch_partition(
                     module, name, wanted, image, max(0, max_bytes - total), total == 0,
                     replica_id, first_pass,
+                    committed=field(request, "isolation_level", 0) == READ_COMMITTED,
                 )
                 partition, data = result
                 if data.error_code != ErrorCode.none or partition is None:
@@ -259,7 +261,7 @@ class BrokerApis:
 
     def _fetch_partition(
         self, module: Any, topic: str, wanted: Any, image: Any, bytes_left: int, first: bool,
-        replica_id: int, first_pass: bool,
+        replica_id: int, first_pass: bool, *, committed: bool = False,
     ) -> tuple[Partition | None, Any]:
         """(the partition to park on, or None when answered at once; its PartitionData).
         A follower (replica_id >= 0) reads up to the log end; its first look records its
@@ -278,9 +280,15 @@ class BrokerApis:
                                                 seen.diverging_epoch,
                                                 seen.diverging_end_offset)
             limit = min(wanted.partition_max_bytes, bytes_left)
-            read = self.replicas.read(partition, wanted.fetch_offset, limit,
-                                      min_one_message=first,
-                                      up_to_high_watermark=replica_id < 0)
+            committed = committed and replica_id < 0
+            if committed:  # read_committed: up to the last stable offset
+                read = partition.log.read(wanted.fetch_offset, limit,
+                                          max_offset=partition.log.last_stable_offset,
+                                          min_one_message=first)
+            else:
+                read = self.replicas.read(partition, wanted.fetch_offset, limit,
+                                          min_one_message=first,
+                                          up_to_high_watermark=replica_id < 0)
         except Exception as error:  # noqa: BLE001 - mapped to the partition's error code
             code, _ = error_of(error)
             if code == ErrorCode.unknown_topic_or_partition and field(wanted, "topic_id"):
@@ -289,14 +297,21 @@ class BrokerApis:
                               error_code=code, high_watermark=-1, last_stable_offset=-1,
                               log_start_offset=-1, aborted_transactions=None, records=b"")
         log_ = partition.log
+        aborted = None
+        if committed:  # the aborted transactions with data in what is returned
+            aborted = tuple(
+                make(module.AbortedTransaction, producer_id=each.producer_id,
+                     first_offset=each.first_offset)
+                for each in log_.txns.aborted_between(read.first_offset, read.next_offset)
+            ) if read.records else ()
         return partition, make(
             module.PartitionData,
             partition_index=wanted.partition,
             error_code=ErrorCode.none,
             high_watermark=log_.high_watermark,
-            last_stable_offset=log_.high_watermark,
+            last_stable_offset=log_.last_stable_offset if committed else log_.high_watermark,
             log_start_offset=log_.log_start_offset,
-            aborted_transactions=None,
+            aborted_transactions=aborted,
             records=read.records,
         )
 
@@ -317,19 +332,21 @@ class BrokerApis:
         image = self.cache.image
         topics = []
         for topic in request.topics:
+            committed = field(request, "isolation_level", 0) == READ_COMMITTED
             partitions = tuple(
-                self._list_offset(module, topic.name, wanted, image)
+                self._list_offset(module, topic.name, wanted, image, committed)
                 for wanted in topic.partitions
             )
             topics.append(make(module.ListOffsetsTopicResponse, name=topic.name,
                                partitions=partitions))
         return make(module.ListOffsetsResponse, throttle_time=NO_THROTTLE, topics=tuple(topics))
 
-    def _list_offset(self, module: Any, topic: str, wanted: Any, image: Any) -> Any:
+    def _list_offset(self, module: Any, topic: str, wanted: Any, image: Any,
+                     committed: bool = False) -> Any:
         try:
             partition = self.replicas.leader_partition(topic, wanted.partition_index, image)
             partition.check_epoch(field(wanted, "current_leader_epoch", -1))
-            offset, timestamp = self._offset_for(partition, wanted.timestamp)
+            offset, timestamp = self._offset_for(partition, wanted.timestamp, committed)
         except Exception as error:  # noqa: BLE001 - mapped to the partition's error code
             code, _ = error_of(error)
             return make(module.ListOffsetsPartitionResponse,
@@ -339,10 +356,12 @@ class BrokerApis:
                     error_code=ErrorCode.none, timestamp=timestamp, offset=offset,
                     leader_epoch=epoch)
 
-    def _offset_for(self, partition: Partition, timestamp: int) -> tuple[int, int]:
+    def _offset_for(self, partition: Partition, timestamp: int,
+                    committed: bool = False) -> tuple[int, int]:
         log_ = partition.log
+        fetchable = log_.last_stable_offset if committed else log_.high_watermark
         if timestamp == LATEST_TIMESTAMP:
-            return log_.high_watermark, -1
+            return fetchable, -1
         if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
             return log_.log_start_offset, -1
         if timestamp == LATEST_TIERED_TIMESTAMP:
@@ -350,7 +369,7 @@ class BrokerApis:
         if timestamp < MAX_TIMESTAMP:
             raise UnknownTopicOrPartition(f"unsupported ListOffsets timestamp {timestamp}")
         found = log_.fetch_offset_by_timestamp(timestamp)
-        if found is None or found[0] >= log_.high_watermark:
+        if found is None or found[0] >= fetchable:
             return -1, -1
         return found
 

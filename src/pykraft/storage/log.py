@@ -37,6 +37,7 @@ import zlib
 from bisect import bisect_right
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Final
 
@@ -49,7 +50,13 @@ from pykraft.errors import (
     RecordListTooLarge,
     invariant,
 )
-from pykraft.records.batch import BatchHeader, set_log_append_time, split_batches, stamp_batch
+from pykraft.records.batch import (
+    BatchHeader,
+    read_header,
+    set_log_append_time,
+    split_batches,
+    stamp_batch,
+)
 from pykraft.records.record import iter_records
 from pykraft.storage import log_files
 from pykraft.storage.checkpoint import (
@@ -67,6 +74,7 @@ from pykraft.storage.timestamp_search import (
     MAX_TIMESTAMP,
     first_record_at_or_after,
 )
+from pykraft.storage.txn_index import TxnState
 
 __all__ = ["AppendInfo", "Log", "ReadInfo", "parse_topic_partition"]
 
@@ -96,6 +104,10 @@ class ReadInfo:
     high_watermark: int
     log_start_offset: int
     log_end_offset: int
+
+
+def _batch_bytes(records: bytes | bytearray, position: int, size: int) -> bytes:
+    return bytes(records[position:position + size])
 
 
 def parse_topic_partition(name: str) -> tuple[str, int]:
@@ -130,6 +142,7 @@ class Log:
         self._pending_deletes: list[tuple[int, list[Path]]] = []
         self._directory_dirty = False
         self._closed = False
+        self._txns: TxnState | None = None  # built on first use (read_committed)
 
     # -- opening -----------------------------------------------------------------------------
 
@@ -272,6 +285,7 @@ class Log:
             entries.append((header.size, last, timestamp))
             offset = last + 1
         self._write(records, entries, first_offset, best[0], now_ms)
+        self._note_txns(records, batches)
         self._assign_epoch(leader_epoch, first_offset)
         self._maybe_flush_after_append(now_ms)
         return AppendInfo(
@@ -367,6 +381,7 @@ class Log:
             entries.append((header.size, header.last_offset, header.max_timestamp))
             previous_last = header.last_offset
         self._write(records, entries, first_offset, best[0], now_ms)
+        self._note_txns(records, batches)
         for _, header in batches:
             self._assign_epoch(header.partition_leader_epoch, header.base_offset)
         self._maybe_flush_after_append(now_ms)
@@ -517,6 +532,35 @@ class Log:
             for position, header in segment.iter_headers(found[0]):
                 yield header, segment.read_batch(position, header.size)
 
+    # -- transactions (read_committed) -------------------------------------------------------
+
+    @property
+    def txns(self) -> TxnState:
+        """The open and aborted transactions (storage.txn_index): one pass over the batch
+        headers on first use, then kept up to date by appends."""
+        if self._txns is None:
+            state = TxnState()
+            for segment in self._segments:
+                for position, header in segment.iter_headers(0):
+                    state.on_batch(header, partial(segment.read_batch, position, header.size))
+            self._txns = state
+        return self._txns
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Below the first open transaction and the high watermark."""
+        first = self.txns.first_unstable_offset()
+        return self._high_watermark if first is None else min(first, self._high_watermark)
+
+    def _note_txns(self, records: bytes | bytearray,
+                   batches: list[tuple[int, BatchHeader]]) -> None:
+        if self._txns is None:
+            return  # not built yet: the first use scans these batches too
+        for position, old in batches:
+            if old.is_transactional:
+                header = read_header(records, position)  # with the offsets now assigned
+                self._txns.on_batch(header, partial(_batch_bytes, records, position, old.size))
+
     # -- timestamps --------------------------------------------------------------------------
 
     def fetch_offset_by_timestamp(self, timestamp: int) -> tuple[int, int] | None:
@@ -613,6 +657,7 @@ class Log:
         active.truncate_to(offset)
         self._directory_dirty = True
         self._log_end_offset = offset
+        self._txns = None  # a marker may be gone: built again on next use
         self.leader_epoch_cache.truncate_from_end(offset)
         self._log_start_offset = min(self._log_start_offset, offset)
         self._recovery_point = min(self._recovery_point, offset)
@@ -631,6 +676,7 @@ class Log:
         self._log_start_offset = self._log_end_offset = offset
         self._recovery_point = self._high_watermark = offset
         self._roll_flush_offset = None
+        self._txns = None
 
     def maybe_increment_log_start_offset(self, offset: int) -> bool:
         """Move the log start forward (DeleteRecords); segments below it go at retention."""

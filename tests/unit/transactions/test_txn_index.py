@@ -1,0 +1,118 @@
+"""read_committed bookkeeping: the open transactions (last stable offset) and the aborted
+ones of a partition, fed by a real Log's appends, rebuilt by scanning, reset by truncation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pykraft.broker.txn_markers import Marker, marker_batch
+from pykraft.records.batch import read_header
+from pykraft.records.record import build_batch
+from pykraft.storage.log import Log
+from pykraft.storage.log_config import LogConfig
+from pykraft.storage.txn_index import AbortedTxn, TxnState
+
+NOW = 1_700_000_000_000
+
+
+def data(pid: int, count: int = 2, *, transactional: bool = True) -> bytearray:
+    return bytearray(build_batch(
+        [(b"k", b"v", (), NOW) for _ in range(count)], producer_id=pid, producer_epoch=0,
+        base_sequence=0, is_transactional=transactional))
+
+
+def marker(pid: int, commit: bool) -> bytearray:
+    return bytearray(marker_batch(Marker(pid, 0, commit, 5, ()), NOW))
+
+
+def open_log(path: Path) -> Log:
+    return Log.open(path / "t-0", LogConfig(), recovery_point=0, log_start_offset=None,
+                    now_ms=NOW)
+
+
+def append(log: Log, records: bytearray) -> int:
+    info = log.append_as_leader(records, leader_epoch=0, now_ms=NOW)
+    log.update_high_watermark(log.log_end_offset)
+    return info.first_offset
+
+
+def test_open_transactions_hold_the_last_stable_offset(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    append(log, data(-1, transactional=False))  # 0-1
+    assert log.last_stable_offset == 2
+    first = append(log, data(7))  # 2-3 opens producer 7's transaction
+    append(log, data(8))  # 4-5 opens producer 8's
+    append(log, data(7))  # 6-7 same transaction
+    assert first == 2 and log.last_stable_offset == 2
+    append(log, marker(7, True))  # 8
+    assert log.txns.ongoing == {8: 4}
+    assert log.last_stable_offset == 4
+    append(log, marker(8, False))  # 9
+    assert log.last_stable_offset == 10 == log.high_watermark
+    assert log.txns.aborted == [AbortedTxn(8, 4, 9, 9)]
+
+
+def test_the_last_stable_offset_never_passes_the_high_watermark(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    append(log, data(-1, transactional=False))
+    log.append_as_leader(data(-1, transactional=False), leader_epoch=0, now_ms=NOW)
+    assert log.high_watermark == 2 and log.last_stable_offset == 2
+
+
+def test_aborted_between_selects_overlapping_transactions(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    append(log, data(1))  # 0-1
+    append(log, marker(1, False))  # 2
+    append(log, data(2))  # 3-4
+    append(log, data(3))  # 5-6
+    append(log, marker(2, False))  # 7
+    append(log, marker(3, True))  # 8
+    txns = log.txns
+    assert [a.producer_id for a in txns.aborted_between(0, 9)] == [1, 2]
+    assert [a.producer_id for a in txns.aborted_between(3, 4)] == [2]
+    assert txns.aborted_between(8, 9) == []  # producer 2's ended at 7
+    assert [a.producer_id for a in txns.aborted_between(2, 3)] == [1]  # its marker
+
+
+def test_a_scan_rebuilds_what_appends_built(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    assert log.txns.ongoing == {}  # built now: later appends update it
+    for records in (data(1), data(2), marker(1, False), data(3), marker(2, True)):
+        append(log, records)
+    built = (dict(log.txns.ongoing), list(log.txns.aborted))
+    log.close()
+    reopened = open_log(tmp_path)
+    reopened.update_high_watermark(reopened.log_end_offset)
+    assert (reopened.txns.ongoing, reopened.txns.aborted) == built
+    assert reopened.last_stable_offset == 5  # producer 3's transaction opened at 5
+
+
+def test_truncation_below_a_marker_reopens_the_transaction(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    append(log, data(1))  # 0-1
+    append(log, marker(1, False))  # 2
+    assert log.txns.ongoing == {}
+    log.truncate_to(2)
+    assert log.txns.ongoing == {1: 0} and log.txns.aborted == []
+    log.update_high_watermark(2)
+    assert log.last_stable_offset == 0
+
+
+def test_follower_appends_are_tracked(tmp_path: Path) -> None:
+    leader, follower = open_log(tmp_path / "a"), open_log(tmp_path / "b")
+    assert follower.txns.ongoing == {}
+    for records in (data(4), marker(4, False)):
+        append(leader, records)
+    for _, batch in leader.iter_batches():
+        follower.append_as_follower(batch)
+    assert follower.txns.aborted == leader.txns.aborted == [AbortedTxn(4, 0, 2, 2)]
+
+
+def test_markers_without_a_transaction_and_other_control_batches_are_ignored() -> None:
+    state = TxnState()
+    lone = marker(9, False)
+    state.on_batch(read_header(lone), lambda: bytes(lone))
+    assert state.aborted == [] and state.ongoing == {}
+    plain = data(9, transactional=False)
+    state.on_batch(read_header(plain), lambda: bytes(plain))
+    assert state.ongoing == {}

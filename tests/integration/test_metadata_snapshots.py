@@ -11,6 +11,7 @@ others, and can lead the quorum with every topic. `pykraft dump-log
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -230,3 +231,37 @@ def test_a_combined_node_without_its_metadata_log_serves_its_partitions_again() 
         for name in names:
             assert consume(cluster.bootstrap_servers, name, 3) == [
                 f"{name}-{i}".encode() for i in range(3)]
+
+
+def test_a_lagging_controller_loads_a_snapshot_over_the_image_it_has() -> None:
+    """A follower controller stopped while topics are created and deleted comes back with a
+    log that ends below the leader's log start: it loads its own state, then the leader's
+    snapshot over it (topics deleted meanwhile go, new ones come), and matches every
+    digest."""
+    with LocalCluster(controllers=3, brokers=1, configs=SNAPSHOT_CONFIGS,
+                      startup_timeout_s=60) as cluster:
+        early = [f"early-{i}" for i in range(6)]
+        create_topics(cluster.bootstrap_servers, early)
+        leader = wait_for(lambda: (a := cluster.active_controller()) > 0 and a, "a leader")
+        lagging = next(i for i in cluster.controller_ids if i != leader)
+        node = cluster.node(lagging)
+        wait_for(lambda: agreed_images(cluster, list(cluster.nodes)), "identical images")
+        cluster.kill_node(lagging)
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+        for future in admin.delete_topics(early[:3], operation_timeout=20).values():
+            future.result(30)
+        create_topics(cluster.bootstrap_servers, [f"late-{i}" for i in range(12)])
+        leader_node = cluster.node(cluster.active_controller())
+        kept_end = max(segment_bases(node), default=0)
+        wait_for(lambda: (ends := snapshot_ends(leader_node)) and ends[-1] > kept_end,
+                 "a leader snapshot past the stopped controller's log")
+        position = node.log_path.stat().st_size
+        cluster.restart_node(lagging)
+        wait_for(lambda: agreed_images(cluster, list(cluster.nodes)), "identical images")
+        loads = [(int(m.group(1)), int(m.group(2))) for m in re.finditer(
+            r"loaded metadata snapshot (\d+)-\d+ over the image at offset (-?\d+)",
+            log_since(node, position))]
+        own = [end for end, base in loads if base == -1]  # its own, at start-up (if any)
+        fetched = [(end, base) for end, base in loads if base >= 0]
+        assert fetched, f"no snapshot loaded over an image: {loads}"
+        assert all(end > max(own, default=0) for end, _ in fetched)

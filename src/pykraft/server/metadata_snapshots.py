@@ -167,15 +167,16 @@ class MetadataSnapshots:
         """Replace the loader's image by snapshot `snapshot_id` (published as one delta)."""
         records = [decode_metadata_record(value)
                    for value in read_snapshot_records(snapshot_id, view)]
+        base_offset = self.loader.image.offset
         self.loader.load_snapshot(
             records, offset=snapshot_id.end_offset - 1, epoch=snapshot_id.epoch)
         self._bytes_since = 0
         self._oldest_since_ms = None
         self.loaded += 1
         image = self.loader.image
-        log.info("loaded metadata snapshot %d-%d: %d records, %d topics, image offset %d",
-                 snapshot_id.end_offset, snapshot_id.epoch, len(records),
-                 len(image.topics.by_id), image.offset)
+        log.info("loaded metadata snapshot %d-%d over the image at offset %d: %d records, "
+                 "%d topics", snapshot_id.end_offset, snapshot_id.epoch, base_offset,
+                 len(records), len(image.topics.by_id))
         return image
 
     # -- the policy ---------------------------------------------------------------------

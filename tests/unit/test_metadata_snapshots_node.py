@@ -25,6 +25,7 @@ from pykraft.raft.driver import RaftNode
 from pykraft.raft.log_store import RaftLogView
 from pykraft.raft.messages import SnapshotId
 from pykraft.raft.snapshot import build_snapshot, snapshot_values
+from pykraft.server.config import ConfigError, ServerConfig
 from pykraft.server.image_digest import image_digest
 from pykraft.server.metadata_snapshots import (
     MetadataSnapshots,
@@ -250,3 +251,27 @@ def test_state_an_old_metadata_version_cannot_encode_is_still_snapshotted(seed: 
     rebuilt.load_snapshot([decode_metadata_record(v) for v in encoded_image(loader.image)],
                           offset=len(records) - 1, epoch=1)
     assert rebuilt.image == loader.image
+
+
+SERVER_BASE = {
+    "node.id": "1",
+    "process.roles": "broker,controller",
+    "listeners": "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093",
+    "controller.listener.names": "CONTROLLER",
+    "controller.quorum.voters": "1@127.0.0.1:9093",
+    "log.dirs": "/data/a",
+}
+
+
+def test_the_snapshot_keys_are_server_keys_with_kafkas_defaults_and_bounds() -> None:
+    defaults = SnapshotPolicy.from_configs(ServerConfig(SERVER_BASE).get_int)
+    assert defaults == SnapshotPolicy(max_bytes_between=20 * 1024 * 1024,
+                                      max_interval_ms=3_600_000)
+    tiny = ServerConfig({**SERVER_BASE, "metadata.log.max.record.bytes.between.snapshots": "1",
+                         "metadata.log.max.snapshot.interval.ms": "0"})
+    assert SnapshotPolicy.from_configs(tiny.get_int) == SnapshotPolicy(1, 0)
+    for key, value in [("metadata.log.max.record.bytes.between.snapshots", "0"),
+                       ("metadata.log.max.snapshot.interval.ms", "-1"),
+                       ("metadata.log.max.snapshot.interval.ms", "soon")]:
+        with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+            ServerConfig({**SERVER_BASE, key: value})

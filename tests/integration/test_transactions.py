@@ -192,7 +192,10 @@ def test_committed_transaction_is_read_by_read_committed(pykraft_cluster: LocalC
     values = consume_all(bootstrap, topic, 2, "read_committed", 30)
     assert sorted(values) == sorted(f"{b}-{i}".encode() for b in range(3) for i in range(10))
     with WireClient(bootstrap) as client:
-        state = describe(client, txn_id)
+        deadline = time.monotonic() + 10
+        while (state := describe(client, txn_id)).transaction_state == "PrepareCommit":
+            assert time.monotonic() < deadline  # markers still being written
+            time.sleep(0.05)
         assert state.error_code == ErrorCode.none
         assert state.transaction_state == "CompleteCommit" and state.topics == ()
         assert state.timeout_ms == 60_000 and state.start_ms > 0
@@ -258,9 +261,66 @@ def test_an_open_transaction_holds_read_committed_back(pykraft_cluster: LocalClu
         assert latest_offset(client, topic, 1) == 1  # the last stable offset
         assert consume_all(bootstrap, topic, 1, "read_committed", 1, wait_s=3) == [b"before"]
         producer.commit_transaction(30)
-        assert latest_offset(client, topic, 1) == 4  # past the COMMIT marker
+        # EndTxn is answered once PrepareCommit is written; the markers follow (as Kafka)
+        deadline = time.monotonic() + 10
+        while (stable := latest_offset(client, topic, 1)) != 4:  # past the COMMIT marker
+            assert stable == 1 and time.monotonic() < deadline
+            time.sleep(0.05)
     assert consume_all(bootstrap, topic, 1, "read_committed", 3) == [
         b"before", b"in-transaction", b"after"]
+
+
+def test_consume_transform_produce_commits_offsets_with_the_output(
+        pykraft_cluster: LocalCluster) -> None:
+    bootstrap = pykraft_cluster.bootstrap_servers
+    source, sink, group = unique("eos-in"), unique("eos-out"), unique("eos-group")
+    create_topic(bootstrap, source, partitions=1)
+    create_topic(bootstrap, sink, partitions=1)
+    plain = Producer({"bootstrap.servers": bootstrap})
+    for index in range(20):
+        plain.produce(source, f"in-{index}".encode(), partition=0)
+    assert plain.flush(30) == 0
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                         "isolation.level": "read_committed", "enable.auto.commit": False})
+    consumer.assign([TopicPartition(source, 0, 0)])
+    producer = transactional(bootstrap, unique("eos-tx"))
+    producer.init_transactions(30)
+
+    def run_transaction(count: int, commit: bool) -> None:
+        producer.begin_transaction()
+        taken = 0
+        deadline = time.monotonic() + 15
+        while taken < count and time.monotonic() < deadline:
+            message = consumer.poll(0.2)
+            if message is None or message.error() is not None:
+                continue
+            producer.produce(sink, (message.value() or b"").upper(), partition=0)
+            taken += 1
+        assert taken == count
+        producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
+                                             consumer.consumer_group_metadata(), 30)
+        if commit:
+            producer.commit_transaction(30)
+        else:
+            assert producer.flush(30) == 0
+            producer.abort_transaction(30)
+
+    def committed() -> int:
+        checker = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                            "isolation.level": "read_committed"})
+        try:
+            (found,) = checker.committed([TopicPartition(source, 0)], timeout=10)
+        finally:
+            checker.close()
+        return int(found.offset)
+
+    run_transaction(12, commit=True)
+    assert committed() == 12
+    run_transaction(8, commit=False)
+    assert committed() == 12  # the aborted transaction's offsets never apply
+    consumer.close()
+    output = consume_all(bootstrap, sink, 1, "read_committed", 12)
+    assert output == [f"IN-{index}".encode() for index in range(12)]
 
 
 def test_zombie_producer_is_fenced_by_a_new_instance(pykraft_cluster: LocalCluster) -> None:

@@ -52,6 +52,7 @@ DESCRIBE_GROUPS = 15
 LIST_GROUPS = 16
 DELETE_GROUPS = 42
 OFFSET_DELETE = 47
+TXN_OFFSET_COMMIT = ApiKey.TXN_OFFSET_COMMIT
 CONSUMER_GROUP_HEARTBEAT = ApiKey.CONSUMER_GROUP_HEARTBEAT
 CONSUMER_GROUP_DESCRIBE = ApiKey.CONSUMER_GROUP_DESCRIBE
 
@@ -67,6 +68,7 @@ GROUP_APIS: Final[dict[int, tuple[int, int]]] = {
     LIST_GROUPS: (0, 5),
     DELETE_GROUPS: (0, 2),
     OFFSET_DELETE: (0, 0),
+    TXN_OFFSET_COMMIT: (0, 4),
     CONSUMER_GROUP_HEARTBEAT: (0, 1),  # v1: the client makes its member id (KIP-1082)
     CONSUMER_GROUP_DESCRIBE: (0, 1),
 }
@@ -119,6 +121,7 @@ class GroupApis:
             DESCRIBE_GROUPS: self.describe_groups,
             DELETE_GROUPS: self.delete_groups,
             OFFSET_DELETE: self.offset_delete,
+            TXN_OFFSET_COMMIT: self.txn_offset_commit,
             CONSUMER_GROUP_HEARTBEAT: self.consumer_group_heartbeat,
             CONSUMER_GROUP_DESCRIBE: self.consumer_group_describe,
         }
@@ -368,24 +371,61 @@ class GroupApis:
                 for p in topic.partitions))
             for topic in request.topics))
 
+    async def txn_offset_commit(self, context: RequestContext, request: Any) -> Any:
+        """TxnOffsetCommit: offsets pending until the transaction's COMMIT marker."""
+        module = response_module(TXN_OFFSET_COMMIT, context.header.api_version)
+        image = self.cache.image
+        wanted: list[CommitPartition] = []
+        unknown: set[tuple[str, int]] = set()
+        for topic in request.topics:
+            known = image.topics.by_name.get(topic.name)
+            for p in topic.partitions:
+                if known is None or p.partition_index not in known.partitions:
+                    unknown.add((topic.name, p.partition_index))
+                    continue
+                wanted.append(CommitPartition(
+                    topic.name, p.partition_index, p.committed_offset,
+                    field(p, "committed_leader_epoch", -1), p.committed_metadata))
+        commit = CommitRequest(
+            group_id=request.group_id, generation_id=field(request, "generation_id", -1),
+            member_id=field(request, "member_id", ""),
+            group_instance_id=field(request, "group_instance_id"), partitions=tuple(wanted))
+        try:
+            codes: list[ErrorCode] = await self.shell.call(
+                lambda token, now: self.core.txn_commit_offsets(
+                    token, commit, request.producer_id, request.producer_epoch, now))
+        except KafkaError as error:
+            codes = [error.code] * len(wanted)
+        by_partition = {(p.topic, p.partition): c for p, c in zip(wanted, codes, strict=True)}
+        return make(module.TxnOffsetCommitResponse, throttle_time=NO_THROTTLE, topics=tuple(
+            make(module.TxnOffsetCommitResponseTopic, name=topic.name, partitions=tuple(
+                make(module.TxnOffsetCommitResponsePartition, partition_index=p.partition_index,
+                     error_code=ErrorCode.unknown_topic_or_partition
+                     if (topic.name, p.partition_index) in unknown
+                     else by_partition[(topic.name, p.partition_index)])
+                for p in topic.partitions))
+            for topic in request.topics))
+
     async def offset_fetch(self, context: RequestContext, request: Any) -> Any:
         version = context.header.api_version
         module = response_module(OFFSET_FETCH, version)
+        stable = bool(field(request, "require_stable", False))
         if version >= 8:
-            groups = [self._fetch_group(module, g.group_id, g.topics, version)
+            groups = [self._fetch_group(module, g.group_id, g.topics, version, stable)
                       for g in request.groups]
             return make(module.OffsetFetchResponse, throttle_time=NO_THROTTLE,
                         groups=tuple(make(module.OffsetFetchResponseGroup, group_id=g,
                                           topics=topics, error_code=code)
                                      for g, topics, code in groups))
-        _, topics, code = self._fetch_group(module, request.group_id, request.topics, version)
+        _, topics, code = self._fetch_group(module, request.group_id, request.topics, version,
+                                            stable)
         if version < 2 and code != ErrorCode.none:  # v0-1 carry errors per partition only
             topics = self._with_error(module, request.topics, code)
         return make(module.OffsetFetchResponse, throttle_time=NO_THROTTLE, topics=topics,
                     error_code=code)
 
     def _fetch_group(self, module: Any, group_id: str, requested: Any,
-                     version: int) -> tuple[str, tuple[Any, ...], ErrorCode]:
+                     version: int, stable: bool = False) -> tuple[str, tuple[Any, ...], ErrorCode]:
         names = ("OffsetFetchResponseTopics", "OffsetFetchResponsePartitions") if version >= 8 \
             else ("OffsetFetchResponseTopic", "OffsetFetchResponsePartition")
         topic_type, partition_type = getattr(module, names[0]), getattr(module, names[1])
@@ -396,15 +436,18 @@ class GroupApis:
             return group_id, (), code
         if wanted is None:
             wanted = sorted(found)
+        # require_stable (KIP-447): a partition with transactional offsets pending
+        unstable = self.core.unstable_offsets(group_id) if stable else set()
         by_topic: dict[str, list[Any]] = {}
         for topic, index in wanted:
-            offset = found.get((topic, index))
+            offset = None if (topic, index) in unstable else found.get((topic, index))
             by_topic.setdefault(topic, []).append(make(
                 partition_type, partition_index=index,
                 committed_offset=-1 if offset is None else offset.offset,
                 committed_leader_epoch=-1 if offset is None else offset.leader_epoch,
                 metadata="" if offset is None else offset.metadata,
-                error_code=ErrorCode.none))
+                error_code=ErrorCode.unstable_offset_commit if (topic, index) in unstable
+                else ErrorCode.none))
         return group_id, tuple(make(topic_type, name=name, partitions=tuple(partitions))
                                for name, partitions in by_topic.items()), ErrorCode.none
 

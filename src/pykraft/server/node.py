@@ -247,6 +247,9 @@ class Node:
             self.node_id, self.replicas, self.cache, values, self.config.log_dirs[0],
             self._broker_address, wall_clock_ms)
         self.loader.publishers.append(self.transactions.shell.on_metadata)
+        self.transactions.writer.listeners.append(  # TxnOffsetCommit offsets at their marker
+            lambda partition, marker, _: self.groups.on_marker(partition, marker.producer_id,
+                                                                marker.commit))
 
     def _broker_address(self, broker_id: int) -> tuple[str, int] | None:
         """A broker's inter-broker listener, from the metadata image (replica fetchers)."""

@@ -380,6 +380,8 @@ class Append:
     partition: int
     records: tuple[CoordinatorRecord, ...]
     replies: tuple[Reply, ...]  # to send once the records are committed
+    producer_id: int = -1  # >= 0: a transactional batch of this producer (TxnOffsetCommit)
+    producer_epoch: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -431,6 +433,9 @@ class Group:
     in_initial_delay: bool = False
     new_member_added: bool = False
     offsets: dict[tuple[str, int], OffsetCommitValue] = field(default_factory=dict)
+    # TxnOffsetCommit: producer id -> offsets visible once its COMMIT marker is written
+    pending_txn_offsets: dict[int, dict[tuple[str, int], OffsetCommitValue]] = field(
+        default_factory=dict)
     has_metadata_record: bool = False  # a GroupMetadata record exists in the log
     consumer: ConsumerGroup | None = None  # set: a KIP-848 consumer group, not a classic one
 
@@ -493,7 +498,8 @@ class Group:
 
     def is_empty_shell(self) -> bool:
         """Nothing left worth keeping: no members, no offsets."""
-        return not self.has_members() and not self.offsets and not self.pending_members
+        return (not self.has_members() and not self.offsets and not self.pending_members
+                and not self.pending_txn_offsets)
 
 
 class PartitionStatus(Enum):
@@ -583,11 +589,15 @@ class GroupCoordinator:
         self.unload(partition)
         self.partitions[partition] = PartitionState(partition, leader_epoch)
 
-    def load(self, partition: int, record: CoordinatorRecord) -> None:
-        """Replay one record of the partition's log, in log order."""
+    def load(self, partition: int, record: CoordinatorRecord, producer_id: int = -1) -> None:
+        """Replay one record of the partition's log, in log order; `producer_id` >= 0 for a
+        record of a transactional batch (a TxnOffsetCommit, pending until its marker)."""
         state = self.partitions[partition]
         invariant(state.status is PartitionStatus.LOADING, f"load into active {partition}")
         if isinstance(record.key, OffsetCommitKey):
+            if producer_id >= 0 and isinstance(record.value, OffsetCommitValue):
+                self._pend_txn_offset(state, producer_id, record.key, record.value)
+                return
             self._replay_offset(state, record.key, record.value)
             return
         if not isinstance(record.key, GroupMetadataKey):
@@ -1230,6 +1240,82 @@ class GroupCoordinator:
         if group is None:
             group = state.groups[key.group] = Group(key.group)
         group.offsets[(key.topic, key.partition)] = value
+
+    # -- transactional offsets (TxnOffsetCommit) ---------------------------------------------
+
+    def txn_commit_offsets(self, token: int, request: CommitRequest, producer_id: int,
+                           producer_epoch: int, now_ms: int) -> None:
+        """TxnOffsetCommit: the offsets are written in a transactional batch of the producer
+        and stay pending until the transaction's COMMIT marker on this partition
+        (`complete_txn_offsets`); an ABORT drops them. Reply as commit_offsets."""
+        state, error = self._active(request.group_id)
+        if state is None or error is not _NONE:
+            self._reply(token, [error] * len(request.partitions))
+            return
+        group = state.groups.get(request.group_id)
+        unchecked = request.generation_id < 0 and not request.member_id  # pre-KIP-447 client
+        if not unchecked:
+            error = (self._validate_consumer_commit(group.consumer, request)
+                     if group is not None and group.consumer is not None
+                     else self._validate_commit(group, request))
+            if error is not _NONE:
+                self._reply(token, [error] * len(request.partitions))
+                return
+        if group is None:
+            group = state.groups[request.group_id] = Group(request.group_id,
+                                                           state_timestamp_ms=now_ms)
+        results: list[ErrorCode] = []
+        records = []
+        for wanted in request.partitions:
+            metadata = wanted.metadata or ""
+            if len(metadata.encode("utf-8")) > self.config.offset_metadata_bytes_max:
+                results.append(ErrorCode.offset_metadata_too_large)
+                continue
+            results.append(_NONE)
+            key = OffsetCommitKey(group=request.group_id, topic=wanted.topic,
+                                  partition=wanted.partition)
+            value = OffsetCommitValue(offset=wanted.offset, leader_epoch=wanted.leader_epoch,
+                                      metadata=metadata, commit_timestamp=now_ms)
+            records.append(CoordinatorRecord(key, value))
+            self._pend_txn_offset(state, producer_id, key, value)
+        if records:
+            self._appends.append(Append(state.index, tuple(records), (Reply(token, results),),
+                                        producer_id, producer_epoch))
+        else:
+            if group.is_empty_shell() and not group.has_metadata_record:
+                state.groups.pop(group.group_id, None)
+            self._reply(token, results)
+
+    def _pend_txn_offset(self, state: PartitionState, producer_id: int, key: OffsetCommitKey,
+                         value: OffsetCommitValue) -> None:
+        group = state.groups.get(key.group)
+        if group is None:
+            group = state.groups[key.group] = Group(key.group)
+        group.pending_txn_offsets.setdefault(producer_id, {})[(key.topic, key.partition)] = value
+
+    def complete_txn_offsets(self, partition: int, producer_id: int, commit: bool) -> None:
+        """A COMMIT or ABORT marker of `producer_id` is in the partition's log (committed, or
+        replayed while loading): its pending offsets become visible, or are dropped."""
+        state = self.partitions.get(partition)
+        if state is None:
+            return
+        for group in list(state.groups.values()):
+            pending = group.pending_txn_offsets.pop(producer_id, None)
+            if pending is None:
+                continue
+            if commit:
+                group.offsets.update(pending)
+            if group.is_empty_shell() and not group.has_metadata_record:
+                del state.groups[group.group_id]
+
+    def unstable_offsets(self, group_id: str) -> set[tuple[str, int]]:
+        """The partitions with transactional offsets not yet committed or aborted (OffsetFetch
+        with require_stable answers UNSTABLE_OFFSET_COMMIT for them)."""
+        state = self.partitions.get(self.partition_for(group_id))
+        group = None if state is None else state.groups.get(group_id)
+        if group is None:
+            return set()
+        return {each for pending in group.pending_txn_offsets.values() for each in pending}
 
     def fetch_offsets(
         self, group_id: str, partitions: Sequence[tuple[str, int]] | None

@@ -30,7 +30,12 @@ from pykraft.broker.metadata_cache import MetadataCache
 from pykraft.broker.replica_manager import Partition, ReplicaManager
 from pykraft.errors import CorruptRecord, KafkaError, NotLeaderOrFollower
 from pykraft.metadata.image import MetadataDelta, MetadataImage
-from pykraft.records.record import build_batch, iter_records
+from pykraft.records.record import (
+    ControlRecordType,
+    build_batch,
+    iter_records,
+    read_control_record_type,
+)
 
 __all__ = ["CONSUMER_OFFSETS_TOPIC", "GroupCoordinatorShell", "NotCoordinator"]
 
@@ -110,7 +115,10 @@ class GroupCoordinatorShell:
             if partition.leader_epoch != self.core.leader_epoch(append.partition):
                 raise NotLeaderOrFollower(f"{CONSUMER_OFFSETS_TOPIC}-{append.partition} moved")
             now = self.now_ms()
-            batch = build_batch([(*encode_record(record), (), now) for record in append.records])
+            batch = build_batch([(*encode_record(record), (), now) for record in append.records],
+                                producer_id=append.producer_id,
+                                producer_epoch=append.producer_epoch,
+                                is_transactional=append.producer_id >= 0)
             info = self.replicas.append(partition, batch, acks=-1)
         except KafkaError as error:
             log.warning("cannot write group state to %s-%d (%s); reloading it",
@@ -181,6 +189,12 @@ class GroupCoordinatorShell:
     def is_loading(self, index: int) -> bool:
         return index in self._pending_loads
 
+    def on_marker(self, partition: Partition, producer_id: int, commit: bool) -> None:
+        """A transaction marker is committed on a partition (broker.txn_markers listener):
+        on one of ours, the producer's pending TxnOffsetCommit offsets apply or go."""
+        if partition.topic == CONSUMER_OFFSETS_TOPIC:
+            self.core.complete_txn_offsets(partition.index, producer_id, commit)
+
     async def _load(self, index: int, epoch: int) -> None:
         partition = self.replicas.get_partition(CONSUMER_OFFSETS_TOPIC, index)
         if partition is None or partition.leader_id != self.node_id or (
@@ -190,7 +204,14 @@ class GroupCoordinatorShell:
         self.core.begin_load(index, epoch)
         records = 0
         for count, (header, batch) in enumerate(partition.log.iter_batches(), start=1):
-            if not header.is_control:
+            producer_id = header.producer_id if header.is_transactional else -1
+            if header.is_control:
+                if producer_id >= 0:  # a transaction's end: its offsets apply or go
+                    kind = _marker_type(batch)
+                    if kind is not None:
+                        self.core.complete_txn_offsets(index, producer_id,
+                                                       kind is ControlRecordType.COMMIT)
+            else:
                 for record in iter_records(batch):
                     try:
                         decoded = decode_record(record.key, record.value)
@@ -199,7 +220,7 @@ class GroupCoordinatorShell:
                                   CONSUMER_OFFSETS_TOPIC, index, record.offset, error)
                         continue
                     if decoded is not None:
-                        self.core.load(index, decoded)
+                        self.core.load(index, decoded, producer_id)
                         records += 1
             if count % LOAD_BATCHES_PER_YIELD == 0:
                 await asyncio.sleep(0)
@@ -239,3 +260,13 @@ class GroupCoordinatorShell:
         finally:
             for task in list(self._waits):
                 task.cancel()
+
+
+def _marker_type(batch: bytes) -> ControlRecordType | None:
+    """COMMIT or ABORT for a transaction marker batch, None for any other control batch."""
+    try:
+        record = next(iter(iter_records(batch)), None)
+        kind = read_control_record_type(None if record is None else record.key)
+    except CorruptRecord:
+        return None
+    return kind if kind in (ControlRecordType.COMMIT, ControlRecordType.ABORT) else None

@@ -460,3 +460,63 @@ def test_write_txn_markers_appends_a_control_batch(wire: WireClient,
     assert (low, high) == (0, 1)
     assert consume_all(pykraft_cluster.bootstrap_servers, topic, 1, "read_uncommitted", 0,
                        wait_s=3) == []
+
+
+# -- pykraft transactions -------------------------------------------------------------------
+
+
+def test_transactions_tool_lists_describes_and_aborts(pykraft_cluster: LocalCluster,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    from pykraft.cli.main import main
+
+    bootstrap = pykraft_cluster.bootstrap_servers
+    topic, txn_id, idle_id = unique("txn-tool"), unique("tool-tx"), unique("tool-idle")
+    create_topic(bootstrap, topic, partitions=1)
+    idle = transactional(bootstrap, idle_id)
+    idle.init_transactions(30)
+    producer = transactional(bootstrap, txn_id)
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(topic, b"hanging", partition=0)
+    assert producer.flush(30) == 0
+    capsys.readouterr()
+
+    assert main(["transactions", "--bootstrap-server", bootstrap, "list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["TransactionalId", "Coordinator", "ProducerId",
+                                "TransactionState"]
+    rows = {line.split()[0]: line.split()[1:] for line in lines[1:]}
+    assert rows[txn_id][0] == str(pykraft_cluster.node_id) and rows[txn_id][2] == "Ongoing"
+    assert rows[idle_id][2] == "Empty"
+
+    assert main(["transactions", "--bootstrap-server", bootstrap, "describe",
+                 "--transactional-id", txn_id]) == 0
+    header, row = capsys.readouterr().out.splitlines()
+    described = dict(zip(header.split(), row.split(), strict=True))
+    assert described["TransactionState"] == "Ongoing"
+    assert described["TopicPartitions"] == f"{topic}-0"
+    assert int(described["TransactionDurationMs"]) >= 0
+    producer_id, epoch = described["ProducerId"], described["ProducerEpoch"]
+
+    assert main(["transactions", "--bootstrap-server", bootstrap, "describe",
+                 "--transactional-id", idle_id]) == 0
+    header, row = capsys.readouterr().out.splitlines()
+    described = dict(zip(header.split(), row.split(), strict=False))  # no TopicPartitions
+    assert "TopicPartitions" not in described
+    assert described["TransactionState"] == "Empty"
+    assert described["CurrentTransactionStartTimeMs"] == "None"
+
+    assert main(["transactions", "--bootstrap-server", bootstrap, "describe",
+                 "--transactional-id", unique("unknown")]) == 1
+    assert "TRANSACTIONAL_ID_NOT_FOUND" in capsys.readouterr().err
+
+    with WireClient(bootstrap) as client:
+        assert latest_offset(client, topic, 1) == 0  # held by the open transaction
+        assert main(["transactions", "--bootstrap-server", bootstrap, "abort", "--topic",
+                     topic, "--partition", "0", "--producer-id", producer_id,
+                     "--producer-epoch", epoch, "--coordinator-epoch", "0"]) == 0
+        assert latest_offset(client, topic, 1) == 2  # past the ABORT marker
+    assert consume_all(bootstrap, topic, 1, "read_committed", 0, wait_s=3) == []
+    assert main(["transactions", "--bootstrap-server", bootstrap, "abort",
+                 "--topic", topic]) == 1
+    assert "producer-id" in capsys.readouterr().err

@@ -39,6 +39,7 @@ from pykraft.cli import (
     perf,
     reassign_partitions,
     topics,
+    transactions,
 )
 from pykraft.cli.args import ArgumentParser, CommandError, UsageError
 from pykraft.cli.client_config import kafka_error_message
@@ -65,6 +66,7 @@ def build_parser() -> ArgumentParser:
     metadata_quorum.add_parser(commands)
     log_cleaner.add_parser(commands)
     perf.add_parser(commands)
+    transactions.add_parser(commands)
     return parser
 
 

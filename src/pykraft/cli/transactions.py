@@ -1,0 +1,263 @@
+"""`pykraft transactions`: inspect and abort transactions, like kafka-transactions.sh.
+
+    pykraft transactions --bootstrap-server H:P list
+    pykraft transactions --bootstrap-server H:P describe --transactional-id ID
+    pykraft transactions --bootstrap-server H:P abort --topic T --partition P
+        --producer-id PID --producer-epoch E --coordinator-epoch C
+
+`list` asks every broker (ListTransactions) and prints Kafka's columns TransactionalId,
+Coordinator, ProducerId, TransactionState. `describe` finds the id's coordinator
+(FindCoordinator key type 1) and prints DescribeTransactions as Kafka's tool does
+(CoordinatorId, TransactionalId, ProducerId, ProducerEpoch, TransactionState,
+TransactionTimeoutMs, CurrentTransactionStartTimeMs, TransactionDurationMs,
+TopicPartitions; "None" where no transaction is running). `abort` writes an ABORT marker for
+the producer on the partition (WriteTxnMarkers to its leader), for a hanging transaction;
+Kafka's `--start-offset` form needs DescribeProducers, which is not served yet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import struct
+import time
+from collections.abc import Sequence
+from typing import Any, Final
+
+from kio.schema.describe_transactions.v0.request import DescribeTransactionsRequest
+from kio.schema.errors import ErrorCode
+from kio.schema.types import TransactionalId
+
+from pykraft.cli.args import ArgumentParser, CommandError, UsageError, load_properties
+from pykraft.cli.client_config import timeout_seconds
+from pykraft.cli.consumer_groups import format_table
+from pykraft.cli.protocol_client import ProtocolClient, error_name
+
+__all__ = ["add_parser", "parse_describe_transactions"]
+
+METADATA: Final = 3
+FIND_COORDINATOR: Final = 10
+WRITE_TXN_MARKERS: Final = 27
+DESCRIBE_TRANSACTIONS: Final = 65
+LIST_TRANSACTIONS: Final = 66
+CLIENT_ID: Final = "pykraft-transactions"
+
+
+def add_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
+    parser = commands.add_parser(
+        "transactions", help="list, describe and abort transactions (kafka-transactions.sh)")
+    parser.add_argument("--bootstrap-server", metavar="HOST:PORT", help="REQUIRED")
+    parser.add_argument("--command-config", metavar="FILE", help="admin client properties")
+    actions = parser.add_subparsers(dest="action", metavar="{list,describe,abort}")
+    actions.add_parser("list", help="every transaction the brokers coordinate")
+    describe = actions.add_parser("describe", help="one transactional id's transaction")
+    describe.add_argument("--transactional-id", metavar="ID", help="REQUIRED")
+    abort = actions.add_parser("abort", help="abort a hanging transaction on a partition")
+    abort.add_argument("--topic", metavar="TOPIC", help="REQUIRED")
+    abort.add_argument("--partition", type=int, metavar="P", help="REQUIRED")
+    abort.add_argument("--producer-id", type=int, metavar="PID", help="REQUIRED")
+    abort.add_argument("--producer-epoch", type=int, metavar="E", help="REQUIRED")
+    abort.add_argument("--coordinator-epoch", type=int, metavar="C", help="REQUIRED")
+    parser.set_defaults(handler=_run_args)
+
+
+def _run_args(args: argparse.Namespace) -> int:
+    if not args.bootstrap_server:
+        raise UsageError("Missing required argument \"[bootstrap-server]\"")
+    properties = load_properties(args.command_config) if args.command_config else {}
+    timeout_s = timeout_seconds(properties)
+    if args.action == "list":
+        return run_list(args.bootstrap_server, timeout_s)
+    if args.action == "describe":
+        if not args.transactional_id:
+            raise UsageError("Missing required argument \"[transactional-id]\"")
+        return run_describe(args.bootstrap_server, args.transactional_id, timeout_s)
+    if args.action == "abort":
+        missing = [name for name in ("topic", "partition", "producer_id", "producer_epoch",
+                                     "coordinator_epoch") if getattr(args, name) is None]
+        if missing:
+            raise UsageError("Missing required argument(s) " + ", ".join(
+                f"[{name.replace('_', '-')}]" for name in missing))
+        return run_abort(args.bootstrap_server, args.topic, args.partition, args.producer_id,
+                         args.producer_epoch, args.coordinator_epoch, timeout_s)
+    raise UsageError("name an action: list, describe or abort")
+
+
+class _Client(ProtocolClient):
+    def raw(self, api_key: int, version: int, request: Any) -> bytes:
+        """The response frame, undecoded (kio refuses DescribeTransactions' start time -1)."""
+        self.version_for(api_key, "DescribeTransactions", (version, version))
+        return self._round_trip(api_key, version, request)
+
+
+def _metadata(client: ProtocolClient, topics: Sequence[str] | None) -> Any:
+    def build(module: Any, version: int) -> Any:
+        return module.MetadataRequest(
+            topics=None if topics is None else tuple(
+                module.MetadataRequestTopic(topic_id=None, name=name) for name in topics),
+            allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+
+    _, answer = client.request(METADATA, "Metadata", (12, 12), build)
+    return answer
+
+
+def _address(answer: Any, broker_id: int) -> str:
+    for broker in answer.brokers:
+        if broker.node_id == broker_id:
+            return f"{broker.host}:{broker.port}"
+    raise CommandError(f"broker {broker_id} is not in the cluster metadata")
+
+
+# -- list ----------------------------------------------------------------------------------
+
+
+def run_list(bootstrap: str, timeout_s: float) -> int:
+    with ProtocolClient(bootstrap, timeout_s=timeout_s, client_id=CLIENT_ID) as client:
+        brokers = sorted((int(b.node_id), f"{b.host}:{b.port}")
+                         for b in _metadata(client, ()).brokers)
+    rows: list[list[Any]] = []
+    failed = False
+    for broker_id, address in brokers:
+        def build(module: Any, version: int) -> Any:
+            return module.ListTransactionsRequest(state_filters=(), producer_id_filters=())
+
+        with ProtocolClient(address, timeout_s=timeout_s, client_id=CLIENT_ID) as broker:
+            _, answer = broker.request(LIST_TRANSACTIONS, "ListTransactions", (0, 1), build)
+        if answer.error_code != ErrorCode.none:
+            failed = True
+            print(f"Failed to list transactions of broker {broker_id}: "
+                  f"{error_name(answer.error_code)}")
+            continue
+        rows += [[each.transactional_id, broker_id, each.producer_id, each.transaction_state]
+                 for each in answer.transaction_states]
+    for line in format_table(["TransactionalId", "Coordinator", "ProducerId",
+                              "TransactionState"], sorted(rows, key=lambda r: str(r[0]))):
+        print(line)
+    return 1 if failed else 0
+
+
+# -- describe ------------------------------------------------------------------------------
+
+
+def run_describe(bootstrap: str, txn_id: str, timeout_s: float) -> int:
+    with ProtocolClient(bootstrap, timeout_s=timeout_s, client_id=CLIENT_ID) as client:
+        def find(module: Any, version: int) -> Any:
+            return module.FindCoordinatorRequest(key_type=1, coordinator_keys=(txn_id,))
+
+        _, found = client.request(FIND_COORDINATOR, "FindCoordinator", (4, 6), find)
+    coordinator = found.coordinators[0]
+    if coordinator.error_code != ErrorCode.none:
+        raise CommandError(f"cannot find the coordinator of {txn_id!r}: "
+                           f"{error_name(coordinator.error_code)}")
+    address = f"{coordinator.host}:{coordinator.port}"
+    broker = _Client(address, timeout_s=timeout_s, client_id=CLIENT_ID)
+    try:
+        frame = broker.raw(DESCRIBE_TRANSACTIONS, 0, DescribeTransactionsRequest(
+            transactional_ids=(TransactionalId(txn_id),)))
+    finally:
+        broker.close()
+    (state,) = parse_describe_transactions(frame)
+    if state["error_code"] != ErrorCode.none:
+        raise CommandError(f"cannot describe {txn_id!r}: {error_name(state['error_code'])}")
+    start = state["start_ms"]
+    now_ms = int(time.time() * 1000)
+    partitions = ",".join(f"{topic}-{index}" for topic, indexes in state["topics"]
+                          for index in indexes)
+    for line in format_table(
+            ["CoordinatorId", "TransactionalId", "ProducerId", "ProducerEpoch",
+             "TransactionState", "TransactionTimeoutMs", "CurrentTransactionStartTimeMs",
+             "TransactionDurationMs", "TopicPartitions"],
+            [[coordinator.node_id, txn_id, state["producer_id"], state["producer_epoch"],
+              state["state"], state["timeout_ms"], "None" if start < 0 else start,
+              "None" if start < 0 else max(0, now_ms - start), partitions]]):
+        print(line)
+    return 0
+
+
+def parse_describe_transactions(frame: bytes) -> list[dict[str, Any]]:
+    """A DescribeTransactions v0 response frame (correlation id first), read by hand."""
+    position = 4
+
+    def varint() -> int:
+        nonlocal position
+        value = shift = 0
+        while True:
+            if position >= len(frame):
+                raise CommandError("a truncated DescribeTransactions response")
+            byte = frame[position]
+            position += 1
+            value |= (byte & 0x7F) << shift
+            shift += 7
+            if not byte & 0x80:
+                return value
+
+    def fixed(layout: str) -> int:
+        nonlocal position
+        try:
+            (value,) = struct.unpack_from(layout, frame, position)
+        except struct.error as error:
+            raise CommandError("a truncated DescribeTransactions response") from error
+        position += struct.calcsize(layout)
+        return int(value)
+
+    def string() -> str:
+        nonlocal position
+        length = varint() - 1
+        position += length
+        return frame[position - length:position].decode("utf-8")
+
+    def skip_tags() -> None:
+        nonlocal position
+        for _ in range(varint()):
+            varint()
+            position += varint()
+
+    skip_tags()  # response header
+    fixed(">i")  # throttle time
+    states = []
+    for _ in range(varint() - 1):
+        state: dict[str, Any] = {"error_code": ErrorCode(fixed(">h")),
+                                 "transactional_id": string(), "state": string(),
+                                 "timeout_ms": fixed(">i"), "start_ms": fixed(">q"),
+                                 "producer_id": fixed(">q"), "producer_epoch": fixed(">h")}
+        topics = []
+        for _ in range(varint() - 1):
+            name = string()
+            topics.append((name, [fixed(">i") for _ in range(varint() - 1)]))
+            skip_tags()
+        state["topics"] = topics
+        skip_tags()
+        states.append(state)
+    return states
+
+
+# -- abort ---------------------------------------------------------------------------------
+
+
+def run_abort(bootstrap: str, topic: str, partition: int, producer_id: int,
+              producer_epoch: int, coordinator_epoch: int, timeout_s: float) -> int:
+    with ProtocolClient(bootstrap, timeout_s=timeout_s, client_id=CLIENT_ID) as client:
+        answer = _metadata(client, [topic])
+    (found,) = answer.topics
+    if found.error_code != ErrorCode.none:
+        raise CommandError(f"Topic {topic}: {error_name(found.error_code)}")
+    leader = next((p.leader_id for p in found.partitions if p.partition_index == partition),
+                  None)
+    if leader is None:
+        raise CommandError(f"Topic {topic} has no partition {partition}")
+    if leader < 0:
+        raise CommandError(f"{topic}-{partition} has no leader")
+
+    def build(module: Any, version: int) -> Any:
+        return module.WriteTxnMarkersRequest(markers=(module.WritableTxnMarker(
+            producer_id=producer_id, producer_epoch=producer_epoch, transaction_result=False,
+            coordinator_epoch=coordinator_epoch, topics=(module.WritableTxnMarkerTopic(
+                name=topic, partition_indexes=(partition,)),)),))
+
+    with ProtocolClient(_address(answer, leader), timeout_s=timeout_s,
+                        client_id=CLIENT_ID) as broker:
+        _, written = broker.request(WRITE_TXN_MARKERS, "WriteTxnMarkers", (1, 1), build)
+    code = written.markers[0].topics[0].partitions[0].error_code
+    if code != ErrorCode.none:
+        raise CommandError(f"cannot abort the transaction of producer {producer_id} on "
+                           f"{topic}-{partition}: {error_name(code)}")
+    return 0

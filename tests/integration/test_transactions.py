@@ -5,6 +5,7 @@ transaction left open past its timeout, and the documented errors at the wire.""
 from __future__ import annotations
 
 import datetime
+import signal
 import struct
 import time
 import uuid
@@ -520,3 +521,62 @@ def test_transactions_tool_lists_describes_and_aborts(pykraft_cluster: LocalClus
     assert main(["transactions", "--bootstrap-server", bootstrap, "abort",
                  "--topic", topic]) == 1
     assert "producer-id" in capsys.readouterr().err
+
+
+# -- restarts ---------------------------------------------------------------------------------
+
+
+def test_kill_9_keeps_committed_transactions_and_fences_the_open_one() -> None:
+    """The coordinator replays __transaction_state and each log rebuilds its transactions:
+    committed data stays visible, aborted data stays hidden, a transaction open at the
+    crash holds the last stable offset until a new instance of its producer fences it."""
+    with LocalCluster() as cluster:
+        bootstrap = cluster.bootstrap_servers
+        topic, txn_id = unique("txn-restart"), unique("tx")
+        create_topic(bootstrap, topic, partitions=1)
+        producer = transactional(bootstrap, txn_id)
+        producer.init_transactions(30)
+        for value, commit in ((b"committed", True), (b"aborted", False)):
+            producer.begin_transaction()
+            producer.produce(topic, value, partition=0)
+            assert producer.flush(30) == 0
+            if commit:
+                producer.commit_transaction(30)
+            else:
+                producer.abort_transaction(30)
+        producer.begin_transaction()
+        producer.produce(topic, b"open at the crash", partition=0)
+        assert producer.flush(30) == 0
+        with WireClient(bootstrap) as client:
+            deadline = time.monotonic() + 10
+            while latest_offset(client, topic, 1) != 4:  # the ABORT marker is written
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+        cluster.kill(signal.SIGKILL)
+        cluster.start()
+        with WireClient(bootstrap) as client:
+            deadline = time.monotonic() + 20
+            while True:  # the partition loads, then the coordinator
+                try:
+                    if latest_offset(client, topic, 1) == 4:
+                        break
+                except AssertionError:
+                    pass
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+            assert latest_offset(client, topic, 0) == 5
+            wait_coordinator(client, txn_id)
+            while describe(client, txn_id).error_code != ErrorCode.none:
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+            state = describe(client, txn_id)
+            assert state.transaction_state == "Ongoing" and state.producer_epoch == 0
+        assert consume_all(bootstrap, topic, 1, "read_committed", 1, wait_s=3) == [
+            b"committed"]
+        successor = transactional(bootstrap, txn_id)
+        successor.init_transactions(30)  # aborts the open transaction under epoch 1
+        assert consume_all(bootstrap, topic, 1, "read_committed", 1) == [b"committed"]
+        assert sorted(consume_all(bootstrap, topic, 1, "read_uncommitted", 3)) == [
+            b"aborted", b"committed", b"open at the crash"]
+        with WireClient(bootstrap) as client:
+            assert latest_offset(client, topic, 1) == 6  # past the second ABORT marker

@@ -1,11 +1,18 @@
 """Partition replication with real processes: one controller and three brokers
 (LocalCluster), RF=3 topics, confluent-kafka clients.
 
-Followers fetch from the leader and append its batches as they are: every replica's log ends
-equal, byte for byte, and a consumer sees what was acknowledged with acks=all. The leader is
-killed with SIGKILL while a producer (acks=all, retries, no idempotence) keeps sending: after
-a new leader is elected from the ISR, every acknowledged record is there exactly once and in
-send order on every surviving replica.
+- Followers fetch from the leader and append its batches as they are: every replica's log
+  ends equal, byte for byte, and a consumer sees what was acknowledged with acks=all.
+- The leader answers follower Fetch v15 as Kafka does (checked at the wire).
+- The leader is killed with SIGKILL while a producer (acks=all, retries, no idempotence)
+  sends and a consumer reads: after a new leader is elected from the ISR, every
+  acknowledged record is there in send order, and nothing the consumer saw disappeared
+  (once in CI, ten times in the slow version, the killed broker rejoining the ISR).
+- A SIGSTOPped follower leaves the ISR after replica.lag.time.max.ms (the leader's
+  AlterPartition) while acks=all produce goes on, and rejoins after SIGCONT; with both
+  followers stopped, acks=all gets NOT_ENOUGH_REPLICAS.
+- A leader isolated from the other brokers and the controller (proxies the test cuts)
+  acknowledges nothing, and truncates its own tail after healing.
 """
 
 from __future__ import annotations

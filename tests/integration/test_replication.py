@@ -617,3 +617,37 @@ def test_the_leader_answers_follower_fetches_as_kafka(cluster: LocalCluster) -> 
         ErrorCode.unknown_leader_epoch
     assert replica_fetch(bootstrap, topic_uuid, follower, 4, -1, epoch).error_code == \
         ErrorCode.offset_out_of_range
+
+
+@pytest.mark.slow
+def test_a_follower_behind_the_leaders_log_start_restarts_its_log_there(
+        cluster: LocalCluster) -> None:
+    """A follower killed while the leader's log start moves past its log end (DeleteRecords)
+    gets OFFSET_OUT_OF_RANGE when it fetches again, asks the leader's log start (ListOffsets)
+    and restarts its log there, then catches up."""
+    topic = f"start-{uuid.uuid4().hex[:8]}"
+    create_topic(cluster, topic)
+    leader = partition_state(cluster, topic)[0]  # type: ignore[index]
+    follower = next(b for b in cluster.broker_ids if b != leader)
+    p = producer(bootstrap_of(cluster))
+    for i in range(10):
+        p.produce(topic, value=f"old{i}".encode())
+    assert p.flush(10) == 0
+    cluster.kill_node(follower, signal.SIGKILL)
+    wait_for(lambda: follower not in partition_state(cluster, topic, via=leader)[2],
+             "the killed follower out of the ISR")
+    for i in range(10):
+        p.produce(topic, value=f"new{i}".encode())
+    assert p.flush(10) == 0
+    admin = AdminClient({"bootstrap.servers": cluster.nodes[leader].bootstrap_servers})
+    futures = admin.delete_records([TopicPartition(topic, 0, 15)])
+    assert next(iter(futures.values())).result(10).low_watermark == 15
+    cluster.restart_node(follower)
+    wait_for(lambda: follower in partition_state(cluster, topic, via=leader)[2],
+             "the follower back in the ISR", timeout_s=60)
+    log_text = cluster.nodes[follower].log_path.read_text()
+    assert f"{topic}-0 ends at 10, below leader {leader}'s log start 15" in log_text
+    # the leader answered with the whole batch holding offset 15 (offsets 10-19): the
+    # follower restarted its log at that batch, as Kafka's does, and dropped offsets 0-9
+    directory = cluster.nodes[follower].log_dir / f"{topic}-0"
+    assert sorted(int(path.stem) for path in directory.glob("*.log"))[0] == 10

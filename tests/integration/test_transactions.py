@@ -31,6 +31,7 @@ from kio.schema.list_offsets.v2.request import (
     ListOffsetsTopic,
 )
 from kio.schema.list_transactions.v1.request import ListTransactionsRequest
+from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 from kio.schema.types import BrokerId
 from kio.schema.write_txn_markers.v1.request import (
     WritableTxnMarker,
@@ -39,6 +40,7 @@ from kio.schema.write_txn_markers.v1.request import (
 )
 from kio.static.primitive import i8, i16, i32, i64
 
+from pykraft.records.record import build_batch
 from pykraft.testing import LocalCluster
 from pykraft.testing.wire import WireClient
 
@@ -461,6 +463,39 @@ def test_write_txn_markers_appends_a_control_batch(wire: WireClient,
     assert (low, high) == (0, 1)
     assert consume_all(pykraft_cluster.bootstrap_servers, topic, 1, "read_uncommitted", 0,
                        wait_s=3) == []
+
+
+def test_transactional_produce_outside_the_transaction_is_refused(
+        wire: WireClient, pykraft_cluster: LocalCluster) -> None:
+    topic, txn_id = unique("txn-verify"), unique("tx")
+    create_topic(pykraft_cluster.bootstrap_servers, topic)
+    producer = init_producer(wire, txn_id)
+    pid, epoch = producer.producer_id, producer.producer_epoch
+
+    def produce(partition: int, producer_epoch: int, sequence: int) -> Any:
+        batch = build_batch([(None, b"v", (), int(time.time() * 1000))], producer_id=pid,
+                            producer_epoch=producer_epoch, base_sequence=sequence,
+                            is_transactional=True)
+        request = ProduceRequest(
+            transactional_id=txn_id, acks=-1, timeout=datetime.timedelta(seconds=5),
+            topic_data=(TopicProduceData(name=topic, partition_data=(
+                PartitionProduceData(index=i32(partition), records=batch),)),))
+        return wire.request(0, 9, request).responses[0].partition_responses[0]
+
+    refused = produce(0, epoch, 0)  # no AddPartitionsToTxn yet: not in a transaction
+    assert refused.error_code == ErrorCode.invalid_txn_state
+    answer = wire.request(ADD_PARTITIONS, 3, AddPartitionsToTxnRequest(
+        v3_and_below_transactional_id=txn_id, v3_and_below_producer_id=pid,
+        v3_and_below_producer_epoch=epoch, v3_and_below_topics=(
+            AddPartitionsToTxnTopic(name=topic, partitions=(i32(0),)),)))
+    assert answer.results_by_topic_v3_and_below[0].results_by_partition[0] \
+        .partition_error_code == ErrorCode.none
+    assert produce(0, epoch, 0).error_code == ErrorCode.none
+    assert produce(1, epoch, 0).error_code == ErrorCode.invalid_txn_state  # not added
+    assert produce(0, epoch + 1, 1).error_code == ErrorCode.invalid_producer_epoch
+    # only the accepted batch was written
+    with WireClient(pykraft_cluster.bootstrap_servers) as client:
+        assert latest_offset(client, topic, 0) == 1
 
 
 # -- pykraft transactions -------------------------------------------------------------------

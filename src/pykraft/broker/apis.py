@@ -32,6 +32,8 @@ from pykraft.metadata.image import MetadataImage
 from pykraft.net.server import RequestContext
 from pykraft.protocol.api import DATA_APIS, ApiKey
 from pykraft.protocol.entities import NO_THROTTLE, field, make, millis, response_module
+from pykraft.records.batch import HEADER_SIZE as BATCH_HEADER_SIZE
+from pykraft.records.batch import read_header
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +82,10 @@ class BrokerApis:
         self.cache = cache
         self.replicas = replicas
         self.auto_create_topics = auto_create_topics
+        # (transactional id, producer id, epoch, topic, partition) -> error: set by the node
+        # (broker.transaction_apis) to refuse transactional batches outside a transaction
+        self.verify_transactional: Callable[
+            [str, int, int, str, int], Awaitable[ErrorCode]] | None = None
         self._handlers: dict[int, Handler] = {
             ApiKey.API_VERSIONS: self.api_versions,
             ApiKey.METADATA: self.metadata,
@@ -135,11 +141,17 @@ class BrokerApis:
         image = self.cache.image
         results: list[tuple[str, list[Any]]] = []
         pending: list[tuple[Partition, int]] = []
+        refused = await self._verify_transactional(request)
         for topic in request.topic_data:
             partitions = []
             for data in topic.partition_data:
-                partitions.append(self._produce_partition(module, topic.name, data, acks,
-                                                          image, pending))
+                code = refused.get((topic.name, data.index))
+                partitions.append(
+                    self._produce_partition(module, topic.name, data, acks, image, pending)
+                    if code is None else
+                    {"index": data.index, "error_code": code, "base_offset": -1,
+                     "error_message": "the partition is not in the producer's transaction",
+                     "record_errors": ()})
             results.append((topic.name, partitions))
         if acks == 0:
             return None
@@ -154,6 +166,27 @@ class BrokerApis:
             ),
             throttle_time=NO_THROTTLE,
         )
+
+    async def _verify_transactional(self, request: Any) -> dict[tuple[str, int], ErrorCode]:
+        """KIP-890 part 1: a transactional batch is appended only to a partition of its
+        producer's ongoing transaction; the others get the verifier's error."""
+        verify = self.verify_transactional
+        txn_id = field(request, "transactional_id")
+        refused: dict[tuple[str, int], ErrorCode] = {}
+        if verify is None or txn_id is None:
+            return refused
+        for topic in request.topic_data:
+            for data in topic.partition_data:
+                records = data.records or b""
+                if len(records) < BATCH_HEADER_SIZE:
+                    continue
+                header = read_header(records)
+                if header.is_transactional and header.producer_id >= 0:
+                    code = await verify(txn_id, header.producer_id, header.producer_epoch,
+                                        topic.name, data.index)
+                    if code != ErrorCode.none:
+                        refused[(topic.name, data.index)] = code
+        return refused
 
     def _produce_partition(
         self, module: Any, topic: str, data: Any, acks: int, image: Any,

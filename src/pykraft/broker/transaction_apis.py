@@ -161,6 +161,26 @@ class TransactionApis:
                     log.warning("cannot create %s: %s", TRANSACTION_STATE_TOPIC,
                                 result.error_message)
 
+    # -- produce verification (KIP-890 part 1) -------------------------------------------
+
+    async def verify_produce(self, txn_id: str, producer_id: int, epoch: int, topic: str,
+                             partition: int) -> ErrorCode:
+        """Whether a transactional batch belongs to its producer's ongoing transaction:
+        INVALID_TXN_STATE when the partition was not added, INVALID_PRODUCER_EPOCH for a stale
+        epoch (Produce knows no PRODUCER_FENCED). Checked when this broker coordinates the
+        transactional id; otherwise let through (no verification RPC to a remote
+        coordinator yet)."""
+        state = self.core.partitions.get(self.core.partition_for(txn_id))
+        if state is None or state.loading:
+            return ErrorCode.none
+        (code,) = self.core.verify_partitions(txn_id, producer_id, epoch,
+                                              [(topic, partition)]).values()
+        if code is ErrorCode.producer_fenced:
+            return ErrorCode.invalid_producer_epoch
+        if code is ErrorCode.concurrent_transactions:
+            return ErrorCode.invalid_txn_state  # the transaction is ending
+        return code
+
     # -- InitProducerId -------------------------------------------------------------------
 
     async def init_producer_id(self, context: RequestContext, request: Any) -> Any:

@@ -342,6 +342,7 @@ class Node:
             auto_create_topics=self._auto_create_topics
             if self.config.get_bool("auto.create.topics.enable") else None,
         )
+        apis.verify_transactional = transactions.verify_produce
         for endpoint in self.config.listeners:
             if endpoint.listener_name not in controller_names:
                 await self._listen(endpoint.listener_name, endpoint.host, endpoint.port, apis)

@@ -275,3 +275,25 @@ def test_the_snapshot_keys_are_server_keys_with_kafkas_defaults_and_bounds() -> 
                        ("metadata.log.max.snapshot.interval.ms", "soon")]:
         with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
             ServerConfig({**SERVER_BASE, key: value})
+
+
+async def test_cancelling_the_task_as_a_batch_commits_stops_it(tmp_path: Path) -> None:
+    """A stop cancels the task while committed batches wake it: the cancellation must win
+    (Python 3.11's wait_for would return the wake-up and lose it, hanging the stop)."""
+    clock = Clock()
+    raft, machine = await open_node(tmp_path, NO_TRIGGER, clock)
+    snapshots = machine.snapshots
+    assert snapshots is not None
+    try:
+        for _ in range(20):
+            task = asyncio.create_task(snapshots.run())
+            await asyncio.sleep(0.01)  # waiting for a wake-up
+            snapshots.note_commit(CommittedBatch(base_offset=0, last_offset=0, epoch=1,
+                                                 append_timestamp=clock.ms, records=(b"x",)))
+            snapshots._due.set()
+            task.cancel()
+            done, _ = await asyncio.wait([task], timeout=2)
+            assert task in done and task.cancelled()
+            await snapshots.close()
+    finally:
+        await raft.stop()

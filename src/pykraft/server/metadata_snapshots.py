@@ -200,8 +200,11 @@ class MetadataSnapshots:
     async def run(self) -> None:
         """Write snapshots as the policy asks, until cancelled."""
         while True:
+            # asyncio.timeout, not wait_for: Python 3.11's wait_for loses a cancellation
+            # that arrives as the event is set (a stop while batches commit)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._due.wait(), self._next_check_s(self._now_ms()))
+                async with asyncio.timeout(self._next_check_s(self._now_ms())):
+                    await self._due.wait()
             self._due.clear()
             if not self.due(self._now_ms()):
                 continue

@@ -381,6 +381,43 @@ def test_a_second_broker_with_a_taken_node_id_fails_clearly(tmp_path: Path) -> N
         assert [b[0] for b in view[0]] == [2]
 
 
+def test_a_killed_broker_is_fenced_once_its_connection_is_gone_a_stopped_one_later() -> None:
+    """Default timeouts (broker.session.timeout.ms 9 s, heartbeats every 2 s). A broker
+    killed with SIGKILL closes its heartbeat connection: the controller fences it after the
+    grace (heartbeat interval + 1 s), not the whole session timeout, and its partitions
+    get leaders from the ISR. A broker stopped with SIGSTOP keeps its connection open and
+    is fenced only when its session times out."""
+    with LocalCluster(controllers=1, brokers=3, startup_timeout_s=60) as cluster:
+        create_topic(cluster.bootstrap_servers, "fast-fence", 3, 3)
+        wait_for(agreed_with(cluster, [2, 3, 4], {"fast-fence"}), "the topic")
+        killed_at = time.monotonic()
+        cluster.kill_node(4)
+        wait_for(lambda: [b[0] for b in metadata_view(cluster.node(2).bootstrap_servers)[0]]
+                 == [2, 3], "broker 4 fenced", timeout_s=20)
+        fenced_after = time.monotonic() - killed_at
+        view = wait_for(lambda: (v := metadata_view(cluster.node(2).bootstrap_servers))
+                        and all(p[1] in (2, 3) for t in v[1] for p in t[3]) and v,
+                        "leaders for broker 4's partitions")
+        print(f"\nbroker 4 fenced {fenced_after:.2f}s after SIGKILL")
+        assert fenced_after < 5.0  # 2 s heartbeat interval + 1 s grace + the publishing
+        assert "fast-fence" in topic_names(view)
+        process = cluster.node(3).process
+        assert process is not None
+        stopped_at = time.monotonic()
+        process.send_signal(signal.SIGSTOP)
+        try:
+            time.sleep(5.0)
+            assert [b[0] for b in metadata_view(cluster.node(2).bootstrap_servers)[0]] == [
+                2, 3]  # its connection is open: the session, not the grace, decides
+            wait_for(lambda: [b[0] for b in
+                              metadata_view(cluster.node(2).bootstrap_servers)[0]] == [2],
+                     "broker 3 fenced", timeout_s=20)
+            # 9 s from its last heartbeat, which came up to 2 s before the stop
+            assert time.monotonic() - stopped_at > 6.0
+        finally:
+            process.send_signal(signal.SIGCONT)
+
+
 @pytest.mark.slow
 def test_three_controllers_three_brokers_fence_a_killed_broker_and_take_it_back() -> None:
     """Issue 4's shape: RF=3 topics created through any broker appear identically on all of

@@ -104,6 +104,7 @@ class _Session:
     last_contact_ms: int
     metadata_offset: int = -1
     controlled_shutdown_offset: int = -1  # >= 0 while in controlled shutdown
+    connection_lost_ms: int | None = None  # its heartbeat connection closed then
 
     @property
     def shutting_down(self) -> bool:
@@ -113,8 +114,12 @@ class _Session:
 class BrokerSessions:
     """Heartbeat bookkeeping of the active controller (not replicated)."""
 
-    def __init__(self, session_timeout_ms: int) -> None:
+    def __init__(self, session_timeout_ms: int, connection_grace_ms: int | None = None) -> None:
         self.session_timeout_ms = session_timeout_ms
+        # after its heartbeat connection closed, a broker has this long to heartbeat again
+        # (a live broker reconnects at its next heartbeat) before its session ends
+        self.connection_grace_ms = (session_timeout_ms if connection_grace_ms is None
+                                    else min(connection_grace_ms, session_timeout_ms))
         self._sessions: dict[int, _Session] = {}
 
     def reset(self, broker_ids: Iterable[int], now_ms: int) -> None:
@@ -136,6 +141,7 @@ class BrokerSessions:
         session = self._sessions.setdefault(broker_id, _Session(now_ms))
         session.last_contact_ms = max(session.last_contact_ms, now_ms)
         session.metadata_offset = metadata_offset
+        session.connection_lost_ms = None
         if fenced:  # a fenced broker is out of controlled shutdown: it may stop at once
             session.controlled_shutdown_offset = -1
 
@@ -151,14 +157,28 @@ class BrokerSessions:
     def controlled_shutdown_offset(self, broker_id: int) -> int:
         return self._sessions[broker_id].controlled_shutdown_offset
 
+    def connection_lost(self, broker_id: int, now_ms: int) -> None:
+        """The connection the broker heartbeats on closed (its process is gone, or it is
+        reconnecting): its session now ends `connection_grace_ms` from now unless it
+        heartbeats again first."""
+        session = self._sessions.get(broker_id)
+        if session is not None and session.connection_lost_ms is None:
+            session.connection_lost_ms = now_ms
+
+    def _last_valid_ms(self, session: _Session) -> int:
+        last = session.last_contact_ms + self.session_timeout_ms
+        if session.connection_lost_ms is not None:
+            last = min(last, session.connection_lost_ms + self.connection_grace_ms)
+        return last
+
     def has_valid_session(self, broker_id: int, now_ms: int) -> bool:
         session = self._sessions.get(broker_id)
-        return session is not None and now_ms <= session.last_contact_ms + self.session_timeout_ms
+        return session is not None and now_ms <= self._last_valid_ms(session)
 
     def expiry_ms(self, broker_id: int) -> int | None:
         """The first time at which the broker's session counts as expired."""
         session = self._sessions.get(broker_id)
-        return None if session is None else session.last_contact_ms + self.session_timeout_ms + 1
+        return None if session is None else self._last_valid_ms(session) + 1
 
     def lowest_active_offset(self, state: ControllerState) -> int | None:
         """The lowest metadata offset among unfenced brokers not shutting down."""

@@ -49,6 +49,7 @@ class ControllerConfig:
     num_partitions: int = 1
     default_replication_factor: int = 1
     broker_session_timeout_ms: int = 9000
+    broker_heartbeat_interval_ms: int = 2000
     delete_topic_enable: bool = True
     controller_ids: frozenset[int] = frozenset()
     auto_leader_rebalance_enable: bool = True
@@ -75,6 +76,8 @@ class ControllerConfig:
             num_partitions=_int(properties, "num.partitions", 1, 1),
             default_replication_factor=_int(properties, "default.replication.factor", 1, 1),
             broker_session_timeout_ms=_int(properties, "broker.session.timeout.ms", 9000, 1),
+            broker_heartbeat_interval_ms=_int(properties, "broker.heartbeat.interval.ms", 2000,
+                                              1),
             delete_topic_enable=_bool(properties, "delete.topic.enable", True),
             auto_leader_rebalance_enable=_bool(properties, "auto.leader.rebalance.enable", True),
             leader_imbalance_check_interval_ms=1000

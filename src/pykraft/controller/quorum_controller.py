@@ -77,6 +77,10 @@ from pykraft.metadata.records import MetadataRecord
 
 __all__ = ["QuorumController", "bootstrap_records"]
 
+# A broker whose heartbeat connection closed gets broker.heartbeat.interval.ms and this much
+# more to heartbeat again before it is fenced (see BrokerSessions.connection_lost).
+CONNECTION_GRACE_EXTRA_MS = 1000
+
 
 class QuorumController:
     def __init__(
@@ -93,7 +97,9 @@ class QuorumController:
         )
         self._committed = self._state
         self._pending: deque[tuple[int, ControllerState]] = deque()  # (last offset, state)
-        self._sessions = BrokerSessions(config.broker_session_timeout_ms)
+        self._sessions = BrokerSessions(
+            config.broker_session_timeout_ms,
+            connection_grace_ms=config.broker_heartbeat_interval_ms + CONNECTION_GRACE_EXTRA_MS)
         self._active = False
         self._leader_epoch = -1
         self._next_write_offset = -1
@@ -341,6 +347,12 @@ class QuorumController:
             self._sessions.remove(broker_id)
         self._sessions.touch(broker_id, now_ms, -1, fenced=record.fenced)
         return OpResult((record,), BrokerRegistrationResult(broker_epoch=record.broker_epoch))
+
+    def broker_connection_lost(self, broker_id: int, now_ms: int) -> None:
+        """The connection broker `broker_id` heartbeats on closed: unless it heartbeats
+        again within the grace, its session ends then (not replicated; nothing to write)."""
+        if self.is_active:
+            self._sessions.connection_lost(broker_id, now_ms)
 
     def broker_heartbeat(
         self,

@@ -14,7 +14,7 @@ import logging
 import struct
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, runtime_checkable
 
 from kio.index import UnknownAPIKey, UnknownEntity
 
@@ -41,6 +41,13 @@ class RequestContext:
     listener_name: str
     client_host: str
     client_port: int
+
+
+@runtime_checkable
+class ConnectionObserver(Protocol):
+    """A dispatcher that wants to know when a client's connection ends."""
+
+    def connection_closed(self, client_host: str, client_port: int) -> None: ...
 
 
 class Dispatcher(Protocol):
@@ -122,6 +129,8 @@ class Listener:
         finally:
             self._connections.discard(task)
             writer.close()
+            if isinstance(self.dispatcher, ConnectionObserver):
+                self.dispatcher.connection_closed(str(peer[0]), int(peer[1]))
 
     async def _serve(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host: str, port: int

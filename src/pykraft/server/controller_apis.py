@@ -9,7 +9,7 @@ from kio.schema.errors import ErrorCode
 
 from pykraft.broker.admin_apis import AdminApis
 from pykraft.broker.apis import ApiGroup, answer_api_versions, api_versions_response
-from pykraft.net.server import RequestContext
+from pykraft.net.server import ConnectionObserver, RequestContext
 from pykraft.protocol.api import CONTROLLER_APIS, ApiKey
 
 
@@ -23,6 +23,7 @@ class ControllerApis:
             key: handlers[key] for key in CONTROLLER_APIS if key in handlers
         }
         self._apis = dict(CONTROLLER_APIS)
+        self._observers = [g for g in groups if isinstance(g, ConnectionObserver)]
         for group in groups:
             self._apis.update(group.versions)
             self._handlers.update(group.handlers())
@@ -34,6 +35,10 @@ class ControllerApis:
 
     async def handle(self, context: RequestContext, request: Any) -> Any | None:
         return await self._handlers[context.header.api_key](context, request)
+
+    def connection_closed(self, client_host: str, client_port: int) -> None:
+        for observer in self._observers:
+            observer.connection_closed(client_host, client_port)
 
     def unsupported_api_versions_response(self) -> Any:
         return api_versions_response(self.apis, self.admin.cache.image, 0,

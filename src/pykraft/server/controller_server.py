@@ -62,6 +62,7 @@ class ControllerServer:
         self.now_ms = now_ms
         self._queue_lock = asyncio.Lock()
         self.activation: asyncio.Future[None] | None = None
+        self.tick_wake = asyncio.Event()  # set when a tick is due sooner than planned
 
     # -- leadership and replay ------------------------------------------------------------
 

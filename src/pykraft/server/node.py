@@ -21,6 +21,7 @@ checkpointed, and `.kafka_cleanshutdown` marks a clean stop so the next start sk
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
@@ -500,7 +501,8 @@ class Node:
                         self.node_id, error or "timed out")
 
     async def _controller_tick_loop(self) -> None:
-        """Fence brokers whose heartbeats stopped (broker.session.timeout.ms)."""
+        """Fence brokers whose heartbeats stopped (broker.session.timeout.ms), or whose
+        heartbeat connection closed and who did not heartbeat again in time."""
         assert self.controller is not None
         while True:
             if not self.controller.core.is_active:
@@ -516,7 +518,12 @@ class Node:
             except Exception:
                 log.exception("controller tick failed")
                 wake_at_ms = wall_clock_ms() + 1000
-            await asyncio.sleep(max(0.01, min(1.0, (wake_at_ms - wall_clock_ms()) / 1000)))
+            wake = self.controller.tick_wake  # a broker's heartbeat connection closed
+            wake.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(
+                        max(0.01, min(1.0, (wake_at_ms - wall_clock_ms()) / 1000))):
+                    await wake.wait()
 
     # -- periodic log work ------------------------------------------------------------
 

@@ -1,0 +1,45 @@
+"""Broker sessions on the active controller: heartbeats keep a session for
+broker.session.timeout.ms; a closed heartbeat connection shortens it to the grace unless the
+broker heartbeats again."""
+
+from __future__ import annotations
+
+from pykraft.controller.cluster import BrokerSessions
+
+
+def test_a_session_lasts_the_timeout_after_the_last_heartbeat() -> None:
+    sessions = BrokerSessions(9_000, connection_grace_ms=3_000)
+    sessions.touch(1, 1_000, 5, fenced=False)
+    assert sessions.has_valid_session(1, 10_000)
+    assert not sessions.has_valid_session(1, 10_001)
+    assert sessions.expiry_ms(1) == 10_001
+
+
+def test_a_closed_connection_ends_the_session_after_the_grace() -> None:
+    sessions = BrokerSessions(9_000, connection_grace_ms=3_000)
+    sessions.touch(1, 1_000, 5, fenced=False)
+    sessions.connection_lost(1, 2_000)
+    assert sessions.expiry_ms(1) == 5_001
+    assert sessions.has_valid_session(1, 5_000)
+    assert not sessions.has_valid_session(1, 5_001)
+    sessions.connection_lost(1, 4_000)  # the first loss counts
+    assert sessions.expiry_ms(1) == 5_001
+
+
+def test_a_heartbeat_after_the_loss_restores_the_full_session() -> None:
+    sessions = BrokerSessions(9_000, connection_grace_ms=3_000)
+    sessions.touch(1, 1_000, 5, fenced=False)
+    sessions.connection_lost(1, 2_000)
+    sessions.touch(1, 2_500, 6, fenced=False)  # reconnected and heartbeated
+    assert sessions.expiry_ms(1) == 11_501
+    assert sessions.has_valid_session(1, 11_000)
+
+
+def test_the_grace_never_exceeds_the_session_timeout() -> None:
+    sessions = BrokerSessions(2_000, connection_grace_ms=3_000)
+    sessions.touch(1, 0, 5, fenced=False)
+    sessions.connection_lost(1, 1_000)
+    assert sessions.expiry_ms(1) == 2_001  # the session's own end comes first
+    unknown = BrokerSessions(9_000)
+    unknown.connection_lost(7, 0)  # no session: nothing to shorten
+    assert unknown.expiry_ms(7) is None

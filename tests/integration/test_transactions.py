@@ -615,3 +615,95 @@ def test_kill_9_keeps_committed_transactions_and_fences_the_open_one() -> None:
             b"aborted", b"committed", b"open at the crash"]
         with WireClient(bootstrap) as client:
             assert latest_offset(client, topic, 1) == 6  # past the second ABORT marker
+
+
+# -- exactly once under kill -9 ---------------------------------------------------------------
+
+_WORKER = """
+import sys
+import time
+from confluent_kafka import Consumer, Producer, TopicPartition
+bootstrap, source, sink, group, txn_id = sys.argv[1:6]
+consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                     "isolation.level": "read_committed", "enable.auto.commit": False,
+                     "auto.offset.reset": "earliest"})
+producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id,
+                     "linger.ms": 5})
+producer.init_transactions(60)  # first: it aborts what a killed instance left open
+committed = consumer.committed([TopicPartition(source, 0)], timeout=30)[0].offset
+consumer.assign([TopicPartition(source, 0, max(committed, 0))])
+while True:
+    messages = [m for m in consumer.consume(200, 0.5) if m.error() is None]
+    if not messages:
+        continue
+    producer.begin_transaction()
+    for message in messages:
+        producer.produce(sink, message.value().upper(), partition=0)
+    producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
+                                         consumer.consumer_group_metadata(), 60)
+    producer.commit_transaction(60)
+    time.sleep(0.2)  # slow enough for the kills to land mid-way
+"""
+
+
+@pytest.mark.slow
+def test_consume_transform_produce_is_exactly_once_under_kill_9(
+        pykraft_cluster: LocalCluster) -> None:
+    """A transactional copy loop (read_committed input, offsets sent to the transaction) is
+    killed -9 at random points and restarted: the output holds each input record once."""
+    import random
+    import subprocess
+    import sys
+
+    bootstrap = pykraft_cluster.bootstrap_servers
+    source, sink = unique("eos-kill-in"), unique("eos-kill-out")
+    group, txn_id = unique("eos-kill-group"), unique("eos-kill-tx")
+    create_topic(bootstrap, source, partitions=1)
+    create_topic(bootstrap, sink, partitions=1)
+    total = 20_000
+    plain = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for index in range(total):
+        while True:
+            try:
+                plain.produce(source, f"record-{index}".encode(), partition=0)
+                break
+            except BufferError:
+                plain.poll(0.05)
+    assert plain.flush(60) == 0
+    rng = random.Random(8)
+
+    def committed() -> int:
+        checker = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                            "isolation.level": "read_committed"})
+        try:
+            (found,) = checker.committed([TopicPartition(source, 0)], timeout=30)
+        finally:
+            checker.close()
+        return int(found.offset)
+
+    progress = []
+    for _ in range(5):  # killed at random points, mid-transaction or between
+        worker = subprocess.Popen([sys.executable, "-c", _WORKER, bootstrap, source, sink,
+                                   group, txn_id], stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(1.5, 3.0))
+        worker.kill()
+        worker.wait()
+    before = committed()
+    assert 0 < before < total  # the kills landed while there was work left
+    worker = subprocess.Popen([sys.executable, "-c", _WORKER, bootstrap, source, sink, group,
+                               txn_id], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while (offset := committed()) < total:
+            progress.append(offset)
+            assert time.monotonic() < deadline, progress
+            time.sleep(0.5)
+    finally:
+        worker.kill()
+        worker.wait()
+    output = consume_all(bootstrap, sink, 1, "read_committed", total, wait_s=60)
+    assert len(output) == total
+    assert sorted(output) == sorted(f"RECORD-{index}".encode() for index in range(total))
+    raw = consume_all(bootstrap, sink, 1, "read_uncommitted", total, wait_s=10)
+    assert len(raw) >= total  # aborted copies may be there, never visible to read_committed

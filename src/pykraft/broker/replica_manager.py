@@ -32,6 +32,8 @@ a high watermark move or a leadership change completes them all; each then looks
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -159,12 +161,46 @@ class Partition:
     leader_epoch_start_offset: int = -1  # where this broker's leadership began
     pending_isr: tuple[int, ...] | None = None  # an AlterPartition in flight
     quiet_until_ms: int = 0  # no new proposal before this, after a refusal
+    # the produce purgatory (acks=all): (end offset, tie-break, future) in a heap, so a high
+    # watermark move releases exactly the requests it completes; all of them are released
+    # when the leadership they were made under ends
+    hw_waiters: list[tuple[int, int, asyncio.Future[None]]] = field(default_factory=list)
+    hw_waiters_leadership: tuple[int, int] = (-1, -1)  # (leader id, leader epoch) of those
 
     def wake_waiters(self) -> None:
+        """Something changed (an append, the high watermark, the leadership): parked
+        fetches read again, and produces the high watermark now covers complete."""
         waiters, self.waiters = self.waiters, []
         for waiter in waiters:
             if not waiter.done():
                 waiter.set_result(None)
+        self._release_high_watermark_waiters()
+
+    def high_watermark_reached(self, end: int) -> asyncio.Future[None]:
+        """A future done once the high watermark is at least `end`, or once the current
+        leadership ends (the waiter then finds out which)."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self.log.high_watermark >= end:
+            future.set_result(None)
+            return future
+        self._release_high_watermark_waiters()  # drops those of an earlier leadership
+        heapq.heappush(self.hw_waiters, (end, next(_WAITER_ORDER), future))
+        return future
+
+    def _release_high_watermark_waiters(self) -> None:
+        waiters = self.hw_waiters
+        leadership = (self.leader_id, self.leader_epoch)
+        if leadership != self.hw_waiters_leadership:
+            self.hw_waiters, self.hw_waiters_leadership = [], leadership
+            for _, _, future in waiters:
+                if not future.done():
+                    future.set_result(None)
+            return
+        high_watermark = self.log.high_watermark
+        while waiters and waiters[0][0] <= high_watermark:
+            future = heapq.heappop(waiters)[2]
+            if not future.done():
+                future.set_result(None)
 
     def check_epoch(self, current_leader_epoch: int) -> None:
         """Reject a request whose idea of the leader epoch differs from ours (KIP-320)."""
@@ -369,16 +405,15 @@ class ReplicaManager:
     ) -> None:
         """Park an acks=all produce until each partition's HW passes its last offset (or
         the partition is no longer led here)."""
-        deadline = asyncio.get_running_loop().time() + timeout_ms / 1000
-        epochs = {id(p): p.leader_epoch for p, _ in pending}
-        while True:
-            waiting = [(p, end) for p, end in pending
-                       if p.log.high_watermark < end and p.leader_id == self.node_id
-                       and p.leader_epoch == epochs[id(p)]]
-            remaining = deadline - asyncio.get_running_loop().time()
-            if not waiting or remaining <= 0:
-                return
-            await _park([p for p, _ in waiting], remaining)
+        waiting = [partition.high_watermark_reached(end) for partition, end in pending
+                   if partition.log.high_watermark < end and partition.leader_id == self.node_id]
+        if not waiting:
+            return
+        try:
+            await asyncio.wait(waiting, timeout=timeout_ms / 1000)
+        finally:
+            for future in waiting:
+                future.cancel()  # a timed-out waiter leaves the heap when passed over
 
     def check_acks_all(self, partition: Partition, leader_epoch: int, end: int) -> None:
         """After the wait: raise the error an acks=all produce ending at `end` gets, if any
@@ -584,6 +619,9 @@ class ReplicaManager:
         for task in list(self._alter_tasks):
             task.cancel()
         await asyncio.gather(*self._alter_tasks, return_exceptions=True)
+
+
+_WAITER_ORDER = itertools.count()
 
 
 async def _park(partitions: list[Partition], timeout_s: float) -> None:

@@ -488,8 +488,9 @@ def test_sigterm_of_a_broker_is_a_controlled_shutdown() -> None:
 @pytest.mark.slow
 def test_a_wiped_controller_rejoins_and_catches_up() -> None:
     """A follower controller loses its disk (killed, data dir removed, formatted again) and
-    rejoins: it fetches the metadata log from the leader and ends with the same image. (No
-    snapshot is taken by the node yet, so it replays the log from its start.)"""
+    rejoins: it fetches the metadata log from the leader and ends with the same image. (With
+    the default snapshot threshold no snapshot exists yet, so it replays the log from its
+    start; test_metadata_snapshots.py has the FetchSnapshot case.)"""
     with LocalCluster(controllers=3, brokers=1, startup_timeout_s=60) as cluster:
         for index in range(5):
             create_topic(cluster.bootstrap_servers, f"kept-{index}", 1)

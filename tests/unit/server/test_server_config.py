@@ -238,6 +238,8 @@ def test_empty_listener_host_is_advertised_as_the_host_name() -> None:
         ("replica.socket.timeout.ms", "0"),
         ("auto.leader.rebalance.enable", "yes"),
         ("leader.imbalance.check.interval.seconds", "0"),
+        ("transaction.max.timeout.ms", "0"),
+        ("transactional.id.expiration.ms", "soon"),
     ],
 )
 def test_invalid_values_name_the_key(key: str, value: str) -> None:

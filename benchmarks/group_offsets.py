@@ -13,8 +13,11 @@ One pykraft node on loopback (a subprocess).
    started again; reported: the time from the restart until the node answers, and until an
    OffsetFetch of one sampled group per `__consumer_offsets` partition returns its offset
    (no COORDINATOR_LOAD_IN_PROGRESS), i.e. until every partition's groups are loaded.
-   (A single node reloads from its own log; on a replicated cluster the new leader does the
-   same replay.)
+   (A single node reloads from its own log.)
+3. Failover: 1 controller + 3 brokers, `__consumer_offsets` with 3 replicas; the same
+   groups commit, then the broker coordinating most of them is killed with SIGKILL;
+   reported: the time until one group of each offsets partition it led gets its committed
+   offset from its new coordinator (found again with FindCoordinator).
 
     .venv/bin/python benchmarks/group_offsets.py [--seconds 10] [--partitions 6]
         [--groups 10000]
@@ -99,31 +102,87 @@ def commit_throughput(bootstrap: str, topic: str, partitions: int, seconds: floa
         consumer.close()
 
 
-def commit_groups(bootstrap: str, topic: str, groups: list[str]) -> None:
+def find_coordinators(bootstrap: str, groups: list[str]) -> dict[str, tuple[int, str]]:
+    """group -> (coordinator node id, "host:port"), by batched FindCoordinator v4 (the first
+    one creates __consumer_offsets; retried until every group has a coordinator)."""
+    found: dict[str, tuple[int, str]] = {}
+    deadline = time.monotonic() + 60
     with WireClient(bootstrap, timeout_s=60) as client:
-        deadline = time.monotonic() + 60
-        while True:  # the first FindCoordinator creates __consumer_offsets
-            found = client.request(FIND_COORDINATOR, 4, FindCoordinatorRequest(
-                key_type=i8(0), coordinator_keys=tuple(groups[:1])))
-            if found.coordinators[0].error_code == ErrorCode.none:
-                break
-            if time.monotonic() > deadline:
-                raise SystemExit(f"no coordinator: {found.coordinators[0].error_code!r}")
-            time.sleep(0.1)
-        window = 200
-        pending = 0
-        for index, group in enumerate(groups):
-            client.send(OFFSET_COMMIT, 8, OffsetCommitRequest(
-                group_id=group, generation_id_or_member_epoch=-1, member_id="",
-                group_instance_id=None, topics=(OffsetCommitRequestTopic(
-                    name=topic, partitions=(OffsetCommitRequestPartition(
-                        partition_index=0, committed_offset=index + 1,
-                        committed_leader_epoch=-1, committed_metadata=""),)),)))
-            pending += 1
-            if pending == window:
-                _drain(client, pending)
-                pending = 0
-        _drain(client, pending)
+        while len(found) < len(groups):
+            missing = [g for g in groups if g not in found]
+            for start in range(0, len(missing), 500):
+                answer = client.request(FIND_COORDINATOR, 4, FindCoordinatorRequest(
+                    key_type=i8(0), coordinator_keys=tuple(missing[start : start + 500])))
+                for coordinator in answer.coordinators:
+                    if coordinator.error_code == ErrorCode.none:
+                        found[coordinator.key] = (int(coordinator.node_id),
+                                                  f"{coordinator.host}:{coordinator.port}")
+            if len(found) < len(groups):
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"{len(groups) - len(found)} groups have no coordinator")
+                time.sleep(0.1)
+    return found
+
+
+def commit_groups(bootstrap: str, topic: str, groups: list[str]) -> None:
+    """Each group commits offset index+1 of partition 0, pipelined to its coordinator."""
+    coordinators = find_coordinators(bootstrap.split(",")[0], groups)
+    by_address: dict[str, list[int]] = {}
+    for index, group in enumerate(groups):
+        by_address.setdefault(coordinators[group][1], []).append(index)
+    for address, indexes in by_address.items():
+        with WireClient(address, timeout_s=60) as client:
+            window, pending = 200, 0
+            for index in indexes:
+                client.send(OFFSET_COMMIT, 8, OffsetCommitRequest(
+                    group_id=groups[index], generation_id_or_member_epoch=-1, member_id="",
+                    group_instance_id=None, topics=(OffsetCommitRequestTopic(
+                        name=topic, partitions=(OffsetCommitRequestPartition(
+                            partition_index=0, committed_offset=index + 1,
+                            committed_leader_epoch=-1, committed_metadata=""),)),)))
+                pending += 1
+                if pending == window:
+                    _drain(client, pending)
+                    pending = 0
+            _drain(client, pending)
+
+
+def failover_time(cluster: LocalCluster, topic: str, groups: list[str]) -> tuple[float, int]:
+    """kill -9 of the broker coordinating the most groups: seconds until one group of each
+    offsets partition it led answers OffsetFetch, with its offset, from its new
+    coordinator; and how many groups moved."""
+    coordinators = find_coordinators(cluster.bootstrap_servers.split(",")[0], groups)
+    counts: dict[int, int] = {}
+    for node_id, _ in coordinators.values():
+        counts[node_id] = counts.get(node_id, 0) + 1
+    victim = max(counts, key=lambda node_id: counts[node_id])
+    sample: dict[int, tuple[str, int]] = {}
+    for index, group in enumerate(groups):
+        if coordinators[group][0] == victim:
+            sample.setdefault(partition_for(group, OFFSETS_PARTITIONS), (group, index + 1))
+    survivors = ",".join(cluster.node(b).bootstrap_servers for b in cluster.broker_ids
+                         if b != victim)
+    cluster.kill_node(victim, signal.SIGKILL)
+    started = time.monotonic()
+    waiting = dict(sample)
+    while waiting:
+        try:
+            moved = find_coordinators(survivors.split(",")[0],
+                                      [group for group, _ in waiting.values()])
+            for partition, (group, want) in list(waiting.items()):
+                node_id, address = moved[group]
+                if node_id == victim:
+                    continue
+                with WireClient(address, timeout_s=30) as client:
+                    if fetched(client, topic, group) == want:
+                        del waiting[partition]
+        except (OSError, SystemExit):
+            pass
+        if waiting:
+            time.sleep(0.01)
+        if time.monotonic() - started > 600:
+            raise SystemExit(f"{len(waiting)} offsets partitions never moved")
+    return time.monotonic() - started, counts[victim]
 
 
 def _drain(client: WireClient, count: int) -> None:
@@ -196,12 +255,22 @@ def main() -> None:
         ready, loaded = reload_time(cluster, topic, groups)
         print(f"kill -9 and restart: node answering after {ready:.2f}s, every offsets "
               f"partition's groups loaded after {loaded:.2f}s")
+    three = {**configs, "broker.heartbeat.interval.ms": "2000"}
+    with LocalCluster(controllers=1, brokers=3, configs=three, startup_timeout_s=60) as cluster:
+        create_topic(cluster.bootstrap_servers, topic, 1, replication_factor=3)
+        groups = [f"failover-{i}" for i in range(args.groups)]
+        commit_groups(cluster.bootstrap_servers, topic, groups)
+        took, moved = failover_time(cluster, topic, groups)
+        print(f"3 brokers, __consumer_offsets RF=3: kill -9 of the coordinator of {moved:,} "
+              f"of {len(groups):,} groups; their offsets served by the new coordinators "
+              f"after {took:.2f}s")
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+def create_topic(bootstrap: str, topic: str, partitions: int,
+                 replication_factor: int = 1) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, num_partitions=partitions,
-                                  replication_factor=1)])[topic].result(30)
+                                  replication_factor=replication_factor)])[topic].result(30)
 
 if __name__ == "__main__":
     main()

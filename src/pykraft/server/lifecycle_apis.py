@@ -47,29 +47,20 @@ class LifecycleApis:
     def __init__(self, server: ControllerServer) -> None:
         self.server = server
         self.channel = QuorumControllerChannel(server, None, timeout_ms=0)
-        # the connection each broker last heartbeated on, and whose broker each one is
+        # the connection each broker last heartbeated on
         self._heartbeat_peer: dict[int, tuple[str, int]] = {}
-        self._peer_broker: dict[tuple[str, int], int] = {}
 
     def connection_closed(self, client_host: str, client_port: int) -> None:
         """A broker's heartbeat connection ended: its process may be gone. The controller
-        fences it unless it heartbeats again soon (BrokerSessions.connection_lost)."""
-        broker_id = self._peer_broker.pop((client_host, client_port), None)
-        if broker_id is None or self._heartbeat_peer.get(broker_id) != (client_host,
-                                                                          client_port):
-            return  # not a heartbeat connection, or the broker already moved to another
+        fences it unless it heartbeats again soon (BrokerSessions.connection_lost). A
+        connection a broker no longer heartbeats on (it moved to another) is ignored."""
+        peer = (client_host, client_port)
+        broker_id = next((b for b, p in self._heartbeat_peer.items() if p == peer), None)
+        if broker_id is None:
+            return
         del self._heartbeat_peer[broker_id]
         self.server.core.broker_connection_lost(broker_id, wall_clock_ms())
         self.server.tick_wake.set()
-
-    def _note_heartbeat_peer(self, broker_id: int, context: RequestContext) -> None:
-        peer = (context.client_host, context.client_port)
-        old = self._heartbeat_peer.get(broker_id)
-        if old != peer:
-            if old is not None:
-                self._peer_broker.pop(old, None)
-            self._heartbeat_peer[broker_id] = peer
-            self._peer_broker[peer] = broker_id
 
     @property
     def versions(self) -> Mapping[int, tuple[int, int]]:
@@ -115,7 +106,8 @@ class LifecycleApis:
             return make(module.BrokerHeartbeatResponse, throttle_time=NO_THROTTLE,
                         error_code=refused.code, is_caught_up=False, is_fenced=True,
                         should_shut_down=False)
-        self._note_heartbeat_peer(request.broker_id, context)
+        self._heartbeat_peer[request.broker_id] = (context.client_host,
+                                                   context.client_port)
         return make(module.BrokerHeartbeatResponse, throttle_time=NO_THROTTLE,
                     error_code=ErrorCode.none, is_caught_up=result.is_caught_up,
                     is_fenced=result.is_fenced, should_shut_down=result.should_shut_down)

@@ -267,10 +267,13 @@ class ReplicaManager:
         changes = delta.local_changes(self.node_id)
         for deleted in changes.deletes:
             self._remove(deleted.topic, deleted.partition)
-        for placed in (changes.leaders, changes.followers):
-            for key, registration in placed.items():
-                self._apply_partition(key.topic, key.topic_id, key.partition, registration,
-                                      self._log_config(image, key.topic))
+        try:
+            for placed in (changes.leaders, changes.followers):
+                for key, registration in placed.items():
+                    self._apply_partition(key.topic, key.topic_id, key.partition,
+                                          registration, self._log_config(image, key.topic))
+        finally:
+            self.log_manager.sync_created_logs()  # one directory fsync for all new logs
         for resource in delta.changed_configs:
             if resource.resource_type != ConfigResourceType.TOPIC:
                 continue
@@ -290,9 +293,15 @@ class ReplicaManager:
         key = (topic, index)
         partition = self._partitions.get(key)
         if partition is None:
-            partition_log = self.log_manager.get_or_create_log(
-                topic, index, topic_id=topic_id, config=config, now_ms=self.now_ms()
-            )
+            try:
+                partition_log = self.log_manager.get_or_create_log(
+                    topic, index, topic_id=topic_id, config=config, now_ms=self.now_ms(),
+                    sync=False,
+                )
+            except OSError as error:  # e.g. out of descriptors or space: this one is offline
+                log.error("broker %d cannot create the log of %s-%d, which it does not serve: "
+                          "%s", self.node_id, topic, index, error)
+                return
             partition = Partition(topic, topic_id, index, partition_log, NO_LEADER, -1, (), ())
             self._partitions[key] = partition
         was_leader = partition.leader_id == self.node_id

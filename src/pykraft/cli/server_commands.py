@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import resource
 import signal
 import sys
 from types import FrameType
@@ -59,6 +60,7 @@ def _run_server(config_path: str | None, overrides: list[str]) -> int:
         check_storage(config)  # the node checks again; this fails before anything starts
     except StorageToolError as error:
         return _fail(str(error))
+    _raise_open_files_limit()
     try:
         import uvloop
 
@@ -66,6 +68,17 @@ def _run_server(config_path: str | None, overrides: list[str]) -> int:
     except ImportError:
         pass
     return asyncio.run(_serve(config))
+
+
+def _raise_open_files_limit() -> None:
+    """Take the hard limit on open files as the soft one (the JVM does this for Kafka):
+    a broker holds descriptors for its partitions' active segments and connections."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError) as error:
+            log.warning("cannot raise the open files limit from %d: %s", soft, error)
 
 
 async def _serve(config: ServerConfig) -> int:

@@ -55,9 +55,24 @@ class _MappedIndex:
 
     # -- opening and closing ----------------------------------------------------------------
 
-    def open_for_append(self, max_index_bytes: int) -> None:
-        """Map the file writable, preallocated to `max_index_bytes` (rounded to entries)."""
+    def open_for_append(self, max_index_bytes: int, *, empty: bool = False) -> None:
+        """Map the file writable, preallocated to `max_index_bytes` (rounded to entries).
+
+        With `empty` (the segment holds no data, so no entry can be valid) nothing is opened
+        yet: the file is created, emptied and mapped on the first entry. A broker hosting
+        many partitions that see no traffic then holds no descriptor or mapping for them
+        (each mapping counts against vm.max_map_count, 65,530 by default).
+        """
         self._unmap()
+        if empty:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+            self.path.unlink(missing_ok=True)  # whatever it held indexes no data
+            self._entries = 0
+            self._max_entries = max(1, max_index_bytes // self.ENTRY.size)
+            self._writable = True
+            return
         fd = self._open_fd()
         entries = self.entries
         self._max_entries = max(entries, max(1, max_index_bytes // self.ENTRY.size))
@@ -65,9 +80,20 @@ class _MappedIndex:
         self._map = mmap.mmap(fd, self._max_entries * self.ENTRY.size, access=mmap.ACCESS_WRITE)
         self._writable = True
 
+    def _map_for_first_entry(self) -> mmap.mmap:
+        """The deferred part of `open_for_append(empty=True)`: stale content is dropped."""
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        self._fd = fd
+        os.ftruncate(fd, self._max_entries * self.ENTRY.size)
+        self._map = mmap.mmap(fd, self._max_entries * self.ENTRY.size, access=mmap.ACCESS_WRITE)
+        return self._map
+
     def seal(self) -> None:
         """Trim the file to its entries and remap read-only (segment no longer active)."""
         if self._fd is None:
+            if self._writable:  # opened for append, never written: leave an empty file
+                os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
+                self._writable = False
             return
         if self._writable:
             entries = self.entries
@@ -179,10 +205,10 @@ class _MappedIndex:
         return first, second
 
     def _write(self, first: int, second: int) -> None:
-        invariant(self._writable and self._map is not None, f"{self.path} is not writable")
+        invariant(self._writable, f"{self.path} is not writable")
         invariant(self.entries < self._max_entries, f"{self.path} is full")
-        assert self._map is not None
-        self.ENTRY.pack_into(self._map, self._entries * self.ENTRY.size, first, second)
+        mapped = self._map if self._map is not None else self._map_for_first_entry()
+        self.ENTRY.pack_into(mapped, self._entries * self.ENTRY.size, first, second)
         self._entries += 1
 
     def _search(self, key: int, key_at: int) -> int:

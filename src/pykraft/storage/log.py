@@ -156,10 +156,11 @@ class Log:
         parse_topic_partition(dir.name)
         bases = log_files.clean_leftovers(dir, config, now_ms)
         segments = [LogSegment.load(dir, base, config, now_ms) for base in bases]
-        if not segments:
+        created = not segments
+        if created:
             start = log_start_offset if log_start_offset is not None else 0
             segments = [LogSegment.create(dir, start, config, now_ms)]
-        recover_from = None if had_clean_shutdown else recovery_point
+        recover_from = None if had_clean_shutdown or created else recovery_point
         segments = log_files.recover_segments(segments, recover_from, config)
         active = segments[-1]
         if not active.offset_index.writable:

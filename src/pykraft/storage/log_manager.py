@@ -75,6 +75,7 @@ class LogManager:
         self._home: dict[TopicPartition, Path] = {}
         self._count: collections.Counter[Path] = collections.Counter()  # logs per dir
         self._locks: dict[Path, int] = {}
+        self._unsynced_dirs: set[Path] = set()
         self.had_clean_shutdown: dict[Path, bool] = {}
         self.warnings: list[str] = []
 
@@ -162,11 +163,14 @@ class LogManager:
         return self._home.get((topic, partition))
 
     def get_or_create_log(
-        self, topic: str, partition: int, *, topic_id: uuid.UUID, config: LogConfig, now_ms: int
+        self, topic: str, partition: int, *, topic_id: uuid.UUID, config: LogConfig, now_ms: int,
+        sync: bool = True,
     ) -> Log:
         """The partition's log, created in the least loaded log dir if it does not exist.
 
         An existing log takes `config` (logs loaded at startup got the server defaults).
+        With `sync=False` the new directory's entry is made durable by the next
+        `sync_created_logs()`, one fsync per log dir for a whole batch of new logs.
         """
         key = (topic, partition)
         log = self._logs.get(key)
@@ -177,13 +181,21 @@ class LogManager:
             log = Log.open(
                 directory, config, recovery_point=0, log_start_offset=None, now_ms=now_ms
             )
-            fsync_directory(log_dir)
+            if sync:
+                fsync_directory(log_dir)
+            else:
+                self._unsynced_dirs.add(log_dir)
             self._logs[key], self._home[key] = log, log_dir
             self._count[log_dir] += 1
         elif log.config != config:
             log.update_config(config)
         log.assign_topic_id(topic_id)
         return log
+
+    def sync_created_logs(self) -> None:
+        """fsync each log dir that gained a log through `get_or_create_log(sync=False)`."""
+        while self._unsynced_dirs:
+            fsync_directory(self._unsynced_dirs.pop())
 
     def delete_log(self, topic: str, partition: int) -> bool:
         """Close and remove the partition's log; False if there was none."""

@@ -116,7 +116,8 @@ class LogSegment:
         for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
             (directory / f"{name}{suffix}").unlink(missing_ok=True)
         segment = cls(directory, base_offset, config, now_ms)
-        segment._fd = os.open(segment.log_path, os.O_RDWR | os.O_CREAT, 0o644)
+        # the file exists from now on (Kafka's layout); its descriptor is opened on first use
+        os.close(os.open(segment.log_path, os.O_RDWR | os.O_CREAT, 0o644))
         segment.open_for_append(config)
         return segment
 
@@ -139,9 +140,11 @@ class LogSegment:
         return self._fd
 
     def open_for_append(self, config: LogConfig) -> None:
+        """Ready the indexes for appends; an empty segment's are opened by its first entry."""
         self.index_interval_bytes = config.index_interval_bytes
-        self.offset_index.open_for_append(config.segment_index_bytes)
-        self.time_index.open_for_append(config.segment_index_bytes)
+        empty = self.size == 0
+        self.offset_index.open_for_append(config.segment_index_bytes, empty=empty)
+        self.time_index.open_for_append(config.segment_index_bytes, empty=empty)
         self._reset_bytes_since_index_entry()
 
     def _reset_bytes_since_index_entry(self) -> None:
@@ -349,7 +352,10 @@ class LogSegment:
         self.time_index.reset()
         self._max, self._first_batch_timestamp = (-1, self.base_offset), None
         self._bytes_since_index_entry = 0
-        position, file_size = 0, os.fstat(self.fd).st_size
+        # by path while no descriptor is open: an empty segment then needs none
+        opened = self._fd is not None
+        file_size = os.fstat(self.fd).st_size if opened else self.log_path.stat().st_size
+        position = 0
         for header in self._iter_valid_batches(file_size):
             self._index_batch(position, header.size, header.last_offset, header.max_timestamp)
             position += header.size

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 import uuid
 from pathlib import Path
@@ -165,3 +166,50 @@ def test_retention_and_flush_run_over_all_logs(tmp_path: Path) -> None:
     assert manager.flush_due(now_ms=10_000) >= 1
     assert expired.recovery_point == expired.log_end_offset
     manager.close()
+
+
+def _open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def _mappings() -> int:
+    return len(Path("/proc/self/maps").read_text().splitlines())
+
+
+@pytest.mark.parametrize("clean", [True, False])
+def test_idle_logs_hold_no_descriptors_or_mappings(tmp_path: Path, clean: bool) -> None:
+    """A broker may host 100,000 partitions: a log that never saw a record holds no open
+    file and no index mapping, when created and after a clean or unclean restart; its
+    first append opens them and everything reads back."""
+    manager = _manager(tmp_path, count=1)
+    config = LogConfig.from_configs({"index.interval.bytes": "1"}, {})
+    before = (_open_descriptors(), _mappings())
+    for partition in range(200):
+        manager.get_or_create_log("idle", partition, topic_id=TOPIC_ID, config=config,
+                                  now_ms=0, sync=False)
+    manager.sync_created_logs()
+    assert (_open_descriptors(), _mappings()) == before
+    assert sorted(p.name for p in (tmp_path / "data0" / "idle-7").iterdir()) == [
+        "00000000000000000000.log", "partition.metadata"]
+    if clean:
+        manager.close(broker_epoch=1)
+    else:
+        manager.release_locks()
+    again = LogManager([tmp_path / "data0"], {})
+    before = (_open_descriptors(), _mappings())
+    again.load(now_ms=0, topic_configs={"idle": config})
+    assert (_open_descriptors(), _mappings()) == (before[0] + 1, before[1])  # + the dir lock
+    log = again.get_log("idle", 7)
+    assert log is not None
+    for _ in range(3):
+        log.append_as_leader(make_batch(2, value_size=60), leader_epoch=1, now_ms=0)
+    assert log.log_end_offset == 6 and len(all_batches(log)) == 3
+    assert log.read(2, 10_000).records  # found through the index the appends wrote
+    log.roll(now_ms=1)
+    log.roll(now_ms=2)  # rolls an empty active segment: it is replaced, files stay sane
+    again.close(broker_epoch=2)
+    third = LogManager([tmp_path / "data0"], {})
+    third.load(now_ms=0, topic_configs={"idle": config})
+    reopened = third.get_log("idle", 7)
+    assert reopened is not None and reopened.log_end_offset == 6
+    assert len(all_batches(reopened)) == 3

@@ -15,6 +15,7 @@ import re
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
 import pyarrow as pa
@@ -40,7 +41,8 @@ from pykraft.spark.options import (
 )
 from pykraft.spark.planning import DataLossError, OffsetRange, report_data_loss
 
-__all__ = ["PRODUCERS", "ClusterView", "ProducerPool", "read_range", "write_batches"]
+__all__ = ["PRODUCERS", "ClusterView", "DeliveryErrors", "Produced", "ProducerPool", "produce_rows",
+           "read_range", "write_batches"]
 
 log = logging.getLogger("pykraft.spark")
 
@@ -317,7 +319,7 @@ def _to_arrow(records: list[Message], r: OffsetRange, schema: pa.Schema,
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
-class _DeliveryErrors:
+class DeliveryErrors:
     def __init__(self) -> None:
         self.count = 0
         self.first: KafkaError | None = None
@@ -382,8 +384,29 @@ def write_batches(params: Mapping[str, str], topic_option: str | None,
 
 def _write(producer: Producer, topic_option: str | None, batches: Iterator[pa.RecordBatch],
            flush_timeout_s: float) -> int:
-    errors = _DeliveryErrors()
+    errors = DeliveryErrors()
+    written = produce_rows(producer, topic_option, batches, errors).count
+    remaining = producer.flush(flush_timeout_s)
+    if errors.first is not None:
+        raise KafkaException(errors.first)
+    if remaining:
+        raise TimeoutError(f"pykraft sink: {remaining} records not acknowledged within "
+                           f"{flush_timeout_s}s")
+    return written
+
+
+@dataclass(frozen=True, slots=True)
+class Produced:
+    count: int
+    first_topic: str | None  # the topic of the first row, None when there was no row
+
+
+def produce_rows(producer: Producer, topic_option: str | None,
+                 batches: Iterator[pa.RecordBatch], errors: DeliveryErrors) -> Produced:
+    """Hand every row to the producer (acknowledgements are the caller's to wait for); stops
+    early once a delivery has failed."""
     written = 0
+    first_topic: str | None = None
     for batch in batches:
         names = set(batch.schema.names)
         values = batch.column("value").to_pylist()
@@ -403,17 +426,13 @@ def _write(producer: Producer, topic_option: str | None, batches: Iterator[pa.Re
             if headers is not None and headers[i]:
                 kwargs["headers"] = [(h["key"], h["value"]) for h in headers[i]]
             _produce(producer, topic, value, kwargs)
+        if first_topic is None and values:
+            first_topic = topics[0]
         written += len(values)
         producer.poll(0)
         if errors.first is not None:
             break
-    remaining = producer.flush(flush_timeout_s)
-    if errors.first is not None:
-        raise KafkaException(errors.first)
-    if remaining:
-        raise TimeoutError(f"pykraft sink: {remaining} records not acknowledged within "
-                           f"{flush_timeout_s}s")
-    return written
+    return Produced(written, first_topic)
 
 
 def _produce(producer: Producer, topic: str, value: Any, kwargs: dict[str, Any]) -> None:

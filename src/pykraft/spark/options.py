@@ -135,6 +135,12 @@ class ReadOptions:
 class WriteOptions:
     kafka_params: Mapping[str, str]
     topic: str | None  # overrides the topic column when set
+    # each task of a micro-batch writes in one Kafka transaction that also records the
+    # batch id, so a replayed batch is not written twice (streaming writes only)
+    exactly_once: bool = False
+    # transactional.id = "<prefix>-<query id>-<Spark partition id>"; the group recording
+    # the batches has the same name
+    transactional_id_prefix: str = "pykraft-sink"
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -204,12 +210,34 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool | None) ->
     )
 
 
-def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
+def parse_write_options(options: Mapping[str, str], *, streaming: bool = True) -> WriteOptions:
     lowered = _lower(options)
     topic = lowered.get("topic")
     if topic is not None and not topic.strip():
         raise InvalidOptionError("Option 'topic' must name a topic when it is set.")
-    return WriteOptions(kafka_params=kafka_params(lowered), topic=topic)
+    params = kafka_params(lowered)
+    if "transactional.id" in params:
+        raise InvalidOptionError(
+            "Kafka option 'kafka.transactional.id' is not supported: set the option "
+            "'exactlyOnce' to 'true' and the sink derives one transactional.id per task "
+            "(prefix: option 'transactionalIdPrefix').")
+    exactly_once = _boolean(lowered, "exactlyonce", default=False)
+    prefix = lowered.get("transactionalidprefix", "pykraft-sink").strip()
+    if not prefix:
+        raise InvalidOptionError("Option 'transactionalIdPrefix' must not be empty.")
+    if "transactionalidprefix" in lowered and not exactly_once:
+        raise InvalidOptionError(
+            "Option 'transactionalIdPrefix' is only used with option 'exactlyOnce' = 'true'.")
+    if exactly_once and not streaming:
+        raise InvalidOptionError(
+            "Option 'exactlyOnce' is for streaming writes (df.writeStream), whose micro-batch "
+            "ids let a replayed batch be recognised; a batch write (df.write) is at-least-once.")
+    if exactly_once and params.get("enable.idempotence", "true").lower() == "false":
+        raise InvalidOptionError(
+            "Kafka option 'kafka.enable.idempotence' cannot be 'false' with option "
+            "'exactlyOnce': transactional producers are idempotent.")
+    return WriteOptions(kafka_params=params, topic=topic, exactly_once=exactly_once,
+                        transactional_id_prefix=prefix)
 
 
 def _spark_name(lowered_key: str) -> str:
@@ -356,7 +384,8 @@ def _boolean(lowered: Mapping[str, str], key: str, *, default: bool) -> bool:
         return default
     if text.strip().lower() in ("true", "false"):
         return text.strip().lower() == "true"
-    names = {"failondataloss": "failOnDataLoss", "includeheaders": "includeHeaders"}
+    names = {"failondataloss": "failOnDataLoss", "includeheaders": "includeHeaders",
+             "exactlyonce": "exactlyOnce"}
     raise InvalidOptionError(f"Option '{names.get(key, key)}' must be true or false, got: {text}")
 
 

@@ -77,6 +77,7 @@ from pykraft.spark.planning import (
     report_data_loss,
     split_ranges,
 )
+from pykraft.spark.transactional import current_task, write_transaction
 
 __all__ = ["PykraftDataSource", "read_schema"]
 
@@ -120,7 +121,7 @@ class PykraftDataSource(DataSource):
         if overwrite:
             raise InvalidOptionError("Save mode overwrite is not allowed for the pykraft sink: "
                                      "a topic is appended to. Use mode 'append'.")
-        options = parse_write_options(self.options)
+        options = parse_write_options(self.options, streaming=False)
         check_sink_schema(schema, options.topic)
         return PykraftBatchWriter(options)
 
@@ -314,6 +315,7 @@ class PykraftStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 @dataclass(frozen=True)
 class WrittenRecords(WriterCommitMessage):
     count: int
+    skipped: bool = False  # exactlyOnce: an earlier attempt had written this partition
 
 
 def _is_text_or_bytes(data_type: DataType) -> bool:
@@ -361,19 +363,31 @@ class PykraftBatchWriter(DataSourceArrowWriter):
 
 
 class PykraftStreamWriter(DataSourceStreamArrowWriter):
-    """df.writeStream, at-least-once: a failed or retried micro-batch is written again.
-    Exactly-once needs Kafka transactions: a transactional producer per task whose commit
-    waits for the micro-batch's commit on the driver."""
+    """df.writeStream. At-least-once by default: a failed or retried micro-batch is written
+    again. With option exactlyOnce=true each task writes its rows in one Kafka transaction
+    that also records the batch id, and a replayed batch's task whose transaction committed
+    writes nothing (pykraft.spark.transactional)."""
 
     def __init__(self, options: WriteOptions) -> None:
         self.options = options
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WrittenRecords:
-        return WrittenRecords(write_batches(self.options.kafka_params, self.options.topic,
-                                            iterator))
+        options = self.options
+        if options.exactly_once:
+            result = write_transaction(options.kafka_params, options.topic, iterator,
+                                       current_task(),
+                                       transactional_id_prefix=options.transactional_id_prefix)
+            return WrittenRecords(result.count, skipped=result.skipped)
+        return WrittenRecords(write_batches(options.kafka_params, options.topic, iterator))
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Every record was acknowledged before its task succeeded: nothing left to do."""
+        """Every record was acknowledged (or committed) before its task succeeded."""
+        skipped = sum(1 for m in messages if isinstance(m, WrittenRecords) and m.skipped)
+        if skipped:
+            log.info("pykraft sink: batch %d replayed; %d of %d partitions had been written "
+                     "by an earlier attempt and were skipped", batchId, skipped, len(messages))
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Records already acknowledged stay in their topics (at-least-once)."""
+        """Records already acknowledged stay in their topics (at-least-once); with
+        exactlyOnce, transactions that committed stay too, and the batch's replay skips
+        their partitions."""

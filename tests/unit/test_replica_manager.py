@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from pykraft.broker.replica_manager import (
+    NEW_LOGS_ON_LOOP,
     IsrUpdate,
     IsrUpdateResult,
     Partition,
@@ -23,6 +24,14 @@ from pykraft.errors import (
     NotLeaderOrFollower,
     OffsetOutOfRange,
     RequestTimedOut,
+)
+from pykraft.metadata.image import MetadataDelta, MetadataImage
+from pykraft.metadata.records import (
+    MetadataRecord,
+    PartitionChangeRecord,
+    PartitionRecord,
+    RemoveTopicRecord,
+    TopicRecord,
 )
 from pykraft.metadata.registrations import LeaderRecoveryState, PartitionRegistration
 from pykraft.records.record import build_batch
@@ -260,3 +269,71 @@ async def test_no_new_proposal_right_after_a_refusal(manager: ReplicaManager,
     manager.follower_fetch(partition, 3, 0, -1)
     await asyncio.sleep(0.01)
     assert len(controller.updates) == 2
+
+
+# -- following the metadata: new replicas' logs ---------------------------------------------
+
+
+def _delta(base: MetadataImage, records: list[MetadataRecord],
+           ) -> tuple[MetadataDelta, MetadataImage]:
+    delta = MetadataDelta(base)
+    for record in records:
+        delta.replay(record)
+    return delta, delta.apply(base.offset + len(records), 1)
+
+
+def _topic(name: str, topic_id: uuid.UUID, partitions: int) -> list[MetadataRecord]:
+    return [TopicRecord(name=name, topic_id=topic_id), *(
+        PartitionRecord(partition_id=index, topic_id=topic_id, replicas=(1, 2, 3), isr=(1, 2, 3),
+                        leader=ME if index % 2 == 0 else 2, leader_epoch=0, partition_epoch=0)
+        for index in range(partitions))]
+
+
+async def _until_created(manager: ReplicaManager) -> None:
+    async with asyncio.timeout(30):
+        while manager._creator is not None:
+            await asyncio.sleep(0.01)
+
+
+async def test_many_new_replicas_get_their_logs_off_the_event_loop(
+        manager: ReplicaManager, tmp_path: Path) -> None:
+    """A delta placing more than NEW_LOGS_ON_LOOP replicas here returns before their logs
+    exist; meanwhile they are not served (retriable NOT_LEADER_OR_FOLLOWER), a topic
+    deleted in the meantime never gets a log, and every other replica ends up served with
+    the newest registration it was given."""
+    many = NEW_LOGS_ON_LOOP + 36
+    big, doomed, again = uuid.UUID(int=100), uuid.UUID(int=101), uuid.UUID(int=102)
+    delta, image = _delta(MetadataImage.EMPTY,
+                          _topic("big", big, many) + _topic("doomed", doomed, many))
+    manager.apply_delta(delta, image)
+    assert manager.get_partition("big", 0) is None
+    with pytest.raises(NotLeaderOrFollower):
+        manager.leader_partition("big", 0, image)
+    # before any log is made: partition 1 changes leader, "doomed" is deleted and made
+    # again under a new id with a few partitions (a small delta: normally made at once)
+    moved = PartitionChangeRecord(partition_id=1, topic_id=big, leader=ME)
+    delta, image = _delta(image, [moved, RemoveTopicRecord(topic_id=doomed)])
+    manager.apply_delta(delta, image)
+    delta, image = _delta(image, _topic("doomed", again, 4))
+    manager.apply_delta(delta, image)
+    await _until_created(manager)
+    for index in range(many):
+        partition = manager.get_partition("big", index)
+        assert partition is not None and partition.log.topic_id == big
+        assert partition.leader_id == (ME if index % 2 == 0 or index == 1 else 2)
+    assert manager.leader_partition("big", 1, image).leader_epoch == 1
+    assert {manager.get_partition("doomed", i) is not None for i in range(4)} == {True}
+    assert all(manager.get_partition("doomed", i).log.topic_id == again  # type: ignore[union-attr]
+               for i in range(4))
+    assert manager.get_partition("doomed", 4) is None
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("doomed-")) == [
+        f"doomed-{i}" for i in range(4)]
+    info = manager.append(manager.leader_partition("big", 0, image), batch(3), acks=1)
+    assert info.last_offset == 2
+
+
+async def test_a_few_new_replicas_are_served_at_once(manager: ReplicaManager) -> None:
+    delta, image = _delta(MetadataImage.EMPTY, _topic("few", uuid.UUID(int=5), 8))
+    manager.apply_delta(delta, image)
+    assert manager._creator is None
+    assert manager.leader_partition("few", 0, image).log.log_end_offset == 0

@@ -38,6 +38,7 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 from kio.schema.alter_partition.v3 import request as alter_request
@@ -46,6 +47,7 @@ from kio.schema.errors import ErrorCode
 from pykraft.errors import (
     FencedLeaderEpoch,
     InvalidRequiredAcks,
+    KafkaError,
     KafkaStorageError,
     NotEnoughReplicas,
     NotEnoughReplicasAfterAppend,
@@ -66,7 +68,16 @@ log = logging.getLogger(__name__)
 NO_LEADER = -1
 DEFAULT_REPLICA_LAG_TIME_MAX_MS = 30_000
 MAX_ALTER_PARTITION_BACKOFF_MS = 5_000
+NEW_LOGS_ON_LOOP = 64  # more new replicas than this in one delta: created on a thread
 REFUSED_PROPOSAL_QUIET_MS = 500
+
+
+@dataclass(slots=True)
+class PendingReplica:
+    """A replica whose log is being created off the event loop."""
+
+    topic_id: uuid.UUID
+    registration: PartitionRegistration
 
 
 @dataclass(slots=True)
@@ -258,22 +269,49 @@ class ReplicaManager:
         self._partitions: dict[tuple[str, int], Partition] = {}
         self._image: MetadataImage | None = None
         self._alter_tasks: set[asyncio.Task[None]] = set()
+        self._pending: dict[tuple[str, int], PendingReplica] = {}  # logs being created
+        self._to_create: list[tuple[str, int, uuid.UUID]] = []
+        self._creator: asyncio.Task[None] | None = None
 
     # -- following the metadata image --------------------------------------------------
 
     def apply_delta(self, delta: MetadataDelta, image: MetadataImage) -> None:
-        """Publisher: act on what changed for this broker, never on a diff of whole images."""
+        """Publisher: act on what changed for this broker, never on a diff of whole images.
+
+        A delta that gives this broker more than NEW_LOGS_ON_LOOP new replicas (a large
+        CreateTopics) has their logs created on a worker thread: a few file operations each,
+        milliseconds on a busy disk, would otherwise stall every connection of the broker for
+        seconds. Until its log exists such a replica is pending: not served (clients are told
+        NOT_LEADER_OR_FOLLOWER and retry), its newest registration kept for when it is made.
+        """
         self._image = image
         changes = delta.local_changes(self.node_id)
         for deleted in changes.deletes:
+            self._pending.pop((deleted.topic, deleted.partition), None)
             self._remove(deleted.topic, deleted.partition)
+        placed = [item for group in (changes.leaders, changes.followers)
+                  for item in group.items()]
+        new = [key for key, _ in placed if (key.topic, key.partition) not in self._partitions
+               and not key.topic.startswith("__")]
+        off_loop = len(new) > NEW_LOGS_ON_LOOP
         try:
-            for placed in (changes.leaders, changes.followers):
-                for key, registration in placed.items():
+            for key, registration in placed:
+                name = (key.topic, key.partition)
+                pending = self._pending.get(name)
+                if pending is not None and pending.topic_id == key.topic_id:
+                    pending.registration = registration  # applied once the log exists
+                elif name not in self._partitions and (
+                        off_loop or name in self._pending
+                        or self.log_manager.is_planned(key.topic, key.partition)):
+                    self._pending[name] = PendingReplica(key.topic_id, registration)
+                    self._to_create.append((key.topic, key.partition, key.topic_id))
+                else:
                     self._apply_partition(key.topic, key.topic_id, key.partition,
                                           registration, self._log_config(image, key.topic))
         finally:
             self.log_manager.sync_created_logs()  # one directory fsync for all new logs
+        if self._to_create and self._creator is None:
+            self._creator = asyncio.get_running_loop().create_task(self._create_pending())
         for resource in delta.changed_configs:
             if resource.resource_type != ConfigResourceType.TOPIC:
                 continue
@@ -281,6 +319,58 @@ class ReplicaManager:
             for partition in self._partitions.values():
                 if partition.topic == resource.resource_name:
                     partition.log.update_config(config)
+
+    async def _create_pending(self) -> None:
+        """Create the logs of pending replicas on a worker thread, a batch at a time, and
+        install each (with its newest registration) back on the event loop."""
+        try:
+            while self._to_create:
+                batch, self._to_create = self._to_create, []
+                jobs = []
+                for topic, index, topic_id in batch:
+                    pending = self._pending.get((topic, index))
+                    if pending is None or pending.topic_id != topic_id:
+                        continue  # deleted (and maybe made again) before its turn
+                    assert self._image is not None
+                    jobs.append((topic, index, topic_id,
+                                 self.log_manager.plan_new_log(topic, index),
+                                 self._log_config(self._image, topic)))
+                results = await asyncio.to_thread(self._open_logs, jobs)
+                for (topic, index, topic_id, _, _), result in zip(jobs, results, strict=True):
+                    self._install(topic, index, topic_id, result)
+                self.log_manager.sync_created_logs()
+        finally:
+            self._creator = None
+
+    def _open_logs(self, jobs: list[tuple[str, int, uuid.UUID, Path, LogConfig]]
+                   ) -> list[Log | OSError | KafkaError]:
+        """Worker thread: only file work, nothing the event loop also touches."""
+        now = self.now_ms()
+        results: list[Log | OSError | KafkaError] = []
+        for _, _, topic_id, directory, config in jobs:
+            try:
+                results.append(LogManager.open_new_log(directory, config, topic_id, now))
+            except (OSError, KafkaError) as error:
+                results.append(error)
+        return results
+
+    def _install(self, topic: str, index: int, topic_id: uuid.UUID,
+                 result: Log | OSError | KafkaError) -> None:
+        if not isinstance(result, Log):
+            self.log_manager.abandon_new_log(topic, index)
+            self._pending.pop((topic, index), None)
+            log.error("broker %d cannot create the log of %s-%d, which it does not serve: %s",
+                      self.node_id, topic, index, result)
+            return
+        self.log_manager.adopt_new_log(result)
+        pending = self._pending.get((topic, index))
+        if pending is None or pending.topic_id != topic_id:  # deleted while it was made
+            self.log_manager.delete_log(topic, index)
+            return
+        del self._pending[(topic, index)]
+        assert self._image is not None
+        self._apply_partition(topic, topic_id, index, pending.registration,
+                              self._log_config(self._image, topic))
 
     def _log_config(self, image: MetadataImage, topic: str) -> LogConfig:
         overrides = image.configs.get(ConfigResourceType.TOPIC, topic)
@@ -298,7 +388,7 @@ class ReplicaManager:
                     topic, index, topic_id=topic_id, config=config, now_ms=self.now_ms(),
                     sync=False,
                 )
-            except OSError as error:  # e.g. out of descriptors or space: this one is offline
+            except (OSError, KafkaError) as error:  # e.g. out of descriptors: not served
                 log.error("broker %d cannot create the log of %s-%d, which it does not serve: "
                           "%s", self.node_id, topic, index, error)
                 return
@@ -625,6 +715,9 @@ class ReplicaManager:
         partition.wake_waiters()
 
     async def close(self) -> None:
+        if self._creator is not None:
+            self._creator.cancel()
+            await asyncio.gather(self._creator, return_exceptions=True)
         for task in list(self._alter_tasks):
             task.cancel()
         await asyncio.gather(*self._alter_tasks, return_exceptions=True)

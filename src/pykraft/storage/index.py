@@ -104,6 +104,9 @@ class _MappedIndex:
             self._max_entries = max(1, entries)
 
     def close(self) -> None:
+        if self._fd is None:  # never opened, or opened for append and never written
+            self._writable = False
+            return
         self.seal()
         self._unmap()
         if self._fd is not None:

@@ -76,6 +76,7 @@ class LogManager:
         self._count: collections.Counter[Path] = collections.Counter()  # logs per dir
         self._locks: dict[Path, int] = {}
         self._unsynced_dirs: set[Path] = set()
+        self._planned: dict[TopicPartition, Path] = {}  # new logs being created elsewhere
         self.had_clean_shutdown: dict[Path, bool] = {}
         self.warnings: list[str] = []
 
@@ -175,22 +176,55 @@ class LogManager:
         key = (topic, partition)
         log = self._logs.get(key)
         if log is None:
-            log_dir = min(self.log_dirs, key=lambda d: (self._count[d], self.log_dirs.index(d)))
-            self._lock(log_dir)
-            directory = log_dir / f"{topic}-{partition}"
-            log = Log.open(
-                directory, config, recovery_point=0, log_start_offset=None, now_ms=now_ms
-            )
+            directory = self.plan_new_log(topic, partition)
+            try:
+                log = self.open_new_log(directory, config, topic_id, now_ms)
+            except BaseException:
+                self.abandon_new_log(topic, partition)
+                raise
+            self.adopt_new_log(log)
             if sync:
-                fsync_directory(log_dir)
-            else:
-                self._unsynced_dirs.add(log_dir)
-            self._logs[key], self._home[key] = log, log_dir
-            self._count[log_dir] += 1
+                self.sync_created_logs()
         elif log.config != config:
             log.update_config(config)
         log.assign_topic_id(topic_id)
         return log
+
+    # A log can also be made in three steps, so that the file work (`open_new_log`) runs on
+    # another thread while this manager's state changes only on the caller's: plan (pick the
+    # log dir), open, then adopt (or abandon, if opening failed).
+
+    def plan_new_log(self, topic: str, partition: int) -> Path:
+        """Reserve a place for a new log: the directory it is to be created in."""
+        key = (topic, partition)
+        invariant(key not in self._logs and key not in self._planned,
+                  f"log {topic}-{partition} exists or is being created")
+        log_dir = min(self.log_dirs, key=lambda d: (self._count[d], self.log_dirs.index(d)))
+        self._lock(log_dir)
+        self._count[log_dir] += 1
+        self._planned[key] = log_dir
+        return log_dir / f"{topic}-{partition}"
+
+    @staticmethod
+    def open_new_log(directory: Path, config: LogConfig, topic_id: uuid.UUID,
+                     now_ms: int) -> Log:
+        """Create the log files of a planned log; touches nothing else (any thread)."""
+        log = Log.open(directory, config, recovery_point=0, log_start_offset=None, now_ms=now_ms)
+        log.assign_topic_id(topic_id)
+        return log
+
+    def is_planned(self, topic: str, partition: int) -> bool:
+        return (topic, partition) in self._planned
+
+    def adopt_new_log(self, log: Log) -> None:
+        key = (log.topic, log.partition)
+        log_dir = self._planned.pop(key)
+        self._logs[key], self._home[key] = log, log_dir
+        self._unsynced_dirs.add(log_dir)
+
+    def abandon_new_log(self, topic: str, partition: int) -> None:
+        log_dir = self._planned.pop((topic, partition))
+        self._count[log_dir] -= 1
 
     def sync_created_logs(self) -> None:
         """fsync each log dir that gained a log through `get_or_create_log(sync=False)`."""

@@ -15,11 +15,18 @@ partition every 100 ms) is consumed whole by a fresh consumer with isolation.lev
 read_uncommitted and then read_committed (alternating, `--consume-runs` each); reported as
 records/s and the ratio. Each figure is the median of `--runs` runs (modes interleaved).
 
+With `--spark-records N` (0 skips it), the Spark sink: a topic of 6 partitions holding N
+records is mirrored by a streaming query (Spark local[2], Trigger.AvailableNow) to another
+topic, at-least-once and with exactlyOnce=true, in micro-batches of at most
+`--spark-batch` records (one task, so one transaction, per source partition and batch);
+records/s over the query's wall time, each sink twice, alternating.
+
 The node's data directory is a temporary directory under $TMPDIR; on this machine /tmp is
 much slower for file creation than /work, so run with TMPDIR set to a directory on /work:
 
     mkdir -p /work/tmp && TMPDIR=/work/tmp .venv/bin/python benchmarks/transactions.py \
         [--records 1000000] [--partitions 1] [--runs 3] [--consume-runs 3]
+        [--spark-records 1000000] [--spark-batch 100000]
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable
@@ -48,6 +56,9 @@ RECORD = b"x" * 100
 PRODUCER_BASE: dict[str, Any] = {"batch.size": 1_048_576, "linger.ms": 5,
                                  "queue.buffering.max.messages": 1_000_000,
                                  "queue.buffering.max.kbytes": 1_048_576}
+
+
+SPARK_PARTITIONS = 6
 
 
 def create_topic(bootstrap: str, partitions: int) -> str:
@@ -150,6 +161,66 @@ def consume(bootstrap: str, topic: str, partitions: int, records: int, isolation
     return records / elapsed
 
 
+def fill(bootstrap: str, topic: str, partitions: int, records: int) -> None:
+    producer = Producer({**PRODUCER_BASE, "bootstrap.servers": bootstrap})
+    acks = Acks()
+    for index in range(records):
+        while True:
+            try:
+                producer.produce(topic, RECORD, b"%d" % index, partition=index % partitions,
+                                 on_delivery=acks)
+                break
+            except BufferError:
+                producer.poll(0.01)
+    producer.flush(300)
+    if acks.count != records:
+        raise SystemExit(f"fill: {acks.count} of {records} acknowledged")
+
+
+def spark_sink(spark: Any, bootstrap: str, source: str, records: int, batch: int,
+               exactly_once: bool, scratch: str) -> float:
+    """Mirror `source` to a fresh topic with a streaming query; records/s of wall time."""
+    target = create_topic(bootstrap, SPARK_PARTITIONS)
+    df = (spark.readStream.format("pykraft").option("kafka.bootstrap.servers", bootstrap)
+          .option("subscribe", source).option("startingOffsets", "earliest")
+          .option("maxOffsetsPerTrigger", str(batch)).load())
+    writer = (df.select("key", "value").writeStream.format("pykraft")
+              .option("kafka.bootstrap.servers", bootstrap).option("topic", target)
+              .option("checkpointLocation", f"{scratch}/{target}")
+              .trigger(availableNow=True))
+    if exactly_once:
+        writer = writer.option("exactlyOnce", "true")
+    started = time.perf_counter()
+    query = writer.start()
+    query.awaitTermination()
+    elapsed = time.perf_counter() - started
+    if query.exception() is not None:
+        raise SystemExit(str(query.exception()))
+    rows = sum(p["numInputRows"] for p in query.recentProgress)
+    if rows != records:
+        raise SystemExit(f"the query wrote {rows} records, expected {records}")
+    return records / elapsed
+
+
+def spark_part(bootstrap: str, records: int, batch: int) -> dict[str, list[float]]:
+    from pykraft.spark import local_session
+
+    source = create_topic(bootstrap, SPARK_PARTITIONS)
+    fill(bootstrap, source, SPARK_PARTITIONS, records)
+    spark = local_session("transactions-benchmark", master="local[2]")
+    rates: dict[str, list[float]] = {"at-least-once": [], "exactlyOnce": []}
+    with tempfile.TemporaryDirectory() as scratch:
+        spark_sink(spark, bootstrap, source, records, records, False, scratch)  # JIT, pools
+        for run in range(2):
+            for mode in rates:
+                rate = spark_sink(spark, bootstrap, source, records, batch,
+                                  mode == "exactlyOnce", scratch)
+                rates[mode].append(rate)
+                print(f"spark run {run + 1} {mode}: {rate:,.0f} records/s", flush=True)
+    spark.stop()
+    return rates
+
+
 def median(values: list[float]) -> float:
     return statistics.median(values)
 
@@ -170,6 +241,8 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=1)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--consume-runs", type=int, default=3)
+    parser.add_argument("--spark-records", type=int, default=0)
+    parser.add_argument("--spark-batch", type=int, default=100_000)
     args = parser.parse_args()
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     print(f"# {platform.node()} {platform.machine()}, {os.cpu_count()} cores, {now}, commit "
@@ -204,6 +277,8 @@ def main() -> None:
                 rate = consume(bootstrap, txn_topic, args.partitions, args.records, isolation)
                 consumed[isolation].append(rate)
                 print(f"consume run {run + 1} {isolation}: {rate:,.0f} records/s", flush=True)
+        sink_rates = spark_part(bootstrap, args.spark_records, args.spark_batch) \
+            if args.spark_records else {}
 
     def thousands(value: float) -> str:
         return f"{value:,.0f}"
@@ -219,6 +294,14 @@ def main() -> None:
     for isolation, values in consumed.items():
         print(f"| {isolation} | {spread(values, thousands)} | "
               f"{median(values) / uncommitted:.2f} |")
+    if sink_rates:
+        at_least_once = median(sink_rates["at-least-once"])
+        print(f"\n| Spark sink ({args.spark_records:,} records, micro-batches of "
+              f"{args.spark_batch:,}) | records/s, median (min–max) | vs at-least-once |")
+        print("| --- | --- | --- |")
+        for mode, values in sink_rates.items():
+            print(f"| {mode} | {spread(values, thousands)} | "
+                  f"{median(values) / at_least_once:.2f} |")
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import pyarrow as pa
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from pykraft.spark.options import InvalidOptionError, parse_write_options
 from pykraft.spark.transactional import (
@@ -21,6 +22,7 @@ from pykraft.spark.transactional import (
     NO_BATCH,
     TaskIdentity,
     batch_is_written,
+    current_task,
     last_written_batch,
     recorded_batch,
     sink_ids,
@@ -65,6 +67,12 @@ def test_ids_are_per_query_and_spark_partition() -> None:
     assert ids.transactional_id == ids.group_id == "pykraft-sink-0f9c-q-3"
     assert sink_ids("pykraft-sink", "0f9c-q", 4) != ids
     assert sink_ids("etl", "0f9c-q", 3).transactional_id == "etl-0f9c-q-3"
+
+
+def test_the_task_identity_comes_only_from_a_micro_batch_task() -> None:
+    """Outside a Spark task (here: the test process) there is no query or batch id."""
+    with pytest.raises(RuntimeError, match="only inside Spark tasks"):
+        current_task()
 
 
 def test_write_options() -> None:
@@ -315,6 +323,41 @@ def test_a_replayed_micro_batch_is_written_once(
     else:
         assert len(values) == 6000 + 1000, "the last batch (1,000 records) written twice"
         assert set(values) == set(expected)
+
+
+def test_rows_routed_to_two_topics_are_written_once_after_a_replay(
+        spark: SparkSession, pykraft_cluster: LocalCluster, topic_name: TopicName,
+        tmp_path: Path) -> None:
+    """With a topic column (each task writes both topics: value % 4 < 2 to one, the rest to
+    the other) each task's batch is recorded on the first topic it writes; the replay check
+    reads the whole group, so a replayed batch is still recognised."""
+    bootstrap = pykraft_cluster.bootstrap_servers
+    source, low, high = topic_name("eos-route-in"), topic_name("eos-low"), topic_name("eos-high")
+    for topic in (source, low, high):
+        create_topic(bootstrap, topic, partitions=2)
+    produce(bootstrap, source, ((i % 2, b"k%d" % i, b"%d" % i) for i in range(3000)))
+    df = stream(spark, bootstrap, subscribe=source, startingOffsets="earliest",
+                maxOffsetsPerTrigger="1000")
+    routed = df.select("key", "value", F.when(
+        F.col("value").cast("string").cast("int") % 4 < 2, F.lit(low))
+        .otherwise(F.lit(high)).alias("topic"))
+    checkpoint = tmp_path / "checkpoint"
+
+    def run() -> None:
+        query = (routed.writeStream.format("pykraft").option("kafka.bootstrap.servers",
+                                                             bootstrap)
+                 .option("exactlyOnce", "true").option("checkpointLocation", str(checkpoint))
+                 .trigger(availableNow=True).start())
+        assert query.awaitTermination(180)
+        assert query.exception() is None
+
+    run()
+    assert forget_last_batch_commit(checkpoint) == 2
+    run()
+    assert sorted(read_values(bootstrap, low, 2)) == sorted(b"%d" % i for i in range(3000)
+                                                             if i % 4 < 2)
+    assert sorted(read_values(bootstrap, high, 2)) == sorted(b"%d" % i for i in range(3000)
+                                                              if i % 4 >= 2)
 
 
 def test_exactly_once_is_refused_for_batch_writes(

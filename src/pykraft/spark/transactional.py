@@ -81,7 +81,8 @@ BATCH_ID_PROPERTY: Final = "streaming.sql.batchId"
 NO_BATCH: Final = -1
 RETRY_ATTEMPTS_MAX: Final = 5
 UNSTABLE_BACKOFF_S: Final = 0.05
-# client settings only a consumer takes: the group metadata handle is built offline
+# the group metadata handle is built offline, by a consumer that never connects: no
+# bootstrap servers, so no log lines about them either
 GROUP_METADATA_CONFIG: Final = {"log_level": 0}
 
 T = TypeVar("T")
@@ -249,9 +250,9 @@ def write_transaction(params: Mapping[str, str], topic_option: str | None,
             ADMINS.drop(params)  # a broken admin client is not kept for the next task
             raise
         if batch_is_written(last, task.batch_id):
-            log.info("pykraft sink: batch %d partition %d was written by an earlier attempt "
-                     "(group %s records batch %d); skipping it", task.batch_id,
-                     task.partition_id, ids.group_id, last)
+            log.info("pykraft sink: batch %d partition %d (task attempt %d) was written by an "
+                     "earlier attempt (group %s records batch %d); skipping it", task.batch_id,
+                     task.partition_id, task.attempt, ids.group_id, last)
             return TransactionResult(count=0, skipped=True)
         producer.begin_transaction()
         began = True

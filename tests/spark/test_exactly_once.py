@@ -4,8 +4,9 @@ local[2] queries whose last micro-batch is replayed from the checkpoint."""
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from pykraft.spark.transactional import (
     TaskIdentity,
     batch_is_written,
     current_task,
+    kafka_cause,
     last_written_batch,
     recorded_batch,
     sink_ids,
@@ -60,6 +62,21 @@ def test_a_replay_of_the_recorded_batch_or_an_earlier_one_is_written() -> None:
     assert batch_is_written(0, 0)
     assert not batch_is_written(0, 1)
     assert batch_is_written(5, 3)
+
+
+def test_the_kafka_error_behind_a_system_error_is_found() -> None:
+    """confluent-kafka reports a fatal error pending during a delivery callback as a
+    SystemError whose context is the KafkaException: the task fails with the latter."""
+    fenced = KafkaException(KafkaError(KafkaError._FENCED))
+    try:
+        try:
+            raise fenced
+        except KafkaException:
+            raise SystemError("callback returned a result with an exception set") from None
+    except SystemError as failure:
+        wrapped = failure
+    assert wrapped.__cause__ is None and kafka_cause(wrapped) is fenced
+    assert kafka_cause(SystemError("no cause")) is None
 
 
 def test_ids_are_per_query_and_spark_partition() -> None:
@@ -244,9 +261,40 @@ def test_a_zombie_task_is_fenced_and_its_rows_never_become_visible(
     with pytest.raises(KafkaException) as failure:
         zombie.commit_transaction(30)
     assert failure.value.args[0].fatal() or failure.value.args[0].txn_requires_abort()
+    with contextlib.suppress(KafkaException):  # a fenced producer reports it again
+        zombie.close()
     assert read_values(bootstrap, topic, 1) == [b"new-1", b"new-2"]
     uncommitted = read_values(bootstrap, topic, 1, committed=False)
     assert len(uncommitted) == 102, "the zombie's rows are in the log, aborted"
+
+
+def test_a_task_fenced_mid_transaction_fails_with_the_fencing_and_writes_nothing(
+        pykraft_cluster: LocalCluster, topic_name: TopicName) -> None:
+    """The zombie's side: while the task is writing, a newer attempt initialises the same
+    transactional id. The task fails with the fencing error (not a later one from closing
+    its producer), and none of its rows and no batch record become visible."""
+    bootstrap = pykraft_cluster.bootstrap_servers
+    topic = topic_name("eos-fenced")
+    create_topic(bootstrap, topic, partitions=1)
+    params = {"bootstrap.servers": bootstrap}
+    ids = sink_ids("pykraft-sink", "query-y", 0)
+    newer: list[Producer] = []
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        yield _rows([b"old-%d" % i for i in range(500)])
+        time.sleep(0.5)  # the first rows reach the partition inside the transaction
+        successor = Producer({**params, "transactional.id": ids.transactional_id})
+        successor.init_transactions(30)
+        newer.append(successor)
+        yield _rows([b"old-late"])
+
+    with pytest.raises(KafkaException) as failure:
+        write_transaction(params, topic, batches(), TaskIdentity("query-y", 0, 0))
+    assert failure.value.args[0].code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
+                                            KafkaError.INVALID_PRODUCER_EPOCH)
+    assert recorded_batch(ADMINS.get(params), ids.group_id, 10) == NO_BATCH
+    assert read_values(bootstrap, topic, 1) == []
+    newer[0].close()
 
 
 def test_a_failed_task_leaves_nothing_visible(

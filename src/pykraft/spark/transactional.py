@@ -67,6 +67,7 @@ __all__ = [
     "TransactionResult",
     "batch_is_written",
     "current_task",
+    "kafka_cause",
     "last_written_batch",
     "recorded_batch",
     "sink_ids",
@@ -258,21 +259,47 @@ def write_transaction(params: Mapping[str, str], topic_option: str | None,
         began = True
         errors = DeliveryErrors()
         produced = produce_rows(producer, topic_option, rows, errors)
-        producer.flush(timeout_s)
         if errors.first is not None:
             raise KafkaException(errors.first)
         invariant(produced.first_topic is not None, "a non-empty write names a topic")
         marker = TopicPartition(str(produced.first_topic), 0, task.batch_id + 1)
         _retrying(lambda: producer.send_offsets_to_transaction(
             [marker], _group_metadata(ids.group_id), timeout_s), "send_offsets_to_transaction")
+        # commit_transaction waits for every acknowledgement; a failed delivery fails it
         _retrying(lambda: producer.commit_transaction(timeout_s), "commit_transaction")
         return TransactionResult(count=produced.count, skipped=False)
-    except BaseException:
+    except BaseException as failure:
         if began:
             _abort(producer, timeout_s)
+        cause = kafka_cause(failure) if isinstance(failure, SystemError) else None
+        if cause is not None:
+            raise cause from failure
         raise
     finally:
+        _close(producer)
+
+
+def kafka_cause(failure: BaseException) -> KafkaException | None:
+    """The Kafka error behind a SystemError: confluent-kafka raises one when a fatal error
+    (such as being fenced) is pending while it calls a delivery callback, with the
+    KafkaException as its context."""
+    seen: BaseException | None = failure
+    for _ in range(8):  # a chain of causes is short; never loop on a cycle
+        if seen is None:
+            return None
+        if isinstance(seen, KafkaException):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _close(producer: Producer) -> None:
+    """Close without masking the task's own error: a fenced producer's close reports the
+    fencing again."""
+    try:
         producer.close()
+    except KafkaException as failure:
+        log.info("pykraft sink: closing the producer: %s", failure.args[0].str())
 
 
 def _abort(producer: Producer, timeout_s: float) -> None:

@@ -8,13 +8,13 @@ from __future__ import annotations
 import json
 import os
 import random
+import select
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO
 
 import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions
@@ -62,19 +62,32 @@ while query.isActive:
 """
 
 
-def _start(args: list[str], repo: Path) -> subprocess.Popen[str]:
+def _start(args: list[str], repo: Path) -> subprocess.Popen[bytes]:
+    watched = args[-1] == "--run"  # it reports its batches; the final run only finishes
     return subprocess.Popen([sys.executable, "-c", _QUERY, *args], cwd=repo,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            stdout=subprocess.PIPE if watched else subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL,
                             start_new_session=True)  # its own group: the JVM dies with it
 
 
-def _wait_for_batch(stdout: IO[str], deadline: float) -> int:
-    """Block until the query reports a finished micro-batch; return its id."""
-    for line in stdout:
-        if line.startswith("batch ") and int(line.split()[1]) >= 0:
-            return int(line.split()[1])
-        assert time.monotonic() < deadline, "the query finished no micro-batch in time"
-    raise AssertionError("the query process ended before finishing a micro-batch")
+def _wait_for_batch(process: subprocess.Popen[bytes], deadline: float) -> int:
+    """Block until the query reports a finished micro-batch (or fail at the deadline);
+    return its id. Reads the pipe unbuffered, so select() sees every line."""
+    assert process.stdout is not None
+    descriptor, pending = process.stdout.fileno(), b""
+    while (remaining := deadline - time.monotonic()) > 0:
+        if not select.select([descriptor], [], [], remaining)[0]:
+            break
+        chunk = os.read(descriptor, 4096)
+        if not chunk:
+            raise AssertionError("the query process ended before finishing a micro-batch")
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            words = line.split()
+            if len(words) == 2 and words[0] == b"batch" and int(words[1]) >= 0:
+                return int(words[1])
+    raise AssertionError("the query finished no micro-batch in time")
 
 
 def _checkpoint_batches(checkpoint: Path, log: str) -> set[int]:
@@ -113,8 +126,7 @@ def test_killed_and_restarted_query_writes_each_record_exactly_once(
     for _ in range(5):
         query = _start([*args, "--run"], repo)
         try:
-            assert query.stdout is not None
-            _wait_for_batch(query.stdout, time.monotonic() + 180)
+            _wait_for_batch(query, time.monotonic() + 180)
             time.sleep(rng.uniform(0.0, 2.5))  # somewhere in a later batch, or between two
         finally:
             os.killpg(query.pid, signal.SIGKILL)

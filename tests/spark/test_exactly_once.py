@@ -105,6 +105,7 @@ def test_write_options() -> None:
         ({"transactionalIdPrefix": "etl"}, "only used with option 'exactlyOnce'"),
         ({"exactlyOnce": "true", "transactionalIdPrefix": " "}, "must not be empty"),
         ({"exactlyOnce": "true", "kafka.enable.idempotence": "false"}, "idempotent"),
+        ({"exactlyOnce": "true", "kafka.acks": "1"}, "'kafka.acks' must be 'all'"),
     ]:
         with pytest.raises(InvalidOptionError, match=message):
             parse_write_options({**BASE, **bad})

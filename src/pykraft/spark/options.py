@@ -236,6 +236,10 @@ def parse_write_options(options: Mapping[str, str], *, streaming: bool = True) -
         raise InvalidOptionError(
             "Kafka option 'kafka.enable.idempotence' cannot be 'false' with option "
             "'exactlyOnce': transactional producers are idempotent.")
+    if exactly_once and params.get("acks", "all").lower() not in ("all", "-1"):
+        raise InvalidOptionError(
+            f"Kafka option 'kafka.acks' must be 'all' with option 'exactlyOnce', got "
+            f"'{params['acks']}': transactions need every in-sync replica's acknowledgement.")
     return WriteOptions(kafka_params=params, topic=topic, exactly_once=exactly_once,
                         transactional_id_prefix=prefix)
 

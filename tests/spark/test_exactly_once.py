@@ -409,6 +409,60 @@ def test_rows_routed_to_two_topics_are_written_once_after_a_replay(
                                                               if i % 4 >= 2)
 
 
+# A query whose task for source partition 0 fails on its first attempt in the middle of
+# writing: a Python UDF gives the partition's last row no topic on attempt 0 only, so the
+# sink fails on it after producing the rows before it in the task's transaction. Spark
+# local[2,2] retries a failed task once.
+_RETRY_QUERY = """
+import sys
+from pyspark import TaskContext
+from pyspark.sql import functions as F
+from pyspark.sql.types import StringType
+from pykraft.spark import local_session
+bootstrap, source, sink, checkpoint, last = sys.argv[1:6]
+spark = local_session("eos-retry", master="local[2,2]")
+
+def topic_of(value):
+    if value == last.encode() and TaskContext.get().attemptNumber() == 0:
+        return None
+    return sink
+
+df = (spark.readStream.format("pykraft").option("kafka.bootstrap.servers", bootstrap)
+      .option("subscribe", source).option("startingOffsets", "earliest").load())
+query = (df.select("key", "value", F.udf(topic_of, StringType())("value").alias("topic"))
+         .writeStream.format("pykraft").option("kafka.bootstrap.servers", bootstrap)
+         .option("exactlyOnce", "true").option("checkpointLocation", checkpoint)
+         .trigger(availableNow=True).start())
+query.awaitTermination()
+sys.exit(0 if query.exception() is None else 1)
+"""
+
+
+def test_a_task_retried_after_failing_mid_transaction_writes_its_rows_once(
+        pykraft_cluster: LocalCluster, topic_name: TopicName, tmp_path: Path) -> None:
+    """Real Spark with task retries: the first attempt of one task fails after producing
+    20,000 rows in its transaction; the transaction is aborted, the retry writes every row,
+    and read_committed sees each record once (read_uncommitted also the aborted rows)."""
+    import subprocess
+    import sys
+
+    bootstrap = pykraft_cluster.bootstrap_servers
+    source, sink = topic_name("eos-retry-in"), topic_name("eos-retry-out")
+    create_topic(bootstrap, source, partitions=2)
+    create_topic(bootstrap, sink, partitions=2)
+    total = 40_000
+    produce(bootstrap, source, ((i % 2, b"k%d" % i, b"v%d" % i) for i in range(total)))
+    result = subprocess.run(
+        [sys.executable, "-c", _RETRY_QUERY, bootstrap, source, sink, str(tmp_path / "cp"),
+         f"v{total - 2}"], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "null topic present in the data" in result.stderr, "the first attempt did fail"
+    values = read_values(bootstrap, sink, 2)
+    assert sorted(values) == sorted(b"v%d" % i for i in range(total))
+    uncommitted = read_values(bootstrap, sink, 2, committed=False)
+    assert len(uncommitted) > total, "the failed attempt's rows reached the log, aborted"
+
+
 def test_exactly_once_is_refused_for_batch_writes(
         spark: SparkSession, pykraft_cluster: LocalCluster) -> None:
     df = spark.createDataFrame([("v",)], "value string")

@@ -1,6 +1,7 @@
 """The exactly-once sink (option exactlyOnce=true): the replay check alone, the task-side
-transactional writer against a real node (replays skipped, zombies fenced), and real Spark
-local[2] queries whose last micro-batch is replayed from the checkpoint."""
+transactional writer against a real node (replays skipped, zombies fenced, failures
+aborted), real Spark local[2] queries whose last micro-batch is replayed from the checkpoint,
+and a Spark task retried after failing mid-transaction."""
 
 from __future__ import annotations
 

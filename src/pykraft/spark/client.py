@@ -41,8 +41,8 @@ from pykraft.spark.options import (
 )
 from pykraft.spark.planning import DataLossError, OffsetRange, report_data_loss
 
-__all__ = ["PRODUCERS", "ClusterView", "DeliveryErrors", "Produced", "ProducerPool", "produce_rows",
-           "read_range", "write_batches"]
+__all__ = ["PRODUCERS", "ClusterView", "DeliveryErrors", "Produced", "ProducerPool",
+           "kafka_cause", "produce_rows", "read_range", "write_batches"]
 
 log = logging.getLogger("pykraft.spark")
 
@@ -319,6 +319,20 @@ def _to_arrow(records: list[Message], r: OffsetRange, schema: pa.Schema,
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
+def kafka_cause(failure: BaseException) -> KafkaException | None:
+    """The Kafka error behind a SystemError: confluent-kafka raises one when a fatal error
+    (such as being fenced) is pending while it calls a delivery callback, with the
+    KafkaException as its context."""
+    seen: BaseException | None = failure
+    for _ in range(8):  # a chain of causes is short; never loop on a cycle
+        if seen is None:
+            return None
+        if isinstance(seen, KafkaException):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
 class DeliveryErrors:
     def __init__(self) -> None:
         self.count = 0
@@ -375,8 +389,11 @@ def write_batches(params: Mapping[str, str], topic_option: str | None,
     producer = PRODUCERS.borrow(params)
     try:
         written = _write(producer, topic_option, batches, flush_timeout_s)
-    except BaseException:
+    except BaseException as failure:
         producer.purge()  # what it still holds belongs to a failed task: never send it
+        cause = kafka_cause(failure) if isinstance(failure, SystemError) else None
+        if cause is not None:
+            raise cause from failure
         raise
     PRODUCERS.give_back(params, producer)
     return written

@@ -57,7 +57,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient
 
 from pykraft.errors import invariant
-from pykraft.spark.client import DeliveryErrors, produce_rows
+from pykraft.spark.client import DeliveryErrors, kafka_cause, produce_rows
 
 __all__ = [
     "BATCH_ID_PROPERTY",
@@ -284,20 +284,6 @@ def write_transaction(params: Mapping[str, str], topic_option: str | None,
         raise
     finally:
         _close(producer)
-
-
-def kafka_cause(failure: BaseException) -> KafkaException | None:
-    """The Kafka error behind a SystemError: confluent-kafka raises one when a fatal error
-    (such as being fenced) is pending while it calls a delivery callback, with the
-    KafkaException as its context."""
-    seen: BaseException | None = failure
-    for _ in range(8):  # a chain of causes is short; never loop on a cycle
-        if seen is None:
-            return None
-        if isinstance(seen, KafkaException):
-            return seen
-        seen = seen.__cause__ or seen.__context__
-    return None
 
 
 def _close(producer: Producer) -> None:

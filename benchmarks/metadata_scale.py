@@ -5,14 +5,19 @@ For each target partition count (`--steps`, cumulative in one cluster): create t
 (CreateTopics forwarded to the active controller, `--topics-per-request` per request) until
 the cluster holds that many partitions, then report:
 
-- creation time for the step and partitions/s;
+- creation time for the step (until the controller answered, and until every broker
+  serves the last topic: it makes new logs in order, on a worker thread) and partitions/s;
 - RSS of the active controller and of each broker (from /proc);
 - Metadata (v12) response time and size, for one topic and for all topics, from a broker;
 - controller failover: `kill -9` of the active controller until a CreateTopics through a
   broker succeeds again (the new controller has the whole image in memory), then the killed
-  controller is restarted and the cluster waits for it to rejoin before the next step.
+  controller is restarted and the cluster waits for it to rejoin before the next step;
+- the last broker's lifecycle, watched through the first broker's Metadata (all topics,
+  polled back to back, so the resolution is one such response): SIGTERM until no partition
+  is led by it (controlled shutdown), restart until it is listed (unfenced), `kill -9` until
+  every partition has a leader again, and restart until unfenced again.
 
-    .venv/bin/python benchmarks/metadata_scale.py [--steps 10000,30000,100000]
+    .venv/bin/python benchmarks/metadata_scale.py [--steps 100,10000,30000,100000]
         [--partitions-per-topic 100] [--rf 3]
 """
 
@@ -20,13 +25,23 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import platform
+import signal
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+from confluent_kafka import ElectionType, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.list_offsets.v9.request import (
+    ListOffsetsPartition,
+    ListOffsetsRequest,
+    ListOffsetsTopic,
+)
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.types import TopicName
 
@@ -36,6 +51,7 @@ from pykraft.testing import LocalCluster  # noqa: E402
 from pykraft.testing.wire import WireClient  # noqa: E402
 
 METADATA = 3
+LIST_OFFSETS = 2
 CONFIGS = {
     # a broker hosts each replica's log: keep the files per partition small
     "log.segment.bytes": "1048576",
@@ -67,22 +83,82 @@ def create(admin: AdminClient, names: list[str], partitions: int, rf: int,
                 raise SystemExit(f"creating {name} failed: {error}") from error
 
 
+def metadata(bootstrap: str, topics: list[str] | None, timeout_s: float = 120) -> Any:
+    """One Metadata v12 response (all topics: None) and its size in bytes."""
+    request = MetadataRequest(
+        topics=None if topics is None else tuple(
+            MetadataRequestTopic(topic_id=uuid.UUID(int=0), name=TopicName(name))
+            for name in topics),
+        allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+    with WireClient(bootstrap, timeout_s=timeout_s) as client:
+        response = client.request(METADATA, 12, request)
+        return response, client.last_response_bytes
+
+
 def metadata_timing(bootstrap: str, topic: str | None, rounds: int = 5) -> tuple[float, int]:
     """Median seconds and the size in bytes of a Metadata response (all topics: None)."""
-    topics = None if topic is None else (
-        MetadataRequestTopic(topic_id=uuid.UUID(int=0), name=TopicName(topic)),)
-    request = MetadataRequest(topics=topics, allow_auto_topic_creation=False,
-                              include_topic_authorized_operations=False)
     times, size = [], 0
-    with WireClient(bootstrap, timeout_s=120) as client:
-        for _ in range(rounds):
-            started = time.monotonic()
-            response = client.request(METADATA, 12, request)
-            times.append(time.monotonic() - started)
-            size = client.last_response_bytes
-            assert topic is None or response.topics[0].error_code == 0, response.topics[0]
+    for _ in range(rounds):
+        started = time.monotonic()
+        response, size = metadata(bootstrap, None if topic is None else [topic])
+        times.append(time.monotonic() - started)
+        assert topic is None or response.topics[0].error_code == 0, response.topics[0]
     times.sort()
     return times[len(times) // 2], size
+
+
+def wait_until(what: str, check: Callable[[], bool], limit_s: float = 600) -> float:
+    """Seconds until `check()` holds (polled back to back; each poll is a real request)."""
+    started = time.monotonic()
+    while not check():
+        if time.monotonic() - started > limit_s:
+            raise SystemExit(f"{what}: not within {limit_s} s")
+        time.sleep(0.01)
+    return time.monotonic() - started
+
+
+def served_everywhere(cluster: LocalCluster, topic: str) -> bool:
+    """Every broker knows `topic` and each leader of its partitions serves ListOffsets for
+    them (a broker makes new logs in order, so the last topic's are its last)."""
+    for broker in cluster.broker_ids:
+        if not cluster.running(broker):
+            continue
+        response, _ = metadata(cluster.node(broker).bootstrap_servers, [topic])
+        if response.topics[0].error_code != 0:
+            return False
+    led: dict[int, list[int]] = {}
+    for partition in response.topics[0].partitions:
+        led.setdefault(partition.leader_id, []).append(partition.partition_index)
+    for leader, indexes in led.items():
+        request = ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=(
+            ListOffsetsTopic(name=TopicName(topic), partitions=tuple(
+                ListOffsetsPartition(partition_index=index, timestamp=-1)
+                for index in indexes)),))
+        with WireClient(cluster.node(leader).bootstrap_servers, timeout_s=120) as client:
+            answer = client.request(LIST_OFFSETS, 9, request)
+        if any(p.error_code != 0 for p in answer.topics[0].partitions):
+            return False
+    return True
+
+
+def elect_preferred(admin: AdminClient, topics: list[str], partitions: int) -> None:
+    """Preferred leader election for every partition (after a broker came back)."""
+    wanted = [TopicPartition(topic, index) for topic in topics for index in range(partitions)]
+    for start in range(0, len(wanted), 5_000):
+        future = admin.elect_leaders(ElectionType.PREFERRED, wanted[start : start + 5_000])
+        future.result(600)  # partitions already led by their preferred replica are fine
+
+
+def led_by(bootstrap: str, broker: int) -> int:
+    """Partitions whose leader is `broker` or none (-1), as one broker's Metadata says."""
+    response, _ = metadata(bootstrap, None)
+    return sum(1 for topic in response.topics for partition in topic.partitions
+               if partition.leader_id in (broker, -1))
+
+
+def live_brokers(bootstrap: str) -> set[int]:
+    response, _ = metadata(bootstrap, [])
+    return {broker.node_id for broker in response.brokers}
 
 
 def failover(cluster: LocalCluster, admin: AdminClient, rf: int) -> float:
@@ -108,9 +184,40 @@ def failover(cluster: LocalCluster, admin: AdminClient, rf: int) -> float:
     return took
 
 
+def broker_lifecycle(cluster: LocalCluster, admin: AdminClient, topics: list[str],
+                     partitions: int) -> tuple[float, float, float, float]:
+    """(controlled shutdown s, restart to unfenced s, kill -9 until all led s, restart to
+    unfenced s) for the last broker, watched through the first broker's Metadata. Before
+    each stop the broker leads its preferred share again (preferred leader election)."""
+    victim, watcher = cluster.broker_ids[-1], cluster.broker_ids[0]
+    bootstrap = cluster.node(watcher).bootstrap_servers
+    total = len(topics) * partitions
+    elect_preferred(admin, topics, partitions)
+    wait_until("preferred leaders", lambda: led_by(bootstrap, victim) * 4 > total)
+    started = time.monotonic()
+    cluster.node(victim).process.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
+    wait_until("controlled shutdown", lambda: led_by(bootstrap, victim) == 0)
+    shutdown_s = time.monotonic() - started
+    cluster.node(victim).process.wait(600)  # type: ignore[union-attr]
+    started = time.monotonic()
+    cluster.restart_node(victim, wait=False)
+    wait_until("unfenced after restart", lambda: victim in live_brokers(bootstrap))
+    restart_s = time.monotonic() - started
+    elect_preferred(admin, topics, partitions)
+    wait_until("preferred leaders", lambda: led_by(bootstrap, victim) * 4 > total)
+    cluster.kill_node(victim)
+    started = time.monotonic()
+    wait_until("leaders after kill -9", lambda: led_by(bootstrap, victim) == 0)
+    kill_s = time.monotonic() - started
+    started = time.monotonic()
+    cluster.restart_node(victim, wait=False)
+    wait_until("unfenced after kill -9", lambda: victim in live_brokers(bootstrap))
+    return shutdown_s, restart_s, kill_s, time.monotonic() - started
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", default="10000,30000,100000")
+    parser.add_argument("--steps", default="100,10000,30000,100000")
     parser.add_argument("--partitions-per-topic", type=int, default=100)
     parser.add_argument("--rf", type=int, default=3)
     parser.add_argument("--topics-per-request", type=int, default=10)
@@ -119,9 +226,11 @@ def main() -> None:
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     print(f"# {platform.node()} {platform.machine()}, {now}; 3 controllers + 3 brokers, "
           f"{args.partitions_per_topic} partitions per topic, RF={args.rf}")
-    print("| partitions | create s (step) | partitions/s | controller RSS MiB | broker RSS MiB "
-          "| Metadata 1 topic ms (size) | Metadata all ms (size) | failover s |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| partitions | create s (step): committed / on all brokers | partitions/s "
+          "| controller RSS MiB | broker RSS MiB | Metadata 1 topic ms (size) "
+          "| Metadata all ms (size) | controller failover s | controlled shutdown s "
+          "| restart to unfenced s | kill -9 until all led s | restart to unfenced s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     with LocalCluster(controllers=3, brokers=3, configs=CONFIGS,
                       startup_timeout_s=120) as cluster:
         bootstrap = cluster.bootstrap_servers
@@ -140,6 +249,7 @@ def run_steps(cluster: LocalCluster, admin: AdminClient, first_broker: str, step
               args: argparse.Namespace) -> None:
     made = 0
     topic_index = 0
+    every_topic: list[str] = []
     for target in steps:
         count = max(0, (target - made) // args.partitions_per_topic)
         names = [f"scale-{topic_index + i:06d}" for i in range(count)]
@@ -147,17 +257,25 @@ def run_steps(cluster: LocalCluster, admin: AdminClient, first_broker: str, step
         started = time.monotonic()
         create(admin, names, args.partitions_per_topic, args.rf, args.topics_per_request)
         took = time.monotonic() - started
+        seen = took + wait_until("topics served by every broker",
+                                 functools.partial(served_everywhere, cluster, names[-1]))
+        every_topic += names
         made += count * args.partitions_per_topic
         controller_rss = rss_mib(cluster, cluster.active_controller())
         broker_rss = max(rss_mib(cluster, b) for b in cluster.broker_ids)
         one_s, one_bytes = metadata_timing(first_broker, names[-1] if names else None)
         all_s, all_bytes = metadata_timing(first_broker, None, rounds=3)
         fail_s = failover(cluster, admin, args.rf)
-        print(f"| {made:,} | {took:.1f} | {count * args.partitions_per_topic / took:,.0f} "
+        shutdown_s, restart_s, kill_s, rejoin_s = broker_lifecycle(
+            cluster, admin, every_topic, args.partitions_per_topic)
+        rate = count * args.partitions_per_topic / took
+        print(f"| {made:,} | {took:.1f} / {seen:.1f} | {rate:,.0f} "
               f"| {controller_rss:.0f} | {broker_rss:.0f} "
               f"| {one_s * 1000:.1f} ({one_bytes:,} B) "
-              f"| {all_s * 1000:.0f} ({all_bytes / 1e6:.1f} MB) | {fail_s:.2f} |",
+              f"| {all_s * 1000:.0f} ({all_bytes / 1e6:.1f} MB) | {fail_s:.2f} "
+              f"| {shutdown_s:.2f} | {restart_s:.2f} | {kill_s:.2f} | {rejoin_s:.2f} |",
               flush=True)
+
 
 if __name__ == "__main__":
     main()

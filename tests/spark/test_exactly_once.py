@@ -412,10 +412,14 @@ def test_rows_routed_to_two_topics_are_written_once_after_a_replay(
 
 # A query whose task for source partition 0 fails on its first attempt in the middle of
 # writing: a Python UDF gives the partition's last row no topic on attempt 0 only, so the
-# sink fails on it after producing the rows before it in the task's transaction. Spark
-# local[2,2] retries a failed task once.
+# sink fails on it after producing the rows before it in the task's transaction. The UDF
+# waits before that row: the sink hands rows to librdkafka, whose background thread sends
+# them (after AddPartitionsToTxn) while the UDF waits; without the wait the failure could
+# purge them unsent and the test would not see aborted rows in the log. Spark local[2,2]
+# retries a failed task once.
 _RETRY_QUERY = """
 import sys
+import time
 from pyspark import TaskContext
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType
@@ -425,6 +429,7 @@ spark = local_session("eos-retry", master="local[2,2]")
 
 def topic_of(value):
     if value == last.encode() and TaskContext.get().attemptNumber() == 0:
+        time.sleep(3)
         return None
     return sink
 

@@ -65,6 +65,7 @@ from pykraft.metadata.records import (
     PartitionChangeRecord,
     RegisterBrokerRecord,
     UnfenceBrokerRecord,
+    UnregisterBrokerRecord,
 )
 from pykraft.metadata.registrations import BrokerRegistration
 
@@ -77,6 +78,7 @@ __all__ = [
     "fence_records",
     "unfence_records",
     "controlled_shutdown_records",
+    "unregister_records",
     "next_broker_state",
 ]
 
@@ -452,6 +454,25 @@ def fence_records(
         )
     else:
         records.append(FenceBrokerRecord(id=broker_id, epoch=registration.epoch))
+    return records
+
+
+def unregister_records(
+    state: ControllerState, config: ControllerConfig, broker_id: int
+) -> list[MetadataRecord]:
+    """Take `broker_id` out of every ISR (moving its leaderships), then unregister it
+    (Kafka's handleBrokerUnregistered)."""
+    registration = state.image.cluster.brokers[broker_id]
+    records: list[MetadataRecord] = list(
+        _leader_and_isr_updates(
+            state,
+            config,
+            state.partitions_with_isr_member(broker_id),
+            broker_to_remove=broker_id,
+            broker_to_add=None,
+        )
+    )
+    records.append(UnregisterBrokerRecord(broker_id=broker_id, broker_epoch=registration.epoch))
     return records
 
 

@@ -42,11 +42,18 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 
-from pykraft.controller import cluster, configs, reassignment, replication, topics
+from pykraft.controller import cluster, configs, features, reassignment, replication, topics
 from pykraft.controller.cluster import BrokerControlState, BrokerSessions, Registration
 from pykraft.controller.config import ControllerConfig
-from pykraft.controller.features import BOOTSTRAP_METADATA_VERSION, bootstrap_records
+from pykraft.controller.features import (
+    BOOTSTRAP_METADATA_VERSION,
+    METADATA_VERSION_FEATURE,
+    FeatureUpdate,
+    UpdateFeaturesResult,
+    bootstrap_records,
+)
 from pykraft.controller.placement import UsableBroker
+from pykraft.controller.producer_ids import ProducerIdsBlock, allocate_producer_ids
 from pykraft.controller.requests import (
     AlterConfigsResource,
     AlterConfigsResult,
@@ -71,7 +78,7 @@ from pykraft.controller.requests import (
     TopicElectionResult,
 )
 from pykraft.controller.state import ControllerState, StateBuilder, fold
-from pykraft.errors import NotController, invariant
+from pykraft.errors import BrokerIdNotRegistered, NotController, invariant
 from pykraft.metadata.image import MetadataImage
 from pykraft.metadata.records import MetadataRecord
 
@@ -348,6 +355,21 @@ class QuorumController:
         self._sessions.touch(broker_id, now_ms, -1, fenced=record.fenced)
         return OpResult((record,), BrokerRegistrationResult(broker_epoch=record.broker_epoch))
 
+    def unregister_broker(self, broker_id: int) -> OpResult[None]:
+        """UnregisterBroker (KIP-631); raises BrokerIdNotRegistered for an unknown id.
+
+        As Kafka's ReplicationControlManager.unregisterBroker, a registered broker is
+        unregistered whatever its state: it leaves every ISR (its leaderships move, as when
+        it is fenced), then UnregisterBrokerRecord. A broker that is in fact still running
+        gets STALE_BROKER_EPOCH at its next heartbeat (and a pykraft broker registers
+        again, as a new incarnation)."""
+        self._require_active()
+        if broker_id not in self._state.image.cluster.brokers:
+            raise BrokerIdNotRegistered(f"Broker ID {broker_id} is not currently registered")
+        records = cluster.unregister_records(self._state, self.config, broker_id)
+        self._sessions.remove(broker_id)
+        return OpResult(tuple(records), None)
+
     def broker_connection_lost(self, broker_id: int, now_ms: int) -> None:
         """The connection broker `broker_id` heartbeats on closed: unless it heartbeats
         again within the grace, its session ends then (not replicated; nothing to write)."""
@@ -480,6 +502,35 @@ class QuorumController:
         return replication.balance_leaders(
             state, self._active_in(state), self.config.leader_imbalance_per_broker_percentage
         )
+
+    # -- producer ids (KIP-730) and features (KIP-584, KIP-778) ----------------------------
+
+    def allocate_producer_ids(
+        self, broker_id: int, broker_epoch: int
+    ) -> OpResult[ProducerIdsBlock]:
+        """AllocateProducerIds: the next block of producer ids for a registered broker;
+        raises StaleBrokerEpoch for an unknown broker or another epoch."""
+        self._require_active()
+        record, block = allocate_producer_ids(self._state, broker_id, broker_epoch)
+        return OpResult((record,), block)
+
+    def update_features(
+        self, updates: Sequence[FeatureUpdate], *, validate_only: bool
+    ) -> OpResult[UpdateFeaturesResult]:
+        """UpdateFeatures: finalized feature levels, metadata.version included."""
+        self._require_active()
+        image = self._state.image
+        finalized = dict(image.features.finalized.items())
+        finalized[METADATA_VERSION_FEATURE] = image.features.metadata_version
+        brokers = [
+            (broker.id, {name: (supported.min_version, supported.max_version)
+                         for name, supported in broker.supported_features.items()})
+            for _, broker in sorted(image.cluster.brokers.items())
+        ]
+        records, result = features.update_features(
+            finalized, brokers, updates, node_id=self.config.node_id,
+            validate_only=validate_only)
+        return OpResult(records, result)
 
     # -- replication ----------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from kio.schema.errors import ErrorCode
 
 from pykraft.broker.metadata_cache import MetadataCache
 from pykraft.broker.replica_manager import Partition, ReplicaManager
+from pykraft.controller.features import api_versions_features
 from pykraft.errors import (
     InvalidRecord,
     InvariantViolation,
@@ -415,21 +416,23 @@ def api_versions_response(
         make(module.ApiVersion, api_key=key, min_version=low, max_version=high)
         for key, (low, high) in sorted(apis.items())
     )
-    level = image.features.metadata_version
+    features = image.features
+    supported_levels, finalized_levels, epoch = api_versions_features(
+        features.metadata_version, features.finalized, image.offset)
     finalized: tuple[Any, ...] = ()
     supported: tuple[Any, ...] = ()
-    if level > 0 and hasattr(module, "FinalizedFeatureKey"):  # v3+
-        finalized = (make(module.FinalizedFeatureKey, name="metadata.version",
-                          max_version_level=level, min_version_level=level),)
-        supported = (make(module.SupportedFeatureKey, name="metadata.version",
-                          min_version=1, max_version=level),)
+    if hasattr(module, "FinalizedFeatureKey"):  # v3+
+        finalized = tuple(make(module.FinalizedFeatureKey, name=name, max_version_level=level,
+                               min_version_level=level) for name, level in finalized_levels)
+        supported = tuple(make(module.SupportedFeatureKey, name=name, min_version=low,
+                               max_version=high) for name, low, high in supported_levels)
     return make(
         module.ApiVersionsResponse,
         error_code=error,
         api_keys=keys,
         throttle_time=NO_THROTTLE,
         supported_features=supported,
-        finalized_features_epoch=image.offset if level > 0 else -1,
+        finalized_features_epoch=epoch,
         finalized_features=finalized,
     )
 

@@ -54,6 +54,7 @@ __all__ = [
     "FeatureUpdate",
     "UpdateFeaturesResult",
     "SUPPORTED_FEATURES",
+    "api_versions_features",
     "metadata_version_changed",
     "metadata_version_name",
     "update_features",
@@ -96,6 +97,21 @@ BOOTSTRAP_METADATA_VERSION: Final = MV_3_9_IV0
 SUPPORTED_FEATURES: Final[Mapping[str, tuple[int, int]]] = {
     METADATA_VERSION_FEATURE: (MV_3_0_IV1, MV_4_0_IV0),
 }
+
+
+def api_versions_features(
+    metadata_version: int, finalized: Mapping[str, int], offset: int
+) -> tuple[tuple[tuple[str, int, int], ...], tuple[tuple[str, int], ...], int]:
+    """What ApiVersions v3+ reports (KIP-584): the supported features (name, min, max), the
+    finalized ones (name, level) and their epoch -- in KRaft the offset of the image they
+    come from, as Kafka's brokers report it. Nothing is finalized (epoch -1) before the
+    bootstrap records set metadata.version."""
+    supported = tuple((name, low, high) for name, (low, high) in SUPPORTED_FEATURES.items())
+    if metadata_version <= 0:
+        return supported, (), -1
+    levels = ((METADATA_VERSION_FEATURE, metadata_version),
+              *sorted((name, level) for name, level in finalized.items() if level > 0))
+    return supported, levels, offset
 
 
 def metadata_version_name(level: int) -> str:
@@ -277,6 +293,9 @@ def update_features(
             _check_update(name, update.max_version_level, update.upgrade_type, current,
                           node_id, broker_ranges)
         except _Refused as refused:
-            return (), UpdateFeaturesResult(ErrorCode.invalid_update_version, str(refused))
+            return (), UpdateFeaturesResult(
+                ErrorCode.invalid_update_version,
+                "The update failed for all features since the following feature had an "
+                f"error: {refused}")
         records.append(FeatureLevelRecord(name=name, feature_level=update.max_version_level))
     return (() if validate_only else tuple(records)), UpdateFeaturesResult()

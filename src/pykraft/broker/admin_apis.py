@@ -1,7 +1,8 @@
 """Handlers for metadata APIs: topics, partitions, configs, leaders, cluster and quorum.
 
 Changes (CreateTopics, DeleteTopics, CreatePartitions, AlterConfigs,
-IncrementalAlterConfigs, ElectLeaders, AlterPartitionReassignments) are translated into the
+IncrementalAlterConfigs, ElectLeaders, AlterPartitionReassignments, UnregisterBroker,
+UpdateFeatures) are translated into the
 controller's neutral requests and forwarded through a `ControllerChannel` to the active
 controller — in-process on a combined node — which answers once the records are committed;
 so is ListPartitionReassignments, which reads the controller's state. Descriptions are read
@@ -16,6 +17,7 @@ from typing import Any, Final, Protocol
 from kio.schema.errors import ErrorCode
 
 from pykraft.broker.metadata_cache import MetadataCache
+from pykraft.controller.features import FeatureUpdate, UpdateFeaturesResult, UpgradeType
 from pykraft.controller.requests import (
     AlterableConfig,
     AlterConfigOp,
@@ -83,6 +85,12 @@ class ControllerChannel(Protocol):
         self, partitions: Mapping[str, Sequence[int]] | None
     ) -> tuple[ErrorCode, Sequence[OngoingTopicReassignments]]: ...
 
+    async def unregister_broker(self, broker_id: int) -> tuple[ErrorCode, str | None]: ...
+
+    async def update_features(
+        self, updates: Sequence[FeatureUpdate], *, validate_only: bool
+    ) -> UpdateFeaturesResult: ...
+
 
 class QuorumInfo(Protocol):
     """What DescribeQuorum reports (from the Raft driver). A node that does not lead the
@@ -133,6 +141,8 @@ class AdminApis:
             ApiKey.ELECT_LEADERS: self.elect_leaders,
             ApiKey.ALTER_PARTITION_REASSIGNMENTS: self.alter_partition_reassignments,
             ApiKey.LIST_PARTITION_REASSIGNMENTS: self.list_partition_reassignments,
+            ApiKey.UNREGISTER_BROKER: self.unregister_broker,
+            ApiKey.UPDATE_FEATURES: self.update_features,
         }
 
     # -- topics -----------------------------------------------------------------------
@@ -443,6 +453,37 @@ class AdminApis:
             brokers=tuple(make(module.DescribeClusterBroker, broker_id=i, host=h, port=p, rack=r)
                           for i, h, p, r in brokers),
         )
+
+    async def unregister_broker(self, context: RequestContext, request: Any) -> Any:
+        module = response_module(ApiKey.UNREGISTER_BROKER, context.header.api_version)
+        code, message = await self.controller.unregister_broker(request.broker_id)
+        return make(module.UnregisterBrokerResponse, throttle_time=NO_THROTTLE,
+                    error_code=code, error_message=message)
+
+    async def update_features(self, context: RequestContext, request: Any) -> Any:
+        """UpdateFeatures (KIP-584): as Kafka 3.9+, the request succeeds or fails as a whole;
+        v0-v1 list each feature with NONE on success, v2 has no per-feature results."""
+        version = context.header.api_version
+        module = response_module(ApiKey.UPDATE_FEATURES, version)
+        updates = [
+            FeatureUpdate(
+                update.feature, update.max_version_level,
+                UpgradeType.from_code(update.upgrade_type) if version >= 1
+                else UpgradeType.SAFE_DOWNGRADE if update.allow_downgrade
+                else UpgradeType.UPGRADE)
+            for update in request.feature_updates
+        ]
+        result = await self.controller.update_features(
+            updates, validate_only=bool(field(request, "validate_only", False)))
+        results: tuple[Any, ...] = ()
+        if result.error_code == ErrorCode.none and version <= 1:
+            names = dict.fromkeys(update.feature for update in updates)
+            results = tuple(make(module.UpdatableFeatureResult, feature=name,
+                                 error_code=ErrorCode.none, error_message=None)
+                            for name in names)
+        return make(module.UpdateFeaturesResponse, throttle_time=NO_THROTTLE,
+                    error_code=result.error_code, error_message=result.error_message,
+                    results=results)
 
     async def describe_quorum(self, context: RequestContext, request: Any) -> Any:
         module = response_module(ApiKey.DESCRIBE_QUORUM, context.header.api_version)

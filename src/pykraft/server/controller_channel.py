@@ -31,6 +31,8 @@ from typing import Any, Final, TypeVar
 
 from kio.schema.errors import ErrorCode
 
+from pykraft.controller.features import FeatureUpdate, UpdateFeaturesResult
+from pykraft.controller.producer_ids import ProducerIdsBlock
 from pykraft.controller.requests import (
     AlterConfigsResource,
     AlterConfigsResult,
@@ -76,6 +78,7 @@ T = TypeVar("T")
 BROKER_REGISTRATION: Final = ApiKey.BROKER_REGISTRATION  # KIP-631
 BROKER_HEARTBEAT: Final = ApiKey.BROKER_HEARTBEAT
 ALTER_PARTITION: Final = ApiKey.ALTER_PARTITION  # KIP-497
+ALLOCATE_PRODUCER_IDS: Final = ApiKey.ALLOCATE_PRODUCER_IDS  # KIP-730
 
 # the versions this channel speaks (served by every pykraft controller listener)
 CREATE_TOPICS_VERSION: Final = 7
@@ -89,6 +92,9 @@ ALTER_PARTITION_VERSION: Final = 3
 ELECT_LEADERS_VERSION: Final = 2
 ALTER_REASSIGNMENTS_VERSION: Final = 1
 LIST_REASSIGNMENTS_VERSION: Final = 0
+ALLOCATE_PRODUCER_IDS_VERSION: Final = 0
+UNREGISTER_BROKER_VERSION: Final = 0
+UPDATE_FEATURES_VERSION: Final = 2
 NOT_CONTROLLER_MESSAGE: Final = "no active controller answered in time"
 
 
@@ -493,6 +499,85 @@ class QuorumControllerChannel:
 
         # a second election of the same kind finds nothing to do: safe to resend
         return await self._route(local, remote, failed, idempotent=True)
+
+    # -- producer ids (KIP-730), unregistration, features (KIP-584) ----------------------
+
+    async def allocate_producer_ids(self, broker_id: int, broker_epoch: int) -> ProducerIdsBlock:
+        """AllocateProducerIds; raises ControllerRefused (STALE_BROKER_EPOCH, or
+        NOT_CONTROLLER when no active controller answered within the timeout)."""
+        async def local(server: ControllerServer) -> ProducerIdsBlock:
+            try:
+                return await server.run(
+                    lambda core: core.allocate_producer_ids(broker_id, broker_epoch))
+            except (NotController, OutcomeUnknown):
+                raise
+            except KafkaError as error:
+                raise ControllerRefused(error.code, str(error) or None) from error
+
+        async def remote(client: ActiveControllerClient) -> ProducerIdsBlock | None:
+            module = _module(ALLOCATE_PRODUCER_IDS, ALLOCATE_PRODUCER_IDS_VERSION)
+            request = make(module.AllocateProducerIdsRequest, broker_id=broker_id,
+                           broker_epoch=broker_epoch)
+            _, answer = await client.send(ALLOCATE_PRODUCER_IDS, ALLOCATE_PRODUCER_IDS_VERSION,
+                                          request)
+            if answer.error_code == ErrorCode.not_controller:
+                return None
+            if answer.error_code != ErrorCode.none:
+                raise ControllerRefused(answer.error_code)
+            return ProducerIdsBlock(broker_id, answer.producer_id_start, answer.producer_id_len)
+
+        # a block allocated twice wastes ids but never hands one out twice: safe to resend
+        return await self._route(local, remote, _refuse, idempotent=True)
+
+    async def unregister_broker(self, broker_id: int) -> tuple[ErrorCode, str | None]:
+        """UnregisterBroker: the error code and message (NONE, None when done)."""
+        async def local(server: ControllerServer) -> tuple[ErrorCode, str | None]:
+            try:
+                await server.run(lambda core: core.unregister_broker(broker_id))
+            except (NotController, OutcomeUnknown):
+                raise
+            except KafkaError as error:
+                return error.code, str(error) or None
+            return ErrorCode.none, None
+
+        async def remote(client: ActiveControllerClient) -> tuple[ErrorCode, str | None] | None:
+            module = _module(ApiKey.UNREGISTER_BROKER, UNREGISTER_BROKER_VERSION)
+            request = make(module.UnregisterBrokerRequest, broker_id=broker_id)
+            _, answer = await client.send(ApiKey.UNREGISTER_BROKER, UNREGISTER_BROKER_VERSION,
+                                          request)
+            if answer.error_code == ErrorCode.not_controller:
+                return None
+            return answer.error_code, answer.error_message
+
+        return await self._route(local, remote, lambda code, message: (code, message))
+
+    async def update_features(
+        self, updates: Sequence[FeatureUpdate], *, validate_only: bool
+    ) -> UpdateFeaturesResult:
+        async def local(server: ControllerServer) -> UpdateFeaturesResult:
+            return await server.run(
+                lambda core: core.update_features(updates, validate_only=validate_only))
+
+        async def remote(client: ActiveControllerClient) -> UpdateFeaturesResult | None:
+            module = _module(ApiKey.UPDATE_FEATURES, UPDATE_FEATURES_VERSION)
+            request = make(
+                module.UpdateFeaturesRequest, timeout=_timeout(self.timeout_ms),
+                validate_only=validate_only,
+                feature_updates=tuple(
+                    make(module.FeatureUpdateKey, feature=u.feature,
+                         max_version_level=u.max_version_level,
+                         upgrade_type=int(u.upgrade_type))
+                    for u in updates))
+            _, answer = await client.send(ApiKey.UPDATE_FEATURES, UPDATE_FEATURES_VERSION,
+                                          request)
+            if answer.error_code == ErrorCode.not_controller:
+                return None
+            return UpdateFeaturesResult(answer.error_code, answer.error_message)
+
+        # setting a level twice ends in the same level: safe to resend
+        return await self._route(local, remote,
+                                 lambda code, message: UpdateFeaturesResult(code, message),
+                                 idempotent=True)
 
     # -- reassignment (KIP-455) ---------------------------------------------------------
 

@@ -1,5 +1,5 @@
-"""BrokerRegistration (62), BrokerHeartbeat (63) (KIP-631) and AlterPartition (56, KIP-497)
-on the controller listener.
+"""BrokerRegistration (62), BrokerHeartbeat (63) (KIP-631), AlterPartition (56, KIP-497)
+and AllocateProducerIds (67, KIP-730) on the controller listener.
 
 Brokers that do not run the active controller in their own process register and heartbeat
 here over the network. A controller that is not the active one answers NOT_CONTROLLER and
@@ -26,6 +26,7 @@ from pykraft.controller.requests import (
 from pykraft.net.server import RequestContext
 from pykraft.protocol.entities import NO_THROTTLE, field, make, response_module
 from pykraft.server.controller_channel import (
+    ALLOCATE_PRODUCER_IDS,
     ALTER_PARTITION,
     BROKER_HEARTBEAT,
     BROKER_REGISTRATION,
@@ -38,6 +39,7 @@ LIFECYCLE_APIS: Final[dict[int, tuple[int, int]]] = {
     BROKER_REGISTRATION: (0, 4),
     BROKER_HEARTBEAT: (0, 1),
     ALTER_PARTITION: (2, 3),  # v0-v1 (topic names) are below Kafka 4.0's baseline
+    ALLOCATE_PRODUCER_IDS: (0, 0),
 }
 
 
@@ -71,6 +73,7 @@ class LifecycleApis:
             BROKER_REGISTRATION: self.broker_registration,
             BROKER_HEARTBEAT: self.broker_heartbeat,
             ALTER_PARTITION: self.alter_partition,
+            ALLOCATE_PRODUCER_IDS: self.allocate_producer_ids,
         }
 
     async def broker_registration(self, context: RequestContext, request: Any) -> Any:
@@ -146,3 +149,15 @@ class LifecycleApis:
                          partition_epoch=p.partition_epoch)
                     for p in t.partitions))
                 for t in results))
+
+    async def allocate_producer_ids(self, context: RequestContext, request: Any) -> Any:
+        module = response_module(ALLOCATE_PRODUCER_IDS, context.header.api_version)
+        try:
+            block = await self.channel.allocate_producer_ids(request.broker_id,
+                                                             request.broker_epoch)
+        except ControllerRefused as refused:
+            return make(module.AllocateProducerIdsResponse, throttle_time=NO_THROTTLE,
+                        error_code=refused.code, producer_id_start=0, producer_id_len=0)
+        return make(module.AllocateProducerIdsResponse, throttle_time=NO_THROTTLE,
+                    error_code=ErrorCode.none, producer_id_start=block.first_producer_id,
+                    producer_id_len=block.size)

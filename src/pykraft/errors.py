@@ -220,3 +220,11 @@ class NotEnoughReplicasAfterAppend(KafkaError):
 
 class NoReassignmentInProgress(KafkaError):
     code = ErrorCode.no_reassignment_in_progress
+
+
+class OutOfOrderSequenceNumber(KafkaError):
+    code = ErrorCode.out_of_order_sequence_number
+
+
+class InvalidProducerEpoch(KafkaError):
+    code = ErrorCode.invalid_producer_epoch

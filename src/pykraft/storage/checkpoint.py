@@ -53,11 +53,12 @@ def fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
-def write_atomically(path: Path, text: str, *, sync: bool = True) -> None:
+def write_atomically(path: Path, text: str | bytes, *, sync: bool = True) -> None:
     """Replace `path` by a file holding `text`; with `sync`, durably (see the module doc)."""
     temporary = path.with_name(path.name + ".tmp")
-    with open(temporary, "w", encoding="utf-8") as stream:
-        stream.write(text)
+    data = text.encode() if isinstance(text, str) else text
+    with open(temporary, "wb") as stream:
+        stream.write(data)
         if sync:
             stream.flush()
             os.fsync(stream.fileno())

@@ -30,6 +30,7 @@ asynchronously; a restart removes any that remain.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import uuid
@@ -42,6 +43,7 @@ from pathlib import Path
 from typing import Final
 
 from pykraft.errors import (
+    CorruptRecord,
     InconsistentTopicId,
     InvalidRecord,
     InvalidTimestamp,
@@ -66,6 +68,15 @@ from pykraft.storage.checkpoint import (
 )
 from pykraft.storage.leader_epoch import LEADER_EPOCH_CHECKPOINT_FILE, LeaderEpochCache
 from pykraft.storage.log_config import LogConfig
+from pykraft.storage.producer_state import (
+    BatchMetadata,
+    ProducerState,
+    delete_snapshots,
+    list_snapshots,
+    read_snapshot,
+    snapshot_path,
+    write_snapshot,
+)
 from pykraft.storage.segment import LogSegment
 from pykraft.storage.timestamp_search import (
     EARLIEST_LOCAL_TIMESTAMP,
@@ -77,6 +88,8 @@ from pykraft.storage.timestamp_search import (
 from pykraft.storage.txn_index import TxnState
 
 __all__ = ["AppendInfo", "Log", "ReadInfo", "parse_topic_partition"]
+
+log = logging.getLogger(__name__)
 
 NO_TIMESTAMP: Final = -1
 DELETED_SUFFIX: Final = log_files.DELETED_SUFFIX
@@ -143,6 +156,7 @@ class Log:
         self._directory_dirty = False
         self._closed = False
         self._txns: TxnState | None = None  # built on first use (read_committed)
+        self._producers: ProducerState | None = None  # built on first use (idempotence)
 
     # -- opening -----------------------------------------------------------------------------
 
@@ -178,6 +192,7 @@ class Log:
             log.truncate_fully_and_start_at(start, now_ms=now_ms)
         epoch_cache.truncate_from_end(log.log_end_offset)
         epoch_cache.truncate_from_start(log.log_start_offset)
+        delete_snapshots(dir, above=log.log_end_offset)  # of batches recovery cut off
         return log
 
     # -- properties ---------------------------------------------------------------------------
@@ -271,6 +286,10 @@ class Log:
         self._validate_producer_batches(batches, len(records), now_ms)
         if self._config.compact:
             self._check_keys(records, batches)
+        if any(header.producer_id >= 0 for _, header in batches):
+            duplicate = self.producer_state.check(header for _, header in batches)
+            if duplicate is not None:
+                return self._duplicate_info(duplicate)
         log_append_time = self._config.is_log_append_time
         offset = first_offset = self._log_end_offset
         entries: list[tuple[int, int, int]] = []
@@ -287,6 +306,7 @@ class Log:
             offset = last + 1
         self._write(records, entries, first_offset, best[0], now_ms)
         self._note_txns(records, batches)
+        self._note_producers(records, batches)
         self._assign_epoch(leader_epoch, first_offset)
         self._maybe_flush_after_append(now_ms)
         return AppendInfo(
@@ -383,6 +403,7 @@ class Log:
             previous_last = header.last_offset
         self._write(records, entries, first_offset, best[0], now_ms)
         self._note_txns(records, batches)
+        self._note_producers(records, batches)
         for _, header in batches:
             self._assign_epoch(header.partition_leader_epoch, header.base_offset)
         self._maybe_flush_after_append(now_ms)
@@ -464,6 +485,7 @@ class Log:
 
     def _roll_at(self, base_offset: int, now_ms: int) -> LogSegment:
         invariant(base_offset >= self._log_end_offset, f"roll at {base_offset} below log end")
+        self._snapshot_producers()
         self._active.on_become_inactive()
         segment = LogSegment.create(self.dir, base_offset, self._config, now_ms)
         self._segments.append(segment)
@@ -562,6 +584,69 @@ class Log:
                 header = read_header(records, position)  # with the offsets now assigned
                 self._txns.on_batch(header, partial(_batch_bytes, records, position, old.size))
 
+    # -- idempotent producers (storage.producer_state) ----------------------------------------
+
+    @property
+    def producer_state(self) -> ProducerState:
+        """The producers' epochs and last batches: on first use, the newest snapshot at or
+        below the log end plus one pass over the batch headers after it; then kept up to
+        date by appends."""
+        if self._producers is None:
+            self._producers = self._load_producer_state()
+        return self._producers
+
+    def _load_producer_state(self) -> ProducerState:
+        state = ProducerState(end_offset=self._segments[0].base_offset)
+        for offset in reversed(list_snapshots(self.dir)):
+            if offset > self._log_end_offset:
+                continue
+            try:
+                state = read_snapshot(self.dir, offset)
+                break
+            except (CorruptRecord, OSError) as error:
+                log.warning("producer snapshot %d of %s is unreadable (%s); deleting it",
+                            offset, self.dir.name, error)
+                snapshot_path(self.dir, offset).unlink(missing_ok=True)
+        start = state.end_offset
+        for segment in self._segments[self._segment_for(start):]:
+            found = segment.find_batch(start)
+            if found is not None:
+                for _, header in segment.iter_headers(found[0]):
+                    if header.base_offset >= start:
+                        state.apply(header)
+        state.end_offset = self._log_end_offset
+        return state
+
+    def _note_producers(self, records: bytes | bytearray,
+                        batches: list[tuple[int, BatchHeader]]) -> None:
+        state = self._producers
+        if state is None:
+            return  # not built yet: the first use scans these batches too
+        for position, old in batches:
+            if old.producer_id >= 0:
+                state.apply(read_header(records, position))  # with the offsets assigned
+        state.end_offset = self._log_end_offset
+
+    def _duplicate_info(self, duplicate: BatchMetadata) -> AppendInfo:
+        """A retried batch already in the log: answered with the first copy's offsets."""
+        return AppendInfo(
+            first_offset=duplicate.first_offset, last_offset=duplicate.last_offset,
+            max_timestamp=duplicate.timestamp, offset_of_max_timestamp=duplicate.last_offset,
+            log_append_time_ms=NO_TIMESTAMP, log_start_offset=self._log_start_offset,
+            valid_bytes=0, batch_count=0)
+
+    def _snapshot_producers(self) -> None:
+        """Write the producer state in use as `<log end>.snapshot` (nothing if not built)."""
+        state = self._producers
+        if state is None or list_snapshots(self.dir)[-1:] == [self._log_end_offset]:
+            return
+        state.end_offset = self._log_end_offset
+        write_snapshot(self.dir, state)
+
+    def expire_producers(self, now_ms: int, expiration_ms: int) -> int:
+        """producer.id.expiration.ms: forget idle producers without an open transaction."""
+        return 0 if self._producers is None else self._producers.expire(now_ms, expiration_ms)
+
     # -- timestamps --------------------------------------------------------------------------
 
     def fetch_offset_by_timestamp(self, timestamp: int) -> tuple[int, int] | None:
@@ -659,6 +744,8 @@ class Log:
         self._directory_dirty = True
         self._log_end_offset = offset
         self._txns = None  # a marker may be gone: built again on next use
+        self._producers = None  # so may producer batches: built again from a snapshot
+        delete_snapshots(self.dir, above=offset)
         self.leader_epoch_cache.truncate_from_end(offset)
         self._log_start_offset = min(self._log_start_offset, offset)
         self._recovery_point = min(self._recovery_point, offset)
@@ -678,6 +765,8 @@ class Log:
         self._recovery_point = self._high_watermark = offset
         self._roll_flush_offset = None
         self._txns = None
+        self._producers = ProducerState(end_offset=offset)
+        delete_snapshots(self.dir)
 
     def maybe_increment_log_start_offset(self, offset: int) -> bool:
         """Move the log start forward (DeleteRecords); segments below it go at retention."""
@@ -794,6 +883,8 @@ class Log:
             self._schedule_delete(segment, now_ms)
         self._log_start_offset = max(self._log_start_offset, self._segments[0].base_offset)
         self.leader_epoch_cache.truncate_from_start(self._log_start_offset)
+        snapshots = list_snapshots(self.dir)
+        delete_snapshots(self.dir, snapshots[-1:], below=self._segments[0].base_offset)
         self._high_watermark = max(self._high_watermark, self._log_start_offset)
         self._recovery_point = max(self._recovery_point, self._log_start_offset)
         return len(doomed)
@@ -815,17 +906,23 @@ class Log:
 
     # -- closing ---------------------------------------------------------------------------------
 
-    def close(self) -> None:
-        """Close files (no fsync: call flush first for a clean shutdown)."""
+    def close(self, *, snapshot: bool = True) -> None:
+        """Close files (no fsync: call flush first for a clean shutdown). A producer state
+        in use is written as a snapshot at the log end, so the next open reads no batch."""
         if self._closed:
             return
+        if snapshot:
+            try:
+                self._snapshot_producers()
+            except OSError as error:
+                log.warning("cannot write the producer snapshot of %s: %s", self.dir.name, error)
         for segment in self._segments:
             segment.close()
         self._closed = True
 
     def delete(self) -> None:
         """Close and remove the whole partition directory."""
-        self.close()
+        self.close(snapshot=False)
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def check_invariants(self) -> None:

@@ -13,7 +13,9 @@ through the controller channel (replication factor transaction.state.log.replica
 capped by the live brokers, min.insync.replicas transaction.state.log.min.isr, compacted).
 
 InitProducerId without a transactional id (an idempotent producer) gets a fresh producer id
-at epoch 0 from the same producer-id source the coordinator draws from.
+at epoch 0 from the same producer-id source the coordinator draws from: blocks of ids from
+the active controller (transaction_coordinator.producer_ids); while the broker has no id,
+COORDINATOR_LOAD_IN_PROGRESS, which clients retry.
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ import asyncio
 import datetime
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from pathlib import Path
 from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
@@ -39,7 +40,7 @@ from pykraft.broker.transaction_coordinator.core import (
     TxnConfig,
     TxnDescription,
 )
-from pykraft.broker.transaction_coordinator.producer_ids import LocalProducerIdSource
+from pykraft.broker.transaction_coordinator.producer_ids import ProducerIdManager
 from pykraft.broker.transaction_coordinator.shell import (
     TRANSACTION_STATE_TOPIC,
     TransactionCoordinatorShell,
@@ -358,17 +359,18 @@ def _datetime(ms: int) -> datetime.datetime:
 class TransactionParts:
     """The broker's transaction machinery, built in one place for the node: the coordinator
     (core and shell), the marker writer (WriteTxnMarkers' receiving side) and sender, and
-    the producer-id source."""
+    the producer-id manager (its blocks come from the controller: shell.ProducerIdBlocks)."""
 
     def __init__(self, node_id: int, replicas: ReplicaManager, cache: MetadataCache,
-                 values: Mapping[str, str], log_dir: Path,
+                 values: Mapping[str, str],
                  broker_address: Callable[[int], tuple[str, int] | None],
                  now_ms: Callable[[], int],
                  producer_ids: Callable[[], int | None] | None = None) -> None:
         self.node_id = node_id
         self.cache = cache
         self.values = values
-        self.producer_ids = producer_ids or LocalProducerIdSource(node_id, log_dir)
+        self.producer_id_manager = ProducerIdManager()
+        self.producer_ids = producer_ids or self.producer_id_manager
         self.writer = MarkerWriter(replicas, cache, now_ms)
         timeout_ms = int(values.get("request.timeout.ms", "30000"))
         connections: dict[int, BrokerConnection] = {}

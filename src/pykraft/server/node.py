@@ -48,8 +48,9 @@ from pykraft.broker.replica_manager import (
     alter_partition_result,
 )
 from pykraft.broker.transaction_apis import TransactionParts
+from pykraft.broker.transaction_coordinator.shell import ProducerIdBlocks
 from pykraft.controller.config import ControllerConfig
-from pykraft.controller.features import BOOTSTRAP_METADATA_VERSION, MINIMUM_KRAFT_METADATA_VERSION
+from pykraft.controller.features import SUPPORTED_FEATURES
 from pykraft.controller.quorum_controller import QuorumController
 from pykraft.controller.requests import BrokerFeatureRange
 from pykraft.controller.requests import Listener as ControllerListener
@@ -186,6 +187,7 @@ class Node:
                 asyncio.create_task(self.groups.run(), name="group-coordinator"),
                 asyncio.create_task(self.transactions.shell.run(),
                                     name="transaction-coordinator"),
+                asyncio.create_task(self._producer_id_blocks().run(), name="producer-ids"),
                 asyncio.create_task(self.replicas.run_isr_checks(), name="isr-checks"),
             ]
         if self.is_controller:
@@ -245,12 +247,18 @@ class Node:
             self.node_id, self.replicas, self.cache, wall_clock_ms)
         self.loader.publishers.append(self.groups.on_metadata)
         self.transactions = TransactionParts(
-            self.node_id, self.replicas, self.cache, values, self.config.log_dirs[0],
-            self._broker_address, wall_clock_ms)
+            self.node_id, self.replicas, self.cache, values, self._broker_address,
+            wall_clock_ms)
         self.loader.publishers.append(self.transactions.shell.on_metadata)
         self.transactions.writer.listeners.append(  # TxnOffsetCommit offsets at their marker
             lambda partition, marker, _: self.groups.on_marker(partition, marker.producer_id,
                                                                 marker.commit))
+
+    def _producer_id_blocks(self) -> ProducerIdBlocks:
+        """The task that asks the active controller for blocks of producer ids (KIP-730)."""
+        assert self.channel is not None
+        return ProducerIdBlocks(self.transactions.producer_id_manager, self.channel,
+                                self.node_id, lambda: self.broker_epoch)
 
     def _broker_address(self, broker_id: int) -> tuple[str, int] | None:
         """A broker's inter-broker listener, from the metadata image (replica fetchers)."""
@@ -416,8 +424,8 @@ class Node:
         """Register with the active controller (in-process or over the network, retried
         until one answers), then heartbeat until unfenced (caught up with the metadata)."""
         assert self.channel is not None
-        features = [BrokerFeatureRange("metadata.version", MINIMUM_KRAFT_METADATA_VERSION,
-                                       BOOTSTRAP_METADATA_VERSION)]
+        features = [BrokerFeatureRange(name, low, high)
+                    for name, (low, high) in SUPPORTED_FEATURES.items()]
         backoff = Backoff(initial_ms=50, max_ms=1000)
         while True:
             try:

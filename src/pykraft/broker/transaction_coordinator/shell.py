@@ -20,7 +20,7 @@ import asyncio
 import itertools
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -32,17 +32,21 @@ from pykraft.broker.transaction_coordinator.core import (
     Reply,
     TransactionCoordinator,
 )
+from pykraft.broker.transaction_coordinator.producer_ids import ProducerIdManager
 from pykraft.broker.transaction_coordinator.records import decode_record, encode_record
+from pykraft.controller.producer_ids import ProducerIdsBlock
 from pykraft.errors import CorruptRecord, KafkaError, NotLeaderOrFollower
 from pykraft.metadata.image import MetadataDelta, MetadataImage
 from pykraft.records.record import build_batch, iter_records
 
-__all__ = ["TRANSACTION_STATE_TOPIC", "TransactionCoordinatorShell"]
+__all__ = ["TRANSACTION_STATE_TOPIC", "TransactionCoordinatorShell", "ProducerIdBlocks"]
 
 log = logging.getLogger(__name__)
 
 TRANSACTION_STATE_TOPIC: Final = "__transaction_state"
 LOAD_BATCHES_PER_YIELD: Final = 64
+PRODUCER_IDS_BACKOFF_MS: Final = 50
+PRODUCER_IDS_BACKOFF_MAX_MS: Final = 1000
 
 SendMarkers = Callable[[MarkerRequest], Awaitable[dict[tuple[str, int], ErrorCode]]]
 
@@ -235,3 +239,50 @@ class TransactionCoordinatorShell:
         finally:
             for task in list(self._tasks):
                 task.cancel()
+
+
+# -- producer id blocks (KIP-730) ------------------------------------------------------
+
+
+class ControllerAllocator(Protocol):
+    async def allocate_producer_ids(
+        self, broker_id: int, broker_epoch: int
+    ) -> ProducerIdsBlock: ...
+
+
+class ProducerIdBlocks:
+    """The asyncio side: asks the active controller for each block the manager wants."""
+
+    def __init__(self, manager: ProducerIdManager, controller: ControllerAllocator,
+                 broker_id: int, broker_epoch: Callable[[], int]) -> None:
+        self.manager = manager
+        self.controller = controller
+        self.broker_id = broker_id
+        self.broker_epoch = broker_epoch
+        self._wake = asyncio.Event()
+        manager.on_want = self._wake.set
+
+    async def run(self) -> None:
+        self.manager.want_block()  # the first block, before the first producer asks
+        backoff_ms = PRODUCER_IDS_BACKOFF_MS
+        while True:
+            if not self.manager.block_wanted:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            try:
+                block = await self.controller.allocate_producer_ids(
+                    self.broker_id, self.broker_epoch())
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:  # noqa: BLE001 - any failure: ask again later
+                log.warning("AllocateProducerIds failed: %s; retrying", error)
+                await asyncio.sleep(backoff_ms / 1000)
+                backoff_ms = min(backoff_ms * 2, PRODUCER_IDS_BACKOFF_MAX_MS)
+                continue
+            if self.manager.block_received(block):
+                backoff_ms = PRODUCER_IDS_BACKOFF_MS
+                log.info("broker %d got producer ids %d to %d", self.broker_id,
+                         block.first_producer_id, block.last_producer_id)
+            else:
+                await asyncio.sleep(backoff_ms / 1000)

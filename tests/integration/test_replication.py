@@ -17,10 +17,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import signal
-import socket
 import threading
 import time
 import uuid
@@ -40,6 +38,7 @@ from kio.schema.produce.v9.request import (
 
 from pykraft.records.record import build_batch
 from pykraft.testing import LocalCluster, free_port
+from pykraft.testing.proxy import FaultProxy
 from pykraft.testing.wire import WireClient
 
 T = TypeVar("T")
@@ -412,70 +411,6 @@ def test_ten_leader_kills_lose_no_acknowledged_write(cluster: LocalCluster) -> N
     kill_leader_while_producing(cluster, topic, kills=10, rejoin_isr=True)
 
 
-class Proxy:
-    """A TCP relay on loopback that a test can cut (every connection through it closed,
-    new ones closed at once) and heal."""
-
-    def __init__(self, target_port: int) -> None:
-        self.target_port = target_port
-        self.server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.server.bind(("127.0.0.1", 0))
-        self.server.listen(64)
-        self.port = int(self.server.getsockname()[1])
-        self.is_cut = False
-        self._lock = threading.Lock()
-        self._sockets: set[socket.socket] = set()
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.server.accept()
-            except OSError:
-                return
-            if self.is_cut:
-                client.close()
-                continue
-            try:
-                upstream = socket.create_connection(("127.0.0.1", self.target_port), 5)
-            except OSError:
-                client.close()
-                continue
-            with self._lock:
-                self._sockets |= {client, upstream}
-            for source, target in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(source, target), daemon=True).start()
-
-    def _pump(self, source: socket.socket, target: socket.socket) -> None:
-        try:
-            while data := source.recv(65536):
-                target.sendall(data)
-        except OSError:
-            pass
-        for sock in (source, target):
-            with contextlib.suppress(OSError):
-                sock.close()
-            with self._lock:
-                self._sockets.discard(sock)
-
-    def cut(self) -> None:
-        self.is_cut = True
-        with self._lock:
-            doomed, self._sockets = self._sockets, set()
-        for sock in doomed:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            sock.close()
-
-    def heal(self) -> None:
-        self.is_cut = False
-
-    def close(self) -> None:
-        self.cut()
-        self.server.close()
-
-
 def raw_produce(bootstrap: str, topic: str, acks: int) -> ErrorCode:
     """One Produce v9 of a one-record batch ("isolated") to partition 0; its error code."""
     request = ProduceRequest(acks=acks, timeout=datetime.timedelta(seconds=2),
@@ -496,11 +431,11 @@ def test_an_isolated_leader_acknowledges_nothing_and_truncates_after_healing() -
     Every write a producer had acknowledged is in the final log, in order."""
     cluster = LocalCluster(controllers=1, brokers=3, configs=FAST)
     controller_port = cluster.nodes[1].controller_port
-    proxies: dict[int, tuple[Proxy, Proxy]] = {}
+    proxies: dict[int, tuple[FaultProxy, FaultProxy]] = {}
     for broker in cluster.broker_ids:
         node = cluster.nodes[broker]
         replication_port = free_port()
-        replication, to_controller = Proxy(replication_port), Proxy(controller_port)
+        replication, to_controller = FaultProxy(replication_port), FaultProxy(controller_port)
         proxies[broker] = (replication, to_controller)
         cluster.set_node_configs(broker, {
             "listeners": f"PLAINTEXT://127.0.0.1:{node.broker_port},"

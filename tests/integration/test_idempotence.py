@@ -197,3 +197,21 @@ def test_producer_state_survives_a_restart(stop: str) -> None:
             assert raw_produce(client, topic, producer_id=pid, epoch=0, sequence=10) == \
                 (ErrorCode.none, 10)
         assert len(read_all(cluster.bootstrap_servers, topic, 12, partitions=1)[0]) == 12
+
+
+def test_idle_producers_expire() -> None:
+    """producer.id.expiration.ms: once a producer's state is gone, it may continue at any
+    sequence (before, a gap is OUT_OF_ORDER_SEQUENCE_NUMBER)."""
+    with LocalCluster(configs={"producer.id.expiration.ms": "1500",
+                               "producer.id.expiration.check.interval.ms": "200"}) as cluster:
+        topic = f"expire-{uuid.uuid4().hex[:8]}"
+        create_topic(cluster.bootstrap_servers, topic, partitions=1)
+        pid = 7_000_003
+        with WireClient(cluster.bootstrap_servers) as client:
+            assert raw_produce(client, topic, producer_id=pid, epoch=0, sequence=0)[0] == \
+                ErrorCode.none
+            assert raw_produce(client, topic, producer_id=pid, epoch=0, sequence=50)[0] == \
+                ErrorCode.out_of_order_sequence_number
+            time.sleep(3)
+            assert raw_produce(client, topic, producer_id=pid, epoch=0, sequence=50) == \
+                (ErrorCode.none, 2)

@@ -113,6 +113,8 @@ SERVER_KEYS: Final[dict[str, ServerKey]] = {
         ServerKey("transaction.state.log.segment.bytes", "int", "104857600", 1),
         ServerKey("transaction.max.timeout.ms", "int", "900000", 1),
         ServerKey("transactional.id.expiration.ms", "int", "604800000", 1),
+        ServerKey("producer.id.expiration.ms", "int", "86400000", 1),
+        ServerKey("producer.id.expiration.check.interval.ms", "int", "600000", 1),
         ServerKey("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int",
                   "10000", 1),
         ServerKey("transaction.remove.expired.transaction.cleanup.interval.ms", "int",

@@ -578,7 +578,9 @@ class Node:
     async def _housekeeping_loop(self) -> None:
         retention_every_ms = self.config.get_int("log.retention.check.interval.ms")
         checkpoint_every_ms = self.config.get_int("log.flush.offset.checkpoint.interval.ms")
-        next_retention = next_checkpoint = wall_clock_ms()
+        expire_every_ms = self.config.get_int("producer.id.expiration.check.interval.ms")
+        producer_expiration_ms = self.config.get_int("producer.id.expiration.ms")
+        next_retention = next_checkpoint = next_expiry = wall_clock_ms()
         assert self.log_manager is not None
         while True:
             now = wall_clock_ms()
@@ -587,6 +589,9 @@ class Node:
                     self.log_manager.run_retention(now)
                     next_retention = now + retention_every_ms
                 self.log_manager.flush_due(now)
+                if now >= next_expiry:
+                    self.log_manager.expire_producers(now, producer_expiration_ms)
+                    next_expiry = now + expire_every_ms
                 if now >= next_checkpoint:
                     self.log_manager.checkpoint()
                     next_checkpoint = now + checkpoint_every_ms
@@ -594,7 +599,7 @@ class Node:
                 self._fatal(error)
             except Exception:
                 log.exception("log housekeeping failed")
-            await asyncio.sleep(min(1.0, retention_every_ms / 1000))
+            await asyncio.sleep(min(1.0, retention_every_ms / 1000, expire_every_ms / 1000))
 
     # -- metrics --------------------------------------------------------------------
 

@@ -257,6 +257,10 @@ class LogManager:
             log.delete_pending(now_ms)
         return deleted
 
+    def expire_producers(self, now_ms: int, expiration_ms: int) -> int:
+        """producer.id.expiration.ms over every log; return how many producers went."""
+        return sum(log.expire_producers(now_ms, expiration_ms) for log in self.logs())
+
     def flush_due(self, now_ms: int) -> int:
         """Flush logs whose flush.ms passed or whose rolled segment awaits fsync; count them."""
         return sum(1 for log in self._logs.values() if log.flush_due(now_ms))

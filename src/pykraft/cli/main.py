@@ -9,6 +9,8 @@
     pykraft reassign-partitions --bootstrap-server H:P --generate|--execute|--verify|...
     pykraft metadata-quorum --bootstrap-controller H:P describe --status | --replication
     pykraft log-cleaner --describe --metrics-url URL [--topic T]
+    pykraft cluster cluster-id | unregister --bootstrap-server H:P --id N
+    pykraft features --bootstrap-server H:P describe | upgrade | downgrade | disable ...
 
 Every failure the user can act on ends as one line on stderr and exit code 1 (a usage
 mistake, a broker's refusal, an unreadable file); `--help` and `--version` exit 0. Server
@@ -28,11 +30,13 @@ from confluent_kafka import KafkaException
 
 import pykraft
 from pykraft.cli import (
+    cluster,
     console_consumer,
     console_producer,
     consumer_groups,
     delete_records,
     dump_log,
+    features,
     leader_election,
     log_cleaner,
     metadata_quorum,
@@ -67,6 +71,8 @@ def build_parser() -> ArgumentParser:
     log_cleaner.add_parser(commands)
     perf.add_parser(commands)
     transactions.add_parser(commands)
+    cluster.add_parser(commands)
+    features.add_parser(commands)
     return parser
 
 

@@ -62,6 +62,7 @@ class ProtocolClient:
         self._sock: socket.socket | None = None
         self.address = ""
         self._versions: dict[int, tuple[int, int]] = {}
+        self.api_versions: Any = None  # the server's ApiVersions answer (features from v3)
         self._connect([server.strip() for server in bootstrap.split(",") if server.strip()])
 
     def _connect(self, servers: list[str]) -> None:
@@ -105,6 +106,7 @@ class ProtocolClient:
             raise CommandError(
                 f"{self.address} refused ApiVersions: {error_name(response.error_code)}"
             )
+        self.api_versions = response
         return {
             int(api.api_key): (int(api.min_version), int(api.max_version))
             for api in response.api_keys

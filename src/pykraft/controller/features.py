@@ -57,6 +57,7 @@ __all__ = [
     "api_versions_features",
     "metadata_version_changed",
     "metadata_version_name",
+    "metadata_version_level",
     "update_features",
 ]
 
@@ -118,6 +119,18 @@ def metadata_version_name(level: int) -> str:
     """Kafka's name of a metadata.version level ("3.9-IV0"), or the level itself."""
     known = _METADATA_VERSIONS.get(level)
     return known[0] if known is not None else str(level)
+
+
+def metadata_version_level(text: str) -> int | None:
+    """The level of a metadata.version given by name: "3.9-IV0" exactly, or a release
+    ("3.7"), which means its latest level (Kafka's MetadataVersion.fromVersionString)."""
+    wanted = text.strip().upper()
+    exact = [level for level, (name, _) in _METADATA_VERSIONS.items() if name.upper() == wanted]
+    if exact:
+        return exact[0]
+    of_release = [level for level, (name, _) in _METADATA_VERSIONS.items()
+                  if name.split("-")[0] == wanted]
+    return max(of_release) if of_release else None
 
 
 def metadata_version_changed(source: int, target: int) -> bool:

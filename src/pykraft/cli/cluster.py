@@ -1,0 +1,91 @@
+"""`pykraft cluster`: the cluster id and broker unregistration, like kafka-cluster.sh.
+
+    pykraft cluster cluster-id (--bootstrap-server H:P | --bootstrap-controller H:P)
+    pykraft cluster unregister (--bootstrap-server H:P | --bootstrap-controller H:P) --id N
+
+`unregister` sends UnregisterBroker (api 64; no Python client library has it), which a
+broker forwards to the active controller. As in Kafka, the controller unregisters any
+registered broker, even a running one (which then registers again); it is meant for a
+broker that is gone for good, whose registration would otherwise hold back metadata.version
+upgrades. An id that is not registered is refused with BROKER_ID_NOT_REGISTERED.
+"""
+
+from __future__ import annotations
+
+import argparse
+from types import ModuleType
+from typing import Any, Final
+
+from kio.schema.errors import ErrorCode
+
+from pykraft.cli.args import ArgumentParser, CommandError, UsageError, parse_bootstrap_servers
+from pykraft.cli.protocol_client import ProtocolClient, error_name
+
+__all__ = ["add_parser", "unregister_broker", "cluster_id"]
+
+UNREGISTER_BROKER: Final = 64
+DESCRIBE_CLUSTER: Final = 60
+_TIMEOUT_S: Final = 30.0
+
+
+def add_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
+    parser = commands.add_parser(
+        "cluster", help="cluster id and broker unregistration (kafka-cluster.sh)",
+        description="The Kafka cluster tool.")
+    actions = parser.add_subparsers(dest="cluster_command", required=True,
+                                    metavar="{cluster-id,unregister}")
+    cluster_id_ = actions.add_parser("cluster-id", help="get information about the ID of a "
+                                     "cluster")
+    unregister = actions.add_parser("unregister", help="unregister a broker")
+    for action in (cluster_id_, unregister):
+        connection = action.add_mutually_exclusive_group()
+        connection.add_argument("--bootstrap-server", "-b", metavar="HOST:PORT[,...]",
+                                help="brokers to connect to")
+        connection.add_argument("--bootstrap-controller", "-C", metavar="HOST:PORT[,...]",
+                                help="controllers to connect to")
+        action.add_argument("--config", "-c", metavar="FILE", help="ignored (PLAINTEXT only)")
+    unregister.add_argument("--id", "-i", type=int, required=True, metavar="ID",
+                            help="the ID of the broker to unregister")
+    cluster_id_.set_defaults(handler=_cluster_id_args)
+    unregister.set_defaults(handler=_unregister_args)
+
+
+def _servers(args: argparse.Namespace) -> str:
+    bootstrap = args.bootstrap_server or args.bootstrap_controller
+    if not bootstrap:
+        raise UsageError("one of --bootstrap-server or --bootstrap-controller must be specified")
+    return parse_bootstrap_servers(bootstrap)
+
+
+def _cluster_id_args(args: argparse.Namespace) -> int:
+    print(f"Cluster ID: {cluster_id(_servers(args))}")
+    return 0
+
+
+def _unregister_args(args: argparse.Namespace) -> int:
+    unregister_broker(_servers(args), args.id)
+    print(f"Broker {args.id} is no longer registered.")
+    return 0
+
+
+def cluster_id(servers: str, *, timeout_s: float = _TIMEOUT_S) -> str:
+    def build(module: ModuleType, version: int) -> Any:
+        return module.DescribeClusterRequest(include_cluster_authorized_operations=False)
+
+    with ProtocolClient(servers, timeout_s=timeout_s, client_id="pykraft-cluster") as client:
+        _, response = client.request(DESCRIBE_CLUSTER, "DescribeCluster", (0, 1), build)
+    if response.error_code != ErrorCode.none:
+        raise CommandError(f"DescribeCluster failed: {error_name(response.error_code)}")
+    return str(response.cluster_id)
+
+
+def unregister_broker(servers: str, broker_id: int, *, timeout_s: float = _TIMEOUT_S) -> None:
+    """UnregisterBroker; raises CommandError with the controller's refusal."""
+    def build(module: ModuleType, version: int) -> Any:
+        return module.UnregisterBrokerRequest(broker_id=broker_id)
+
+    with ProtocolClient(servers, timeout_s=timeout_s, client_id="pykraft-cluster") as client:
+        _, response = client.request(UNREGISTER_BROKER, "UnregisterBroker", (0, 0), build)
+    if response.error_code != ErrorCode.none:
+        message = f": {response.error_message}" if response.error_message else ""
+        raise CommandError(f"{error_name(response.error_code)}{message}")

@@ -707,3 +707,46 @@ def test_consume_transform_produce_is_exactly_once_under_kill_9(
     assert sorted(output) == sorted(f"RECORD-{index}".encode() for index in range(total))
     raw = consume_all(bootstrap, sink, 1, "read_uncommitted", total, wait_s=10)
     assert len(raw) >= total  # aborted copies may be there, never visible to read_committed
+
+def test_transactions_tool_describes_producers_and_aborts_at_a_start_offset(
+        pykraft_cluster: LocalCluster, capsys: pytest.CaptureFixture[str]) -> None:
+    """describe-producers (DescribeProducers) shows an idempotent producer's last sequence
+    and a transactional one's open transaction; abort --start-offset finds and aborts it."""
+    from pykraft.cli.main import main
+
+    bootstrap = pykraft_cluster.bootstrap_servers
+    topic = unique("txn-producers")
+    create_topic(bootstrap, topic, partitions=1)
+    idempotent = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    for index in range(3):
+        idempotent.produce(topic, b"i%d" % index, partition=0)
+        assert idempotent.flush(30) == 0
+    producer = transactional(bootstrap, unique("producers-tx"))
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(topic, b"hanging", partition=0)
+    assert producer.flush(30) == 0
+    capsys.readouterr()
+
+    assert main(["transactions", "--bootstrap-server", bootstrap, "describe-producers",
+                 "--topic", topic, "--partition", "0"]) == 0
+    header, *rows = capsys.readouterr().out.splitlines()
+    assert header.split() == ["ProducerId", "ProducerEpoch", "LatestCoordinatorEpoch",
+                              "LastSequence", "LastTimestamp", "CurrentTransactionStartOffset"]
+    table = sorted(dict(zip(header.split(), row.split(), strict=True)).items()
+                   for row in rows)
+    by_start = {dict(row)["CurrentTransactionStartOffset"]: dict(row) for row in table}
+    assert set(by_start) == {"None", "3"}
+    assert by_start["None"]["LastSequence"] == "2"  # three batches of one record
+    assert by_start["3"]["LastSequence"] == "0"
+
+    assert main(["transactions", "--bootstrap-server", bootstrap, "abort", "--topic", topic,
+                 "--partition", "0", "--start-offset", "7"]) == 1
+    assert "no open transaction" in capsys.readouterr().err
+    with WireClient(bootstrap) as client:
+        assert latest_offset(client, topic, 1) == 3  # held by the open transaction
+        assert main(["transactions", "--bootstrap-server", bootstrap, "abort", "--topic",
+                     topic, "--partition", "0", "--start-offset", "3"]) == 0
+        assert latest_offset(client, topic, 1) == 5  # past the ABORT marker
+    assert main(["transactions", "--bootstrap-server", bootstrap, "describe-producers",
+                 "--topic", unique("missing"), "--partition", "0"]) == 1

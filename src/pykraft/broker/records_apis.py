@@ -1,4 +1,7 @@
-"""DeleteRecords (API 21): move partitions' log start offsets (low watermarks) forward.
+"""DeleteRecords (API 21) and DescribeProducers (API 61): the partition leader's APIs about
+the records themselves.
+
+DeleteRecords moves partitions' log start offsets (low watermarks) forward.
 
 Per partition, as Kafka's leader does: the broker must lead it (NOT_LEADER_OR_FOLLOWER,
 UNKNOWN_TOPIC_OR_PARTITION otherwise); the topic's cleanup.policy must include `delete`
@@ -8,6 +11,10 @@ OFFSET_OUT_OF_RANGE. The log start moves, segments wholly below it are deleted a
 the log-start-offset checkpoint is written before the answer, so the new low watermark
 survives a crash. The answer carries each partition's low watermark: with one replica per
 partition (all this node has), the leader's log start offset.
+
+DescribeProducers lists a led partition's active idempotent producers (storage.producer_state):
+epoch, last sequence, last timestamp, coordinator epoch and the first offset of an open
+transaction (-1 if none). NOT_LEADER_OR_FOLLOWER / UNKNOWN_TOPIC_OR_PARTITION as above.
 """
 
 from __future__ import annotations
@@ -24,15 +31,17 @@ from pykraft.errors import OffsetOutOfRange, PolicyViolation
 from pykraft.net.server import RequestContext
 from pykraft.protocol.entities import NO_THROTTLE, make, response_module
 
-__all__ = ["DELETE_RECORDS", "RECORDS_APIS", "RecordsApis"]
+__all__ = ["DELETE_RECORDS", "DESCRIBE_PRODUCERS", "RECORDS_APIS", "RecordsApis"]
 
 DELETE_RECORDS: Final = 21
-RECORDS_APIS: Final[dict[int, tuple[int, int]]] = {DELETE_RECORDS: (0, 2)}
+DESCRIBE_PRODUCERS: Final = 61
+RECORDS_APIS: Final[dict[int, tuple[int, int]]] = {DELETE_RECORDS: (0, 2),
+                                                   DESCRIBE_PRODUCERS: (0, 0)}
 HIGH_WATERMARK: Final = -1  # the offset that means "up to the high watermark"
 
 
 class RecordsApis:
-    """The DeleteRecords API group (see broker.apis.ApiGroup)."""
+    """The DeleteRecords and DescribeProducers API group (see broker.apis.ApiGroup)."""
 
     def __init__(
         self, cache: MetadataCache, replicas: ReplicaManager,
@@ -47,7 +56,8 @@ class RecordsApis:
         return RECORDS_APIS
 
     def handlers(self) -> dict[int, Callable[[RequestContext, Any], Awaitable[Any]]]:
-        return {DELETE_RECORDS: self.delete_records}
+        return {DELETE_RECORDS: self.delete_records,
+                DESCRIBE_PRODUCERS: self.describe_producers}
 
     async def delete_records(self, context: RequestContext, request: Any) -> Any:
         module = response_module(DELETE_RECORDS, context.header.api_version)
@@ -92,3 +102,35 @@ class RecordsApis:
             code, _ = error_of(error)
             return code, -1, False
         return ErrorCode.none, after, after != before
+
+
+    async def describe_producers(self, context: RequestContext, request: Any) -> Any:
+        module = response_module(DESCRIBE_PRODUCERS, context.header.api_version)
+        image = self.cache.image
+        topics = []
+        for topic in request.topics:
+            partitions = []
+            for index in topic.partition_indexes:
+                try:
+                    log = self.replicas.leader_partition(topic.name, index, image).log
+                    producers = tuple(
+                        make(module.ProducerState, producer_id=entry.producer_id,
+                             producer_epoch=entry.producer_epoch,
+                             last_sequence=entry.last_sequence,
+                             last_timestamp=entry.last_timestamp,
+                             coordinator_epoch=entry.coordinator_epoch,
+                             current_txn_start_offset=entry.current_txn_first_offset)
+                        for entry in log.producer_state.producers.values())
+                except Exception as error:  # noqa: BLE001 - mapped to the partition's error code
+                    code, message = error_of(error)
+                    partitions.append(make(module.PartitionResponse, partition_index=index,
+                                           error_code=code, error_message=message,
+                                           active_producers=()))
+                    continue
+                partitions.append(make(module.PartitionResponse, partition_index=index,
+                                       error_code=ErrorCode.none, error_message=None,
+                                       active_producers=producers))
+            topics.append(make(module.TopicResponse, name=topic.name,
+                               partitions=tuple(partitions)))
+        return make(module.DescribeProducersResponse, throttle_time=NO_THROTTLE,
+                    topics=tuple(topics))

@@ -3,7 +3,8 @@
     pykraft transactions --bootstrap-server H:P list
     pykraft transactions --bootstrap-server H:P describe --transactional-id ID
     pykraft transactions --bootstrap-server H:P abort --topic T --partition P
-        --producer-id PID --producer-epoch E --coordinator-epoch C
+        (--start-offset OFFSET | --producer-id PID --producer-epoch E --coordinator-epoch C)
+    pykraft transactions --bootstrap-server H:P describe-producers --topic T --partition P
 
 `list` asks every broker (ListTransactions) and prints Kafka's columns TransactionalId,
 Coordinator, ProducerId, TransactionState. `describe` finds the id's coordinator
@@ -12,7 +13,10 @@ Coordinator, ProducerId, TransactionState. `describe` finds the id's coordinator
 TransactionTimeoutMs, CurrentTransactionStartTimeMs, TransactionDurationMs,
 TopicPartitions; "None" where no transaction is running). `abort` writes an ABORT marker for
 the producer on the partition (WriteTxnMarkers to its leader), for a hanging transaction;
-Kafka's `--start-offset` form needs DescribeProducers, which is not served yet.
+with `--start-offset` the producer, its epoch and coordinator epoch are those of the
+partition's open transaction that starts there (DescribeProducers). `describe-producers`
+prints a partition's active producers with Kafka's columns ProducerId, ProducerEpoch,
+LatestCoordinatorEpoch, LastSequence, LastTimestamp, CurrentTransactionStartOffset.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ __all__ = ["add_parser", "parse_describe_transactions"]
 METADATA: Final = 3
 FIND_COORDINATOR: Final = 10
 WRITE_TXN_MARKERS: Final = 27
+DESCRIBE_PRODUCERS: Final = 61
 DESCRIBE_TRANSACTIONS: Final = 65
 LIST_TRANSACTIONS: Final = 66
 CLIENT_ID: Final = "pykraft-transactions"
@@ -47,7 +52,8 @@ def add_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
         "transactions", help="list, describe and abort transactions (kafka-transactions.sh)")
     parser.add_argument("--bootstrap-server", metavar="HOST:PORT", help="REQUIRED")
     parser.add_argument("--command-config", metavar="FILE", help="admin client properties")
-    actions = parser.add_subparsers(dest="action", metavar="{list,describe,abort}")
+    actions = parser.add_subparsers(dest="action",
+                                    metavar="{list,describe,abort,describe-producers}")
     actions.add_parser("list", help="every transaction the brokers coordinate")
     describe = actions.add_parser("describe", help="one transactional id's transaction")
     describe.add_argument("--transactional-id", metavar="ID", help="REQUIRED")
@@ -57,6 +63,12 @@ def add_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
     abort.add_argument("--producer-id", type=int, metavar="PID", help="REQUIRED")
     abort.add_argument("--producer-epoch", type=int, metavar="E", help="REQUIRED")
     abort.add_argument("--coordinator-epoch", type=int, metavar="C", help="REQUIRED")
+    abort.add_argument("--start-offset", type=int, metavar="OFFSET",
+                       help="the first offset of the open transaction (instead of the ids)")
+    producers = actions.add_parser("describe-producers",
+                                   help="a partition's active idempotent producers")
+    producers.add_argument("--topic", metavar="TOPIC", help="REQUIRED")
+    producers.add_argument("--partition", type=int, metavar="P", help="REQUIRED")
     parser.set_defaults(handler=_run_args)
 
 
@@ -72,14 +84,28 @@ def _run_args(args: argparse.Namespace) -> int:
             raise UsageError("Missing required argument \"[transactional-id]\"")
         return run_describe(args.bootstrap_server, args.transactional_id, timeout_s)
     if args.action == "abort":
-        missing = [name for name in ("topic", "partition", "producer_id", "producer_epoch",
-                                     "coordinator_epoch") if getattr(args, name) is None]
-        if missing:
-            raise UsageError("Missing required argument(s) " + ", ".join(
-                f"[{name.replace('_', '-')}]" for name in missing))
+        ids = ("producer_id", "producer_epoch", "coordinator_epoch")
+        _require(args, ("topic", "partition") if args.start_offset is not None
+                 else ("topic", "partition", *ids))
+        if args.start_offset is not None:
+            if any(getattr(args, name) is not None for name in ids):
+                raise UsageError("give --start-offset or the producer's ids, not both")
+            return run_abort_at(args.bootstrap_server, args.topic, args.partition,
+                                args.start_offset, timeout_s)
         return run_abort(args.bootstrap_server, args.topic, args.partition, args.producer_id,
                          args.producer_epoch, args.coordinator_epoch, timeout_s)
-    raise UsageError("name an action: list, describe or abort")
+    if args.action == "describe-producers":
+        _require(args, ("topic", "partition"))
+        return run_describe_producers(args.bootstrap_server, args.topic, args.partition,
+                                      timeout_s)
+    raise UsageError("name an action: list, describe, abort or describe-producers")
+
+
+def _require(args: argparse.Namespace, names: Sequence[str]) -> None:
+    missing = [name for name in names if getattr(args, name) is None]
+    if missing:
+        raise UsageError("Missing required argument(s) " + ", ".join(
+            f"[{name.replace('_', '-')}]" for name in missing))
 
 
 class _Client(ProtocolClient):
@@ -233,8 +259,7 @@ def parse_describe_transactions(frame: bytes) -> list[dict[str, Any]]:
 # -- abort ---------------------------------------------------------------------------------
 
 
-def run_abort(bootstrap: str, topic: str, partition: int, producer_id: int,
-              producer_epoch: int, coordinator_epoch: int, timeout_s: float) -> int:
+def _leader_address(bootstrap: str, topic: str, partition: int, timeout_s: float) -> str:
     with ProtocolClient(bootstrap, timeout_s=timeout_s, client_id=CLIENT_ID) as client:
         answer = _metadata(client, [topic])
     (found,) = answer.topics
@@ -246,6 +271,55 @@ def run_abort(bootstrap: str, topic: str, partition: int, producer_id: int,
         raise CommandError(f"Topic {topic} has no partition {partition}")
     if leader < 0:
         raise CommandError(f"{topic}-{partition} has no leader")
+    return _address(answer, leader)
+
+
+def _producers(address: str, topic: str, partition: int, timeout_s: float) -> list[Any]:
+    def build(module: Any, version: int) -> Any:
+        return module.DescribeProducersRequest(topics=(module.TopicRequest(
+            name=topic, partition_indexes=(partition,)),))
+
+    with ProtocolClient(address, timeout_s=timeout_s, client_id=CLIENT_ID) as broker:
+        _, answer = broker.request(DESCRIBE_PRODUCERS, "DescribeProducers", (0, 0), build)
+    (found,) = answer.topics[0].partitions
+    if found.error_code != ErrorCode.none:
+        raise CommandError(f"cannot describe the producers of {topic}-{partition}: "
+                           f"{error_name(found.error_code)}")
+    return list(found.active_producers)
+
+
+def run_describe_producers(bootstrap: str, topic: str, partition: int,
+                           timeout_s: float) -> int:
+    address = _leader_address(bootstrap, topic, partition, timeout_s)
+    rows = [[p.producer_id, p.producer_epoch,
+             "None" if p.coordinator_epoch < 0 else p.coordinator_epoch, p.last_sequence,
+             p.last_timestamp,
+             "None" if p.current_txn_start_offset < 0 else p.current_txn_start_offset]
+            for p in _producers(address, topic, partition, timeout_s)]
+    for line in format_table(["ProducerId", "ProducerEpoch", "LatestCoordinatorEpoch",
+                              "LastSequence", "LastTimestamp",
+                              "CurrentTransactionStartOffset"], sorted(rows)):
+        print(line)
+    return 0
+
+
+def run_abort_at(bootstrap: str, topic: str, partition: int, start_offset: int,
+                 timeout_s: float) -> int:
+    """Abort the open transaction of `topic`-`partition` that starts at `start_offset`."""
+    address = _leader_address(bootstrap, topic, partition, timeout_s)
+    found = [p for p in _producers(address, topic, partition, timeout_s)
+             if p.current_txn_start_offset == start_offset]
+    if not found:
+        raise CommandError(f"no open transaction of {topic}-{partition} starts at offset "
+                           f"{start_offset}")
+    (producer,) = found
+    return run_abort(bootstrap, topic, partition, producer.producer_id,
+                     producer.producer_epoch, max(producer.coordinator_epoch, 0), timeout_s)
+
+
+def run_abort(bootstrap: str, topic: str, partition: int, producer_id: int,
+              producer_epoch: int, coordinator_epoch: int, timeout_s: float) -> int:
+    address = _leader_address(bootstrap, topic, partition, timeout_s)
 
     def build(module: Any, version: int) -> Any:
         return module.WriteTxnMarkersRequest(markers=(module.WritableTxnMarker(
@@ -253,8 +327,7 @@ def run_abort(bootstrap: str, topic: str, partition: int, producer_id: int,
             coordinator_epoch=coordinator_epoch, topics=(module.WritableTxnMarkerTopic(
                 name=topic, partition_indexes=(partition,)),)),))
 
-    with ProtocolClient(_address(answer, leader), timeout_s=timeout_s,
-                        client_id=CLIENT_ID) as broker:
+    with ProtocolClient(address, timeout_s=timeout_s, client_id=CLIENT_ID) as broker:
         _, written = broker.request(WRITE_TXN_MARKERS, "WriteTxnMarkers", (1, 1), build)
     code = written.markers[0].topics[0].partitions[0].error_code
     if code != ErrorCode.none:

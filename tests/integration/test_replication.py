@@ -266,13 +266,13 @@ class WatchLoop:
 
 
 def kill_leader_while_producing(cluster: LocalCluster, topic: str, kills: int, *,
-                                rejoin_isr: bool) -> None:
+                                rejoin_isr: bool, **producer_configs: Any) -> int:
     """Kill -9 the partition's leader `kills` times while a SendLoop produces and a
     WatchLoop consumes; each time wait for a new leader and more acks, then restart the
     killed broker (and, with `rejoin_isr`, wait until it is back in the ISR). Then: every
     acknowledged write is in the log in send order, and whatever the consumer saw is still
-    there, at the offset where it saw it."""
-    with SendLoop(bootstrap_of(cluster), topic) as sender, \
+    there, at the offset where it saw it. Returns how many values the log holds twice."""
+    with SendLoop(bootstrap_of(cluster), topic, **producer_configs) as sender, \
             WatchLoop(bootstrap_of(cluster), topic) as watcher:
         for _ in range(kills):
             leader = wait_for(lambda: partition_state(cluster, topic)[0], "a leader")
@@ -294,9 +294,10 @@ def kill_leader_while_producing(cluster: LocalCluster, topic: str, kills: int, *
     end = wait_for(lambda: high_watermark(cluster, topic), "the final high watermark")
     values = consume_all(bootstrap_of(cluster), topic, end, timeout_s=60)
     assert len(values) == end
-    check_no_acked_write_lost(sender.acked, values)
+    duplicates = check_no_acked_write_lost(sender.acked, values)
     changed = {o: v for o, v in watcher.seen.items() if o >= end or values[o] != v}
     assert changed == {}, "a consumer saw records that later disappeared"
+    return duplicates
 
 
 def high_watermark(cluster: LocalCluster, topic: str) -> int:
@@ -401,6 +402,19 @@ def test_two_stopped_followers_make_acks_all_fail(cluster: LocalCluster) -> None
     wait_for(lambda: len(partition_state(cluster, topic, via=leader)[2]) == 3,
              "both followers back in the ISR")
     assert consume_all(bootstrap_of(cluster), topic, 2, timeout_s=5) == [b"acks=1"]
+
+
+@needs_alter_partition
+def test_an_idempotent_producer_writes_each_record_once_across_leader_kills(
+        cluster: LocalCluster) -> None:
+    """The new leader rebuilds the producers' state from its own log: an idempotent
+    producer's retries after a kill -9 of the leader are recognised, none is written
+    twice (issue 8: producer state on leader change)."""
+    topic = f"idem-kills-{uuid.uuid4().hex[:8]}"
+    create_topic(cluster, topic, configs={"min.insync.replicas": "2"})
+    assert kill_leader_while_producing(
+        cluster, topic, kills=2, rejoin_isr=True, **{
+            "enable.idempotence": True, "max.in.flight.requests.per.connection": 5}) == 0
 
 
 @pytest.mark.slow

@@ -9,7 +9,10 @@ from pykraft.controller.features import (
     FeatureUpdate,
     UpdateFeaturesResult,
     UpgradeType,
+    api_versions_features,
     metadata_version_changed,
+    metadata_version_level,
+    metadata_version_name,
 )
 from pykraft.controller.producer_ids import PRODUCER_ID_BLOCK_SIZE, ProducerIdsBlock
 from pykraft.controller.quorum_controller import QuorumController
@@ -222,3 +225,19 @@ def test_metadata_changed_walks_kafkas_table() -> None:
     assert metadata_version_changed(17, 16)
     assert metadata_version_changed(21, 16)
     assert not metadata_version_changed(21, 21)
+
+
+def test_metadata_version_names() -> None:
+    assert metadata_version_name(21) == "3.9-IV0" and metadata_version_name(99) == "99"
+    assert metadata_version_level("3.9-IV0") == 21 and metadata_version_level("3.9-iv0") == 21
+    assert metadata_version_level("3.7") == 19  # a release: its latest level
+    assert metadata_version_level("4.1") is None and metadata_version_level("x") is None
+
+
+def test_api_versions_features_follow_the_image() -> None:
+    """Supported: what this node supports; finalized: every finalized level of the image,
+    at its offset; nothing finalized before the bootstrap."""
+    supported, levels, epoch = api_versions_features(0, {}, 5)
+    assert supported == (("metadata.version", 1, 22),) and levels == () and epoch == -1
+    _, levels, epoch = api_versions_features(21, {"group.version": 1}, 42)
+    assert levels == (("metadata.version", 21), ("group.version", 1)) and epoch == 42

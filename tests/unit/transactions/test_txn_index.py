@@ -15,10 +15,11 @@ from pykraft.storage.txn_index import AbortedTxn, TxnState
 NOW = 1_700_000_000_000
 
 
-def data(pid: int, count: int = 2, *, transactional: bool = True) -> bytearray:
+def data(pid: int, count: int = 2, *, transactional: bool = True,
+         sequence: int = 0) -> bytearray:
     return bytearray(build_batch(
         [(b"k", b"v", (), NOW) for _ in range(count)], producer_id=pid, producer_epoch=0,
-        base_sequence=0, is_transactional=transactional))
+        base_sequence=sequence, is_transactional=transactional))
 
 
 def marker(pid: int, commit: bool) -> bytearray:
@@ -42,7 +43,7 @@ def test_open_transactions_hold_the_last_stable_offset(tmp_path: Path) -> None:
     assert log.last_stable_offset == 2
     first = append(log, data(7))  # 2-3 opens producer 7's transaction
     append(log, data(8))  # 4-5 opens producer 8's
-    append(log, data(7))  # 6-7 same transaction
+    append(log, data(7, sequence=2))  # 6-7 same transaction
     assert first == 2 and log.last_stable_offset == 2
     append(log, marker(7, True))  # 8
     assert log.txns.ongoing == {8: 4}

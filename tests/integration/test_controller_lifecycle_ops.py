@@ -143,7 +143,13 @@ def test_brokers_hand_out_disjoint_producer_ids_across_a_controller_failover(
 
     old = cluster.active_controller()
     cluster.kill_node(old)
-    wait_for(lambda: cluster.active_controller() not in (-1, old), "a new active controller")
+    try:
+        wait_for(lambda: cluster.active_controller() not in (-1, old),
+                 "a new active controller", timeout_s=60)
+    except AssertionError as failure:  # once seen in a full run, not reproduced: keep clues
+        for node in cluster.controller_ids:
+            failure.add_note(f"-- controller {node}:\n{cluster.node(node).tail_log(60)}")
+        raise
     # enough ids that each broker uses up the blocks it held and asks the new controller
     by_broker[4] += init_producer_ids(four, 2100)
     by_broker[5] += init_producer_ids(five, 2100)

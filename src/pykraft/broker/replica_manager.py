@@ -467,7 +467,10 @@ class ReplicaManager:
 
     # -- produce ----------------------------------------------------------------------
 
-    def append(self, partition: Partition, records: bytes, acks: int) -> AppendInfo:
+    def append(self, partition: Partition, records: bytes, acks: int, *,
+               from_coordinator: bool = False) -> AppendInfo:
+        """A leader append; `from_coordinator` for a coordinator's own writes (group,
+        transaction state, markers): producer epochs are checked, sequences are not."""
         if acks not in (-1, 0, 1):
             raise InvalidRequiredAcks(f"acks={acks}; use -1, 0 or 1")
         min_isr = partition.log.config.min_insync_replicas
@@ -477,7 +480,8 @@ class ReplicaManager:
                 f"min.insync.replicas={min_isr}")
         try:
             info = partition.log.append_as_leader(
-                bytearray(records), leader_epoch=partition.leader_epoch, now_ms=self.now_ms()
+                bytearray(records), leader_epoch=partition.leader_epoch, now_ms=self.now_ms(),
+                from_coordinator=from_coordinator,
             )
         except OSError as error:
             raise KafkaStorageError(f"cannot append to {partition.name}: {error}") from error

@@ -111,7 +111,7 @@ class MarkerWriter:
                     for validate in self.validators:
                         validate(partition, marker)
                     info = self.replicas.append(partition, marker_batch(marker, self.now_ms()),
-                                                acks=-1)
+                                                acks=-1, from_coordinator=True)
                 except KafkaError as error:
                     outcome[(topic, index)] = error.code
                     continue

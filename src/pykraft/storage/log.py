@@ -278,16 +278,20 @@ class Log:
     # -- append ------------------------------------------------------------------------------
 
     def append_as_leader(
-        self, records: bytearray, *, leader_epoch: int, now_ms: int
+        self, records: bytearray, *, leader_epoch: int, now_ms: int,
+        from_coordinator: bool = False,
     ) -> AppendInfo:
-        """Validate, assign offsets (in place) and append a producer's batches."""
+        """Validate, assign offsets (in place) and append a producer's batches.
+        `from_coordinator`: a coordinator's own write for a producer (no sequences to
+        check, only its epoch)."""
         invariant(not self._closed, f"append to closed log {self.dir.name}")
         batches = split_batches(records)
         self._validate_producer_batches(batches, len(records), now_ms)
         if self._config.compact:
             self._check_keys(records, batches)
         if any(header.producer_id >= 0 for _, header in batches):
-            duplicate = self.producer_state.check(header for _, header in batches)
+            duplicate = self.producer_state.check((header for _, header in batches),
+                                                  sequences=not from_coordinator)
             if duplicate is not None:
                 return self._duplicate_info(duplicate)
         log_append_time = self._config.is_log_append_time

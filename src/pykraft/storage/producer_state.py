@@ -16,6 +16,9 @@ is written:
 - a producer the partition has no state for (new, or expired) may start at any sequence
   (Kafka accepts this since KIP-360: the state may have gone with retention).
 
+Batches a coordinator writes for a producer (the group coordinator's TxnOffsetCommit
+offsets, with no sequence) get the epoch check only (Kafka's AppendOrigin.COORDINATOR).
+
 Followers and the rebuild from the log apply batches without checks (`apply`). The state is
 a fold over the log's batch headers (nothing else is read): `Log` builds it on first use from
 the newest snapshot at or below its log end plus one pass over the headers after it, and keeps
@@ -156,11 +159,13 @@ class ProducerState:
     producers: dict[int, ProducerStateEntry] = field(default_factory=dict)
     end_offset: int = 0
 
-    def check(self, headers: Iterable[BatchHeader]) -> BatchMetadata | None:
+    def check(self, headers: Iterable[BatchHeader], *,
+              sequences: bool = True) -> BatchMetadata | None:
         """Validate a leader append's producer batches in order (raising
         InvalidProducerEpoch / OutOfOrderSequenceNumber), without changing the state.
         Return the first copy of a duplicate batch if there is one: the append is then
-        answered with its offsets and nothing is written (as Kafka does)."""
+        answered with its offsets and nothing is written (as Kafka does). With
+        `sequences=False` (a coordinator's own write) only epochs are checked."""
         pending: dict[int, ProducerStateEntry] = {}
         offset = self.end_offset
         for header in headers:
@@ -168,13 +173,13 @@ class ProducerState:
                 offset += header.last_offset_delta + 1
                 continue
             entry = pending.get(header.producer_id) or self.producers.get(header.producer_id)
-            if entry is not None and not header.is_control:
+            if entry is not None and sequences and not header.is_control:
                 duplicate = entry.find_duplicate(header)
                 if duplicate is not None:
                     return duplicate
             if entry is not None:
                 _check_epoch(entry, header)
-                if not header.is_control:
+                if sequences and not header.is_control:
                     _check_sequence(entry, header)
             entry = entry.copy() if entry is not None else ProducerStateEntry(header.producer_id)
             entry.apply(header._replace(base_offset=offset))
@@ -289,9 +294,14 @@ def decode_snapshot(data: bytes, end_offset: int) -> ProducerState:
 
 
 def write_snapshot(directory: Path, state: ProducerState) -> Path:
-    """Write (atomically, fsynced) the snapshot of `state` at its end offset."""
+    """Write (atomically, not fsynced) the snapshot of `state` at its end offset.
+
+    Not fsynced because it is written on the produce path (a roll) and at shutdown for
+    every partition in use: a snapshot torn by an OS crash fails its CRC and is deleted
+    (the state is then rebuilt from an older one and the log), and one above the log end
+    that survived while the log's tail did not is deleted when the log opens."""
     path = snapshot_path(directory, state.end_offset)
-    write_atomically(path, encode_snapshot(state))
+    write_atomically(path, encode_snapshot(state), sync=False)
     return path
 
 

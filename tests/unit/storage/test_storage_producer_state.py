@@ -208,3 +208,24 @@ def test_snapshot_round_trip(producers: list[ProducerStateEntry], end: int, sequ
         broken[len(data) // 2 + 3] ^= 0xFF
         with pytest.raises(Exception, match="CRC|claims|version"):
             decode_snapshot(bytes(broken), end)
+
+
+def test_a_coordinators_write_gets_the_epoch_check_only(tmp_path: Path) -> None:
+    """The group coordinator writes TxnOffsetCommit offsets in the producer's transactional
+    batch without a sequence, also right after an epoch bump (Kafka's COORDINATOR origin);
+    an older epoch is still refused."""
+    log = open_log(tmp_path / "t-0", small_config(segment_bytes=1 << 20))
+    log.append_as_leader(producer_batch(sequence=-1, epoch=0, transactional=True),
+                         leader_epoch=0, now_ms=1_000, from_coordinator=True)
+    log.append_as_leader(marker(epoch=0), leader_epoch=0, now_ms=1_000, from_coordinator=True)
+    log.append_as_leader(producer_batch(sequence=-1, epoch=1, transactional=True),
+                         leader_epoch=0, now_ms=1_000, from_coordinator=True)
+    log.append_as_leader(producer_batch(sequence=-1, epoch=1, transactional=True),
+                         leader_epoch=0, now_ms=1_000, from_coordinator=True)
+    with pytest.raises(OutOfOrderSequenceNumber):  # a client may not do that
+        log.append_as_leader(producer_batch(sequence=-1, epoch=2), leader_epoch=0,
+                             now_ms=1_000)
+    with pytest.raises(InvalidProducerEpoch):
+        log.append_as_leader(producer_batch(sequence=-1, epoch=0, transactional=True),
+                             leader_epoch=0, now_ms=1_000, from_coordinator=True)
+    assert log.log_end_offset == 7

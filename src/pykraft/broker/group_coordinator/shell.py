@@ -119,7 +119,7 @@ class GroupCoordinatorShell:
                                 producer_id=append.producer_id,
                                 producer_epoch=append.producer_epoch,
                                 is_transactional=append.producer_id >= 0)
-            info = self.replicas.append(partition, batch, acks=-1)
+            info = self.replicas.append(partition, batch, acks=-1, from_coordinator=True)
         except KafkaError as error:
             log.warning("cannot write group state to %s-%d (%s); reloading it",
                         CONSUMER_OFFSETS_TOPIC, append.partition, error)

@@ -120,7 +120,7 @@ class TransactionCoordinatorShell:
             if partition.leader_epoch != self.core.leader_epoch(append.partition):
                 raise NotLeaderOrFollower(f"{TRANSACTION_STATE_TOPIC}-{append.partition} moved")
             batch = build_batch([(*encode_record(append.record), (), self.now_ms())])
-            info = self.replicas.append(partition, batch, acks=-1)
+            info = self.replicas.append(partition, batch, acks=-1, from_coordinator=True)
         except KafkaError as error:
             log.warning("cannot write transaction state to %s-%d: %s",
                         TRANSACTION_STATE_TOPIC, append.partition, error)

@@ -124,3 +124,32 @@ def test_kill_9_during_produce_loses_no_acknowledged_record() -> None:
         assert producer.flush(30) == 0
         for partition in range(3):
             assert new_offsets[partition] == len(found[partition])
+
+
+def test_restart_with_more_partitions_than_are_made_on_the_event_loop() -> None:
+    """A restart replays every partition in one delta; more than NEW_LOGS_ON_LOOP (64) of
+    them take the worker-thread path for new logs, which must adopt the logs already on
+    disk (it stopped on an invariant: nothing was served after such a restart)."""
+    partitions = 150
+    with LocalCluster() as cluster:
+        bootstrap = cluster.bootstrap_servers
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic("many", num_partitions=partitions,
+                                      replication_factor=1)])["many"].result(60)
+        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+        for index in range(partitions):
+            producer.produce("many", b"before-%d" % index, partition=index)
+        assert producer.flush(60) == 0
+        for stop in (cluster.stop, lambda: cluster.kill(signal.SIGKILL)):
+            stop()
+            cluster.start()
+            found = _consume_all(bootstrap, "many", partitions)
+            assert all(found[index][0] == (0, b"before-%d" % index)
+                       for index in range(partitions))
+        offsets: list[int] = []
+        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+        for index in range(partitions):
+            producer.produce("many", b"after", partition=index,
+                             on_delivery=lambda err, msg: offsets.append(msg.offset()))
+        assert producer.flush(60) == 0
+        assert offsets == [1] * partitions

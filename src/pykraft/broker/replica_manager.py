@@ -278,8 +278,9 @@ class ReplicaManager:
     def apply_delta(self, delta: MetadataDelta, image: MetadataImage) -> None:
         """Publisher: act on what changed for this broker, never on a diff of whole images.
 
-        A delta that gives this broker more than NEW_LOGS_ON_LOOP new replicas (a large
-        CreateTopics) has their logs created on a worker thread: a few file operations each,
+        A delta that gives this broker more than NEW_LOGS_ON_LOOP replicas without a log (a
+        large CreateTopics; not a restart, whose logs were loaded from disk before the first
+        delta) has their logs created on a worker thread: a few file operations each,
         milliseconds on a busy disk, would otherwise stall every connection of the broker for
         seconds. Until its log exists such a replica is pending: not served (clients are told
         NOT_LEADER_OR_FOLLOWER and retry), its newest registration kept for when it is made.
@@ -291,9 +292,10 @@ class ReplicaManager:
             self._remove(deleted.topic, deleted.partition)
         placed = [item for group in (changes.leaders, changes.followers)
                   for item in group.items()]
-        new = [key for key, _ in placed if (key.topic, key.partition) not in self._partitions
-               and not key.topic.startswith("__")]
-        off_loop = len(new) > NEW_LOGS_ON_LOOP
+        new = {(key.topic, key.partition) for key, _ in placed
+               if (key.topic, key.partition) not in self._partitions
+               and self.log_manager.get_log(key.topic, key.partition) is None}
+        off_loop = sum(1 for topic, _ in new if not topic.startswith("__")) > NEW_LOGS_ON_LOOP
         try:
             for key, registration in placed:
                 name = (key.topic, key.partition)
@@ -301,7 +303,7 @@ class ReplicaManager:
                 if pending is not None and pending.topic_id == key.topic_id:
                     pending.registration = registration  # applied once the log exists
                 elif name not in self._partitions and (
-                        off_loop or name in self._pending
+                        (off_loop and name in new) or name in self._pending
                         or self.log_manager.is_planned(key.topic, key.partition)):
                     self._pending[name] = PendingReplica(key.topic_id, registration)
                     self._to_create.append((key.topic, key.partition, key.topic_id))

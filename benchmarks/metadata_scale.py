@@ -149,6 +149,18 @@ def elect_preferred(admin: AdminClient, topics: list[str], partitions: int) -> N
         future.result(600)  # partitions already led by their preferred replica are fine
 
 
+def lead_preferred(admin: AdminClient, topics: list[str], partitions: int,
+                   done: Callable[[], bool]) -> None:
+    """Preferred leader election until `done()`: a restarted broker is preferred again only
+    once it is back in the ISRs, so an election right after its restart may move nothing."""
+    deadline = time.monotonic() + 600
+    while not done():
+        if time.monotonic() > deadline:
+            raise SystemExit("preferred leaders: not within 600 s")
+        elect_preferred(admin, topics, partitions)
+        time.sleep(2)
+
+
 def led_by(bootstrap: str, broker: int) -> int:
     """Partitions whose leader is `broker` or none (-1), as one broker's Metadata says."""
     response, _ = metadata(bootstrap, None)
@@ -192,8 +204,7 @@ def broker_lifecycle(cluster: LocalCluster, admin: AdminClient, topics: list[str
     victim, watcher = cluster.broker_ids[-1], cluster.broker_ids[0]
     bootstrap = cluster.node(watcher).bootstrap_servers
     total = len(topics) * partitions
-    elect_preferred(admin, topics, partitions)
-    wait_until("preferred leaders", lambda: led_by(bootstrap, victim) * 4 > total)
+    lead_preferred(admin, topics, partitions, lambda: led_by(bootstrap, victim) * 4 > total)
     started = time.monotonic()
     cluster.node(victim).process.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
     wait_until("controlled shutdown", lambda: led_by(bootstrap, victim) == 0)
@@ -203,8 +214,7 @@ def broker_lifecycle(cluster: LocalCluster, admin: AdminClient, topics: list[str
     cluster.restart_node(victim, wait=False)
     wait_until("unfenced after restart", lambda: victim in live_brokers(bootstrap))
     restart_s = time.monotonic() - started
-    elect_preferred(admin, topics, partitions)
-    wait_until("preferred leaders", lambda: led_by(bootstrap, victim) * 4 > total)
+    lead_preferred(admin, topics, partitions, lambda: led_by(bootstrap, victim) * 4 > total)
     cluster.kill_node(victim)
     started = time.monotonic()
     wait_until("leaders after kill -9", lambda: led_by(bootstrap, victim) == 0)

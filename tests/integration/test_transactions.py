@@ -42,6 +42,7 @@ from kio.schema.write_txn_markers.v1.request import (
 from kio.static.primitive import i8, i16, i32, i64
 
 from pykraft.records.record import build_batch
+from pykraft.storage.txn_index import read_entries
 from pykraft.testing import LocalCluster
 from pykraft.testing.wire import WireClient
 
@@ -234,6 +235,11 @@ def test_aborted_data_is_invisible_to_read_committed(pykraft_cluster: LocalClust
     everything = consume_all(bootstrap, topic, 2, "read_uncommitted", 28)
     assert len(everything) == 28  # aborted data stays in the log
     assert {f"t1-{i}".encode() for i in range(6)} <= set(everything)
+    # each partition's segment indexes its two aborted transactions, as Kafka's `.txnindex`
+    for index in (0, 1):
+        path = pykraft_cluster.log_dir / f"{topic}-{index}" / "00000000000000000000.txnindex"
+        entries = read_entries(path)
+        assert [each.producer_id for each in entries] == [entries[0].producer_id] * 2
 
 
 def latest_offset(client: WireClient, topic: str, isolation: int) -> int:

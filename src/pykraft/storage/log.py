@@ -85,7 +85,13 @@ from pykraft.storage.timestamp_search import (
     MAX_TIMESTAMP,
     first_record_at_or_after,
 )
-from pykraft.storage.txn_index import TxnState
+from pykraft.storage.txn_index import (
+    TxnState,
+    append_entries,
+    fsync_file,
+    read_entries,
+    write_entries,
+)
 
 __all__ = ["AppendInfo", "Log", "ReadInfo", "parse_topic_partition"]
 
@@ -157,6 +163,10 @@ class Log:
         self._closed = False
         self._txns: TxnState | None = None  # built on first use (read_committed)
         self._producers: ProducerState | None = None  # built on first use (idempotence)
+        self._txn_indexes_dirty: set[Path] = set()  # `.txnindex` files to fsync at flush
+        # after an unclean stop: `.txnindex` files from this segment on are rewritten when
+        # the transactions are next built (recovery may have cut markers, or lost entries)
+        self._txn_indexes_from: int | None = None
 
     # -- opening -----------------------------------------------------------------------------
 
@@ -193,6 +203,8 @@ class Log:
         epoch_cache.truncate_from_end(log.log_end_offset)
         epoch_cache.truncate_from_start(log.log_start_offset)
         delete_snapshots(dir, above=log.log_end_offset)  # of batches recovery cut off
+        if recover_from is not None:
+            log._txn_indexes_from = log._segments[log._segment_for(recover_from)].base_offset
         return log
 
     # -- properties ---------------------------------------------------------------------------
@@ -309,7 +321,7 @@ class Log:
             entries.append((header.size, last, timestamp))
             offset = last + 1
         self._write(records, entries, first_offset, best[0], now_ms)
-        self._note_txns(records, batches)
+        self._note_txns(records, batches, first_offset)
         self._note_producers(records, batches)
         self._assign_epoch(leader_epoch, first_offset)
         self._maybe_flush_after_append(now_ms)
@@ -406,7 +418,7 @@ class Log:
             entries.append((header.size, header.last_offset, header.max_timestamp))
             previous_last = header.last_offset
         self._write(records, entries, first_offset, best[0], now_ms)
-        self._note_txns(records, batches)
+        self._note_txns(records, batches, first_offset)
         self._note_producers(records, batches)
         for _, header in batches:
             self._assign_epoch(header.partition_leader_epoch, header.base_offset)
@@ -571,7 +583,21 @@ class Log:
                 for position, header in segment.iter_headers(0):
                     state.on_batch(header, partial(segment.read_batch, position, header.size))
             self._txns = state
+            if self._txn_indexes_from is not None:
+                self._rewrite_txn_indexes(state, self._txn_indexes_from)
+                self._txn_indexes_from = None
         return self._txns
+
+    def _rewrite_txn_indexes(self, state: TxnState, from_offset: int) -> None:
+        """Each segment's `.txnindex` from `from_offset` on, as the log's markers say."""
+        bases = self._bases + [self._log_end_offset + 1]
+        for index, segment in enumerate(self._segments):
+            if segment.base_offset < from_offset:
+                continue
+            write_entries(segment.txn_index_path, [
+                each for each in state.aborted_from(segment.base_offset)
+                if each.last_offset < bases[index + 1]])
+            self._txn_indexes_dirty.add(segment.txn_index_path)
 
     @property
     def last_stable_offset(self) -> int:
@@ -580,13 +606,19 @@ class Log:
         return self._high_watermark if first is None else min(first, self._high_watermark)
 
     def _note_txns(self, records: bytes | bytearray,
-                   batches: list[tuple[int, BatchHeader]]) -> None:
-        if self._txns is None:
-            return  # not built yet: the first use scans these batches too
-        for position, old in batches:
-            if old.is_transactional:
-                header = read_header(records, position)  # with the offsets now assigned
-                self._txns.on_batch(header, partial(_batch_bytes, records, position, old.size))
+                   batches: list[tuple[int, BatchHeader]], first_offset: int) -> None:
+        if self._txns is not None:  # else the first use scans these batches too
+            for position, old in batches:
+                if old.is_transactional:
+                    header = read_header(records, position)  # with the offsets now assigned
+                    self._txns.on_batch(header,
+                                        partial(_batch_bytes, records, position, old.size))
+        if any(header.is_control and header.producer_id >= 0 for _, header in batches):
+            aborted = self.txns.aborted_from(first_offset)  # built now if it was not
+            if aborted:
+                path = self._active.txn_index_path  # the segment the markers went to
+                append_entries(path, aborted)
+                self._txn_indexes_dirty.add(path)
 
     # -- idempotent producers (storage.producer_state) ----------------------------------------
 
@@ -706,6 +738,9 @@ class Log:
                 if segment.base_offset >= target and segment is not self._segments[first]:
                     break
                 segment.flush()
+        for path in self._txn_indexes_dirty:
+            fsync_file(path)
+        self._txn_indexes_dirty.clear()
         if self._directory_dirty:
             fsync_directory(self.dir)
             self._directory_dirty = False
@@ -745,6 +780,11 @@ class Log:
         if not active.offset_index.writable:
             active.open_for_append(self._config)
         active.truncate_to(offset)
+        entries = read_entries(active.txn_index_path)
+        kept = [each for each in entries if each.last_offset < offset]
+        if len(kept) != len(entries):
+            write_entries(active.txn_index_path, kept)
+            self._txn_indexes_dirty.add(active.txn_index_path)
         self._directory_dirty = True
         self._log_end_offset = offset
         self._txns = None  # a marker may be gone: built again on next use
@@ -815,6 +855,10 @@ class Log:
             a is not b for a, b in zip(self._segments[first:last], old, strict=True)
         ):
             return None
+        # the aborted transactions of the old segments stay indexed (Kafka's cleaner too)
+        write_entries(cleaned.txn_index_path,
+                      [each for segment in old for each in read_entries(segment.txn_index_path)])
+        fsync_file(cleaned.txn_index_path)
         cleaned_paths = [path for path in cleaned.paths()[1:] + cleaned.paths()[:1]
                          if path.exists()]
         swaps = [path.with_name(path.name[: -len(log_files.CLEANED_SUFFIX)]

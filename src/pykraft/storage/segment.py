@@ -176,9 +176,14 @@ class LogSegment:
             os.close(self._fd)
             self._fd = None
 
+    @property
+    def txn_index_path(self) -> Path:
+        """`<base>.txnindex` (storage.txn_index), beside the log file, suffix included."""
+        return self.log_path.with_name(self.log_path.name.replace(LOG_SUFFIX, TXN_INDEX_SUFFIX))
+
     def paths(self) -> list[Path]:
-        txn = self.log_path.with_name(self.log_path.name.replace(LOG_SUFFIX, TXN_INDEX_SUFFIX))
-        return [self.log_path, self.offset_index.path, self.time_index.path, txn]
+        return [self.log_path, self.offset_index.path, self.time_index.path,
+                self.txn_index_path]
 
     def rename_with_suffix(self, suffix: str) -> list[Path]:
         """Close and rename every file to `<name><suffix>`; return the new paths."""

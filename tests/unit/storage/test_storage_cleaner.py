@@ -42,6 +42,7 @@ from pykraft.storage.cleaner import (
 )
 from pykraft.storage.log import Log
 from pykraft.storage.log_config import LogConfig
+from pykraft.storage.txn_index import read_entries
 
 from .storage_helpers import open_log, small_config
 
@@ -647,6 +648,10 @@ def test_aborted_data_is_dropped_and_never_shadows_a_committed_value(tmp_path: P
     assert stats is not None and stats.aborted_records_removed == 2
     # the ABORT marker saw its data removed in the same pass: it stays, for now
     assert (5, abort_at) in [(pid, offset) for pid, offset, *_ in markers(log)]
+    # the cleaned segment keeps the aborted transaction's `.txnindex` entry (as Kafka's)
+    indexed = [each for segment in log.segments
+               for each in read_entries(segment.txn_index_path)]
+    assert [(each.producer_id, each.last_offset) for each in indexed] == [(5, abort_at)]
     log.check_invariants()
 
 

@@ -3,6 +3,7 @@ ones of a partition, fed by a real Log's appends, rebuilt by scanning, reset by 
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 
 from pykraft.broker.txn_markers import Marker, marker_batch
@@ -10,7 +11,7 @@ from pykraft.records.batch import read_header
 from pykraft.records.record import build_batch
 from pykraft.storage.log import Log
 from pykraft.storage.log_config import LogConfig
-from pykraft.storage.txn_index import AbortedTxn, TxnState
+from pykraft.storage.txn_index import AbortedTxn, TxnState, read_entries
 
 NOW = 1_700_000_000_000
 
@@ -50,7 +51,7 @@ def test_open_transactions_hold_the_last_stable_offset(tmp_path: Path) -> None:
     assert log.last_stable_offset == 4
     append(log, marker(8, False))  # 9
     assert log.last_stable_offset == 10 == log.high_watermark
-    assert log.txns.aborted == [AbortedTxn(8, 4, 9, 9)]
+    assert log.txns.aborted == [AbortedTxn(8, 4, 9, 10)]
 
 
 def test_the_last_stable_offset_never_passes_the_high_watermark(tmp_path: Path) -> None:
@@ -106,7 +107,7 @@ def test_follower_appends_are_tracked(tmp_path: Path) -> None:
         append(leader, records)
     for _, batch in leader.iter_batches():
         follower.append_as_follower(batch)
-    assert follower.txns.aborted == leader.txns.aborted == [AbortedTxn(4, 0, 2, 2)]
+    assert follower.txns.aborted == leader.txns.aborted == [AbortedTxn(4, 0, 2, 3)]
 
 
 def test_markers_without_a_transaction_and_other_control_batches_are_ignored() -> None:
@@ -117,3 +118,59 @@ def test_markers_without_a_transaction_and_other_control_batches_are_ignored() -
     plain = data(9, transactional=False)
     state.on_batch(read_header(plain), lambda: bytes(plain))
     assert state.ongoing == {}
+
+
+# -- `.txnindex` files ------------------------------------------------------------------------
+
+def txn_index(log: Log) -> dict[int, list[AbortedTxn]]:
+    """Each segment's `.txnindex` entries, by base offset (segments without one left out)."""
+    return {segment.base_offset: read_entries(segment.txn_index_path)
+            for segment in log.segments if segment.txn_index_path.exists()}
+
+
+def test_aborts_are_indexed_in_their_markers_segment_in_kafkas_layout(tmp_path: Path) -> None:
+    """Kafka's entry: version 0, producer id, first offset, last offset (the marker), last
+    stable offset (the oldest other open transaction's first offset, else marker + 1); the
+    file is made with the first abort and a commit adds nothing."""
+    log = open_log(tmp_path)
+    append(log, data(1))  # 0-1
+    append(log, data(2))  # 2-3
+    append(log, marker(1, False))  # 4: producer 2's transaction is still open from 2
+    append(log, marker(2, True))  # 5
+    assert txn_index(log) == {0: [AbortedTxn(1, 0, 4, 2)]}
+    data_bytes = log.segments[0].txn_index_path.read_bytes()
+    assert data_bytes == struct.pack(">hqqqq", 0, 1, 0, 4, 2)
+    log.roll(now_ms=NOW)
+    append(log, data(3))  # 6-7
+    append(log, marker(3, False))  # 8
+    assert txn_index(log) == {0: [AbortedTxn(1, 0, 4, 2)], 6: [AbortedTxn(3, 6, 8, 9)]}
+
+
+def test_a_follower_and_a_log_never_read_committed_index_aborts_too(tmp_path: Path) -> None:
+    leader, follower = open_log(tmp_path / "a"), open_log(tmp_path / "b")
+    for records in (data(4), marker(4, False)):
+        append(leader, records)
+    for _, batch in leader.iter_batches():
+        follower.append_as_follower(batch)
+    assert txn_index(leader) == txn_index(follower) == {0: [AbortedTxn(4, 0, 2, 3)]}
+
+
+def test_truncation_and_an_unclean_restart_keep_the_index_true(tmp_path: Path) -> None:
+    """Truncating below a marker drops its entry; after an unclean stop the recovered
+    segments' indexes are rewritten from the log when the transactions are next built."""
+    log = open_log(tmp_path)
+    append(log, data(1))  # 0-1
+    append(log, marker(1, False))  # 2
+    append(log, data(2))  # 3-4
+    append(log, marker(2, False))  # 5
+    log.truncate_to(5)
+    assert txn_index(log) == {0: [AbortedTxn(1, 0, 2, 3)]}
+    append(log, marker(2, False))  # 5 again
+    segment_index = log.segments[0].txn_index_path
+    segment_index.write_bytes(segment_index.read_bytes()[:34])  # the second entry was lost
+    log.close()
+    reopened = Log.open(tmp_path / "t-0", LogConfig(), recovery_point=0,
+                        log_start_offset=None, now_ms=NOW)  # not a clean shutdown
+    reopened.update_high_watermark(reopened.log_end_offset)
+    assert reopened.last_stable_offset == 6  # builds the transactions, rewrites the index
+    assert txn_index(reopened) == {0: [AbortedTxn(1, 0, 2, 3), AbortedTxn(2, 3, 5, 6)]}

@@ -13,6 +13,7 @@ import pytest
 
 from pykraft.broker.replica_manager import (
     NEW_LOGS_ON_LOOP,
+    AlterPartitionBatcher,
     IsrUpdate,
     IsrUpdateResult,
     Partition,
@@ -337,3 +338,36 @@ async def test_a_few_new_replicas_are_served_at_once(manager: ReplicaManager) ->
     manager.apply_delta(delta, image)
     assert manager._creator is None
     assert manager.leader_partition("few", 0, image).log.log_end_offset == 0
+
+
+async def test_isr_proposals_made_while_one_is_in_flight_go_in_one_request() -> None:
+    """Kafka's AlterPartitionManager: one AlterPartition in flight; the proposals made
+    meanwhile are sent together, each caller gets its own partition's answer, and a failed
+    request fails every proposal in it (their senders retry)."""
+    sent: list[list[int]] = []
+    release = asyncio.Event()
+
+    async def send(updates: list[IsrUpdate]) -> list[IsrUpdateResult]:
+        sent.append([u.partition for u in updates])
+        if len(sent) == 1:
+            await release.wait()
+        if len(sent) == 3:
+            raise ConnectionError("controller gone")
+        return [IsrUpdateResult(0, 1, 0, u.new_isr, u.partition_epoch + 1) for u in updates]
+
+    batcher = AlterPartitionBatcher(send)
+    topic_id = uuid.uuid4()
+
+    def update(partition: int) -> IsrUpdate:
+        return IsrUpdate("t", topic_id, partition, 0, partition, (1, 2), (5, 6))
+
+    first = asyncio.create_task(batcher.submit(update(0)))
+    await asyncio.sleep(0)
+    others = [asyncio.create_task(batcher.submit(update(p))) for p in (1, 2, 3)]
+    await asyncio.sleep(0)
+    release.set()
+    results = await asyncio.gather(first, *others)
+    assert sent == [[0], [1, 2, 3]]
+    assert [r.partition_epoch for r in results] == [1, 2, 3, 4]
+    with pytest.raises(ConnectionError):
+        await batcher.submit(update(7))

@@ -36,10 +36,10 @@ import heapq
 import itertools
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from kio.schema.alter_partition.v3 import request as alter_request
 from kio.schema.errors import ErrorCode
@@ -118,34 +118,90 @@ AlterPartitionSender = Callable[[IsrUpdate], Awaitable[IsrUpdateResult]]
 ALTER_PARTITION_VERSION = 3  # topic ids, ISR members with their broker epochs (KIP-903)
 
 
-def alter_partition_request(update: IsrUpdate, broker_id: int, broker_epoch: int) -> Any:
-    """The AlterPartition (API 56) v3 request a leader sends for one partition."""
+def alter_partition_request(updates: Sequence[IsrUpdate], broker_id: int,
+                            broker_epoch: int) -> Any:
+    """The AlterPartition (API 56) v3 request a leader sends for its proposals (one item
+    per partition, grouped by topic)."""
+    by_topic: dict[uuid.UUID, list[IsrUpdate]] = {}
+    for update in updates:
+        by_topic.setdefault(update.topic_id, []).append(update)
     return make(alter_request.AlterPartitionRequest,
         broker_id=broker_id, broker_epoch=broker_epoch,
-        topics=(make(alter_request.TopicData, topic_id=update.topic_id, partitions=(
+        topics=tuple(make(alter_request.TopicData, topic_id=topic_id, partitions=tuple(
             make(alter_request.PartitionData,
                 partition_index=update.partition, leader_epoch=update.leader_epoch,
                 new_isr_with_epochs=tuple(
                     make(alter_request.BrokerState, broker_id=r, broker_epoch=e)
                     for r, e in zip(update.new_isr, update.broker_epochs, strict=True)),
-                leader_recovery_state=0, partition_epoch=update.partition_epoch),)),))
+                leader_recovery_state=0, partition_epoch=update.partition_epoch)
+            for update in items)) for topic_id, items in by_topic.items()))
 
 
-def alter_partition_result(update: IsrUpdate, response: Any) -> IsrUpdateResult:
-    """The answer for `update`'s partition; a top-level error stands for every partition
-    (NOT_CONTROLLER among them: the caller's retry finds the new controller)."""
+def alter_partition_results(updates: Sequence[IsrUpdate],
+                            response: Any) -> list[IsrUpdateResult]:
+    """The answer for each update's partition, in order; a top-level error stands for
+    every partition (NOT_CONTROLLER among them: the caller's retry finds the new
+    controller)."""
     if response.error_code != 0:
-        return IsrUpdateResult(int(response.error_code))
-    for topic in response.topics:
-        if topic.topic_id != update.topic_id:
-            continue
-        for answer in topic.partitions:
-            if answer.partition_index == update.partition:
-                return IsrUpdateResult(int(answer.error_code), int(answer.leader_id),
+        return [IsrUpdateResult(int(response.error_code))] * len(updates)
+    answers = {(topic.topic_id, answer.partition_index): answer
+               for topic in response.topics for answer in topic.partitions}
+    results = []
+    for update in updates:
+        answer = answers.get((update.topic_id, update.partition))
+        results.append(IsrUpdateResult(int(ErrorCode.unknown_topic_or_partition))
+                       if answer is None else
+                       IsrUpdateResult(int(answer.error_code), int(answer.leader_id),
                                        int(answer.leader_epoch),
                                        tuple(int(r) for r in answer.isr),
-                                       int(answer.partition_epoch))
-    return IsrUpdateResult(int(ErrorCode.unknown_topic_or_partition))
+                                       int(answer.partition_epoch)))
+    return results
+
+
+class AlterPartitionBatcher:
+    """Kafka's AlterPartitionManager: at most one AlterPartition in flight; proposals made
+    meanwhile go together in the next request (`ITEMS_PER_REQUEST_MAX` at most), so a
+    broker back from a restart rejoins thousands of ISRs in a few requests, not one
+    controller round trip each. `send(updates)` returns one result per update or raises
+    (every waiting proposal then gets the error and retries)."""
+
+    ITEMS_PER_REQUEST_MAX: Final = 5_000
+
+    def __init__(self, send: Callable[[list[IsrUpdate]], Awaitable[list[IsrUpdateResult]]]
+                 ) -> None:
+        self._send = send
+        self._queue: dict[tuple[uuid.UUID, int], tuple[IsrUpdate,
+                                                        asyncio.Future[IsrUpdateResult]]] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    async def submit(self, update: IsrUpdate) -> IsrUpdateResult:
+        key = (update.topic_id, update.partition)
+        future: asyncio.Future[IsrUpdateResult] = asyncio.get_running_loop().create_future()
+        replaced = self._queue.pop(key, None)
+        if replaced is not None and not replaced[1].done():  # a newer proposal supersedes it
+            replaced[1].set_result(IsrUpdateResult(int(ErrorCode.invalid_update_version)))
+        self._queue[key] = (update, future)
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+        return await future
+
+    async def _run(self) -> None:
+        try:
+            while self._queue:
+                keys = list(itertools.islice(self._queue, self.ITEMS_PER_REQUEST_MAX))
+                batch = [self._queue.pop(key) for key in keys]
+                try:
+                    results = await self._send([update for update, _ in batch])
+                except Exception as error:  # noqa: BLE001 - each caller retries
+                    for _, future in batch:
+                        if not future.done():
+                            future.set_exception(error)
+                    continue
+                for (_, future), result in zip(batch, results, strict=True):
+                    if not future.done():
+                        future.set_result(result)
+        finally:
+            self._task = None
 
 
 class FetcherControl(Protocol):

@@ -41,11 +41,12 @@ from pykraft.broker.records_apis import RecordsApis
 from pykraft.broker.replica_fetcher import FetcherConfig, ReplicaFetcherManager
 from pykraft.broker.replica_manager import (
     ALTER_PARTITION_VERSION,
+    AlterPartitionBatcher,
     IsrUpdate,
     IsrUpdateResult,
     ReplicaManager,
     alter_partition_request,
-    alter_partition_result,
+    alter_partition_results,
 )
 from pykraft.broker.transaction_apis import TransactionParts
 from pykraft.broker.transaction_coordinator.shell import ProducerIdBlocks
@@ -240,7 +241,7 @@ class Node:
             self.node_id, self._broker_address, FetcherConfig.from_configs(values),
             lambda: self.broker_epoch, wall_clock_ms)
         self.replicas.fetchers = self.fetchers
-        self.replicas.alter_partition = self._send_alter_partition
+        self.replicas.alter_partition = AlterPartitionBatcher(self._send_alter_partition).submit
         self.loader.publishers.append(self.replicas.apply_delta)
         self.groups = GroupCoordinatorShell(
             GroupCoordinator(GroupConfig.from_properties(values), random.Random()),
@@ -267,9 +268,10 @@ class Node:
             self.config.inter_broker_listener)
         return None if endpoint is None else (endpoint.host, endpoint.port)
 
-    async def _send_alter_partition(self, update: IsrUpdate) -> IsrUpdateResult:
+    async def _send_alter_partition(self, updates: list[IsrUpdate]) -> list[IsrUpdateResult]:
         """AlterPartition (KIP-497) to the active controller over its listener, on a
-        connection of its own; raises ControllerUnavailable when there is no answer."""
+        connection of its own, for a batch of proposals (AlterPartitionBatcher); raises
+        ControllerUnavailable when there is no answer."""
         assert self.raft is not None
         if self._alter_client is None:
             raft = self.raft
@@ -280,11 +282,10 @@ class Node:
             self._controller_clients.append(self._alter_client)
         _, answer = await self._alter_client.send(
             ALTER_PARTITION_API_KEY, ALTER_PARTITION_VERSION,
-            alter_partition_request(update, self.node_id, self.broker_epoch))
-        result = alter_partition_result(update, answer)
-        if result.error_code == ErrorCode.not_controller:
+            alter_partition_request(updates, self.node_id, self.broker_epoch))
+        if answer.error_code == ErrorCode.not_controller:
             raise ControllerUnavailable("the controller moved", sent=True)
-        return result
+        return alter_partition_results(updates, answer)
 
     # RaftListener
     def handle_commit(self, batch: CommittedBatch) -> None:

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import ElectionType, TopicPartition
+from confluent_kafka import ElectionType, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.list_offsets.v9.request import (
     ListOffsetsPartition,
@@ -146,7 +146,13 @@ def elect_preferred(admin: AdminClient, topics: list[str], partitions: int) -> N
     wanted = [TopicPartition(topic, index) for topic in topics for index in range(partitions)]
     for start in range(0, len(wanted), 5_000):
         future = admin.elect_leaders(ElectionType.PREFERRED, wanted[start : start + 5_000])
-        future.result(600)  # partitions already led by their preferred replica are fine
+        try:
+            future.result(600)  # partitions already led by their preferred replica are fine
+        except KafkaException as error:
+            if not error.args[0].retriable():
+                raise
+            print(f"# preferred leader election: {error.args[0]}; the caller retries",
+                  flush=True)
 
 
 def lead_preferred(admin: AdminClient, topics: list[str], partitions: int,

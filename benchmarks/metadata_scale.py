@@ -35,7 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import ElectionType, KafkaException, TopicPartition
+from confluent_kafka import ElectionType, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.list_offsets.v9.request import (
     ListOffsetsPartition,
@@ -148,8 +148,9 @@ def elect_preferred(admin: AdminClient, topics: list[str], partitions: int) -> N
         future = admin.elect_leaders(ElectionType.PREFERRED, wanted[start : start + 5_000])
         try:
             future.result(600)  # partitions already led by their preferred replica are fine
-        except KafkaException as error:
-            if not error.args[0].retriable():
+        except KafkaException as error:  # librdkafka does not call NOT_CONTROLLER retriable
+            if not error.args[0].retriable() and \
+                    error.args[0].code() != KafkaError.NOT_CONTROLLER:
                 raise
             print(f"# preferred leader election: {error.args[0]}; the caller retries",
                   flush=True)

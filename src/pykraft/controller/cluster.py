@@ -432,20 +432,22 @@ def _leader_and_isr_updates(
     return records
 
 
+def _leave_every_isr(
+    state: ControllerState, config: ControllerConfig, broker_id: int
+) -> list[MetadataRecord]:
+    """The partition changes that take `broker_id` out of every ISR, moving its
+    leaderships (fencing and unregistration both start with these)."""
+    return list(_leader_and_isr_updates(
+        state, config, state.partitions_with_isr_member(broker_id),
+        broker_to_remove=broker_id, broker_to_add=None))
+
+
 def fence_records(
     state: ControllerState, config: ControllerConfig, broker_id: int
 ) -> list[MetadataRecord]:
     """Take `broker_id` out of every ISR (moving its leaderships), then fence it."""
     registration = state.image.cluster.brokers[broker_id]
-    records: list[MetadataRecord] = list(
-        _leader_and_isr_updates(
-            state,
-            config,
-            state.partitions_with_isr_member(broker_id),
-            broker_to_remove=broker_id,
-            broker_to_add=None,
-        )
-    )
+    records = _leave_every_isr(state, config, broker_id)
     if uses_broker_registration_change(state.image.features.metadata_version):
         records.append(
             BrokerRegistrationChangeRecord(
@@ -463,15 +465,7 @@ def unregister_records(
     """Take `broker_id` out of every ISR (moving its leaderships), then unregister it
     (Kafka's handleBrokerUnregistered)."""
     registration = state.image.cluster.brokers[broker_id]
-    records: list[MetadataRecord] = list(
-        _leader_and_isr_updates(
-            state,
-            config,
-            state.partitions_with_isr_member(broker_id),
-            broker_to_remove=broker_id,
-            broker_to_add=None,
-        )
-    )
+    records = _leave_every_isr(state, config, broker_id)
     records.append(UnregisterBrokerRecord(broker_id=broker_id, broker_epoch=registration.epoch))
     return records
 

@@ -65,6 +65,7 @@ __all__ = [
     "end_txn_marker_value",
     "iter_batch_records",
     "iter_records",
+    "marker_type",
     "read_control_record_type",
     "read_end_txn_marker",
 ]
@@ -498,6 +499,17 @@ def read_control_record_type(key: bytes | None) -> ControlRecordType:
     if type_ not in _KNOWN_CONTROL_TYPES:
         return ControlRecordType.UNKNOWN
     return ControlRecordType(type_)
+
+
+def marker_type(batch: bytes | bytearray) -> ControlRecordType | None:
+    """COMMIT or ABORT for a transaction marker batch (a control batch's bytes); None for
+    any other control batch, an empty one or one whose record cannot be read."""
+    try:
+        record = next(iter(iter_records(batch)), None)
+        kind = read_control_record_type(None if record is None else record.key)
+    except CorruptRecord:
+        return None
+    return kind if kind in (ControlRecordType.COMMIT, ControlRecordType.ABORT) else None
 
 
 def end_txn_marker_value(coordinator_epoch: int) -> bytes:

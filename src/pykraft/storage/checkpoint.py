@@ -29,6 +29,7 @@ from pykraft.errors import KafkaStorageError
 __all__ = [
     "PARTITION_METADATA_FILE",
     "fsync_directory",
+    "fsync_file",
     "kafka_uuid_string",
     "parse_kafka_uuid",
     "read_checkpoint",
@@ -46,7 +47,19 @@ CHECKPOINT_VERSION: Final = 0
 
 def fsync_directory(directory: Path) -> None:
     """Make renames and creations inside `directory` durable."""
-    fd = os.open(directory, os.O_RDONLY)
+    _fsync(directory)
+
+
+def fsync_file(path: Path) -> None:
+    """Make a file's contents durable; a file that does not exist is nothing to do."""
+    try:
+        _fsync(path)
+    except FileNotFoundError:
+        pass
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:

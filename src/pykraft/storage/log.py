@@ -59,10 +59,11 @@ from pykraft.records.batch import (
     split_batches,
     stamp_batch,
 )
-from pykraft.records.record import iter_records
+from pykraft.records.record import ControlRecordType, iter_records, marker_type
 from pykraft.storage import log_files
 from pykraft.storage.checkpoint import (
     fsync_directory,
+    fsync_file,
     read_partition_metadata,
     write_partition_metadata,
 )
@@ -88,7 +89,6 @@ from pykraft.storage.timestamp_search import (
 from pykraft.storage.txn_index import (
     TxnState,
     append_entries,
-    fsync_file,
     read_entries,
     write_entries,
 )
@@ -202,8 +202,8 @@ class Log:
             log.truncate_fully_and_start_at(start, now_ms=now_ms)
         epoch_cache.truncate_from_end(log.log_end_offset)
         epoch_cache.truncate_from_start(log.log_start_offset)
-        delete_snapshots(dir, above=log.log_end_offset)  # of batches recovery cut off
-        if recover_from is not None:
+        if recover_from is not None:  # after a clean close none lies above the log end
+            delete_snapshots(dir, above=log.log_end_offset)  # of batches recovery cut off
             log._txn_indexes_from = log._segments[log._segment_for(recover_from)].base_offset
         return log
 
@@ -613,7 +613,9 @@ class Log:
                     header = read_header(records, position)  # with the offsets now assigned
                     self._txns.on_batch(header,
                                         partial(_batch_bytes, records, position, old.size))
-        if any(header.is_control and header.producer_id >= 0 for _, header in batches):
+        if any(header.is_control and header.producer_id >= 0
+               and marker_type(_batch_bytes(records, position, header.size))
+               is ControlRecordType.ABORT for position, header in batches):
             aborted = self.txns.aborted_from(first_offset)  # built now if it was not
             if aborted:
                 path = self._active.txn_index_path  # the segment the markers went to

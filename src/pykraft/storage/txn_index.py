@@ -23,16 +23,14 @@ first offset of the open transactions.
 from __future__ import annotations
 
 import bisect
-import os
 import struct
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from pykraft.errors import CorruptRecord
 from pykraft.records.batch import BatchHeader
-from pykraft.records.record import ControlRecordType, iter_records, read_control_record_type
+from pykraft.records.record import ControlRecordType, marker_type
 from pykraft.storage.checkpoint import write_atomically
 
 __all__ = ["AbortedTxn", "TxnState", "append_entries", "read_entries", "write_entries"]
@@ -63,12 +61,8 @@ class TxnState:
         if not header.is_control:
             self.ongoing.setdefault(header.producer_id, header.base_offset)
             return
-        try:
-            record = next(iter(iter_records(read())), None)
-            kind = read_control_record_type(None if record is None else record.key)
-        except CorruptRecord:
-            return
-        if kind not in (ControlRecordType.COMMIT, ControlRecordType.ABORT):
+        kind = marker_type(read())
+        if kind is None:
             return
         first = self.ongoing.pop(header.producer_id, None)
         if kind is ControlRecordType.ABORT and first is not None:
@@ -126,14 +120,3 @@ def write_entries(path: Path, entries: Iterable[AbortedTxn]) -> None:
         write_atomically(path, data, sync=False)
     else:
         path.unlink(missing_ok=True)
-
-
-def fsync_file(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

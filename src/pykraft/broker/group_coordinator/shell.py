@@ -34,7 +34,7 @@ from pykraft.records.record import (
     ControlRecordType,
     build_batch,
     iter_records,
-    read_control_record_type,
+    marker_type,
 )
 
 __all__ = ["CONSUMER_OFFSETS_TOPIC", "GroupCoordinatorShell", "NotCoordinator"]
@@ -207,7 +207,7 @@ class GroupCoordinatorShell:
             producer_id = header.producer_id if header.is_transactional else -1
             if header.is_control:
                 if producer_id >= 0:  # a transaction's end: its offsets apply or go
-                    kind = _marker_type(batch)
+                    kind = marker_type(batch)
                     if kind is not None:
                         self.core.complete_txn_offsets(index, producer_id,
                                                        kind is ControlRecordType.COMMIT)
@@ -260,13 +260,3 @@ class GroupCoordinatorShell:
         finally:
             for task in list(self._waits):
                 task.cancel()
-
-
-def _marker_type(batch: bytes) -> ControlRecordType | None:
-    """COMMIT or ABORT for a transaction marker batch, None for any other control batch."""
-    try:
-        record = next(iter(iter_records(batch)), None)
-        kind = read_control_record_type(None if record is None else record.key)
-    except CorruptRecord:
-        return None
-    return kind if kind in (ControlRecordType.COMMIT, ControlRecordType.ABORT) else None

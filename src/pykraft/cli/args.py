@@ -79,6 +79,28 @@ def parse_bootstrap_servers(value: str) -> str:
     return ",".join(servers)
 
 
+def add_bootstrap_options(parser: argparse.ArgumentParser, *, short: bool = False) -> None:
+    """--bootstrap-server or --bootstrap-controller (Kafka's KRaft tools); `short` adds
+    kafka-cluster.sh's -b and -C."""
+    connection = parser.add_mutually_exclusive_group()
+    connection.add_argument("--bootstrap-server", *(["-b"] if short else []),
+                            metavar="HOST:PORT[,...]", help="brokers to connect to")
+    connection.add_argument("--bootstrap-controller", *(["-C"] if short else []),
+                            metavar="HOST:PORT[,...]", help="controllers to connect to")
+
+
+def bootstrap_of(args: argparse.Namespace) -> str:
+    """The checked list add_bootstrap_options gave; errors name the option used."""
+    bootstrap = args.bootstrap_server or args.bootstrap_controller
+    if not bootstrap:
+        raise UsageError("one of --bootstrap-server or --bootstrap-controller must be specified")
+    option = "--bootstrap-server" if args.bootstrap_server else "--bootstrap-controller"
+    try:
+        return parse_bootstrap_servers(bootstrap)
+    except UsageError as error:
+        raise UsageError(str(error).replace("--bootstrap-server", option)) from None
+
+
 def load_properties(path: str) -> dict[str, str]:
     """Read a Java-style .properties file: `key=value` or `key: value`, # and ! comments.
 

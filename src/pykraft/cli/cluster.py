@@ -18,7 +18,12 @@ from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
 
-from pykraft.cli.args import ArgumentParser, CommandError, UsageError, parse_bootstrap_servers
+from pykraft.cli.args import (
+    ArgumentParser,
+    CommandError,
+    add_bootstrap_options,
+    bootstrap_of,
+)
 from pykraft.cli.protocol_client import ProtocolClient, error_name
 
 __all__ = ["add_parser", "unregister_broker", "cluster_id"]
@@ -38,11 +43,7 @@ def add_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
                                      "cluster")
     unregister = actions.add_parser("unregister", help="unregister a broker")
     for action in (cluster_id_, unregister):
-        connection = action.add_mutually_exclusive_group()
-        connection.add_argument("--bootstrap-server", "-b", metavar="HOST:PORT[,...]",
-                                help="brokers to connect to")
-        connection.add_argument("--bootstrap-controller", "-C", metavar="HOST:PORT[,...]",
-                                help="controllers to connect to")
+        add_bootstrap_options(action, short=True)
         action.add_argument("--config", "-c", metavar="FILE", help="ignored (PLAINTEXT only)")
     unregister.add_argument("--id", "-i", type=int, required=True, metavar="ID",
                             help="the ID of the broker to unregister")
@@ -50,20 +51,13 @@ def add_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
     unregister.set_defaults(handler=_unregister_args)
 
 
-def _servers(args: argparse.Namespace) -> str:
-    bootstrap = args.bootstrap_server or args.bootstrap_controller
-    if not bootstrap:
-        raise UsageError("one of --bootstrap-server or --bootstrap-controller must be specified")
-    return parse_bootstrap_servers(bootstrap)
-
-
 def _cluster_id_args(args: argparse.Namespace) -> int:
-    print(f"Cluster ID: {cluster_id(_servers(args))}")
+    print(f"Cluster ID: {cluster_id(bootstrap_of(args))}")
     return 0
 
 
 def _unregister_args(args: argparse.Namespace) -> int:
-    unregister_broker(_servers(args), args.id)
+    unregister_broker(bootstrap_of(args), args.id)
     print(f"Broker {args.id} is no longer registered.")
     return 0
 

@@ -22,7 +22,13 @@ from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
 
-from pykraft.cli.args import ArgumentParser, CommandError, UsageError, parse_bootstrap_servers
+from pykraft.cli.args import (
+    ArgumentParser,
+    CommandError,
+    UsageError,
+    add_bootstrap_options,
+    bootstrap_of,
+)
 from pykraft.cli.protocol_client import ProtocolClient, error_name
 from pykraft.controller.features import (
     METADATA_VERSION_FEATURE,
@@ -41,11 +47,7 @@ def add_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
     parser = commands.add_parser(
         "features", help="describe and change feature levels (kafka-features.sh)",
         description="This tool manages feature flags in Kafka.")
-    connection = parser.add_mutually_exclusive_group()
-    connection.add_argument("--bootstrap-server", metavar="HOST:PORT[,...]",
-                            help="brokers to connect to")
-    connection.add_argument("--bootstrap-controller", metavar="HOST:PORT[,...]",
-                            help="controllers to connect to")
+    add_bootstrap_options(parser)
     parser.add_argument("--command-config", metavar="FILE", help="ignored (PLAINTEXT only)")
     actions = parser.add_subparsers(dest="features_command", required=True,
                                     metavar="{describe,upgrade,downgrade,disable}")
@@ -71,10 +73,7 @@ def add_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
 
 
 def _run_args(args: argparse.Namespace) -> int:
-    bootstrap = args.bootstrap_server or args.bootstrap_controller
-    if not bootstrap:
-        raise UsageError("one of --bootstrap-server or --bootstrap-controller must be specified")
-    servers = parse_bootstrap_servers(bootstrap)
+    servers = bootstrap_of(args)
     command = args.features_command
     if command == "describe":
         for line in describe_lines(servers):

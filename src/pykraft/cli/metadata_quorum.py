@@ -30,8 +30,9 @@ from pykraft.cli.args import (
     ArgumentParser,
     CommandError,
     UsageError,
+    add_bootstrap_options,
+    bootstrap_of,
     load_properties,
-    parse_bootstrap_servers,
 )
 from pykraft.cli.client_config import timeout_seconds, warn
 from pykraft.cli.protocol_client import ProtocolClient, error_name
@@ -83,13 +84,7 @@ def add_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
         help="describe the KRaft metadata quorum (kafka-metadata-quorum.sh)",
         description="This tool describes kraft metadata quorum status.",
     )
-    connection = parser.add_mutually_exclusive_group()
-    connection.add_argument(
-        "--bootstrap-server", metavar="HOST:PORT[,...]", help="brokers to connect to"
-    )
-    connection.add_argument(
-        "--bootstrap-controller", metavar="HOST:PORT[,...]", help="controllers to connect to"
-    )
+    add_bootstrap_options(parser)
     parser.add_argument("--command-config", metavar="FILE", help="admin client properties")
     actions = parser.add_subparsers(dest="quorum_command", metavar="describe")
     describe = actions.add_parser("describe", help="describe the metadata quorum info")
@@ -110,14 +105,7 @@ def add_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
 
 
 def _run_args(args: argparse.Namespace) -> int:
-    bootstrap = args.bootstrap_server or args.bootstrap_controller
-    if not bootstrap:
-        raise UsageError("one of --bootstrap-server or --bootstrap-controller must be specified")
-    option = "--bootstrap-server" if args.bootstrap_server else "--bootstrap-controller"
-    try:
-        servers = parse_bootstrap_servers(bootstrap)
-    except UsageError as error:
-        raise UsageError(str(error).replace("--bootstrap-server", option)) from None
+    servers = bootstrap_of(args)
     if args.quorum_command != "describe":
         raise UsageError("metadata-quorum needs a command: describe")
     if args.status and args.replication:

@@ -130,6 +130,8 @@ def served_everywhere(cluster: LocalCluster, topic: str) -> bool:
     for partition in response.topics[0].partitions:
         led.setdefault(partition.leader_id, []).append(partition.partition_index)
     for leader, indexes in led.items():
+        if leader not in cluster.nodes:
+            return False  # no leader yet (-1)
         request = ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=(
             ListOffsetsTopic(name=TopicName(topic), partitions=tuple(
                 ListOffsetsPartition(partition_index=index, timestamp=-1)

@@ -69,6 +69,7 @@ NO_LEADER = -1
 DEFAULT_REPLICA_LAG_TIME_MAX_MS = 30_000
 MAX_ALTER_PARTITION_BACKOFF_MS = 5_000
 NEW_LOGS_ON_LOOP = 64  # more new replicas than this in one delta: created on a thread
+NEW_LOGS_PER_TURN = 200  # new replicas made on the thread, then installed on the loop, at a time
 REFUSED_PROPOSAL_QUIET_MS = 500
 
 
@@ -385,7 +386,10 @@ class ReplicaManager:
         install each (with its newest registration) back on the event loop."""
         try:
             while self._to_create:
-                batch, self._to_create = self._to_create, []
+                # a slice at a time: installing a replica (become leader or follower) runs on
+                # the event loop, and 10,000 in one go held it for seconds (heartbeats late)
+                batch = self._to_create[:NEW_LOGS_PER_TURN]
+                del self._to_create[:NEW_LOGS_PER_TURN]
                 jobs = []
                 for topic, index, topic_id in batch:
                     pending = self._pending.get((topic, index))

@@ -41,6 +41,7 @@ import random
 import uuid
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 from pykraft.controller import cluster, configs, features, reassignment, replication, topics
 from pykraft.controller.cluster import BrokerControlState, BrokerSessions, Registration
@@ -82,11 +83,25 @@ from pykraft.errors import BrokerIdNotRegistered, NotController, invariant
 from pykraft.metadata.image import MetadataImage
 from pykraft.metadata.records import MetadataRecord
 
-__all__ = ["QuorumController", "bootstrap_records"]
+__all__ = ["Plan", "QuorumController", "bootstrap_records"]
 
 # A broker whose heartbeat connection closed gets broker.heartbeat.interval.ms and this much
 # more to heartbeat again before it is fenced (see BrokerSessions.connection_lost).
 CONNECTION_GRACE_EXTRA_MS = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """`QuorumController.plan`'s answer: the states after each batch, folded from `start`
+    with the first batch at `base_offset`."""
+
+    start: ControllerState
+    base_offset: int
+    after: tuple[ControllerState, ...]
+
+    def holds_for(self, controller: QuorumController) -> bool:
+        """Whether the controller is still where the plan started from."""
+        return controller.state is self.start
 
 
 class QuorumController:
@@ -123,6 +138,11 @@ class QuorumController:
     @property
     def image(self) -> MetadataImage:
         return self._state.image
+
+    @property
+    def leader_epoch(self) -> int:
+        """The epoch this controller is active in; -1 when standby."""
+        return self._leader_epoch
 
     @property
     def committed_image(self) -> MetadataImage:
@@ -195,9 +215,29 @@ class QuorumController:
         self._advance(records, base_offset, epoch)
         self._committed = self._state
 
-    def propose(self, records: Sequence[MetadataRecord], *, base_offset: int | None = None) -> int:
+    def plan(self, batches: Sequence[Sequence[MetadataRecord]]) -> Plan:
+        """The states after each of `batches`, were they appended one after the other from
+        the predicted offset. Pure, so that the shell may fold a large change off its event
+        loop; `propose` takes a planned state when the prediction held."""
+        state, base_offset = self._state, self._next_write_offset
+        after = []
+        for records in batches:
+            state = fold(state, records, base_offset, self._leader_epoch)
+            base_offset += len(records)
+            after.append(state)
+        return Plan(self._state, self._next_write_offset, tuple(after))
+
+    def propose(
+        self,
+        records: Sequence[MetadataRecord],
+        *,
+        base_offset: int | None = None,
+        planned: ControllerState | None = None,
+    ) -> int:
         """The shell appended `records` (one batch) from `base_offset` (default: as
-        predicted); replay them as pending state. Returns the batch's last offset."""
+        predicted); replay them as pending state, or take `planned` (`plan`'s state after
+        them) when it was folded from the current state at that offset. Returns the batch's
+        last offset."""
         invariant(self._active, "propose() on a standby controller")
         if not records:
             return self._next_write_offset - 1
@@ -207,7 +247,14 @@ class QuorumController:
             base_offset >= self._next_write_offset,
             f"records appended at {base_offset}, before the predicted {self._next_write_offset}",
         )
-        state = self._advance(records, base_offset, self._leader_epoch)
+        if (
+            planned is not None
+            and base_offset == self._next_write_offset
+            and planned.image.offset == base_offset + len(records) - 1
+        ):
+            self._state = state = planned
+        else:
+            state = self._advance(records, base_offset, self._leader_epoch)
         last_offset = base_offset + len(records) - 1
         self._pending.append((last_offset, state))
         self._next_write_offset = last_offset + 1
@@ -368,7 +415,7 @@ class QuorumController:
             raise BrokerIdNotRegistered(f"Broker ID {broker_id} is not currently registered")
         records = cluster.unregister_records(self._state, self.config, broker_id)
         self._sessions.remove(broker_id)
-        return OpResult(tuple(records), None)
+        return OpResult(tuple(records), None, atomic=False)
 
     def broker_connection_lost(self, broker_id: int, now_ms: int) -> None:
         """The connection broker `broker_id` heartbeats on closed: unless it heartbeats
@@ -418,6 +465,7 @@ class QuorumController:
                 is_fenced=following.fenced,
                 should_shut_down=following is BrokerControlState.SHUTDOWN_NOW,
             ),
+            atomic=False,
         )
 
     def _transition_records(
@@ -462,7 +510,8 @@ class QuorumController:
                 self._next_balance_ms = now_ms + self.config.leader_imbalance_check_interval_ms
                 records.extend(self._balance_records(records))
             wake_at_ms = min(wake_at_ms, self._next_balance_ms)
-        return OpResult(tuple(records), TickResult(tuple(fenced), max(wake_at_ms, now_ms + 1)))
+        return OpResult(tuple(records), TickResult(tuple(fenced), max(wake_at_ms, now_ms + 1)),
+                        atomic=False)
 
     def _after(self, earlier: Sequence[MetadataRecord]) -> ControllerState:
         state = self._state
@@ -543,7 +592,7 @@ class QuorumController:
         records, results = replication.alter_partition(
             self._state, self._is_active_broker, broker_id, topics_to_alter
         )
-        return OpResult(tuple(records), results)
+        return OpResult(tuple(records), results, atomic=False)
 
     def elect_leaders(
         self, election_type: ElectionType, partitions: Mapping[str, Sequence[int]] | None
@@ -553,7 +602,7 @@ class QuorumController:
         records, results = replication.elect_leaders(
             self._state, self._is_active_broker, election_type, partitions
         )
-        return OpResult(tuple(records), results)
+        return OpResult(tuple(records), results, atomic=False)
 
     # -- reassignment (KIP-455) -----------------------------------------------------------
 

@@ -65,14 +65,19 @@ ResponseT = TypeVar("ResponseT")
 
 @dataclass(frozen=True, slots=True)
 class OpResult(Generic[ResponseT]):
-    """What an operation decided: records to append (in order, atomically) and the answer.
+    """What an operation decided: records to append (in order) and the answer.
 
     The answer may be given to the client only once every record is committed. An empty
     `records` means nothing changes (a validate-only request, or every item failed).
+    `atomic` records go into one batch; others (Kafka's non-atomic ControllerResult: each
+    record stands alone, e.g. one partition's leader change when a broker is fenced) may
+    be split into several, so that no batch of a change to every partition has to be
+    applied in one go.
     """
 
     records: tuple[MetadataRecord, ...]
     response: ResponseT
+    atomic: bool = True
 
 
 class AlterConfigOp(IntEnum):

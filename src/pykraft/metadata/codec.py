@@ -136,11 +136,19 @@ def _write_bool(out: bytearray, value: Any) -> None:
     out.append(1 if value else 0)
 
 
+@functools.lru_cache(maxsize=4096)
+def _uuid_of(raw: bytes) -> uuid.UUID:
+    """The UUID of 16 bytes; cached, as a log names the same topic and directory ids in
+    record after record (a PartitionRecord holds one per replica) and `uuid.UUID()` checks
+    its arguments at every call."""
+    return uuid.UUID(bytes=raw)
+
+
 def _read_uuid(buf: memoryview, pos: int) -> tuple[Any, int]:
     end = pos + 16
     if end > len(buf):
         raise MetadataDecodeError("uuid runs past the end of the record")
-    return uuid.UUID(bytes=bytes(buf[pos:end])), end
+    return _uuid_of(bytes(buf[pos:end])), end
 
 
 def _write_uuid(out: bytearray, value: Any) -> None:

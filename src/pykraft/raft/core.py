@@ -232,7 +232,12 @@ class RaftConfig:
     append_linger_ms: int = 25  # controller.quorum.append.linger.ms
     batch_bytes_max: int = 8 * 1024 * 1024  # Kafka's metadata batch limit
     pending_batches_max: int = 5  # batches' worth of proposals held before appends refuse
-    apply_bytes_max: int = 8 * 1024 * 1024  # committed bytes read back per Ready
+    # committed bytes read back per Ready, and the size past which proposals no longer
+    # join a batch (one proposal may be larger, up to batch_bytes_max): the listeners apply
+    # a Ready in one turn of the event loop, which answers no fetch meanwhile (8 MiB of
+    # PartitionRecords held a follower for seconds at 30,000 partitions, past its fetch
+    # timeout)
+    apply_bytes_max: int = 256 * 1024
     election_timeout_ms: int = 1_000  # controller.quorum.election.timeout.ms
     election_backoff_max_ms: int = 1_000  # controller.quorum.election.backoff.max.ms
     fetch_timeout_ms: int = 2_000  # controller.quorum.fetch.timeout.ms
@@ -619,7 +624,10 @@ class RaftCore:
             > self.config.batch_bytes_max * self.config.pending_batches_max
         ):
             raise RequestTimedOut(f"{self._pending_bytes} bytes wait to be written to the log")
-        if self._draft is not None and self._draft.size_bytes + size > self.config.batch_bytes_max:
+        # a batch is applied in one go: it grows to apply_bytes_max only (unless one
+        # proposal is larger), and never past batch_bytes_max
+        limit = min(self.config.batch_bytes_max, self.config.apply_bytes_max)
+        if self._draft is not None and self._draft.size_bytes + size > limit:
             self._seal_draft()
         if self._draft is None:
             self._draft = _Draft(base_offset=self._next_offset, first_proposal_ms=now_ms)

@@ -6,6 +6,17 @@ Raft log and replayed into the controller at once (so the next operation sees th
 caller is answered only when the high watermark has passed the last record. Every
 committed batch goes to the core's `handle_commit`, which replays what it has not folded
 in yet (the log replayed at start-up) and only marks its own proposals committed.
+
+Off the event loop. Kafka decides on a controller thread of its own, apart from its Raft
+thread. Here the event loop also answers the quorum's fetches, and fencing a broker at
+100,000 partitions decides, encodes and folds 100,000 records: seconds, past the
+followers' fetch timeout. So an operation is decided, encoded and folded (`plan`) on a
+worker thread, which gives the GIL back to the event loop every few milliseconds. While
+it runs, whatever else would touch the core (committed batches, a leader change, a
+snapshot load, a closed heartbeat connection) waits in `_deferred`, in order, and is done
+once the operation is back; an operation whose leadership ended meanwhile did nothing
+(NotController). A non-atomic result is appended as batches of at most
+RECORDS_PER_BATCH records, each applied on its own by every node.
 """
 
 from __future__ import annotations
@@ -14,13 +25,13 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable, Sequence
-from typing import TypeVar
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
 from pykraft.controller.features import record_version
-from pykraft.controller.quorum_controller import QuorumController
+from pykraft.controller.quorum_controller import Plan, QuorumController
 from pykraft.controller.requests import (
     AlterConfigsResource,
     AlterConfigsResult,
@@ -41,6 +52,12 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+OffLoop = Callable[..., Awaitable[Any]]  # asyncio.to_thread's signature
+Batches = list[tuple[Sequence[MetadataRecord], list[bytes]]]  # records, their encodings
+Decision = tuple[OpResult[T], Batches, Plan]
+
+RECORDS_PER_BATCH = 1000  # a non-atomic result's records per batch (Kafka: 10,000)
+
 
 class OutcomeUnknown(RequestTimedOut):
     """Leadership was lost after the change was appended: it may or may not commit. Told
@@ -56,27 +73,53 @@ class ControllerServer:
     """Runs controller operations and is the in-process `ControllerChannel` of the broker."""
 
     def __init__(self, core: QuorumController, raft: RaftNode,
-                 now_ms: Callable[[], int] = wall_clock_ms) -> None:
+                 now_ms: Callable[[], int] = wall_clock_ms,
+                 off_loop: OffLoop = asyncio.to_thread) -> None:
         self.core = core
         self.raft = raft
         self.now_ms = now_ms
+        self._off_loop = off_loop  # runs a decision (a worker thread; tests may run it inline)
         self._queue_lock = asyncio.Lock()
         self.activation: asyncio.Future[None] | None = None
         self.tick_wake = asyncio.Event()  # set when a tick is due sooner than planned
+        self._deferred: list[Callable[[], None]] | None = None  # while a decision runs
+
+    def _now_or_later(self, action: Callable[[], None]) -> None:
+        """Do `action` to the core now, or after the decision running on a worker thread."""
+        if self._deferred is None:
+            action()
+        else:
+            self._deferred.append(action)
 
     # -- leadership and replay ------------------------------------------------------------
 
     def handle_committed(self, base_offset: int, epoch: int,
                          records: Sequence[MetadataRecord]) -> None:
-        self.core.handle_commit(records, base_offset=base_offset, epoch=epoch)
+        self._now_or_later(
+            lambda: self.core.handle_commit(records, base_offset=base_offset, epoch=epoch))
+
+    def replace_core(self, make: Callable[[QuorumController], QuorumController]) -> None:
+        """A snapshot was loaded: the core becomes `make(core)`."""
+
+        def replace() -> None:
+            self.core = make(self.core)
+
+        self._now_or_later(replace)
+
+    def broker_connection_lost(self, broker_id: int) -> None:
+        """A broker's heartbeat connection closed (BrokerSessions.connection_lost)."""
+        now_ms = self.now_ms()
+        self._now_or_later(lambda: self.core.broker_connection_lost(broker_id, now_ms))
+        self.tick_wake.set()
 
     def activate(self) -> None:
         """The log is replayed up to the leader's epoch start: from now on this node decides."""
-        leader = self.raft.leader_and_epoch
-        high_watermark = self.raft.high_watermark
+        self._activate(self.raft.leader_and_epoch.epoch, self.raft.high_watermark)
+
+    def _activate(self, epoch: int, high_watermark: int | None) -> None:
         invariant(high_watermark is not None, "activated before the epoch start committed")
         assert high_watermark is not None
-        self.core.activate(leader_epoch=leader.epoch, next_write_offset=high_watermark,
+        self.core.activate(leader_epoch=epoch, next_write_offset=high_watermark,
                            now_ms=self.now_ms())
 
     def on_leader_change(self, leader_id: int, node_id: int) -> None:
@@ -85,11 +128,16 @@ class ControllerServer:
         (`activation`, awaited by every operation); any other deactivates: its pending
         state is dropped and the callers waiting for it get OutcomeUnknown (the Raft driver
         fails their commit waits); callers that come later get NotController."""
+        epoch, high_watermark = self.raft.leader_and_epoch.epoch, self.raft.high_watermark
+        self._now_or_later(
+            lambda: self._leader_changed(leader_id, node_id, epoch, high_watermark))
+
+    def _leader_changed(self, leader_id: int, node_id: int, epoch: int,
+                        high_watermark: int | None) -> None:
         if leader_id == node_id:
             if not self.core.is_active:
-                self.activate()
-                log.info("controller %d is now active (epoch %d)", node_id,
-                         self.raft.leader_and_epoch.epoch)
+                self._activate(epoch, high_watermark)
+                log.info("controller %d is now active (epoch %d)", node_id, epoch)
                 self.activation = asyncio.ensure_future(self._bootstrap_once())
             return
         if self.core.is_active:
@@ -118,17 +166,38 @@ class ControllerServer:
 
     async def _run(self, operation: Callable[[QuorumController], OpResult[T]]) -> T:
         async with self._queue_lock:
-            result = operation(self.core)
+            core = self.core
+            epoch = core.leader_epoch
+            self._deferred = []
+            try:
+                decision: Decision[T] = await self._off_loop(_decide, core, operation)
+            finally:
+                deferred, self._deferred = self._deferred, None
+                for action in deferred:
+                    action()
+            result, batches, plan = decision
             if not result.records:
                 return result.response
-            level = self.core.image.features.metadata_version
-            encoded = [encode_metadata_record(record, record_version(record, level))
-                       for record in result.records]
-            try:
-                last_offset = self.raft.append(encoded)
-            except NotLeaderError as error:
-                raise NotController(str(error)) from error
-            self.core.propose(result.records, base_offset=last_offset - len(encoded) + 1)
+            if self.core is not core or not core.is_active or core.leader_epoch != epoch:
+                raise NotController("This controller stopped being active meanwhile.")
+            planned = plan.after if plan.holds_for(core) else (None,) * len(batches)
+            last_offset: int | None = None
+            for (records, encoded), after in zip(batches, planned, strict=True):
+                try:
+                    last_offset = self.raft.append(encoded)
+                except (NotLeaderError, RequestTimedOut) as error:
+                    if last_offset is None:
+                        if isinstance(error, NotLeaderError):
+                            raise NotController(str(error)) from error
+                        raise
+                    log.warning("controller: %d of %d records appended (%s)",
+                                last_offset - (plan.base_offset - 1), len(result.records),
+                                error)
+                    raise OutcomeUnknown(f"only part of the change was appended: {error}") \
+                        from error
+                core.propose(records, base_offset=last_offset - len(encoded) + 1,
+                             planned=after)
+            assert last_offset is not None
         try:
             await self.raft.wait_committed(last_offset)
         except NotLeaderError as error:
@@ -192,3 +261,18 @@ class ControllerServer:
             if result.error_code not in (ErrorCode.none, ErrorCode.topic_already_exists):
                 log.info("auto-creating topic %s failed: %s", result.name, result.error_message)
 
+
+def _decide(
+    core: QuorumController, operation: Callable[[QuorumController], OpResult[T]]
+) -> Decision[T]:
+    """Worker thread: the operation's result, its batches (records and their encodings)
+    and the states after them."""
+    result = operation(core)
+    records = result.records
+    step = len(records) if result.atomic else RECORDS_PER_BATCH
+    chunks = [records[start:start + step] for start in range(0, len(records), max(step, 1))]
+    level = core.image.features.metadata_version
+    batches: Batches = [
+        (chunk, [encode_metadata_record(record, record_version(record, level))
+                 for record in chunk]) for chunk in chunks]
+    return result, batches, core.plan(chunks)

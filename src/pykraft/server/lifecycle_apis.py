@@ -61,8 +61,7 @@ class LifecycleApis:
         if broker_id is None:
             return
         del self._heartbeat_peer[broker_id]
-        self.server.core.broker_connection_lost(broker_id, wall_clock_ms())
-        self.server.tick_wake.set()
+        self.server.broker_connection_lost(broker_id)
 
     @property
     def versions(self) -> Mapping[int, tuple[int, int]]:

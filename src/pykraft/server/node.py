@@ -67,7 +67,11 @@ from pykraft.raft.network import RaftApis, RaftChannels
 from pykraft.server.config import ServerConfig
 from pykraft.server.controller_channel import ControllerRefused, QuorumControllerChannel
 from pykraft.server.controller_client import ActiveControllerClient, Backoff, ControllerUnavailable
-from pykraft.server.controller_server import ControllerServer, wall_clock_ms
+from pykraft.server.controller_server import (
+    ControllerServer,
+    OutcomeUnknown,
+    wall_clock_ms,
+)
 from pykraft.server.image_digest import DigestCache
 from pykraft.server.lifecycle_apis import LifecycleApis
 from pykraft.server.metadata_snapshots import (
@@ -165,8 +169,8 @@ class Node:
         if self.is_controller:
             controller_config = ControllerConfig.from_properties(
                 values, cluster_id=self.cluster_id, controller_ids=frozenset(voters))
-            self.controller_core = QuorumController(controller_config, random.Random())
-            self.controller = ControllerServer(self.controller_core, self.raft)
+            self.controller = ControllerServer(
+                QuorumController(controller_config, random.Random()), self.raft)
         self.channel = self._controller_channel()
         if self.is_controller and not single_voter:  # the other voters must reach this one
             await self._controller_listeners()
@@ -301,8 +305,7 @@ class Node:
         assert self.snapshots is not None  # created before the Raft node starts
         image = self.snapshots.load(snapshot_id, snapshot)
         if self.controller is not None:
-            self.controller.core = self.controller_core = controller_from_image(
-                self.controller.core, image)
+            self.controller.replace_core(lambda core: controller_from_image(core, image))
 
     def handle_leader_change(self, leader_id: int, epoch: int) -> None:
         log.info("metadata quorum leader is now %d at epoch %d", leader_id, epoch)
@@ -522,8 +525,8 @@ class Node:
             except InvariantViolation as error:
                 self._fatal(error)
                 return
-            except NotController:
-                continue
+            except (NotController, OutcomeUnknown):
+                continue  # leadership lost; the next active controller ticks
             except Exception:
                 log.exception("controller tick failed")
                 wake_at_ms = wall_clock_ms() + 1000

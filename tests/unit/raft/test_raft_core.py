@@ -147,6 +147,22 @@ def test_a_full_batch_is_sealed_and_one_proposal_is_never_split() -> None:
     assert bounds == [(1, first), (first + 1, second)]
 
 
+def test_proposals_join_a_batch_up_to_apply_bytes_max_and_a_larger_one_stays_whole() -> None:
+    """A batch is applied in one turn: proposals stop joining it at apply_bytes_max, while
+    one proposal larger than that (atomic) still makes one batch."""
+    shell = Shell(config=RaftConfig(append_linger_ms=25, apply_bytes_max=1024))
+    shell.settle()
+    first = shell.core.propose([b"a" * 400], shell.now_ms)
+    second = shell.core.propose([b"b" * 400], shell.now_ms)
+    third = shell.core.propose([b"c" * 400], shell.now_ms)  # past 1024 with the two before
+    big = shell.core.propose([b"d" * 900, b"e" * 900], shell.now_ms)
+    shell.advance_time(25)
+    shell.settle()
+    bounds = [(h.base_offset, h.last_offset) for h in map(read_header, shell.store.batches[1:])]
+    assert bounds == [(1, second), (third, third), (third + 1, big)]
+    assert first == 1
+
+
 def test_a_proposal_larger_than_a_batch_is_refused() -> None:
     shell = Shell(config=RaftConfig(batch_bytes_max=1024))
     shell.settle()

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import random
+import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
@@ -29,7 +30,12 @@ from pykraft.server.controller_channel import (
     QuorumControllerChannel,
 )
 from pykraft.server.controller_client import ActiveControllerClient, ControllerUnavailable
-from pykraft.server.controller_server import ControllerServer, OutcomeUnknown
+from pykraft.server.controller_server import (
+    RECORDS_PER_BATCH,
+    ControllerServer,
+    OffLoop,
+    OutcomeUnknown,
+)
 
 NODE = 1
 FEATURES = [BrokerFeatureRange("metadata.version", MINIMUM_KRAFT_METADATA_VERSION,
@@ -45,6 +51,7 @@ class ScriptedRaft:
         self.high_watermark: int | None = 1
         self.waiters: list[tuple[int, asyncio.Future[None]]] = []
         self.server: ControllerServer | None = None
+        self.batch_sizes: list[int] = []  # records per append
 
     @property
     def leader_and_epoch(self) -> LeaderAndEpoch:
@@ -54,6 +61,7 @@ class ScriptedRaft:
         if self.leader.leader_id != NODE:
             raise NotLeaderError(self.leader.leader_id, self.leader.epoch)
         self.log.extend(records)
+        self.batch_sizes.append(len(records))
         return len(self.log) - 1
 
     async def wait_committed(self, offset: int) -> None:
@@ -84,13 +92,19 @@ class ScriptedRaft:
         self.server.on_leader_change(new_leader, NODE)
 
 
-def make_server() -> tuple[ControllerServer, ScriptedRaft]:
+async def inline(function: Callable[..., Any], /, *args: Any) -> Any:
+    """Decides on the event loop itself, so that a few `settle()` turns see it done."""
+    return function(*args)
+
+
+def make_server(off_loop: OffLoop = inline) -> tuple[ControllerServer, ScriptedRaft]:
     raft = ScriptedRaft()
     core = QuorumController(
         ControllerConfig.from_properties({"node.id": str(NODE)}, cluster_id="c",
                                          controller_ids=frozenset({1, 2, 3})),
         random.Random(1))
-    server = ControllerServer(core, raft, now_ms=lambda: 1_000)  # type: ignore[arg-type]
+    server = ControllerServer(core, raft, now_ms=lambda: 1_000,  # type: ignore[arg-type]
+                              off_loop=off_loop)
     raft.server = server
     return server, raft
 
@@ -100,8 +114,8 @@ async def settle() -> None:
         await asyncio.sleep(0)
 
 
-async def activated() -> tuple[ControllerServer, ScriptedRaft]:
-    server, raft = make_server()
+async def activated(off_loop: OffLoop = inline) -> tuple[ControllerServer, ScriptedRaft]:
+    server, raft = make_server(off_loop)
     server.on_leader_change(NODE, NODE)
     await settle()
     raft.commit_all()  # the bootstrap record (metadata.version)
@@ -152,6 +166,75 @@ def test_lost_leadership_drops_pending_state_and_answers_outcome_unknown() -> No
         assert "t" not in server.core.image.topics.by_name  # pending dropped
         with pytest.raises(NotController):  # nothing is decided any more
             await server.create_topics([CreatableTopic("u", 1, 1)], validate_only=False)
+    asyncio.run(go())
+
+
+def test_a_leader_change_during_an_off_loop_decision_waits_for_it_and_voids_it() -> None:
+    """While an operation is decided on a worker thread, a leader change (and commits) must
+    not touch the core under it: they are done once it is back, and the decision, made by
+    a controller no longer active, appends nothing."""
+    deciding, release = threading.Event(), threading.Event()
+
+    async def gated(function: Callable[..., Any], /, *args: Any) -> Any:
+        def run() -> Any:
+            deciding.set()
+            release.wait(10)
+            return function(*args)
+        return await asyncio.to_thread(run)
+
+    async def go() -> None:
+        server, raft = await activated()
+        await register(server, raft, 1)
+        server._off_loop = gated  # from now on decisions run on a thread, held at the gate
+        deciding.clear()
+        task = asyncio.ensure_future(server.create_topics(
+            [CreatableTopic("t", 1, 1)], validate_only=False))
+        await asyncio.to_thread(deciding.wait, 10)
+        log_before = len(raft.log)
+        raft.lose_leadership(2)
+        assert server.core.is_active  # deferred: the decision is still running
+        release.set()
+        with pytest.raises(NotController):
+            await task
+        assert not server.core.is_active
+        assert len(raft.log) == log_before  # nothing appended
+        assert "t" not in server.core.image.topics.by_name
+    asyncio.run(go())
+
+
+async def appended(raft: ScriptedRaft) -> None:
+    """Until the operation decided on a worker thread has appended its records."""
+    for _ in range(1000):
+        if raft.waiters:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("nothing appended within 10 s")
+
+
+def test_a_non_atomic_result_is_appended_in_batches_and_an_atomic_one_whole() -> None:
+    """Unregistering a broker that leads 1,500 partitions changes each: non-atomic, so at
+    most RECORDS_PER_BATCH records per batch; the 1,500 partitions' creation is atomic."""
+    async def go() -> None:
+        server, raft = await activated()
+        await register(server, raft, 1)
+        server._off_loop = asyncio.to_thread  # as in a node
+        raft.batch_sizes.clear()
+        task = asyncio.ensure_future(server.create_topics(
+            [CreatableTopic("t", 1500, 1)], validate_only=False))
+        await appended(raft)
+        raft.commit_all()
+        (created,) = await task
+        assert created.error_code == ErrorCode.none
+        assert raft.batch_sizes == [1501]  # the topic and its partitions, one batch
+        raft.batch_sizes.clear()
+        task = asyncio.ensure_future(server.run(lambda core: core.unregister_broker(1)))
+        await appended(raft)
+        raft.commit_all()
+        await task
+        assert raft.batch_sizes == [RECORDS_PER_BATCH, 1501 - RECORDS_PER_BATCH]
+        assert server.core.committed_image.cluster.brokers.get(1) is None
+        leaders = {p.leader for p in server.core.image.topics.by_name["t"].partitions.values()}
+        assert leaders == {-1}
     asyncio.run(go())
 
 

@@ -67,7 +67,9 @@ listener, a report that comes late) is harmless:
                              fetching meanwhile: any answer from the leader cancels all this
     then                     Prospective, as after a fetch timeout: a pre-vote that the other
                              voters refuse while they still hear from the leader, and the
-                             leader's next answer takes it back to following
+                             leader's next answer takes it back to following. An observer
+                             (a broker) has no vote to split: no jitter, it asks the voters
+                             who leads at once
 
 Only a report of the fetch in flight counts, so a stale one of an older fetch does nothing.
 The jitter is what keeps two followers of a dead leader, who learn of it within the same
@@ -841,7 +843,9 @@ class RaftCore:
         if self._leader_failures != UNREACHABLE_FAILURES:
             return  # one failure may be a listener restarting; later ones change nothing
         self._leader_contact_ms = None  # from now on we grant pre-votes
-        jitter_ms = self._rng.randint(0, self.config.election_jitter_ms)
+        # the jitter keeps voters from splitting the vote; an observer has none to split,
+        # and looks for the new leader at once
+        jitter_ms = self._rng.randint(0, self.config.election_jitter_ms) if self.is_voter else 0
         self._fetch_deadline_ms = min(self._fetch_deadline_ms, self._now_ms + jitter_ms)
 
     def _on_fetch_timeout(self) -> None:

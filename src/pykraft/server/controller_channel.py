@@ -147,7 +147,10 @@ class QuorumControllerChannel:
         it, or the request was sent and no answer came -- is sent again only if
         `idempotent`; otherwise it is answered REQUEST_TIMED_OUT, never made twice."""
         deadline_ms = self._now_ms() + self.timeout_ms
-        backoff = Backoff()
+        # at most 100 ms between tries: a try costs a look at who leads (or a refused
+        # connect), and a longer wait would delay every request by up to the same again
+        # once a new controller is elected
+        backoff = Backoff(initial_ms=20, max_ms=100)
         while True:
             if self.local is not None and self.local.core.is_active:
                 try:

@@ -13,7 +13,12 @@ import pytest
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.create_topics.v7.request import CreatableTopic, CreateTopicsRequest
 from kio.schema.errors import ErrorCode
-from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+from kio.schema.fetch.v12.request import (
+    FetchPartition,
+    FetchRequest,
+    FetchTopic,
+    ForgottenTopic,
+)
 from kio.schema.list_offsets.v9.request import (
     ListOffsetsPartition,
     ListOffsetsRequest,
@@ -129,6 +134,62 @@ def test_unknown_topic_and_partition(client: WireClient) -> None:
 def test_fetch_out_of_range(client: WireClient) -> None:
     end = _latest(client).offset
     assert _fetch(client, end + 100).error_code == ErrorCode.offset_out_of_range
+
+
+def _session_fetch(client: WireClient, session_id: int, epoch: int,
+                   offsets: dict[int, int], forgotten: tuple[int, ...] = ()) -> Any:
+    """A Fetch v12 in a session (KIP-227) naming `offsets` (partition -> fetch offset)."""
+    request = FetchRequest(
+        max_wait=datetime.timedelta(0), min_bytes=0, max_bytes=50 << 20,
+        session_id=session_id, session_epoch=epoch,
+        topics=(FetchTopic(topic=TOPIC, partitions=tuple(
+            FetchPartition(partition=index, fetch_offset=offset, partition_max_bytes=1 << 20)
+            for index, offset in offsets.items())),) if offsets else (),
+        forgotten_topics_data=(ForgottenTopic(topic=TOPIC, partitions=forgotten),)
+        if forgotten else ())
+    return client.request(1, 12, request)
+
+
+def _answered(response: Any) -> dict[int, Any]:
+    return {p.partition_index: p for topic in response.responses for p in topic.partitions}
+
+
+def test_an_incremental_fetch_session_answers_only_partitions_with_news(
+        client: WireClient) -> None:
+    """KIP-227: a full fetch at epoch 0 opens a session; later fetches name nothing and get
+    only partitions with new records or a moved high watermark; a wrong epoch or an unknown
+    session is refused with the session errors; epoch -1 closes it."""
+    ends = {index: _latest(client, index).offset for index in (0, 1)}
+    opened = _session_fetch(client, 0, 0, ends)
+    session_id = opened.session_id
+    assert opened.error_code == ErrorCode.none and session_id > 0
+    assert set(_answered(opened)) == {0, 1}  # a full response
+
+    quiet = _session_fetch(client, session_id, 1, {})
+    assert quiet.error_code == ErrorCode.none and _answered(quiet) == {}
+
+    _produce(client, _batch(2), partition=1)
+    news = _answered(_session_fetch(client, session_id, 2, {}))
+    assert set(news) == {1}
+    assert news[1].high_watermark == ends[1] + 2
+    assert len(list(iter_batch_records(news[1].records))) == 1
+
+    # moved on past the records: named with its new offset, then nothing new again
+    assert _answered(_session_fetch(client, session_id, 3, {1: ends[1] + 2})) == {}
+    assert _session_fetch(client, session_id, 3, {}).error_code == \
+        ErrorCode.invalid_fetch_session_epoch
+    assert _session_fetch(client, session_id + 1, 1, {}).error_code == \
+        ErrorCode.fetch_session_id_not_found
+
+    # partition 0 forgotten: records there are no longer answered in this session
+    assert _answered(_session_fetch(client, session_id, 4, {}, forgotten=(0,))) == {}
+    _produce(client, _batch(1), partition=0)
+    assert _answered(_session_fetch(client, session_id, 5, {})) == {}
+
+    closed = _session_fetch(client, session_id, -1, {0: ends[0]})
+    assert closed.session_id == 0 and set(_answered(closed)) == {0}
+    assert _session_fetch(client, session_id, 6, {}).error_code == \
+        ErrorCode.fetch_session_id_not_found
 
 
 def test_acks_zero_appends_without_answering(client: WireClient) -> None:

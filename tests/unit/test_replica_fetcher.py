@@ -134,6 +134,80 @@ def test_a_fetch_request_carries_the_follower_position(tmp_path: Path) -> None:
     assert sent == [(state, 3)]
 
 
+class ScriptedConnection(NoConnection):
+    """Answers Fetch requests from a list, and keeps what was asked."""
+
+    def __init__(self, answers: list[Any]) -> None:
+        super().__init__()
+        self.answers = answers
+        self.requests: list[Any] = []
+
+    async def request(self, api_key: int, version: int, request: Any,
+                      extra_timeout_ms: int = 0) -> Any:
+        self.requests.append(request)
+        return self.answers.pop(0)
+
+
+def fetch_answer(session_id: int, *partitions: Any,
+                 error: ErrorCode = ErrorCode.none) -> Any:
+    return make(fetch_response.FetchResponse, throttle_time=0, error_code=error,
+                session_id=session_id, responses=(make(
+                    fetch_response.FetchableTopicResponse, topic_id=TOPIC_ID,
+                    partitions=partitions),) if partitions else ())
+
+
+async def test_a_fetch_session_names_only_what_changed(tmp_path: Path) -> None:
+    """KIP-227 from the follower's side: a full fetch opens the session; then a request
+    names only partitions whose position moved, and forgets those no longer fetched; a
+    session error makes the next request a full one that opens a new session."""
+    logs = [follower_log(tmp_path / str(i), [(1, 2)]) for i in range(3)]
+    connection = ScriptedConnection([])
+    fetcher = ReplicaFetcher(1, 2, connection, FetcherConfig(backoff_ms=50), lambda: 7,
+                             lambda: 0)
+    for index, log_ in enumerate(logs):
+        fetcher.add(Partition("t", TOPIC_ID, index, log_, leader_id=2, leader_epoch=4,
+                              replicas=(1, 2), isr=(1, 2)))
+    states = list(fetcher.states.values())
+
+    def asked(request: Any) -> set[int]:
+        return {p.partition for topic in request.topics for p in topic.partitions}
+
+    connection.answers = [fetch_answer(77, *(
+        make(fetch_response.PartitionData, partition_index=i, error_code=ErrorCode.none,
+             high_watermark=2, last_stable_offset=2, log_start_offset=0,
+             aborted_transactions=None, records=b"") for i in range(3)))]
+    await fetcher._fetch(states)
+    first = connection.requests[-1]
+    assert (first.session_id, first.session_epoch, asked(first)) == (0, 0, {0, 1, 2})
+    assert (fetcher.session_id, fetcher.session_epoch) == (77, 1)
+
+    # partition 1 gets records: only it is named next time, at its new position
+    connection.answers = [fetch_answer(77, make(
+        fetch_response.PartitionData, partition_index=1, error_code=ErrorCode.none,
+        high_watermark=3, last_stable_offset=3, log_start_offset=0,
+        aborted_transactions=None, records=batch(2, 4)))]
+    await fetcher._fetch(states)
+    assert asked(connection.requests[-1]) == set()
+    assert logs[1].log_end_offset == 3
+    connection.answers = [fetch_answer(77)]
+    await fetcher._fetch(states[:2])  # partition 2 is not fetched any more
+    second = connection.requests[-1]
+    assert (second.session_id, second.session_epoch) == (77, 2)
+    assert asked(second) == {1}
+    assert second.topics[0].partitions[0].fetch_offset == 3
+    assert [(t.topic_id, t.partitions) for t in second.forgotten_topics_data] == [
+        (TOPIC_ID, (2,))]
+
+    connection.answers = [fetch_answer(0, error=ErrorCode.invalid_fetch_session_epoch),
+                          fetch_answer(78)]
+    await fetcher._fetch(states[:2])
+    assert (fetcher.session_id, fetcher.session_epoch) == (0, 0)
+    await fetcher._fetch(states[:2])
+    again = connection.requests[-1]
+    assert (again.session_id, again.session_epoch, asked(again)) == (0, 0, {0, 1})
+    assert (fetcher.session_id, fetcher.session_epoch) == (78, 1)
+
+
 async def test_the_fetcher_applies_records_divergence_and_errors(tmp_path: Path) -> None:
     log = follower_log(tmp_path, [(1, 2), (2, 3)])  # epoch 2 at 2-4, the leader's ended at 3
     fetcher, state = fetcher_for(log)

@@ -14,10 +14,18 @@ import datetime
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
+from pykraft.broker.fetch_sessions import (
+    NO_SESSION,
+    FetchContext,
+    FetchSessionCache,
+    SessionPartition,
+    topic_key,
+)
 from pykraft.broker.metadata_cache import MetadataCache
 from pykraft.broker.replica_manager import Partition, ReplicaManager
 from pykraft.controller.features import api_versions_features
@@ -37,6 +45,21 @@ from pykraft.records.batch import HEADER_SIZE as BATCH_HEADER_SIZE
 from pykraft.records.batch import read_header
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRead:
+    """What a Fetch read of one partition, before it becomes a PartitionData (only the
+    partitions a response carries are made into entities)."""
+
+    partition_index: int
+    error_code: ErrorCode
+    high_watermark: int
+    last_stable_offset: int
+    log_start_offset: int
+    records: bytes = b""
+    aborted: tuple[tuple[int, int], ...] | None = None  # (producer id, first offset)
+    diverging: tuple[int, int] | None = None  # (epoch, end offset)
 
 EARLIEST_TIMESTAMP = -2
 READ_COMMITTED = 1  # isolation_level of Fetch and ListOffsets
@@ -83,6 +106,7 @@ class BrokerApis:
         self.cache = cache
         self.replicas = replicas
         self.auto_create_topics = auto_create_topics
+        self.fetch_sessions = FetchSessionCache()
         # (transactional id, producer id, epoch, topic, partition) -> error: set by the node
         # (broker.transaction_apis) to refuse transactional batches outside a transaction
         self.verify_transactional: Callable[
@@ -238,12 +262,21 @@ class BrokerApis:
         replica_id = field(request, "replica_id", None)
         if replica_id is None:  # v15+: KIP-903's ReplicaState
             replica_id = getattr(field(request, "replica_state"), "replica_id", -1)
+        committed = field(request, "isolation_level", 0) == READ_COMMITTED
+        image = self.cache.image
+        names = {key: self._fetch_topic_name(topic, image)
+                 for topic in request.topics for key in (topic_key(topic),)}
+        fetch = self.fetch_sessions.context(request, names, self.replicas.now_ms(),
+                                            follower=replica_id >= 0)
+        if fetch.error != ErrorCode.none:
+            return make(module.FetchResponse, throttle_time=NO_THROTTLE,
+                        error_code=fetch.error, session_id=NO_SESSION, responses=())
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max_wait_ms / 1000
         first_pass = True
         while True:
-            topics, total, errors, parked = self._read_fetch(
-                module, request, max_bytes, replica_id, first_pass)
+            reads, total, errors, parked = self._read_fetch(
+                fetch.partitions, max_bytes, replica_id, first_pass, committed)
             first_pass = False
             remaining_ms = int((deadline - loop.time()) * 1000)
             if total >= min_bytes or errors or remaining_ms <= 0 or not parked:
@@ -253,38 +286,58 @@ class BrokerApis:
             module.FetchResponse,
             throttle_time=NO_THROTTLE,
             error_code=ErrorCode.none,
-            session_id=0,  # no incremental fetch session is created (KIP-227 allows that)
-            responses=tuple(topics),
+            session_id=fetch.response_session_id,
+            responses=self._fetch_responses(module, fetch, reads),
         )
 
     def _read_fetch(
-        self, module: Any, request: Any, max_bytes: int, replica_id: int, first_pass: bool,
-    ) -> tuple[list[Any], int, bool, list[Partition]]:
+        self, wanted: list[SessionPartition], max_bytes: int, replica_id: int,
+        first_pass: bool, committed: bool,
+    ) -> tuple[list[PartitionRead], int, bool, list[Partition]]:
         """One look at every partition; `errors` is true when one answered without waiting
         (an error or a diverging epoch), `parked` the partitions a wait is parked on."""
         image = self.cache.image
         total, errors = 0, False
         parked: list[Partition] = []
-        topics = []
-        for topic in request.topics:
-            name, topic_id = self._fetch_topic_name(topic, image)
-            partitions = []
-            for wanted in topic.partitions:
-                result = self._fetch_partition(
-                    module, name, wanted, image, max(0, max_bytes - total), total == 0,
-                    replica_id, first_pass,
-                    committed=field(request, "isolation_level", 0) == READ_COMMITTED,
-                )
-                partition, data = result
-                if data.error_code != ErrorCode.none or partition is None:
-                    errors = True
-                elif partition is not None:
-                    parked.append(partition)
-                total += len(data.records or b"")
-                partitions.append(data)
-            topics.append(make(module.FetchableTopicResponse, topic=name, topic_id=topic_id,
-                               partitions=tuple(partitions)))
-        return topics, total, errors, parked
+        reads = []
+        for each in wanted:
+            partition, read = self._fetch_partition(
+                each, image, max(0, max_bytes - total), total == 0, replica_id, first_pass,
+                committed=committed)
+            if read.error_code != ErrorCode.none or partition is None:
+                errors = True
+            else:
+                parked.append(partition)
+            total += len(read.records)
+            reads.append(read)
+        return reads, total, errors, parked
+
+    def _fetch_responses(self, module: Any, fetch: FetchContext,
+                         reads: list[PartitionRead]) -> tuple[Any, ...]:
+        """The response's topics: every partition read, or in an incremental fetch those
+        with something to say (fetch_sessions); grouped by topic in the order read."""
+        topics: list[tuple[SessionPartition, list[Any]]] = []
+        returned = []
+        for each, read in zip(fetch.partitions, reads, strict=True):
+            if fetch.session is not None:
+                answer = each.must_answer(
+                    bool(read.records), read.error_code != ErrorCode.none
+                    or read.diverging is not None, read.high_watermark,
+                    read.last_stable_offset, read.log_start_offset)
+                if read.records:
+                    returned.append(each)
+                if fetch.incremental and not answer:
+                    continue
+            if not topics or (topics[-1][0].topic, topics[-1][0].topic_id) != (
+                    each.topic, each.topic_id):
+                topics.append((each, []))
+            topics[-1][1].append(self._partition_data(module, read))
+        if fetch.session is not None and returned:
+            self.fetch_sessions.returned_records(fetch.session, returned)
+        return tuple(
+            make(module.FetchableTopicResponse, topic=first.topic, topic_id=first.topic_id,
+                 partitions=tuple(partitions))
+            for first, partitions in topics)
 
     def _fetch_topic_name(self, topic: Any, image: Any) -> tuple[str, uuid.UUID | None]:
         topic_id = field(topic, "topic_id")
@@ -294,25 +347,26 @@ class BrokerApis:
         return (found.name if found is not None else ""), topic_id
 
     def _fetch_partition(
-        self, module: Any, topic: str, wanted: Any, image: Any, bytes_left: int, first: bool,
+        self, wanted: SessionPartition, image: Any, bytes_left: int, first: bool,
         replica_id: int, first_pass: bool, *, committed: bool = False,
-    ) -> tuple[Partition | None, Any]:
-        """(the partition to park on, or None when answered at once; its PartitionData).
+    ) -> tuple[Partition | None, PartitionRead]:
+        """(the partition to park on, or None when answered at once; what was read).
         A follower (replica_id >= 0) reads up to the log end; its first look records its
         position or finds that its log diverged (then no records, and no waiting)."""
         try:
-            if not topic:
+            if not wanted.topic:
                 raise UnknownTopicId("unknown topic id")
-            partition = self.replicas.leader_partition(topic, wanted.partition, image)
-            partition.check_epoch(field(wanted, "current_leader_epoch", -1))
+            partition = self.replicas.leader_partition(wanted.topic, wanted.partition, image)
+            partition.check_epoch(wanted.current_leader_epoch)
             if replica_id >= 0 and first_pass:
                 seen = self.replicas.follower_fetch(
-                    partition, replica_id, wanted.fetch_offset,
-                    field(wanted, "last_fetched_epoch", -1))
+                    partition, replica_id, wanted.fetch_offset, wanted.last_fetched_epoch)
                 if seen.diverged:
-                    return None, self._diverged(module, wanted.partition, partition,
-                                                seen.diverging_epoch,
-                                                seen.diverging_end_offset)
+                    log_ = partition.log
+                    return None, PartitionRead(
+                        wanted.partition, ErrorCode.none, log_.high_watermark,
+                        log_.high_watermark, log_.log_start_offset,
+                        diverging=(seen.diverging_epoch, seen.diverging_end_offset))
             limit = min(wanted.partition_max_bytes, bytes_left)
             committed = committed and replica_id < 0
             if committed:  # read_committed: up to the last stable offset
@@ -325,38 +379,42 @@ class BrokerApis:
                                           up_to_high_watermark=replica_id < 0)
         except Exception as error:  # noqa: BLE001 - mapped to the partition's error code
             code, _ = error_of(error)
-            if code == ErrorCode.unknown_topic_or_partition and field(wanted, "topic_id"):
+            if code == ErrorCode.unknown_topic_or_partition and wanted.topic_id is not None:
                 code = ErrorCode.unknown_topic_id
-            return None, make(module.PartitionData, partition_index=wanted.partition,
-                              error_code=code, high_watermark=-1, last_stable_offset=-1,
-                              log_start_offset=-1, aborted_transactions=None, records=b"")
+            return None, PartitionRead(wanted.partition, code, -1, -1, -1)
         log_ = partition.log
         aborted = None
         if committed:  # the aborted transactions with data in what is returned
             aborted = tuple(
-                make(module.AbortedTransaction, producer_id=each.producer_id,
-                     first_offset=each.first_offset)
+                (each.producer_id, each.first_offset)
                 for each in log_.txns.aborted_between(read.first_offset, read.next_offset)
             ) if read.records else ()
-        return partition, make(
-            module.PartitionData,
-            partition_index=wanted.partition,
-            error_code=ErrorCode.none,
-            high_watermark=log_.high_watermark,
-            last_stable_offset=log_.last_stable_offset if committed else log_.high_watermark,
-            log_start_offset=log_.log_start_offset,
-            aborted_transactions=aborted,
-            records=read.records,
-        )
+        return partition, PartitionRead(
+            wanted.partition, ErrorCode.none, log_.high_watermark,
+            log_.last_stable_offset if committed else log_.high_watermark,
+            log_.log_start_offset, read.records, aborted)
 
-    def _diverged(self, module: Any, index: int, partition: Partition, epoch: int,
-                  end_offset: int) -> Any:
-        log_ = partition.log
+    @staticmethod
+    def _partition_data(module: Any, read: PartitionRead) -> Any:
+        extra = {}
+        if read.diverging is not None:
+            epoch, end_offset = read.diverging
+            extra["diverging_epoch"] = make(module.EpochEndOffset, epoch=epoch,
+                                            end_offset=end_offset)
         return make(
-            module.PartitionData, partition_index=index, error_code=ErrorCode.none,
-            high_watermark=log_.high_watermark, last_stable_offset=log_.high_watermark,
-            log_start_offset=log_.log_start_offset, aborted_transactions=None, records=b"",
-            diverging_epoch=make(module.EpochEndOffset, epoch=epoch, end_offset=end_offset))
+            module.PartitionData,
+            partition_index=read.partition_index,
+            error_code=read.error_code,
+            high_watermark=read.high_watermark,
+            last_stable_offset=read.last_stable_offset,
+            log_start_offset=read.log_start_offset,
+            aborted_transactions=None if read.aborted is None else tuple(
+                make(module.AbortedTransaction, producer_id=producer_id,
+                     first_offset=first_offset)
+                for producer_id, first_offset in read.aborted),
+            records=read.records,
+            **extra,
+        )
 
     # -- ListOffsets ------------------------------------------------------------------
 

@@ -20,6 +20,13 @@ the answer, as Kafka's fetcher does with truncation on fetch (KIP-320, KIP-595 d
 - NOT_LEADER_OR_FOLLOWER, UNKNOWN_LEADER_EPOCH and other errors, and a broken connection:
   the partition (or the whole fetcher) backs off replica.fetch.backoff.ms and retries.
 
+The fetcher keeps an incremental fetch session with its leader (KIP-227,
+broker.fetch_sessions): after the full fetch that opens it, a request names only the
+partitions whose position moved (and the ones to forget), and the leader answers only
+partitions with news, so that following thousands of caught-up partitions costs little. A
+session error (FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH) or a broken
+connection opens a new one with the next, full, fetch.
+
 A fetcher never becomes follower by truncating to its high watermark: the first fetch from
 a new leader starts at the log end with the last epoch, and the leader's diverging-epoch
 answer says how much to cut (Kafka's KRaft-mode makeFollower does the same).
@@ -41,6 +48,7 @@ from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v15 import request as fetch_request
 from kio.schema.list_offsets.v7 import request as list_offsets_request
 
+from pykraft.broker.fetch_sessions import INITIAL_EPOCH, NO_SESSION
 from pykraft.broker.replica_manager import Partition
 from pykraft.errors import KafkaError
 from pykraft.protocol.api import ApiKey
@@ -58,6 +66,8 @@ EARLIEST_TIMESTAMP: Final = -2
 LATEST_TIMESTAMP: Final = -1
 _SIZE: Final = struct.Struct(">i")
 RESPONSE_BYTES_MAX: Final = 200 * 1024 * 1024
+_SESSION_ERRORS: Final = (ErrorCode.fetch_session_id_not_found,
+                          ErrorCode.invalid_fetch_session_epoch)
 # errors after which the partition waits for the metadata to move it
 _WAIT_FOR_METADATA: Final = frozenset({ErrorCode.fenced_leader_epoch})
 
@@ -218,6 +228,18 @@ class ReplicaFetcher:
         self.states: dict[tuple[str, int], FetchState] = {}
         self._wake = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
+        # the incremental fetch session with the leader (KIP-227, broker.fetch_sessions):
+        # its id and the epoch of the next request (INITIAL_EPOCH: open one, full fetch),
+        # and per partition in it what the leader was last told
+        self.session_id = NO_SESSION
+        self.session_epoch = INITIAL_EPOCH
+        self._in_session: dict[tuple[Any, int], tuple[int, int, int, int]] = {}
+        self._asked: dict[tuple[Any, int], tuple[int, int, int, int]] = {}
+
+    def reset_session(self) -> None:
+        """Open a new session with the next request (a full fetch)."""
+        self.session_id, self.session_epoch = NO_SESSION, INITIAL_EPOCH
+        self._in_session = {}
 
     def add(self, partition: Partition) -> None:
         self.states[(partition.topic, partition.index)] = FetchState(
@@ -253,11 +275,13 @@ class ReplicaFetcher:
                 raise
             except (OSError, TimeoutError, asyncio.IncompleteReadError, FrameError,
                     ConnectionError) as error:
+                self.reset_session()
                 log.info("broker %d: fetch from leader %d failed (%s); retrying in %d ms",
                          self.node_id, self.leader_id, error or type(error).__name__,
                          self.config.backoff_ms)
                 self._delay(ready, self.config.backoff_ms)
             except Exception:
+                self.reset_session()
                 log.exception("broker %d: fetch from leader %d failed", self.node_id,
                               self.leader_id)
                 self._delay(ready, self.config.backoff_ms)
@@ -276,38 +300,75 @@ class ReplicaFetcher:
 
     def build_request(self, states: list[FetchState]) -> tuple[Any, list[tuple[FetchState,
                                                                                 int]]]:
+        """The Fetch for `states`: in a session, only the partitions whose position changed
+        since the leader was last told, and the ones to forget; else all of them."""
+        full = self.session_epoch == INITIAL_EPOCH
         by_topic: dict[Any, list[Any]] = {}
         sent = []
+        asked: dict[tuple[Any, int], tuple[int, int, int, int]] = {}
         for state in states:
             partition = state.partition
             log_ = partition.log
             fetch_offset = log_.log_end_offset
             sent.append((state, fetch_offset))
+            key = (partition.topic_id, partition.index)
+            position = (fetch_offset, state.leader_epoch, log_.latest_epoch,
+                        log_.log_start_offset)
+            asked[key] = position
+            if not full and self._in_session.get(key) == position:
+                continue  # the leader's session has it as it is
             by_topic.setdefault(partition.topic_id, []).append(make(fetch_request.FetchPartition,
                 partition=partition.index, current_leader_epoch=state.leader_epoch,
                 fetch_offset=fetch_offset, last_fetched_epoch=log_.latest_epoch,
                 log_start_offset=log_.log_start_offset,
                 partition_max_bytes=self.config.max_bytes))
+        forgotten: dict[Any, list[int]] = {}
+        if not full:
+            for topic_id, index in self._in_session.keys() - asked.keys():
+                forgotten.setdefault(topic_id, []).append(index)
+        self._asked = asked
         request = make(fetch_request.FetchRequest,
             replica_state=make(fetch_request.ReplicaState, replica_id=self.node_id,
                                                      replica_epoch=self.broker_epoch()),
             max_wait=_timedelta_ms(self.config.wait_max_ms), min_bytes=self.config.min_bytes,
-            max_bytes=self.config.response_max_bytes, isolation_level=0, session_id=0,
-            session_epoch=-1,
+            max_bytes=self.config.response_max_bytes, isolation_level=0,
+            session_id=self.session_id, session_epoch=self.session_epoch,
             topics=tuple(make(fetch_request.FetchTopic, topic_id=topic_id, partitions=tuple(parts))
                          for topic_id, parts in by_topic.items()),
-            forgotten_topics_data=(), rack_id="")
+            forgotten_topics_data=tuple(
+                make(fetch_request.ForgottenTopic, topic_id=topic_id,
+                     partitions=tuple(sorted(indexes)))
+                for topic_id, indexes in forgotten.items()),
+            rack_id="")
         return request, sent
+
+    def _session_answered(self, response: Any) -> None:
+        """The leader answered within the session (or opened one, or made none)."""
+        if response.session_id == NO_SESSION:
+            self.reset_session()  # no room in its cache: full fetches, asking again each time
+            return
+        if self.session_epoch == INITIAL_EPOCH or response.session_id != self.session_id:
+            self.session_id, self.session_epoch = response.session_id, 1
+        else:
+            self.session_epoch = 1 if self.session_epoch == 0x7FFFFFFF else self.session_epoch + 1
+        self._in_session = self._asked
 
     async def _fetch(self, states: list[FetchState]) -> None:
         request, sent = self.build_request(states)
         response = await self.connection.request(ApiKey.FETCH, FETCH_VERSION, request,
                                                   extra_timeout_ms=self.config.wait_max_ms)
+        if response.error_code in _SESSION_ERRORS:
+            log.info("broker %d: leader %d answered the fetch with %s; opening a new session",
+                     self.node_id, self.leader_id, response.error_code.name)
+            self.reset_session()
+            return
         if response.error_code != ErrorCode.none:
             log.info("broker %d: leader %d answered the fetch with %s", self.node_id,
                      self.leader_id, response.error_code.name)
+            self.reset_session()
             self._delay(states, self.config.backoff_ms)
             return
+        self._session_answered(response)
         self.handle_response(sent, response)
 
     def handle_response(self, sent: list[tuple[FetchState, int]], response: Any) -> None:

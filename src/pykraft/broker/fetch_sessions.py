@@ -1,0 +1,197 @@
+"""Incremental fetch sessions (KIP-227): the broker's cache, and what each Fetch asks of it.
+
+A fetcher of many partitions -- a follower of thousands -- would otherwise name every
+partition in every request and get every partition back, caught up or not. With a session
+the broker keeps the partitions and their fetch positions; each later request names only
+what changed (a new fetch offset, a new partition) and what to drop (ForgottenTopicsData),
+and the response carries only partitions with something to say.
+
+The (SessionId, SessionEpoch) of a request:
+
+    (0, -1)          a full fetch, no session (every client that knows no better)
+    (0 or id, 0)     a full fetch that opens a session (an old `id` is closed first); the
+                     response names the new session id, or 0 when the cache has no room
+    (id, -1)         closes `id`, then a full fetch without a session
+    (id, n > 0)      an incremental fetch in session `id` at epoch `n`: unknown id gives
+                     FETCH_SESSION_ID_NOT_FOUND, another epoch than the session expects
+                     INVALID_FETCH_SESSION_EPOCH (then the fetcher opens a new session)
+
+An incremental response holds a partition when it has records, an error or a diverging
+epoch, or when its high watermark, last stable offset or log start offset differs from what
+the session last told. Partitions that returned records move to the end of the session's
+order, so that a response cut short by max_bytes does not starve the ones behind them.
+
+The cache holds at most max.incremental.fetch.session.cache.slots sessions. When it is
+full, a new session takes the place of the least recently used one that has been idle for
+min.incremental.fetch.session.eviction.ms -- or of any consumer's session when the new one
+is a follower's (Kafka's privileged sessions); otherwise it is not made (session id 0), and
+the fetcher goes on with full fetches.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Final
+
+from kio.schema.errors import ErrorCode
+
+from pykraft.protocol.entities import field
+
+INITIAL_EPOCH: Final = 0
+FINAL_EPOCH: Final = -1
+NO_SESSION: Final = 0
+DEFAULT_SLOTS: Final = 1000  # max.incremental.fetch.session.cache.slots
+DEFAULT_EVICTION_MS: Final = 120_000  # min.incremental.fetch.session.eviction.ms
+
+Key = tuple[Any, int]  # (topic id, or the name before Fetch v13; partition)
+
+
+@dataclass(slots=True)
+class SessionPartition:
+    """One partition of a session: what the fetcher last asked (the attribute names of a
+    FetchPartition, so a request's handler reads either) and what the broker last told."""
+
+    topic: str
+    topic_id: uuid.UUID | None
+    partition: int
+    fetch_offset: int
+    partition_max_bytes: int
+    current_leader_epoch: int = -1
+    last_fetched_epoch: int = -1
+    log_start_offset: int = -1
+    told: tuple[int, int, int] | None = None  # (high watermark, LSO, log start) last sent
+
+    def must_answer(self, has_records: bool, error: bool, high_watermark: int,
+                    last_stable_offset: int, log_start_offset: int) -> bool:
+        """Whether an incremental response includes this partition (and remember it)."""
+        now = (high_watermark, last_stable_offset, log_start_offset)
+        changed = now != self.told
+        self.told = now
+        return has_records or error or changed
+
+
+@dataclass(slots=True)
+class FetchSession:
+    session_id: int
+    follower: bool
+    partitions: OrderedDict[Key, SessionPartition]
+    epoch: int = 1  # the epoch the next request must carry
+    last_used_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class FetchContext:
+    """What one Fetch works on: the partitions to read, in order, and how to answer."""
+
+    partitions: list[SessionPartition]
+    session: FetchSession | None  # the session this request belongs to, if any
+    incremental: bool  # answer only the partitions that must be answered
+    response_session_id: int
+    error: ErrorCode = ErrorCode.none
+
+
+class FetchSessionCache:
+    def __init__(self, *, slots: int = DEFAULT_SLOTS, eviction_ms: int = DEFAULT_EVICTION_MS,
+                 rng: random.Random | None = None) -> None:
+        self.slots = slots
+        self.eviction_ms = eviction_ms
+        self._rng = rng or random.Random()
+        self._sessions: OrderedDict[int, FetchSession] = OrderedDict()  # least recent first
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def context(self, request: Any, names: dict[Any, tuple[str, uuid.UUID | None]],
+                now_ms: int, follower: bool) -> FetchContext:
+        """The FetchContext of `request`; `names` maps each topic key of the request (and of
+        its forgotten topics) to the topic's name and id."""
+        session_id = field(request, "session_id", NO_SESSION) or NO_SESSION
+        epoch = field(request, "session_epoch", FINAL_EPOCH)
+        requested = self._requested(request, names)
+        if epoch in (INITIAL_EPOCH, FINAL_EPOCH):
+            if session_id != NO_SESSION:
+                self._sessions.pop(session_id, None)
+            partitions = list(requested.values())
+            if epoch == FINAL_EPOCH:
+                return FetchContext(partitions, None, False, NO_SESSION)
+            session = self._open(OrderedDict(requested), now_ms, follower)
+            if session is None:
+                return FetchContext(partitions, None, False, NO_SESSION)
+            return FetchContext(partitions, session, False, session.session_id)
+        session = self._sessions.get(session_id)
+        if session is None:
+            return FetchContext([], None, False, NO_SESSION,
+                                ErrorCode.fetch_session_id_not_found)
+        if epoch != session.epoch:
+            return FetchContext([], None, False, NO_SESSION,
+                                ErrorCode.invalid_fetch_session_epoch)
+        session.epoch = 1 if session.epoch == 0x7FFFFFFF else session.epoch + 1
+        session.last_used_ms = now_ms
+        self._sessions.move_to_end(session_id)
+        cached = session.partitions
+        for key, wanted in requested.items():
+            known = cached.get(key)
+            if known is None:
+                cached[key] = wanted
+            else:
+                known.fetch_offset = wanted.fetch_offset
+                known.partition_max_bytes = wanted.partition_max_bytes
+                known.current_leader_epoch = wanted.current_leader_epoch
+                known.last_fetched_epoch = wanted.last_fetched_epoch
+                known.log_start_offset = wanted.log_start_offset
+        for topic in field(request, "forgotten_topics_data", ()) or ():
+            key = topic_key(topic)
+            for index in topic.partitions:
+                cached.pop((key, index), None)
+        return FetchContext(list(cached.values()), session, True, session.session_id)
+
+    def returned_records(self, session: FetchSession, partitions: list[SessionPartition]
+                         ) -> None:
+        """`partitions` returned records: they go to the end of the session's order."""
+        for each in partitions:
+            key = (each.topic_id if each.topic_id is not None else each.topic, each.partition)
+            if key in session.partitions:
+                session.partitions.move_to_end(key)
+
+    def _requested(self, request: Any, names: dict[Any, tuple[str, uuid.UUID | None]]
+                   ) -> dict[Key, SessionPartition]:
+        requested: dict[Key, SessionPartition] = {}
+        for topic in request.topics:
+            key = topic_key(topic)
+            name, topic_id = names[key]
+            for wanted in topic.partitions:
+                requested[(key, wanted.partition)] = SessionPartition(
+                    name, topic_id, wanted.partition, wanted.fetch_offset,
+                    wanted.partition_max_bytes,
+                    field(wanted, "current_leader_epoch", -1),
+                    field(wanted, "last_fetched_epoch", -1),
+                    field(wanted, "log_start_offset", -1))
+        return requested
+
+    def _open(self, partitions: OrderedDict[Key, SessionPartition], now_ms: int,
+              follower: bool) -> FetchSession | None:
+        if len(self._sessions) >= self.slots and not self._evict_one(now_ms, follower):
+            return None
+        session_id = self._rng.randint(1, 0x7FFFFFFF)
+        while session_id in self._sessions:
+            session_id = self._rng.randint(1, 0x7FFFFFFF)
+        session = FetchSession(session_id, follower, partitions, last_used_ms=now_ms)
+        self._sessions[session_id] = session
+        return session
+
+    def _evict_one(self, now_ms: int, follower: bool) -> bool:
+        for session_id, session in self._sessions.items():  # least recently used first
+            idle = now_ms - session.last_used_ms >= self.eviction_ms
+            if idle or (follower and not session.follower):
+                del self._sessions[session_id]
+                return True
+        return False
+
+
+def topic_key(topic: Any) -> Any:
+    """How a request's topic (or forgotten topic) is keyed: by id from Fetch v13, else name."""
+    topic_id = field(topic, "topic_id")
+    return topic_id if topic_id is not None else topic.topic

@@ -101,12 +101,13 @@ class BrokerApis:
         groups: Sequence[ApiGroup],
         *,
         auto_create_topics: Callable[[list[str]], Awaitable[None]] | None,
+        fetch_sessions: FetchSessionCache | None = None,
     ) -> None:
         self.node_id = node_id
         self.cache = cache
         self.replicas = replicas
         self.auto_create_topics = auto_create_topics
-        self.fetch_sessions = FetchSessionCache()
+        self.fetch_sessions = fetch_sessions or FetchSessionCache()
         # (transactional id, producer id, epoch, topic, partition) -> error: set by the node
         # (broker.transaction_apis) to refuse transactional batches outside a transaction
         self.verify_transactional: Callable[

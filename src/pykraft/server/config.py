@@ -127,6 +127,8 @@ SERVER_KEYS: Final[dict[str, ServerKey]] = {
         ServerKey("replica.fetch.max.bytes", "int", "1048576", 0),
         ServerKey("replica.fetch.response.max.bytes", "int", "10485760", 0),
         ServerKey("replica.fetch.backoff.ms", "int", "1000", 0),
+        ServerKey("max.incremental.fetch.session.cache.slots", "int", "1000", 0),
+        ServerKey("min.incremental.fetch.session.eviction.ms", "int", "120000", 0),
         ServerKey("replica.socket.timeout.ms", "int", "30000", 1),
         ServerKey("auto.leader.rebalance.enable", "boolean", "true"),
         ServerKey("leader.imbalance.check.interval.seconds", "long", "300", 1),

@@ -33,6 +33,7 @@ from kio.schema.errors import ErrorCode
 
 from pykraft.broker.admin_apis import AdminApis
 from pykraft.broker.apis import BrokerApis
+from pykraft.broker.fetch_sessions import FetchSessionCache
 from pykraft.broker.group_apis import GroupApis
 from pykraft.broker.group_coordinator.core import GroupConfig, GroupCoordinator
 from pykraft.broker.group_coordinator.shell import GroupCoordinatorShell
@@ -354,6 +355,9 @@ class Node:
              group_apis, transactions],
             auto_create_topics=self._auto_create_topics
             if self.config.get_bool("auto.create.topics.enable") else None,
+            fetch_sessions=FetchSessionCache(
+                slots=self.config.get_int("max.incremental.fetch.session.cache.slots"),
+                eviction_ms=self.config.get_int("min.incremental.fetch.session.eviction.ms")),
         )
         apis.verify_transactional = transactions.verify_produce
         for endpoint in self.config.listeners:

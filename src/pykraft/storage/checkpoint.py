@@ -80,9 +80,11 @@ def write_atomically(path: Path, text: str | bytes, *, sync: bool = True) -> Non
         fsync_directory(path.parent)
 
 
-def write_checkpoint(path: Path, entries: Iterable[Iterable[object]]) -> None:
+def write_checkpoint(path: Path, entries: Iterable[Iterable[object]], *,
+                     sync: bool = True) -> None:
     lines = [" ".join(str(field) for field in entry) for entry in entries]
-    write_atomically(path, "\n".join([str(CHECKPOINT_VERSION), str(len(lines)), *lines, ""]))
+    write_atomically(path, "\n".join([str(CHECKPOINT_VERSION), str(len(lines)), *lines, ""]),
+                     sync=sync)
 
 
 def read_checkpoint(path: Path, fields: int) -> list[list[str]]:

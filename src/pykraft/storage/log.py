@@ -205,7 +205,17 @@ class Log:
         if recover_from is not None:  # after a clean close none lies above the log end
             delete_snapshots(dir, above=log.log_end_offset)  # of batches recovery cut off
             log._txn_indexes_from = log._segments[log._segment_for(recover_from)].base_offset
+            log._assign_recovered_epochs(recover_from)
         return log
+
+    def _assign_recovered_epochs(self, recover_from: int) -> None:
+        """The epochs of the batches recovered from `recover_from`: the checkpoint is not
+        fsynced at each change (LeaderEpochCache.flush), so it may lack the newest."""
+        for segment in self._segments[self._segment_for(min(recover_from,
+                                                            self._log_end_offset)):]:
+            for _, header in segment.iter_headers(0):
+                if header.last_offset >= recover_from:
+                    self._assign_epoch(header.partition_leader_epoch, header.base_offset)
 
     # -- properties ---------------------------------------------------------------------------
 
@@ -743,6 +753,7 @@ class Log:
         for path in self._txn_indexes_dirty:
             fsync_file(path)
         self._txn_indexes_dirty.clear()
+        self.leader_epoch_cache.sync()
         if self._directory_dirty:
             fsync_directory(self.dir)
             self._directory_dirty = False

@@ -89,6 +89,32 @@ def test_crash_then_reopen_keeps_exactly_a_prefix(
         reopened.close()
 
 
+def test_epochs_of_unflushed_batches_are_recovered_when_the_checkpoint_lost_them(
+        tmp_path: Path) -> None:
+    """The leader-epoch checkpoint is written without fsync at each new epoch and made
+    durable by the log's flush. A crash may leave it as of that flush while later batches
+    survive: recovery assigns their epochs again from the batches themselves."""
+    config = small_config()
+    log = open_log(tmp_path / "t-0", config)
+    for epoch in (1, 1, 2):
+        log.append_as_leader(make_batch(2, value_size=50), leader_epoch=epoch, now_ms=0)
+    log.flush()
+    flushed_checkpoint = (log.dir / "leader-epoch-checkpoint").read_bytes()
+    recovery_point = log.recovery_point
+    for epoch in (3, 3, 5):
+        log.append_as_leader(make_batch(2, value_size=50), leader_epoch=epoch, now_ms=0)
+    expected = log.leader_epoch_cache.entries
+    assert expected == ((1, 0), (2, 4), (3, 6), (5, 10))
+    copy = crash_copy(log, tmp_path / "crashed")
+    log.close()
+    (copy / "leader-epoch-checkpoint").write_bytes(flushed_checkpoint)  # as of the flush
+    reopened = open_log(copy, config, recovery_point=recovery_point)
+    assert reopened.log_end_offset == 12
+    assert reopened.leader_epoch_cache.entries == expected
+    assert reopened.end_offset_for_epoch(3) == (3, 10)
+    reopened.close()
+
+
 def test_segments_below_the_recovery_point_are_trusted(tmp_path: Path) -> None:
     """Corruption below the recovery point is not re-read; from offset 0 it is found and cut."""
     config = small_config()

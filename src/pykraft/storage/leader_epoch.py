@@ -138,10 +138,11 @@ class LeaderEpochCache:
 
     def flush(self) -> None:
         """Write the checkpoint file, without fsync: a leadership change writes one per
-        partition, and an fsync each (Kafka fsynced it too until KAFKA-15046) held a broker
-        for minutes when 20,000 partitions moved to it. The log's flush makes it durable
-        (`sync`), and recovery after an unclean stop assigns the epochs of the batches it
-        recovers again (Log.open), as Kafka's segment recovery does."""
+        partition, and an fsync each (Kafka still fsyncs at `assign`, on one of many request
+        threads) held a broker's event loop for minutes when 20,000 leaderships moved to it.
+        The log's flush makes it durable (`sync`); recovery after an unclean stop assigns
+        the recovered batches' epochs again, and rebuilds a torn file from the whole log
+        (Log.open). See docs/deviations.md."""
         write_checkpoint(self.path, self._entries, sync=False)
         self._unsynced = True
 

@@ -47,6 +47,7 @@ from pykraft.errors import (
     InconsistentTopicId,
     InvalidRecord,
     InvalidTimestamp,
+    KafkaStorageError,
     MessageTooLarge,
     OffsetOutOfRange,
     RecordListTooLarge,
@@ -193,7 +194,17 @@ class Log:
         first_base = segments[0].base_offset
         start = max(first_base, log_start_offset if log_start_offset is not None else first_base)
         point = log_end_offset if had_clean_shutdown else min(recovery_point, log_end_offset)
-        epoch_cache = LeaderEpochCache.load(dir / LEADER_EPOCH_CHECKPOINT_FILE)
+        epoch_path = dir / LEADER_EPOCH_CHECKPOINT_FILE
+        epochs_from = recover_from  # where the batches' epochs are assigned again
+        try:
+            epoch_cache = LeaderEpochCache.load(epoch_path)
+        except KafkaStorageError as error:
+            if recover_from is None:
+                raise
+            # written without fsync (LeaderEpochCache.flush): after a crash it may be torn;
+            # every batch's epoch is in the log, so it is rebuilt from all of them
+            logging.getLogger(__name__).warning("%s; rebuilding it from the log", error)
+            epoch_cache, epochs_from = LeaderEpochCache(epoch_path), 0
         log = cls(
             dir, config, segments, epoch_cache, log_start_offset=min(start, log_end_offset),
             log_end_offset=log_end_offset, recovery_point=max(point, 0), now_ms=now_ms,
@@ -205,7 +216,8 @@ class Log:
         if recover_from is not None:  # after a clean close none lies above the log end
             delete_snapshots(dir, above=log.log_end_offset)  # of batches recovery cut off
             log._txn_indexes_from = log._segments[log._segment_for(recover_from)].base_offset
-            log._assign_recovered_epochs(recover_from)
+        if epochs_from is not None:
+            log._assign_recovered_epochs(epochs_from)
         return log
 
     def _assign_recovered_epochs(self, recover_from: int) -> None:

@@ -115,6 +115,23 @@ def test_epochs_of_unflushed_batches_are_recovered_when_the_checkpoint_lost_them
     reopened.close()
 
 
+def test_a_torn_epoch_checkpoint_is_rebuilt_from_the_log_after_a_crash(
+        tmp_path: Path) -> None:
+    """The checkpoint is replaced without fsync, so a crash may leave it torn: after an
+    unclean stop it is rebuilt from every batch's epoch."""
+    config = small_config()
+    log = open_log(tmp_path / "t-0", config)
+    for epoch in (1, 4, 4, 6):
+        log.append_as_leader(make_batch(2, value_size=50), leader_epoch=epoch, now_ms=0)
+    expected = log.leader_epoch_cache.entries
+    log.flush()
+    log.close()
+    (log.dir / "leader-epoch-checkpoint").write_bytes(b"0\n3\n1 0\n4")  # torn
+    reopened = open_log(log.dir, config, recovery_point=0)
+    assert reopened.leader_epoch_cache.entries == expected == ((1, 0), (4, 2), (6, 6))
+    reopened.close()
+
+
 def test_segments_below_the_recovery_point_are_trusted(tmp_path: Path) -> None:
     """Corruption below the recovery point is not re-read; from offset 0 it is found and cut."""
     config = small_config()

@@ -156,6 +156,8 @@ class BrokerApis:
                        if topic.name is not None and known.get(topic.name) is None]
             if missing and field(request, "allow_auto_topic_creation", True):
                 await self.auto_create_topics(missing)
+        if requested is None:  # all topics: spliced from each topic's cached encoding
+            return self.cache.all_topics_body(version, context.listener_name)
         return self.cache.metadata_response(version, context.listener_name, requested)
 
     # -- Produce ----------------------------------------------------------------------

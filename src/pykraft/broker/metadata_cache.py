@@ -2,7 +2,12 @@
 
 The cache holds the latest published MetadataImage. Metadata responses for "all topics" are
 memoized per (image, version, listener): an unchanged image answers every client's periodic
-refresh with the same entity.
+refresh with the same entity. Each topic's part of a response is memoized too, per
+(response version, TopicImage, broker registrations): images share unchanged topics'
+objects, so after a change to a few partitions only their topics are built again. The
+all-topics response is answered as bytes (`all_topics_body`): the response without topics,
+encoded, with the topics' own cached encodings spliced in where its empty array was, so a
+change to one partition costs the encoding of its topic, not of every partition.
 """
 
 from __future__ import annotations
@@ -14,11 +19,15 @@ from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
 
-from pykraft.metadata.image import MetadataDelta, MetadataImage
+from pykraft.errors import invariant
+from pykraft.metadata.codec import write_unsigned_varint
+from pykraft.metadata.image import MetadataDelta, MetadataImage, TopicImage
 from pykraft.protocol.api import ApiKey
 from pykraft.protocol.entities import NO_THROTTLE, make, response_module
+from pykraft.protocol.framing import EncodedBody, encode_entity
 
 INTERNAL_TOPICS: Final = frozenset({"__consumer_offsets", "__transaction_state"})
+FIRST_FLEXIBLE_METADATA: Final = 9
 _LEGAL_TOPIC: Final = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 
 
@@ -32,11 +41,18 @@ class MetadataCache:
         self.cluster_id = cluster_id
         self.image = MetadataImage.EMPTY
         self._all_topics: dict[tuple[int, str], Any] = {}
+        # (response module, topic name) -> [its TopicImage, the brokers map, its entity,
+        # the entity's encoding once asked for]
+        self._topics: dict[tuple[Any, str], list[Any]] = {}
+        self._all_bodies: dict[tuple[int, str], EncodedBody] = {}
         self._rng = random.Random()
 
     def publish(self, delta: MetadataDelta, image: MetadataImage) -> None:
         self.image = image
         self._all_topics.clear()
+        self._all_bodies.clear()
+        if len(self._topics) > 2 * len(image.topics.by_name) + 100:
+            self._topics.clear()  # deleted topics' entries, or versions no longer asked for
 
     def live_brokers(self, listener_name: str) -> list[tuple[int, str, int, str | None]]:
         """(id, host, port, rack) of unfenced brokers with an endpoint for this listener."""
@@ -66,6 +82,42 @@ class MetadataCache:
             return cached
         return self._build(version, listener_name, requested)
 
+    def all_topics_body(self, version: int, listener_name: str) -> EncodedBody:
+        """The encoded Metadata response for all topics (what `metadata_response` gives for
+        `requested` None), spliced from the topics' cached encodings."""
+        key = (version, listener_name)
+        cached = self._all_bodies.get(key)
+        if cached is not None:
+            return cached
+        module = response_module(ApiKey.METADATA, version)
+        flexible = version >= FIRST_FLEXIBLE_METADATA
+        shell = encode_entity(self._response(module, listener_name, ()))
+        # after the topics array: ClusterAuthorizedOperations (v8-v10), the tagged fields
+        tail = (4 if 8 <= version <= 10 else 0) + (1 if flexible else 0)
+        empty = b"\x01" if flexible else b"\0\0\0\0"  # the empty array's length
+        cut = len(shell) - tail - len(empty)
+        invariant(shell[cut:cut + len(empty)] == empty,
+                  f"no empty topics array where Metadata v{version} has it")
+        names = sorted(self.image.topics.by_name.keys())
+        parts = [self._topic_encoding(module, name) for name in names]
+        length = bytearray()
+        if flexible:
+            write_unsigned_varint(length, len(parts) + 1)
+        else:
+            length += len(parts).to_bytes(4, "big")
+        body = EncodedBody(
+            b"".join([shell[:cut], length, *parts, shell[cut + len(empty):]]), flexible)
+        self._all_bodies[key] = body
+        return body
+
+    def _topic_encoding(self, module: Any, name: str) -> bytes:
+        self._topic(module, name, None)  # built or found current
+        entry = self._topics[(module, name)]
+        if entry[3] is None:
+            entry[3] = encode_entity(entry[2])
+        encoded: bytes = entry[3]
+        return encoded
+
     def _build(self, version: int, listener_name: str, requested: Any) -> Any:
         module = response_module(ApiKey.METADATA, version)
         brokers = self.live_brokers(listener_name)
@@ -75,6 +127,12 @@ class MetadataCache:
             topics = [self._topic(module, name, None) for name in names]
         else:
             topics = [self._requested_topic(module, wanted) for wanted in requested]
+        return self._response(module, listener_name, tuple(topics), brokers)
+
+    def _response(self, module: Any, listener_name: str, topics: tuple[Any, ...],
+                  brokers: list[tuple[int, str, int, str | None]] | None = None) -> Any:
+        if brokers is None:
+            brokers = self.live_brokers(listener_name)
         return make(
             module.MetadataResponse,
             throttle_time=NO_THROTTLE,
@@ -84,7 +142,7 @@ class MetadataCache:
             ),
             cluster_id=self.cluster_id,
             controller_id=self.controller_id(brokers),
-            topics=tuple(topics),
+            topics=topics,
         )
 
     def _requested_topic(self, module: Any, wanted: Any) -> Any:
@@ -105,6 +163,16 @@ class MetadataCache:
             code = (ErrorCode.invalid_topic_exception if not legal_topic_name(name)
                     else ErrorCode.unknown_topic_or_partition)
             return self._topic_error(module, name, topic_id, code)
+        brokers = self.image.cluster.brokers
+        cached = self._topics.get((module, name))
+        if cached is not None and cached[0] is topic and cached[1] is brokers:
+            return cached[2]
+        entity = self._build_topic(module, topic)
+        self._topics[(module, name)] = [topic, brokers, entity, None]
+        return entity
+
+    def _build_topic(self, module: Any, topic: TopicImage) -> Any:
+        name = topic.name
         partitions = []
         for index in sorted(topic.partitions.keys()):
             registration = topic.partitions[index]

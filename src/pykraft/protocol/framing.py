@@ -137,8 +137,27 @@ def decode_request(header: RequestHeader, frame: bytes | memoryview) -> Any:
     return entity
 
 
+@dataclass(frozen=True, slots=True)
+class EncodedBody:
+    """A response body encoded ahead of time (what `encode_entity` gives for the whole
+    response), answered as it is: a Metadata response spliced from per-topic encodings."""
+
+    data: bytes
+    flexible_header: bool
+
+
+def encode_entity(entity: Any) -> bytes:
+    """The wire encoding of one kio entity (a response body, or a part of one)."""
+    buffer = io.BytesIO()
+    _writer(type(entity))(buffer, entity)
+    return buffer.getvalue()
+
+
 def encode_response(correlation_id: int, response: Any) -> bytes:
-    """Encode a kio response entity with its header and size prefix."""
+    """Encode a kio response entity (or an EncodedBody) with its header and size prefix."""
+    if isinstance(response, EncodedBody):
+        header = _SIZE.pack(correlation_id) + (b"\0" if response.flexible_header else b"")
+        return _SIZE.pack(len(header) + len(response.data)) + header + response.data
     buffer = io.BytesIO()
     buffer.write(b"\0\0\0\0")
     flexible_header = response.__flexible__ and response.__api_key__ != API_VERSIONS_KEY

@@ -1,0 +1,51 @@
+"""The broker's Metadata answers from its image: the all-topics response spliced from
+per-topic encodings is byte for byte the response entity's encoding, in every version, and
+after a change only the changed topic is built and encoded again."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from pykraft.broker.metadata_cache import MetadataCache
+from pykraft.protocol.framing import encode_response
+from tests.unit.controller.controller_harness import Harness
+
+
+def image_with_topics(count: int, partitions: int = 3) -> tuple[Harness, Any]:
+    harness = Harness()
+    harness.start_brokers(3)
+    for index in range(count):
+        harness.create(f"t{index:03d}", partitions=partitions, replication_factor=3)
+    return harness, harness.controller.image
+
+
+@pytest.mark.parametrize("version", range(13))
+def test_the_spliced_all_topics_response_is_the_entitys_encoding(version: int) -> None:
+    _, image = image_with_topics(12)
+    cache = MetadataCache(0, "cluster")  # node 0 is a live broker: the controller id shown
+    cache.image = image
+    entity = cache.metadata_response(version, "PLAINTEXT", None)
+    assert len(entity.topics) == 12
+    spliced = cache.all_topics_body(version, "PLAINTEXT")
+    assert encode_response(7, spliced) == encode_response(7, entity)
+
+
+def test_after_a_change_only_the_changed_topic_is_encoded_again() -> None:
+    harness, image = image_with_topics(5)
+    cache = MetadataCache(0, "cluster")
+    cache.publish(None, image)  # type: ignore[arg-type]
+    before = cache.all_topics_body(12, "PLAINTEXT")
+    encodings = {name: entry[3] for (_, name), entry in cache._topics.items()}
+    harness.create("t999", partitions=2, replication_factor=3)
+    changed = harness.controller.image  # made by a delta: unchanged topics are shared
+    assert changed.topics.by_name["t000"] is image.topics.by_name["t000"]
+    cache.publish(None, changed)  # type: ignore[arg-type]
+    after = cache.all_topics_body(12, "PLAINTEXT")
+    assert after != before
+    for (_, name), entry in cache._topics.items():
+        if name in encodings:
+            assert entry[3] is encodings[name]  # the same bytes object: not encoded again
+    assert encode_response(1, after) == encode_response(
+        1, cache.metadata_response(12, "PLAINTEXT", None))

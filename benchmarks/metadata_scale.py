@@ -71,16 +71,34 @@ def rss_mib(cluster: LocalCluster, node_id: int) -> float:
 
 def create(admin: AdminClient, names: list[str], partitions: int, rf: int,
            per_request: int) -> None:
+    """Create `names`, `per_request` topics per CreateTopics. A retriable error (the
+    controller lost its leadership meanwhile: REQUEST_TIMED_OUT, NOT_CONTROLLER) is retried
+    as an application would; TOPIC_ALREADY_EXISTS on a retry means the first try made it."""
     for start in range(0, len(names), per_request):
-        chunk = names[start : start + per_request]
-        futures = admin.create_topics(
-            [NewTopic(name, num_partitions=partitions, replication_factor=rf) for name in chunk],
-            request_timeout=600, operation_timeout=600)
-        for name, future in futures.items():
-            try:
-                future.result(600)
-            except Exception as error:  # noqa: BLE001 - report and stop the benchmark
-                raise SystemExit(f"creating {name} failed: {error}") from error
+        wanted = names[start : start + per_request]
+        for attempt in range(10):
+            futures = admin.create_topics(
+                [NewTopic(name, num_partitions=partitions, replication_factor=rf)
+                 for name in wanted], request_timeout=600, operation_timeout=600)
+            failed = []
+            for name, future in futures.items():
+                try:
+                    future.result(600)
+                except KafkaException as error:
+                    code = error.args[0].code()
+                    if attempt > 0 and code == KafkaError.TOPIC_ALREADY_EXISTS:
+                        continue
+                    if code not in (KafkaError.REQUEST_TIMED_OUT, KafkaError.NOT_CONTROLLER):
+                        raise SystemExit(f"creating {name} failed: {error}") from error
+                    failed.append(name)
+            if not failed:
+                break
+            print(f"# creating {len(failed)} topics: retriable error; the caller retries",
+                  flush=True)
+            wanted = failed
+            time.sleep(1)
+        else:
+            raise SystemExit(f"creating {wanted} failed 10 times")
 
 
 def metadata(bootstrap: str, topics: list[str] | None, timeout_s: float = 120) -> Any:

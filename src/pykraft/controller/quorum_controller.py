@@ -92,11 +92,9 @@ CONNECTION_GRACE_EXTRA_MS = 1000
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """`QuorumController.plan`'s answer: the states after each batch, folded from `start`
-    with the first batch at `base_offset`."""
+    """`QuorumController.plan`'s answer: the states after each batch, folded from `start`."""
 
     start: ControllerState
-    base_offset: int
     after: tuple[ControllerState, ...]
 
     def holds_for(self, controller: QuorumController) -> bool:
@@ -215,17 +213,16 @@ class QuorumController:
         self._advance(records, base_offset, epoch)
         self._committed = self._state
 
-    def plan(self, batches: Sequence[Sequence[MetadataRecord]]) -> Plan:
-        """The states after each of `batches`, were they appended one after the other from
-        the predicted offset. Pure, so that the shell may fold a large change off its event
-        loop; `propose` takes a planned state when the prediction held."""
-        state, base_offset = self._state, self._next_write_offset
+    def plan(self, batches: Sequence[Sequence[MetadataRecord]],
+             base_offsets: Sequence[int]) -> Plan:
+        """The states after each of `batches`, appended from `base_offsets`. Pure, so that
+        the shell may fold a large change off its event loop; `propose` takes them."""
+        start = state = self._state
         after = []
-        for records in batches:
+        for records, base_offset in zip(batches, base_offsets, strict=True):
             state = fold(state, records, base_offset, self._leader_epoch)
-            base_offset += len(records)
             after.append(state)
-        return Plan(self._state, self._next_write_offset, tuple(after))
+        return Plan(start, tuple(after))
 
     def propose(
         self,
@@ -235,9 +232,9 @@ class QuorumController:
         planned: ControllerState | None = None,
     ) -> int:
         """The shell appended `records` (one batch) from `base_offset` (default: as
-        predicted); replay them as pending state, or take `planned` (`plan`'s state after
-        them) when it was folded from the current state at that offset. Returns the batch's
-        last offset."""
+        predicted); replay them as pending state, or take `planned`, `plan`'s state after
+        them, which the caller folded from the current state. Returns the batch's last
+        offset."""
         invariant(self._active, "propose() on a standby controller")
         if not records:
             return self._next_write_offset - 1
@@ -247,11 +244,10 @@ class QuorumController:
             base_offset >= self._next_write_offset,
             f"records appended at {base_offset}, before the predicted {self._next_write_offset}",
         )
-        if (
-            planned is not None
-            and base_offset == self._next_write_offset
-            and planned.image.offset == base_offset + len(records) - 1
-        ):
+        if planned is not None:
+            invariant(planned.image.offset == base_offset + len(records) - 1,
+                      f"a state planned to {planned.image.offset} for records appended at "
+                      f"{base_offset}")
             self._state = state = planned
         else:
             state = self._advance(records, base_offset, self._leader_epoch)

@@ -15,8 +15,10 @@ worker thread, which gives the GIL back to the event loop every few milliseconds
 it runs, whatever else would touch the core (committed batches, a leader change, a
 snapshot load, a closed heartbeat connection) waits in `_deferred`, in order, and is done
 once the operation is back; an operation whose leadership ended meanwhile did nothing
-(NotController). A non-atomic result is appended as batches of at most
-RECORDS_PER_BATCH records, each applied on its own by every node.
+(NotController). The records are appended on the loop, and then folded on the worker
+thread at the offsets Raft gave them, commits waiting again until they are proposed. A
+non-atomic result is appended as batches of at most RECORDS_PER_BATCH records, each
+applied on its own by every node.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from typing import Any, TypeVar
 from kio.schema.errors import ErrorCode
 
 from pykraft.controller.features import record_version
-from pykraft.controller.quorum_controller import Plan, QuorumController
+from pykraft.controller.quorum_controller import QuorumController
 from pykraft.controller.requests import (
     AlterConfigsResource,
     AlterConfigsResult,
@@ -54,7 +56,7 @@ T = TypeVar("T")
 
 OffLoop = Callable[..., Awaitable[Any]]  # asyncio.to_thread's signature
 Batches = list[tuple[Sequence[MetadataRecord], list[bytes]]]  # records, their encodings
-Decision = tuple[OpResult[T], Batches, Plan]
+Decision = tuple[OpResult[T], Batches]
 
 RECORDS_PER_BATCH = 1000  # a non-atomic result's records per batch (Kafka: 10,000)
 
@@ -83,6 +85,11 @@ class ControllerServer:
         self.activation: asyncio.Future[None] | None = None
         self.tick_wake = asyncio.Event()  # set when a tick is due sooner than planned
         self._deferred: list[Callable[[], None]] | None = None  # while a decision runs
+
+    def _flush_deferred(self) -> None:
+        deferred, self._deferred = self._deferred, None
+        for action in deferred or ():
+            action()
 
     def _now_or_later(self, action: Callable[[], None]) -> None:
         """Do `action` to the core now, or after the decision running on a worker thread."""
@@ -172,32 +179,42 @@ class ControllerServer:
             try:
                 decision: Decision[T] = await self._off_loop(_decide, core, operation)
             finally:
-                deferred, self._deferred = self._deferred, None
-                for action in deferred:
-                    action()
-            result, batches, plan = decision
+                self._flush_deferred()
+            result, batches = decision
             if not result.records:
                 return result.response
             if self.core is not core or not core.is_active or core.leader_epoch != epoch:
                 raise NotController("This controller stopped being active meanwhile.")
-            planned = plan.after if plan.holds_for(core) else (None,) * len(batches)
-            last_offset: int | None = None
-            for (records, encoded), after in zip(batches, planned, strict=True):
+            bases: list[int] = []
+            failure: Exception | None = None
+            for _, encoded in batches:
                 try:
                     last_offset = self.raft.append(encoded)
                 except (NotLeaderError, RequestTimedOut) as error:
-                    if last_offset is None:
+                    if not bases:
                         if isinstance(error, NotLeaderError):
                             raise NotController(str(error)) from error
                         raise
-                    log.warning("controller: %d of %d records appended (%s)",
-                                last_offset - (plan.base_offset - 1), len(result.records),
-                                error)
-                    raise OutcomeUnknown(f"only part of the change was appended: {error}") \
-                        from error
-                core.propose(records, base_offset=last_offset - len(encoded) + 1,
-                             planned=after)
-            assert last_offset is not None
+                    failure = error
+                    break
+                bases.append(last_offset - len(encoded) + 1)
+            appended = [records for records, _ in batches[:len(bases)]]
+            # the fold of what was appended, off the loop too; until it is proposed, commits
+            # (and a leader change) wait, so that the core sees its proposals first
+            self._deferred = []
+            try:
+                plan = await self._off_loop(core.plan, appended, bases)
+                for records, base, state in zip(appended, bases, plan.after, strict=True):
+                    core.propose(records, base_offset=base,
+                                 planned=state if plan.holds_for(core) else None)
+            finally:
+                self._flush_deferred()
+            if failure is not None:
+                log.warning("controller: %d of %d records appended (%s)",
+                            sum(len(records) for records in appended), len(result.records),
+                            failure)
+                raise OutcomeUnknown(f"only part of the change was appended: {failure}") \
+                    from failure
         try:
             await self.raft.wait_committed(last_offset)
         except NotLeaderError as error:
@@ -265,8 +282,7 @@ class ControllerServer:
 def _decide(
     core: QuorumController, operation: Callable[[QuorumController], OpResult[T]]
 ) -> Decision[T]:
-    """Worker thread: the operation's result, its batches (records and their encodings)
-    and the states after them."""
+    """Worker thread: the operation's result and its batches (records, their encodings)."""
     result = operation(core)
     records = result.records
     step = len(records) if result.atomic else RECORDS_PER_BATCH
@@ -275,4 +291,4 @@ def _decide(
     batches: Batches = [
         (chunk, [encode_metadata_record(record, record_version(record, level))
                  for record in chunk]) for chunk in chunks]
-    return result, batches, core.plan(chunks)
+    return result, batches

@@ -21,7 +21,8 @@ from pykraft.controller.features import BOOTSTRAP_METADATA_VERSION, MINIMUM_KRAF
 from pykraft.controller.quorum_controller import QuorumController
 from pykraft.controller.requests import BrokerFeatureRange, CreatableTopic, Listener
 from pykraft.errors import NotController, NotLeaderError
-from pykraft.metadata.codec import decode_metadata_record
+from pykraft.metadata.codec import decode_metadata_record, encode_metadata_record
+from pykraft.metadata.records import NoOpRecord
 from pykraft.protocol.entities import make, response_module
 from pykraft.raft.core import LeaderAndEpoch
 from pykraft.server.controller_channel import (
@@ -235,6 +236,34 @@ def test_a_non_atomic_result_is_appended_in_batches_and_an_atomic_one_whole() ->
         assert server.core.committed_image.cluster.brokers.get(1) is None
         leaders = {p.leader for p in server.core.image.topics.by_name["t"].partitions.values()}
         assert leaders == {-1}
+    asyncio.run(go())
+
+
+def test_the_fold_runs_off_the_loop_at_the_offsets_raft_gave() -> None:
+    """The records are folded on the worker thread at the offsets the append returned, also
+    when they differ from the controller's prediction (here one entry it did not write came
+    first): the event loop never replays them itself, and the broker epochs and the image
+    offset follow the log."""
+    async def go() -> None:
+        server, raft = await activated()
+        await register(server, raft, 1)
+        server._off_loop = asyncio.to_thread
+        raft.log.append(encode_metadata_record(NoOpRecord()))  # not the controller's: its
+        # prediction of the next offset is now one short
+        folded_on_loop: list[int] = []
+        advance = server.core._advance
+
+        def spy(records: Any, base_offset: int, epoch: int) -> Any:
+            folded_on_loop.append(len(records))
+            return advance(records, base_offset, epoch)
+
+        server.core._advance = spy  # type: ignore[method-assign]
+        task = asyncio.ensure_future(server.run(lambda core: core.unregister_broker(1)))
+        await appended(raft)
+        assert server.core.image.offset == len(raft.log) - 1
+        raft.commit_all()
+        await task
+        assert folded_on_loop == []
     asyncio.run(go())
 
 

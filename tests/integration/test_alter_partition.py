@@ -10,7 +10,6 @@ broker listener shows what the controller decided.
 from __future__ import annotations
 
 import datetime
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
@@ -28,6 +27,7 @@ from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopi
 from pykraft.protocol.api import ApiKey
 from pykraft.testing import LocalCluster
 from pykraft.testing.wire import WireClient
+from tests.integration import waits
 
 T = TypeVar("T")
 ALTER_PARTITION = 56
@@ -36,13 +36,7 @@ CONFIGS = {"broker.session.timeout.ms": "600000"}
 
 
 def wait_for(predicate: Callable[[], T | None], what: str, timeout_s: float = 20.0) -> T:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
+    return waits.wait_for(predicate, what, timeout_s)
 
 
 class StandIns:

@@ -29,6 +29,7 @@ from kio.schema.metadata.v12.request import MetadataRequest
 
 from pykraft.testing import LocalCluster, free_port
 from pykraft.testing.wire import WireClient
+from tests.integration import waits
 
 T = TypeVar("T")
 
@@ -36,18 +37,7 @@ WAIT_S = 30.0
 
 
 def wait_for(predicate: Callable[[], T | None], what: str, timeout_s: float = WAIT_S) -> T:
-    deadline = time.monotonic() + timeout_s
-    last: BaseException | None = None
-    while time.monotonic() < deadline:
-        try:
-            value = predicate()
-        except (OSError, KafkaException) as error:
-            last = error
-        else:
-            if value:
-                return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what} (last error: {last})")
+    return waits.wait_for(predicate, what, timeout_s, retry_on=(OSError, KafkaException))
 
 
 def metadata_view(bootstrap: str) -> tuple[Any, ...]:

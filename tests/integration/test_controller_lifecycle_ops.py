@@ -36,6 +36,7 @@ from pykraft.cli.main import main as pykraft_main
 from pykraft.records.batch import iter_headers
 from pykraft.testing import LocalCluster
 from pykraft.testing.wire import WireClient
+from tests.integration import waits
 
 T = TypeVar("T")
 WAIT_S = 30.0
@@ -44,18 +45,7 @@ UPDATE_FEATURES, UNREGISTER_BROKER = 57, 64
 
 
 def wait_for(predicate: Callable[[], T | None], what: str, timeout_s: float = WAIT_S) -> T:
-    deadline = time.monotonic() + timeout_s
-    last: BaseException | None = None
-    while time.monotonic() < deadline:
-        try:
-            value = predicate()
-        except OSError as error:
-            last = error
-        else:
-            if value:
-                return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what} (last error: {last})")
+    return waits.wait_for(predicate, what, timeout_s, retry_on=(OSError,))
 
 
 def live_brokers(bootstrap: str) -> list[int]:

@@ -39,6 +39,7 @@ from pykraft.raft.network import RaftApis, RaftChannels, RaftDispatcher
 from pykraft.raft.snapshot import snapshot_values
 from pykraft.raft.state import Leader
 from pykraft.testing.wire import WireClient
+from tests.integration import waits
 
 T = TypeVar("T")
 
@@ -196,14 +197,7 @@ class NodeThread:
 
 
 def wait_for(predicate: Callable[[], T | None], what: str, timeout_s: float = WAIT_S) -> T:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
+    return waits.wait_for(predicate, what, timeout_s, interval_s=0.02)
 
 
 def single_leader(nodes: list[NodeThread]) -> NodeThread | None:

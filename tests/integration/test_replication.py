@@ -40,6 +40,7 @@ from pykraft.records.record import build_batch
 from pykraft.testing import LocalCluster, free_port
 from pykraft.testing.proxy import FaultProxy
 from pykraft.testing.wire import WireClient
+from tests.integration import waits
 
 T = TypeVar("T")
 WAIT_S = 30.0
@@ -55,18 +56,7 @@ FAST = {
 
 
 def wait_for(predicate: Callable[[], T | None], what: str, timeout_s: float = WAIT_S) -> T:
-    deadline = time.monotonic() + timeout_s
-    last: BaseException | None = None
-    while time.monotonic() < deadline:
-        try:
-            value = predicate()
-        except (OSError, KafkaException, ConnectionError) as error:
-            last = error
-        else:
-            if value:
-                return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what} (last error: {last})")
+    return waits.wait_for(predicate, what, timeout_s, retry_on=(OSError, KafkaException))
 
 
 @pytest.fixture(scope="module")

@@ -119,11 +119,8 @@ class ControllerServer:
         self._now_or_later(lambda: self.core.broker_connection_lost(broker_id, now_ms))
         self.tick_wake.set()
 
-    def activate(self) -> None:
-        """The log is replayed up to the leader's epoch start: from now on this node decides."""
-        self._activate(self.raft.leader_and_epoch.epoch, self.raft.high_watermark)
-
     def _activate(self, epoch: int, high_watermark: int | None) -> None:
+        """The log is replayed up to the leader's epoch start: from now on this node decides."""
         invariant(high_watermark is not None, "activated before the epoch start committed")
         assert high_watermark is not None
         self.core.activate(leader_epoch=epoch, next_write_offset=high_watermark,
@@ -204,9 +201,9 @@ class ControllerServer:
             self._deferred = []
             try:
                 plan = await self._off_loop(core.plan, appended, bases)
-                for records, base, state in zip(appended, bases, plan.after, strict=True):
-                    core.propose(records, base_offset=base,
-                                 planned=state if plan.holds_for(core) else None)
+                planned = plan.after if plan.holds_for(core) else (None,) * len(appended)
+                for records, base, state in zip(appended, bases, planned, strict=True):
+                    core.propose(records, base_offset=base, planned=state)
             finally:
                 self._flush_deferred()
             if failure is not None:

@@ -248,6 +248,12 @@ def test_the_fold_runs_off_the_loop_at_the_offsets_raft_gave() -> None:
         server, raft = await activated()
         await register(server, raft, 1)
         server._off_loop = asyncio.to_thread
+        task = asyncio.ensure_future(server.create_topics(
+            [CreatableTopic("t", 2500, 1)], validate_only=False))
+        await appended(raft)
+        raft.commit_all()
+        await task
+        raft.batch_sizes.clear()
         raft.log.append(encode_metadata_record(NoOpRecord()))  # not the controller's: its
         # prediction of the next offset is now one short
         folded_on_loop: list[int] = []
@@ -263,6 +269,7 @@ def test_the_fold_runs_off_the_loop_at_the_offsets_raft_gave() -> None:
         assert server.core.image.offset == len(raft.log) - 1
         raft.commit_all()
         await task
+        assert raft.batch_sizes == [1000, 1000, 501]  # several batches, all planned
         assert folded_on_loop == []
     asyncio.run(go())
 

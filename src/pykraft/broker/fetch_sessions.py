@@ -128,7 +128,7 @@ class FetchSessionCache:
         if epoch != session.epoch:
             return FetchContext([], None, False, NO_SESSION,
                                 ErrorCode.invalid_fetch_session_epoch)
-        session.epoch = 1 if session.epoch == 0x7FFFFFFF else session.epoch + 1
+        session.epoch = next_epoch(session.epoch)
         session.last_used_ms = now_ms
         self._sessions.move_to_end(session_id)
         cached = session.partitions
@@ -189,6 +189,11 @@ class FetchSessionCache:
                 del self._sessions[session_id]
                 return True
         return False
+
+
+def next_epoch(epoch: int) -> int:
+    """The session epoch after `epoch`: it wraps from the largest int32 to 1."""
+    return 1 if epoch == 0x7FFFFFFF else epoch + 1
 
 
 def topic_key(topic: Any) -> Any:

@@ -48,7 +48,7 @@ from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v15 import request as fetch_request
 from kio.schema.list_offsets.v7 import request as list_offsets_request
 
-from pykraft.broker.fetch_sessions import INITIAL_EPOCH, NO_SESSION
+from pykraft.broker.fetch_sessions import INITIAL_EPOCH, NO_SESSION, next_epoch
 from pykraft.broker.replica_manager import Partition
 from pykraft.errors import KafkaError
 from pykraft.protocol.api import ApiKey
@@ -350,7 +350,7 @@ class ReplicaFetcher:
         if self.session_epoch == INITIAL_EPOCH or response.session_id != self.session_id:
             self.session_id, self.session_epoch = response.session_id, 1
         else:
-            self.session_epoch = 1 if self.session_epoch == 0x7FFFFFFF else self.session_epoch + 1
+            self.session_epoch = next_epoch(self.session_epoch)
         self._in_session = self._asked
 
     async def _fetch(self, states: list[FetchState]) -> None:

@@ -501,13 +501,13 @@ class RaftNode:
     def _write_blocking(self, ready: Ready) -> int:
         started = time.monotonic()
         try:
-            return self._write_blocking_timed(ready)
+            return self._persist(ready)
         finally:
             took_ms = (time.monotonic() - started) * 1000
             if took_ms > 500:
                 log.warning("metadata log write+fsync took %.0f ms", took_ms)
 
-    def _write_blocking_timed(self, ready: Ready) -> int:
+    def _persist(self, ready: Ready) -> int:
         if ready.quorum_state is not None and self._state_store is not None:
             self._state_store.write(ready.quorum_state)
         self._write_snapshots(ready)

@@ -26,8 +26,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 )
 
 from pykraft.cli.log_cleaner import cleaner_rows
-from pykraft.testing import LocalCluster
-from pykraft.testing.local_cluster import free_port
+from pykraft.testing import LocalCluster, free_port
 
 SEGMENT_BYTES = 1_048_576
 CLEANER_CONFIGS = {"log.cleaner.backoff.ms": "100"}

@@ -10,7 +10,6 @@ import dataclasses
 import filecmp
 import random
 import shutil
-import socket
 import threading
 import time
 import uuid
@@ -38,6 +37,7 @@ from pykraft.raft.messages import (
 from pykraft.raft.network import RaftApis, RaftChannels, RaftDispatcher
 from pykraft.raft.snapshot import snapshot_values
 from pykraft.raft.state import Leader
+from pykraft.testing.ports import free_ports
 from pykraft.testing.wire import WireClient
 from tests.integration import waits
 
@@ -54,16 +54,6 @@ CONFIG = RaftConfig(
     retry_backoff_ms=20,
 )
 WAIT_S = 15.0
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    for sock in sockets:
-        sock.bind(("127.0.0.1", 0))
-    ports = [sock.getsockname()[1] for sock in sockets]
-    for sock in sockets:
-        sock.close()
-    return ports
 
 
 class Collector:

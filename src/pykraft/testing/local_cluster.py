@@ -25,7 +25,6 @@ import asyncio
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -33,12 +32,13 @@ import threading
 import time
 import urllib.request
 from collections.abc import Iterator, Mapping
-from contextlib import closing, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from pykraft.server.storage_tool import random_uuid
+from pykraft.testing.ports import free_port
 
 _IMAGE_INFO = re.compile(r"^pykraft_metadata_image_info\{(.*)\}", re.MULTILINE)
 _LABEL = re.compile(r'(\w+)="([^"]*)"')
@@ -49,12 +49,6 @@ MULTI_NODE_DEFAULTS = {
     "transaction.state.log.replication.factor": "1",
     "transaction.state.log.min.isr": "1",
 }
-
-
-def free_port() -> int:
-    with closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class LocalCluster:

@@ -29,7 +29,6 @@ import json
 import logging
 import random
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -38,6 +37,8 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
+
+from pykraft.testing.ports import free_ports
 
 __all__ = [
     "CLUSTER_ID",
@@ -55,16 +56,6 @@ T = TypeVar("T")
 
 
 # -- the driver side ------------------------------------------------------------------------
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    for sock in sockets:
-        sock.bind(("127.0.0.1", 0))
-    ports: list[int] = [sock.getsockname()[1] for sock in sockets]
-    for sock in sockets:
-        sock.close()
-    return ports
 
 
 class Voter:

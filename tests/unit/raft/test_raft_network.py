@@ -8,7 +8,6 @@ routes the quorum's RPCs to RaftApis."""
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any
@@ -34,6 +33,7 @@ from pykraft.raft.messages import (
 )
 from pykraft.raft.network import RaftApis, RaftChannels, RaftDispatcher
 from pykraft.server.controller_apis import ControllerApis
+from pykraft.testing.ports import free_port
 
 CLUSTER = "cluster-for-network-tests"
 
@@ -56,13 +56,6 @@ class Endpoint:
     async def handle_request(self, source_id: int, body: RaftRequest) -> RaftResponse | None:
         self.requests.append((source_id, body))
         return self.answer
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 async def serve(port: int, endpoint: Endpoint) -> Listener:

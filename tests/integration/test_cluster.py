@@ -473,6 +473,21 @@ def test_sigterm_of_a_broker_is_a_controlled_shutdown() -> None:
         wait_for(lambda: all(p[1] == 5 for t in metadata_view(
             cluster.node(4).bootstrap_servers)[1] for p in t[3] if p[0] in on_5),
             "broker 5 leads its partitions again")
+        # controlled.shutdown.enable=false: SIGTERM stops it without asking the controller
+        cluster.set_node_configs(5, {"controlled.shutdown.enable": "false"})
+        cluster.kill_node(5, signal.SIGTERM)
+        cluster.restart_node(5)
+        wait_for(lambda: all(p[1] == 5 for t in metadata_view(
+            cluster.node(4).bootstrap_servers)[1] for p in t[3] if p[0] in on_5),
+            "broker 5 leads its partitions again")
+        seen = len(cluster.node(5).log_path.read_text(errors="replace"))
+        cluster.kill_node(5, signal.SIGTERM)
+        last_run = cluster.node(5).log_path.read_text(errors="replace")[seen:]
+        assert "controlled.shutdown.enable=false, stopping without moving" in last_run
+        assert "controlled shutdown complete" not in last_run
+        wait_for(lambda: all(p[1] == -1 for t in metadata_view(
+            cluster.node(4).bootstrap_servers)[1] for p in t[3] if p[0] in on_5),
+            "broker 5 fenced once its heartbeats stopped")
 
 
 @pytest.mark.slow

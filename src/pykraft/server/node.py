@@ -93,7 +93,8 @@ SECURITY_PROTOCOL_PLAINTEXT = 0
 # registration retries across leader changes for up to the channel timeout
 CONTROLLER_REQUEST_TIMEOUT_MS = 5_000
 CONTROLLER_CHANNEL_TIMEOUT_MS = 15_000
-CONTROLLED_SHUTDOWN_TIMEOUT_MS = 10_000
+# Kafka's broker waits as long for the controller's approval (not a config there either)
+CONTROLLED_SHUTDOWN_TIMEOUT_MS = 300_000
 ALTER_PARTITION_API_KEY = 56
 # registration refusals a retry cannot cure: the broker stops starting
 _REGISTRATION_FATAL = frozenset({ErrorCode.inconsistent_cluster_id,
@@ -493,10 +494,16 @@ class Node:
     async def _controlled_shutdown(self) -> None:
         """A registered broker of a cluster asks the active controller to move its
         leaderships away (heartbeats with want-shutdown) and stops once told to, or after
-        CONTROLLED_SHUTDOWN_TIMEOUT_MS; clients meanwhile follow the moved leaders. The
-        single node (its own only voter) skips it: there is nobody to move to."""
+        CONTROLLED_SHUTDOWN_TIMEOUT_MS, or when no controller answers within the channel
+        timeout; clients meanwhile follow the moved leaders. The single node (its own only
+        voter) skips it: there is nobody to move to; so does a broker with
+        controlled.shutdown.enable=false."""
         if (not getattr(self, "is_broker", False) or self.broker_epoch < 0
                 or self.channel is None or set(self.config.voters) == {self.node_id}):
+            return
+        if not self.config.get_bool("controlled.shutdown.enable"):
+            log.info("broker %d: controlled.shutdown.enable=false, stopping without moving "
+                     "its leaderships", self.node_id)
             return
         for task in self._tasks:
             if task.get_name() == "broker-heartbeat":

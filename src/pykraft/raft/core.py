@@ -474,6 +474,7 @@ class RaftCore:
         self._election_deadline_ms = now_ms
         self._fetch_deadline_ms = now_ms
         self._leader_contact_ms: int | None = None  # last proof that our leader is alive
+        self._transition_reason: str | None = None  # why a timer changed the state, for logs
         self._leader_failures = 0  # our fetches to it that failed in a row (`Unreachable`)
         self._rejecting_voters: frozenset[int] = frozenset()  # of this (pre-)vote round
         self._round_requests: dict[int, int] = {}  # its requests: correlation id -> voter
@@ -507,6 +508,12 @@ class RaftCore:
     @property
     def state(self) -> EpochState:
         return self._state
+
+    def take_transition_reason(self) -> str | None:
+        """Why the last timer-driven change of state happened (a fetch timeout, a lost
+        quorum), once; None for changes caused by messages."""
+        reason, self._transition_reason = self._transition_reason, None
+        return reason
 
     @property
     def leader_and_epoch(self) -> LeaderAndEpoch:
@@ -851,6 +858,11 @@ class RaftCore:
     def _on_fetch_timeout(self) -> None:
         """No word from our leader within fetch.timeout.ms."""
         state = self._state
+        contact = self._leader_contact_ms
+        self._transition_reason = (
+            f"no fetch answered by leader {getattr(state, 'leader_id', NO_LEADER)} for "
+            + (f"{self._now_ms - contact} ms" if contact is not None else
+               f"{self.config.fetch_timeout_ms} ms (and it was unreachable)"))
         if self.is_voter:
             self._transition(become_prospective(state, local_id=self.node_id, voters=self.voters))
             self._start_pre_vote()
@@ -868,6 +880,12 @@ class RaftCore:
             if voter in self.voters and replica.last_fetch_ms > since
         }
         if not has_majority(frozenset(heard), self.voters):
+            ages = ", ".join(
+                f"{voter} {self._now_ms - replica.last_fetch_ms} ms ago"
+                for voter, replica in sorted(self._replicas.items())
+                if voter in self.voters and voter != self.node_id)
+            self._transition_reason = (
+                f"no majority of voters fetched within {timeout} ms (last fetches: {ages})")
             self._resign()
             return True
         self._check_quorum_at_ms = self._now_ms + max(1, timeout // 4)

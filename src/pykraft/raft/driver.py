@@ -602,9 +602,13 @@ class RaftNode:
 
     def _log_transition(self) -> None:
         state, before = self.core.state, self._logged_state
+        reason = self.core.take_transition_reason()
         if state != before:
             self._logged_state = state
-            log.debug("raft node %d: %r -> %r", self.core.node_id, before, state)
+            # a change of role is rare and what an operator looks for (Kafka logs it too)
+            level = logging.INFO if type(state) is not type(before) else logging.DEBUG
+            log.log(level, "raft node %d: %r -> %r%s", self.core.node_id, before, state,
+                    f": {reason}" if reason else "")
 
     def _send(self, messages: Sequence[OutboundMessage]) -> None:
         """Answers go back to the connection that asked; requests to the transport."""

@@ -188,3 +188,34 @@ def test_a_follower_lacking_the_leaders_epoch_truncates_to_its_own_epoch_end() -
     follower.turn()
     (next_fetch,) = follower.turn()
     assert next_fetch.body == FetchRequest(1, 5, fetch_offset=4, last_fetched_epoch=1)
+
+
+def test_a_timer_driven_change_of_state_says_why_once() -> None:
+    """The shell logs why a node stopped following (fetch timeout) or leading (check
+    quorum): the core keeps the reason until it is taken; message-driven changes have none."""
+    follower = Node(1)
+    follower.receive(2, BeginQuorumEpochRequest(leader_id=2, leader_epoch=4))
+    assert follower.core.take_transition_reason() is None
+    follower.core.tick(10_000)
+    assert follower.core.state.epoch == 4 and not isinstance(follower.core.state, Follower)
+    reason = follower.core.take_transition_reason()
+    assert reason is not None and reason.startswith("no fetch answered by leader 2 for ")
+    assert follower.core.take_transition_reason() is None
+
+    leader = Node(1, log_of(1), QuorumStateData(leader_epoch=1, voted_id=1))
+    leader.core.tick(1_000)
+    leader.turn()
+    leader.core.step(InboundMessage(2, 1, VoteResponse(
+        ErrorCode.none, -1, 1, True, candidate_epoch=2, pre_vote=True)), 1_000)
+    leader.turn()
+    leader.core.step(InboundMessage(2, 2, VoteResponse(ErrorCode.none, -1, 2, True, 2)), 1_000)
+    leader.turn()
+    assert isinstance(leader.core.state, Leader)
+    leader.core.take_transition_reason()
+    leader.now_ms = 1_100
+    leader.receive(3, FetchRequest(3, 2, fetch_offset=1, last_fetched_epoch=1))
+    leader.core.tick(1_000 + CONFIG.check_quorum_timeout_ms + 200)
+    assert not isinstance(leader.core.state, Leader)
+    reason = leader.core.take_transition_reason()
+    assert reason == (f"no majority of voters fetched within {CONFIG.check_quorum_timeout_ms}"
+                      " ms (last fetches: 2 500 ms ago, 3 400 ms ago)")

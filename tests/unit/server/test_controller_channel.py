@@ -203,6 +203,48 @@ def test_a_leader_change_during_an_off_loop_decision_waits_for_it_and_voids_it()
     asyncio.run(go())
 
 
+def test_what_waited_for_a_decision_is_done_in_order_with_the_loop_running_between() -> None:
+    """A backlog deferred during a decision (commits to fold) is done one action per turn
+    of the loop, so that the quorum's fetches are answered meanwhile; an action that comes
+    during the flush goes behind the backlog."""
+    deciding, release = threading.Event(), threading.Event()
+
+    async def gated(function: Callable[..., Any], /, *args: Any) -> Any:
+        def run() -> Any:
+            deciding.set()
+            release.wait(10)
+            return function(*args)
+        return await asyncio.to_thread(run)
+
+    async def go() -> None:
+        server, raft = await activated()
+        server._off_loop = gated
+        done: list[str] = []
+        task = asyncio.ensure_future(server.run(lambda core: core.tick(1_000)))
+        await asyncio.to_thread(deciding.wait, 10)
+        for name in ("a", "b", "c"):
+            server._now_or_later(lambda name=name: done.append(name))  # type: ignore[misc]
+        assert done == []  # the decision still runs
+
+        async def probe() -> None:
+            while len([x for x in done if x in ("a", "b", "c")]) < 3:
+                done.append("loop")
+                if "a" in done and "late" not in done:
+                    done.append("late")
+                    server._now_or_later(lambda: done.append("after"))
+                await asyncio.sleep(0)
+
+        probing = asyncio.ensure_future(probe())
+        release.set()
+        await task
+        await probing
+        actions = [x for x in done if x not in ("loop", "late")]
+        assert actions == ["a", "b", "c", "after"]
+        between = done[done.index("a"):done.index("c")]
+        assert between.count("loop") >= 2  # the loop ran after a and after b
+    asyncio.run(go())
+
+
 async def appended(raft: ScriptedRaft) -> None:
     """Until the operation decided on a worker thread has appended its records."""
     for _ in range(1000):

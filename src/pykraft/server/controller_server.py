@@ -9,17 +9,16 @@ in yet (the log replayed at start-up) and only marks its own proposals committed
 
 Off the event loop. Kafka decides on a controller thread of its own, apart from its Raft
 thread. Here the event loop also answers the quorum's fetches, and fencing a broker at
-100,000 partitions decides, encodes and folds 100,000 records: seconds, past the
-followers' fetch timeout. So an operation is decided, encoded and folded (`plan`) on a
-worker thread, which gives the GIL back to the event loop every few milliseconds. While
-it runs, whatever else would touch the core (committed batches, a leader change, a
-snapshot load, a closed heartbeat connection) waits in `_deferred`, in order, and is done
-once the operation is back, one action per turn of the loop; an operation whose leadership ended meanwhile did nothing
-(NotController). The records are appended on the loop, and then folded on the worker
+100,000 partitions decides, encodes and folds 100,000 records: seconds, past the followers'
+fetch timeout. So an operation is decided, encoded and folded (`plan`) on a worker thread,
+which gives the GIL back to the event loop every few milliseconds. While it runs, whatever
+else would touch the core (committed batches, a leader change, a snapshot load, a closed
+heartbeat connection) waits in `_deferred`, in order, and is done once the operation is
+back, one action per turn of the loop; an operation whose leadership ended meanwhile did
+nothing (NotController). The records are appended on the loop, and then folded on the worker
 thread at the offsets Raft gave them, commits waiting again until they are proposed. A
-non-atomic result is appended as batches of at most RECORDS_PER_BATCH records, each
-applied on its own by every node.
-"""
+non-atomic result is appended as batches of at most RECORDS_PER_BATCH records, each applied on
+its own by every node."""
 
 from __future__ import annotations
 

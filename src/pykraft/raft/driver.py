@@ -86,6 +86,12 @@ QUORUM_STATE_FILE: Final = "quorum-state"
 WAITERS_MAX: Final = 100_000  # wait_committed callers at once; each is an in-flight proposal
 INBOX_MAX: Final = 10_000  # messages from other nodes waiting to be stepped
 LEADERSHIPS_KEPT: Final = 1_000  # lost epochs whose proposals wait_committed still knows
+# A turn that starts this long after the inbox was last read first lets the connections
+# deliver what came meanwhile (a few turns of the event loop), so that no timer blames a
+# peer for this node's own stall: a broker whose loop was held 3.5 s applying a large
+# delta stepped an empty inbox, then timed out its fetch, whose answer sat unread.
+BLIND_MS: Final = 250
+CATCH_UP_YIELDS: Final = 3
 
 
 class Transport(Protocol):
@@ -174,6 +180,7 @@ class RaftNode:
         self._leader_announced = asyncio.Event()
         self._transport = transport
         self._inbox: deque[InboundMessage] = deque()
+        self._inbox_read_ms = 0  # when the inbox was last stepped (the node's clock)
         self._answers: dict[tuple[int, int], asyncio.Future[RaftResponse]] = {}
         self._inbound_ids = itertools.count(1)
         # (last offset, first offset, epoch) of what we proposed as leader, one entry an epoch
@@ -454,7 +461,11 @@ class RaftNode:
         try:
             while not self._stopping:
                 self._wake.clear()
+                if self._clock.now_ms() - self._inbox_read_ms > BLIND_MS:
+                    for _ in range(CATCH_UP_YIELDS):
+                        await asyncio.sleep(0)
                 stepped = self._step_inbox()
+                self._inbox_read_ms = self._clock.now_ms()
                 self.core.tick(self._clock.now_ms(), timestamp_ms=self._clock.wall_clock_ms())
                 self._log_transition()
                 resigning, self._resign_requested = self._resign_requested, False

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -175,3 +176,36 @@ async def test_several_voters_need_a_transport(tmp_path: Path) -> None:
         RaftNode(core, store, None, clock=SystemClock())
     with pytest.raises(InvalidConfig):
         RaftNode.open(node_id=1, voters=VOTERS, log_dir=tmp_path / "log")
+
+
+async def test_a_stall_of_its_own_loop_does_not_cost_a_leader_its_leadership(
+        tmp_path: Path) -> None:
+    """The event loop is held past the check-quorum timeout while a follower keeps
+    fetching: its fetch, delivered once the loop runs again, is read before the leader
+    judges whether a majority fetched -- the silence was the leader's own."""
+    peers = Peers()
+    node, _ = make_node(tmp_path, peers)
+    try:
+        epoch = await lead(node)
+        stop = asyncio.Event()
+
+        async def follower() -> None:
+            offset = 0
+            while not stop.is_set():
+                for _ in range(2):  # as a connection's reader: a turn or two of the loop
+                    await asyncio.sleep(0)
+                answer = await ack(node, 2, epoch, offset)
+                if answer is not None and answer.records:
+                    offset = node.core.next_offset
+                await asyncio.sleep(0.01)
+
+        fetching = asyncio.ensure_future(follower())
+        await asyncio.sleep(0.3)
+        for _ in range(3):
+            time.sleep(CONFIG.check_quorum_timeout_ms * 2 / 1000)  # the loop is held
+            await asyncio.sleep(0.3)
+            assert isinstance(node.core.state, Leader) and node.core.state.epoch == epoch
+        stop.set()
+        await fetching
+    finally:
+        await node.stop(resign=False)

@@ -559,6 +559,10 @@ class Log:
                 f"fetch offset {fetch_offset} of {self.dir.name} is outside "
                 f"[{self._log_start_offset}, {self._log_end_offset}]"
             )
+        if fetch_offset == self._log_end_offset:
+            # nothing new: most partitions of a follower's or consumer's fetch; the scan of
+            # the active segment's tail (a read from disk) cost 0.1 ms per partition
+            return self._read_info(b"", fetch_offset, fetch_offset)
         for segment in self._segments[self._segment_for(fetch_offset) :]:
             found = segment.find_batch(fetch_offset)
             if found is None:

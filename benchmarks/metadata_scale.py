@@ -18,7 +18,10 @@ the cluster holds that many partitions, then report:
   every partition has a leader again, and restart until unfenced again.
 
     .venv/bin/python benchmarks/metadata_scale.py [--steps 100,10000,30000,100000]
-        [--partitions-per-topic 100] [--rf 3]
+        [--partitions-per-topic 100] [--rf 3] [--config KEY=VALUE ...]
+
+Each figure is also printed as a `#` line as soon as it is measured, so a step that fails
+later does not lose the ones before it.
 """
 
 from __future__ import annotations
@@ -236,16 +239,19 @@ def broker_lifecycle(cluster: LocalCluster, admin: AdminClient, topics: list[str
     cluster.node(victim).process.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
     wait_until("controlled shutdown", lambda: led_by(bootstrap, victim) == 0)
     shutdown_s = time.monotonic() - started
+    print(f"# controlled shutdown {shutdown_s:.2f} s", flush=True)
     cluster.node(victim).process.wait(600)  # type: ignore[union-attr]
     started = time.monotonic()
     cluster.restart_node(victim, wait=False)
     wait_until("unfenced after restart", lambda: victim in live_brokers(bootstrap))
     restart_s = time.monotonic() - started
+    print(f"# restart to unfenced {restart_s:.2f} s", flush=True)
     lead_preferred(admin, topics, partitions, lambda: led_by(bootstrap, victim) * 4 > total)
     cluster.kill_node(victim)
     started = time.monotonic()
     wait_until("leaders after kill -9", lambda: led_by(bootstrap, victim) == 0)
     kill_s = time.monotonic() - started
+    print(f"# kill -9 until all led {kill_s:.2f} s", flush=True)
     started = time.monotonic()
     cluster.restart_node(victim, wait=False)
     wait_until("unfenced after kill -9", lambda: victim in live_brokers(bootstrap))
@@ -258,17 +264,26 @@ def main() -> None:
     parser.add_argument("--partitions-per-topic", type=int, default=100)
     parser.add_argument("--rf", type=int, default=3)
     parser.add_argument("--topics-per-request", type=int, default=10)
+    parser.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
+                        help="a server config for every node (repeatable)")
     args = parser.parse_args()
     steps = [int(step) for step in args.steps.split(",")]
+    configs = dict(CONFIGS)
+    for item in args.config:
+        key, sep, value = item.partition("=")
+        if not sep:
+            parser.error(f"--config {item!r}: expected KEY=VALUE")
+        configs[key] = value
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    extra = "".join(f", {item}" for item in args.config)
     print(f"# {platform.node()} {platform.machine()}, {now}; 3 controllers + 3 brokers, "
-          f"{args.partitions_per_topic} partitions per topic, RF={args.rf}")
+          f"{args.partitions_per_topic} partitions per topic, RF={args.rf}{extra}")
     print("| partitions | create s (step): committed / on all brokers | partitions/s "
           "| controller RSS MiB | broker RSS MiB | Metadata 1 topic ms (size) "
           "| Metadata all ms (size) | controller failover s | controlled shutdown s "
           "| restart to unfenced s | kill -9 until all led s | restart to unfenced s |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    with LocalCluster(controllers=3, brokers=3, configs=CONFIGS,
+    with LocalCluster(controllers=3, brokers=3, configs=configs,
                       startup_timeout_s=120) as cluster:
         bootstrap = cluster.bootstrap_servers
         first_broker = cluster.node(cluster.broker_ids[0]).bootstrap_servers
@@ -302,7 +317,12 @@ def run_steps(cluster: LocalCluster, admin: AdminClient, first_broker: str, step
         broker_rss = max(rss_mib(cluster, b) for b in cluster.broker_ids)
         one_s, one_bytes = metadata_timing(first_broker, names[-1] if names else None)
         all_s, all_bytes = metadata_timing(first_broker, None, rounds=3)
+        # each figure as soon as it is measured: a later step may fail
+        print(f"# {made:,}: created in {took:.1f} s (on all brokers {seen:.1f} s); RSS "
+              f"controller {controller_rss:.0f} MiB, broker {broker_rss:.0f} MiB; Metadata "
+              f"1 topic {one_s * 1000:.1f} ms, all {all_s * 1000:.0f} ms", flush=True)
         fail_s = failover(cluster, admin, args.rf)
+        print(f"# {made:,}: controller failover {fail_s:.2f} s", flush=True)
         shutdown_s, restart_s, kill_s, rejoin_s = broker_lifecycle(
             cluster, admin, every_topic, args.partitions_per_topic)
         rate = count * args.partitions_per_topic / took

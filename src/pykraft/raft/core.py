@@ -238,8 +238,9 @@ class RaftConfig:
     # join a batch (one proposal may be larger, up to batch_bytes_max): the listeners apply
     # a Ready in one turn of the event loop, which answers no fetch meanwhile (8 MiB of
     # PartitionRecords held a follower for seconds at 30,000 partitions, past its fetch
-    # timeout)
-    apply_bytes_max: int = 256 * 1024
+    # timeout; 256 KiB of PartitionChangeRecords still took a busy controller 1-3 s at
+    # 100,000 partitions, as a follower folds each record twice: core and image)
+    apply_bytes_max: int = 64 * 1024
     election_timeout_ms: int = 1_000  # controller.quorum.election.timeout.ms
     election_backoff_max_ms: int = 1_000  # controller.quorum.election.backoff.max.ms
     fetch_timeout_ms: int = 2_000  # controller.quorum.fetch.timeout.ms

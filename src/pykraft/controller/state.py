@@ -153,19 +153,24 @@ class _IndexBuilder:
         old: PartitionRegistration | None,
         new: PartitionRegistration | None,
     ) -> None:
-        old_isr = set(old.isr) if old is not None else set()
-        new_isr = set(new.isr) if new is not None else set()
-        for broker in old_isr - new_isr:
-            self._members(self.isr_members, self.base.isr_members, broker).pop(key, None)
-        for broker in new_isr - old_isr:
-            self._members(self.isr_members, self.base.isr_members, broker)[key] = True
+        # only what differs is touched: most changes move a leader or one ISR member, and
+        # each index update hashes the key (a UUID, in Python) -- 100,000 of them per fence
+        old_isr = old.isr if old is not None else ()
+        new_isr = new.isr if new is not None else ()
+        if old_isr != new_isr:
+            for broker in set(old_isr).difference(new_isr):
+                self._members(self.isr_members, self.base.isr_members, broker).pop(key, None)
+            for broker in set(new_isr).difference(old_isr):
+                self._members(self.isr_members, self.base.isr_members, broker)[key] = True
         old_leader = old.leader if old is not None else NO_LEADER
         new_leader = new.leader if new is not None else NO_LEADER
+        if old_leader == new_leader and old is not None and new is not None:
+            return
         if old_leader != new_leader and old_leader != NO_LEADER:
             self._members(self.leaders, self.base.leaders, old_leader).pop(key, None)
         if old_leader != new_leader and new_leader != NO_LEADER:
             self._members(self.leaders, self.base.leaders, new_leader)[key] = True
-        if new is not None and new.leader == NO_LEADER:
+        if new is not None and new_leader == NO_LEADER:
             self.leaderless[key] = True
         else:
             self.leaderless.pop(key, None)

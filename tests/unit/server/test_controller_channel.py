@@ -170,18 +170,24 @@ def test_lost_leadership_drops_pending_state_and_answers_outcome_unknown() -> No
     asyncio.run(go())
 
 
-def test_a_leader_change_during_an_off_loop_decision_waits_for_it_and_voids_it() -> None:
-    """While an operation is decided on a worker thread, a leader change (and commits) must
-    not touch the core under it: they are done once it is back, and the decision, made by
-    a controller no longer active, appends nothing."""
-    deciding, release = threading.Event(), threading.Event()
-
+def gate(deciding: threading.Event, release: threading.Event) -> OffLoop:
+    """An off_loop that runs each decision on a thread, which sets `deciding` and then
+    holds until `release` is set."""
     async def gated(function: Callable[..., Any], /, *args: Any) -> Any:
         def run() -> Any:
             deciding.set()
             release.wait(10)
             return function(*args)
         return await asyncio.to_thread(run)
+    return gated
+
+
+def test_a_leader_change_during_an_off_loop_decision_waits_for_it_and_voids_it() -> None:
+    """While an operation is decided on a worker thread, a leader change (and commits) must
+    not touch the core under it: they are done once it is back, and the decision, made by
+    a controller no longer active, appends nothing."""
+    deciding, release = threading.Event(), threading.Event()
+    gated = gate(deciding, release)
 
     async def go() -> None:
         server, raft = await activated()
@@ -208,13 +214,7 @@ def test_what_waited_for_a_decision_is_done_in_order_with_the_loop_running_betwe
     of the loop, so that the quorum's fetches are answered meanwhile; an action that comes
     during the flush goes behind the backlog."""
     deciding, release = threading.Event(), threading.Event()
-
-    async def gated(function: Callable[..., Any], /, *args: Any) -> Any:
-        def run() -> Any:
-            deciding.set()
-            release.wait(10)
-            return function(*args)
-        return await asyncio.to_thread(run)
+    gated = gate(deciding, release)
 
     async def go() -> None:
         server, raft = await activated()

@@ -88,6 +88,22 @@ class MetadataLoader:
         if not self._in_transaction:
             self._publish(last_offset, epoch)
 
+    def adopt(self, image: MetadataImage) -> None:
+        """Take `image` as the fold of the next committed batch, made from the same records
+        by another folder (a controller's core), instead of folding them a second time.
+
+        It is published with an empty delta: only for nodes whose publishers read the image
+        alone (a controller-only node's metadata cache). Never inside a metadata
+        transaction, whose records are published together."""
+        invariant(not self._in_transaction, "an image adopted inside a metadata transaction")
+        invariant(image.offset > self._last_offset,
+                  f"adopted image at {image.offset} does not follow offset {self._last_offset}")
+        self._image = image
+        self._delta = MetadataDelta(image)
+        self._last_offset = image.offset
+        for publish in self.publishers:
+            publish(MetadataDelta(image), image)
+
     def load_snapshot(
         self, records: Iterable[MetadataRecord], *, offset: int, epoch: int
     ) -> None:

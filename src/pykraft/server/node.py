@@ -58,7 +58,14 @@ from pykraft.controller.requests import BrokerFeatureRange
 from pykraft.controller.requests import Listener as ControllerListener
 from pykraft.errors import InvariantViolation, NotController
 from pykraft.metadata.codec import decode_metadata_record
+from pykraft.metadata.image import MetadataImage
 from pykraft.metadata.loader import MetadataLoader
+from pykraft.metadata.records import (
+    AbortTransactionRecord,
+    BeginTransactionRecord,
+    EndTransactionRecord,
+    MetadataRecord,
+)
 from pykraft.net.server import Listener
 from pykraft.raft.core import CommittedBatch, RaftConfig
 from pykraft.raft.driver import RaftNode
@@ -99,6 +106,7 @@ ALTER_PARTITION_API_KEY = 56
 # registration refusals a retry cannot cure: the broker stops starting
 _REGISTRATION_FATAL = frozenset({ErrorCode.inconsistent_cluster_id,
                                  ErrorCode.unsupported_version, ErrorCode.invalid_registration})
+_TRANSACTION_MARKERS = (BeginTransactionRecord, EndTransactionRecord, AbortTransactionRecord)
 # answers that make a broker register again (a new incarnation of its registration)
 _REREGISTER = frozenset({ErrorCode.stale_broker_epoch, ErrorCode.broker_id_not_registered})
 
@@ -298,9 +306,28 @@ class Node:
         records = [decode_metadata_record(value) for value in batch.records]
         if records and self.controller is not None:
             self.controller.handle_committed(batch.base_offset, batch.epoch, records)
-        self.loader.handle_commit(batch.base_offset, batch.epoch, records, batch.last_offset)
+        folded = self._folded_by_controller(batch, records)
+        if folded is not None:
+            self.loader.adopt(folded)
+        else:
+            self.loader.handle_commit(batch.base_offset, batch.epoch, records,
+                                      batch.last_offset)
         if self.snapshots is not None:
             self.snapshots.note_commit(batch)
+
+    def _folded_by_controller(self, batch: CommittedBatch,
+                              records: list[MetadataRecord]) -> MetadataImage | None:
+        """On a controller-only node, the image the controller's core has just folded from
+        this batch, if it has (not while a decision holds commits back) and the batch is
+        no part of a metadata transaction: the loader adopts it rather than fold every
+        record a second time (half of a controller's work at 100,000 partitions)."""
+        if self.is_broker or self.controller is None or not records:
+            return None
+        image = self.controller.core.committed_image
+        if (image.offset != batch.last_offset or self.loader.in_transaction
+                or any(isinstance(record, _TRANSACTION_MARKERS) for record in records)):
+            return None
+        return image
 
     # SnapshotLoader: the latest local snapshot at start-up, or one fetched from the leader
     def handle_load_snapshot(self, snapshot_id: SnapshotId, snapshot: RaftLogView) -> None:

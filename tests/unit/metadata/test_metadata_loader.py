@@ -147,3 +147,26 @@ def test_loader_matches_a_single_fold() -> None:
     whole = delta.apply(offset - 1, 3)
     assert loader.image == whole
     assert len(recorder.calls) == (len(records) + 8) // 9
+
+
+def test_an_image_folded_elsewhere_is_adopted_and_published_not_folded_again() -> None:
+    """A controller-only node's loader takes the image its controller folded from the same
+    batch; the next batch folds on top of it; inside a transaction, or for an image not
+    past the last offset, adopting is a bug."""
+    loader, recorder = loader_with_recorder()
+    loader.handle_commit(0, 1, [config("a", "1")], 0)
+    elsewhere = MetadataDelta(loader.image)
+    elsewhere.replay(config("b", "2"))
+    adopted = elsewhere.apply(1, 1)
+    loader.adopt(adopted)
+    assert loader.image is adopted and loader.last_offset == 1
+    assert recorder.calls[-1][1] is adopted
+    loader.handle_commit(2, 1, [config("c", "3")], 2)
+    assert dict(loader.image.configs.get(4, "")) == {"a": "1", "b": "2", "c": "3"}
+    with pytest.raises(InvariantViolation):
+        loader.adopt(adopted)  # not past offset 2
+    loader.handle_commit(3, 1, [BeginTransactionRecord()], 3)
+    later = MetadataDelta(loader.image)
+    later.replay(config("d", "4"))
+    with pytest.raises(InvariantViolation):
+        loader.adopt(later.apply(4, 1))

@@ -46,7 +46,14 @@ from pykraft.controller.requests import (
 )
 from pykraft.errors import NotController, NotLeaderError, RequestTimedOut, invariant
 from pykraft.metadata.codec import encode_metadata_record
-from pykraft.metadata.records import MetadataRecord
+from pykraft.metadata.records import (
+    BrokerRegistrationChangeRecord,
+    FenceBrokerRecord,
+    MetadataRecord,
+    PartitionChangeRecord,
+    UnfenceBrokerRecord,
+    UnregisterBrokerRecord,
+)
 from pykraft.raft.driver import RaftNode
 
 log = logging.getLogger(__name__)
@@ -55,7 +62,7 @@ T = TypeVar("T")
 
 OffLoop = Callable[..., Awaitable[Any]]  # asyncio.to_thread's signature
 Batches = list[tuple[Sequence[MetadataRecord], list[bytes]]]  # records, their encodings
-Decision = tuple[OpResult[T], Batches]
+Decision = tuple[OpResult[T], Batches, list[str]]  # ..., the broker changes to log
 
 RECORDS_PER_BATCH = 1000  # a non-atomic result's records per batch (Kafka: 10,000)
 
@@ -186,11 +193,13 @@ class ControllerServer:
                 decision: Decision[T] = await self._off_loop(_decide, core, operation)
             finally:
                 await self._flush_deferred()
-            result, batches = decision
+            result, batches, broker_changes = decision
             if not result.records:
                 return result.response
             if self.core is not core or not core.is_active or core.leader_epoch != epoch:
                 raise NotController("This controller stopped being active meanwhile.")
+            if broker_changes:
+                log.info("controller %d: %s", core.config.node_id, ", ".join(broker_changes))
             bases: list[int] = []
             failure: Exception | None = None
             for _, encoded in batches:
@@ -297,4 +306,29 @@ def _decide(
     batches: Batches = [
         (chunk, [encode_metadata_record(record, record_version(record, level))
                  for record in chunk]) for chunk in chunks]
-    return result, batches
+    return result, batches, _broker_changes(records)
+
+
+def _broker_changes(records: Sequence[MetadataRecord]) -> list[str]:
+    """What a change does to brokers, in words, with the partition changes it carries (as
+    Kafka's controller logs fencing and controlled shutdown): rare events that decide
+    where every partition is led."""
+    changes = []
+    partitions = 0
+    for record in records:
+        match record:
+            case PartitionChangeRecord():
+                partitions += 1
+            case FenceBrokerRecord(id=broker) | BrokerRegistrationChangeRecord(
+                    broker_id=broker, fenced=1):
+                changes.append(f"broker {broker} fenced")
+            case UnfenceBrokerRecord(id=broker) | BrokerRegistrationChangeRecord(
+                    broker_id=broker, fenced=-1):
+                changes.append(f"broker {broker} unfenced")
+            case BrokerRegistrationChangeRecord(broker_id=broker, in_controlled_shutdown=1):
+                changes.append(f"broker {broker} in controlled shutdown")
+            case UnregisterBrokerRecord(broker_id=broker):
+                changes.append(f"broker {broker} unregistered")
+    if changes and partitions:
+        changes.append(f"{partitions} partition changes")
+    return changes

@@ -22,7 +22,12 @@ from pykraft.controller.quorum_controller import QuorumController
 from pykraft.controller.requests import BrokerFeatureRange, CreatableTopic, Listener
 from pykraft.errors import NotController, NotLeaderError
 from pykraft.metadata.codec import decode_metadata_record, encode_metadata_record
-from pykraft.metadata.records import NoOpRecord
+from pykraft.metadata.records import (
+    BrokerRegistrationChangeRecord,
+    NoOpRecord,
+    PartitionChangeRecord,
+    UnregisterBrokerRecord,
+)
 from pykraft.protocol.entities import make, response_module
 from pykraft.raft.core import LeaderAndEpoch
 from pykraft.server.controller_channel import (
@@ -36,6 +41,7 @@ from pykraft.server.controller_server import (
     ControllerServer,
     OffLoop,
     OutcomeUnknown,
+    _broker_changes,
 )
 
 NODE = 1
@@ -424,3 +430,18 @@ def test_the_active_controller_decides_in_process() -> None:
         assert client.requests == []
         assert "t" in server.core.committed_image.topics.by_name
     asyncio.run(go())
+
+
+def test_fencing_unfencing_and_controlled_shutdown_are_told_with_their_partition_changes(
+) -> None:
+    topic = uuid.uuid4()
+    moved = [PartitionChangeRecord(topic_id=topic, partition_id=i, leader=5) for i in range(3)]
+    assert _broker_changes([BrokerRegistrationChangeRecord(broker_id=4, fenced=1), *moved]) \
+        == ["broker 4 fenced", "3 partition changes"]
+    assert _broker_changes([BrokerRegistrationChangeRecord(broker_id=4, fenced=-1)]) == [
+        "broker 4 unfenced"]
+    assert _broker_changes([BrokerRegistrationChangeRecord(
+        broker_id=6, in_controlled_shutdown=1), *moved[:1]]) == [
+        "broker 6 in controlled shutdown", "1 partition changes"]
+    assert _broker_changes([UnregisterBrokerRecord(broker_id=2)]) == ["broker 2 unregistered"]
+    assert _broker_changes(moved) == []  # an election alone is no broker change

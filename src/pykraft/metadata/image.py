@@ -323,10 +323,10 @@ class TopicDelta:
         self._applied = None
 
     def replay_change(self, record: PartitionChangeRecord) -> None:
-        current = _required(
-            self.partition(record.partition_id),
-            f"change to unknown partition {self.image.name}-{record.partition_id}",
-        )
+        current = self.partition(record.partition_id)
+        if current is None:  # the message only then: this runs for every partition change
+            raise InvariantViolation(
+                f"change to unknown partition {self.image.name}-{record.partition_id}")
         self.partition_changes[record.partition_id] = current.merge(record)
         self._applied = None
 
@@ -392,10 +392,10 @@ class TopicsDelta:
         self._names[record.name] = record.topic_id
 
     def replay_partition(self, record: PartitionRecord | PartitionChangeRecord) -> None:
-        topic = _required(
-            self.topic(record.topic_id),
-            f"{type(record).__name__} for unknown topic {record.topic_id}",
-        )
+        topic = self.topic(record.topic_id)
+        if topic is None:  # formatting a UUID costs more than the rest of the lookup
+            raise InvariantViolation(
+                f"{type(record).__name__} for unknown topic {record.topic_id}")
         if isinstance(record, PartitionRecord):
             topic.replay_partition(record)
         else:

@@ -320,7 +320,8 @@ def run_steps(cluster: LocalCluster, admin: AdminClient, first_broker: str, step
         # each figure as soon as it is measured: a later step may fail
         print(f"# {made:,}: created in {took:.1f} s (on all brokers {seen:.1f} s); RSS "
               f"controller {controller_rss:.0f} MiB, broker {broker_rss:.0f} MiB; Metadata "
-              f"1 topic {one_s * 1000:.1f} ms, all {all_s * 1000:.0f} ms", flush=True)
+              f"1 topic {one_s * 1000:.1f} ms ({one_bytes:,} B), all {all_s * 1000:.0f} ms "
+              f"({all_bytes / 1e6:.1f} MB)", flush=True)
         fail_s = failover(cluster, admin, args.rf)
         print(f"# {made:,}: controller failover {fail_s:.2f} s", flush=True)
         shutdown_s, restart_s, kill_s, rejoin_s = broker_lifecycle(

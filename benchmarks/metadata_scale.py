@@ -241,6 +241,9 @@ def broker_lifecycle(cluster: LocalCluster, admin: AdminClient, topics: list[str
     shutdown_s = time.monotonic() - started
     print(f"# controlled shutdown {shutdown_s:.2f} s", flush=True)
     cluster.node(victim).process.wait(600)  # type: ignore[union-attr]
+    # a broker that stopped stays listed until the controller fences it: restart only then,
+    # or the restart would be "unfenced" at once
+    wait_until("fenced after the stop", lambda: victim not in live_brokers(bootstrap))
     started = time.monotonic()
     cluster.restart_node(victim, wait=False)
     wait_until("unfenced after restart", lambda: victim in live_brokers(bootstrap))
@@ -252,6 +255,7 @@ def broker_lifecycle(cluster: LocalCluster, admin: AdminClient, topics: list[str
     wait_until("leaders after kill -9", lambda: led_by(bootstrap, victim) == 0)
     kill_s = time.monotonic() - started
     print(f"# kill -9 until all led {kill_s:.2f} s", flush=True)
+    wait_until("fenced after kill -9", lambda: victim not in live_brokers(bootstrap))
     started = time.monotonic()
     cluster.restart_node(victim, wait=False)
     wait_until("unfenced after kill -9", lambda: victim in live_brokers(bootstrap))

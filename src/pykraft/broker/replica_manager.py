@@ -619,10 +619,12 @@ class ReplicaManager:
             fetch_offset, max_bytes, max_offset=max_offset, min_one_message=min_one_message
         )
 
-    async def wait_for_data(self, partitions: Iterable[Partition], timeout_ms: int) -> None:
-        """The fetch purgatory: return when any partition changes or the wait times out."""
+    async def wait_for_data(self, partitions: Iterable[Partition], timeout_ms: int) -> bool:
+        """The fetch purgatory: return when any partition changes (True) or the wait times
+        out (False)."""
         if timeout_ms > 0:
-            await _park(list(partitions), timeout_ms / 1000)
+            return await _park(list(partitions), timeout_ms / 1000)
+        return False
 
     def follower_fetch(
         self, partition: Partition, replica_id: int, fetch_offset: int, last_fetched_epoch: int,
@@ -801,16 +803,18 @@ class ReplicaManager:
 _WAITER_ORDER = itertools.count()
 
 
-async def _park(partitions: list[Partition], timeout_s: float) -> None:
-    """Wait until one of `partitions` wakes its waiters; always unregister afterwards."""
+async def _park(partitions: list[Partition], timeout_s: float) -> bool:
+    """Wait until one of `partitions` wakes its waiters (True) or the time is up (False);
+    always unregister afterwards."""
     future = asyncio.get_running_loop().create_future()
     for partition in partitions:
         partition.waiters.append(future)
     try:  # not wait_for: on 3.11 it can swallow a cancellation that races the wake-up
         async with asyncio.timeout(timeout_s):
             await future
+        return True
     except TimeoutError:
-        pass
+        return future.done()
     finally:
         for partition in partitions:
             try:

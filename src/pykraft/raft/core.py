@@ -863,7 +863,7 @@ class RaftCore:
         self._transition_reason = (
             f"no fetch answered by leader {getattr(state, 'leader_id', NO_LEADER)} for "
             + (f"{self._now_ms - contact} ms" if contact is not None else
-               f"{self.config.fetch_timeout_ms} ms (and it was unreachable)"))
+               "as long as it has been followed, or since it was found unreachable"))
         if self.is_voter:
             self._transition(become_prospective(state, local_id=self.node_id, voters=self.voters))
             self._start_pre_vote()

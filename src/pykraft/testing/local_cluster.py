@@ -321,16 +321,20 @@ class LocalCluster:
         self.process = None
 
     def stop(self) -> None:
-        # SIGTERM to every node at once: each broker's controlled shutdown needs a quorum
-        # of controllers still running to commit it
+        # broker-only nodes first, all at once, while the controllers still run: each
+        # broker's controlled shutdown needs a quorum of them to commit it (signalled
+        # together, the controllers were gone at once and every broker waited out its
+        # controller channel, 15 s); then the controllers and combined nodes, all at once
         running = [n for n in self.nodes.values() if n.process is not None]
-        for node in running:
-            assert node.process is not None
-            node.process.send_signal(signal.SIGTERM)
-        for node in running:
-            assert node.process is not None
-            node.process.wait(timeout=60)
-            node.process = None
+        brokers = [n for n in running if "controller" not in n.roles]
+        for group in (brokers, [n for n in running if n not in brokers]):
+            for node in group:
+                assert node.process is not None
+                node.process.send_signal(signal.SIGTERM)
+            for node in group:
+                assert node.process is not None
+                node.process.wait(timeout=60)
+                node.process = None
         if self.process is not None:
             self.kill(signal.SIGTERM)
         if self._thread is not None and self._loop is not None and self._node is not None:

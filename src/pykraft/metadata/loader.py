@@ -35,6 +35,7 @@ from pykraft.metadata.snapshot import change_records, image_from_records
 __all__ = ["MetadataLoader", "Publisher"]
 
 Publisher = Callable[[MetadataDelta, MetadataImage], None]
+_TRANSACTION_MARKERS = (BeginTransactionRecord, EndTransactionRecord, AbortTransactionRecord)
 
 
 class MetadataLoader:
@@ -87,6 +88,12 @@ class MetadataLoader:
         self._last_offset = last_offset
         if not self._in_transaction:
             self._publish(last_offset, epoch)
+
+    def can_adopt(self, records: Sequence[MetadataRecord]) -> bool:
+        """Whether the batch of `records` may be `adopt`ed rather than folded: it is no
+        part of a metadata transaction."""
+        return not self._in_transaction and not any(
+            isinstance(record, _TRANSACTION_MARKERS) for record in records)
 
     def adopt(self, image: MetadataImage) -> None:
         """Take `image` as the fold of the next committed batch, made from the same records

@@ -60,12 +60,7 @@ from pykraft.errors import InvariantViolation, NotController
 from pykraft.metadata.codec import decode_metadata_record
 from pykraft.metadata.image import MetadataImage
 from pykraft.metadata.loader import MetadataLoader
-from pykraft.metadata.records import (
-    AbortTransactionRecord,
-    BeginTransactionRecord,
-    EndTransactionRecord,
-    MetadataRecord,
-)
+from pykraft.metadata.records import MetadataRecord
 from pykraft.net.server import Listener
 from pykraft.raft.core import CommittedBatch, RaftConfig
 from pykraft.raft.driver import RaftNode
@@ -106,7 +101,6 @@ ALTER_PARTITION_API_KEY = 56
 # registration refusals a retry cannot cure: the broker stops starting
 _REGISTRATION_FATAL = frozenset({ErrorCode.inconsistent_cluster_id,
                                  ErrorCode.unsupported_version, ErrorCode.invalid_registration})
-_TRANSACTION_MARKERS = (BeginTransactionRecord, EndTransactionRecord, AbortTransactionRecord)
 # answers that make a broker register again (a new incarnation of its registration)
 _REREGISTER = frozenset({ErrorCode.stale_broker_epoch, ErrorCode.broker_id_not_registered})
 
@@ -324,8 +318,7 @@ class Node:
         if self.is_broker or self.controller is None or not records:
             return None
         image = self.controller.core.committed_image
-        if (image.offset != batch.last_offset or self.loader.in_transaction
-                or any(isinstance(record, _TRANSACTION_MARKERS) for record in records)):
+        if image.offset != batch.last_offset or not self.loader.can_adopt(records):
             return None
         return image
 

@@ -155,6 +155,8 @@ def test_an_image_folded_elsewhere_is_adopted_and_published_not_folded_again() -
     past the last offset, adopting is a bug."""
     loader, recorder = loader_with_recorder()
     loader.handle_commit(0, 1, [config("a", "1")], 0)
+    assert loader.can_adopt([config("b", "2")])
+    assert not loader.can_adopt([config("b", "2"), BeginTransactionRecord()])
     elsewhere = MetadataDelta(loader.image)
     elsewhere.replay(config("b", "2"))
     adopted = elsewhere.apply(1, 1)
@@ -166,6 +168,7 @@ def test_an_image_folded_elsewhere_is_adopted_and_published_not_folded_again() -
     with pytest.raises(InvariantViolation):
         loader.adopt(adopted)  # not past offset 2
     loader.handle_commit(3, 1, [BeginTransactionRecord()], 3)
+    assert not loader.can_adopt([config("d", "4")])  # inside the open transaction
     later = MetadataDelta(loader.image)
     later.replay(config("d", "4"))
     with pytest.raises(InvariantViolation):

@@ -41,7 +41,7 @@ from typing import Any, Final, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from pykraft.errors import invariant
+from pykraft.errors import InvariantViolation
 from pykraft.protocol.api import ApiKey
 from pykraft.protocol.entities import NO_THROTTLE, make, response_module
 from pykraft.protocol.framing import FrameError, decode_response, encode_request
@@ -379,7 +379,7 @@ class RaftApis:
             )
         if codec.api_key_of(answer) != api_key:  # the message is built only then: the
             # repr of a fetch answer holds all its records
-            invariant(False, f"{answer!r} answers a request of api {api_key}")
+            raise InvariantViolation(f"{answer!r} answers a request of api {api_key}")
         return codec.encode_response(api_key, version, answer)
 
 

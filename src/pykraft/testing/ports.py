@@ -9,6 +9,7 @@ process, and checked free by binding them once.
 
 from __future__ import annotations
 
+import functools
 import random
 import socket
 import threading
@@ -20,6 +21,7 @@ _handed_out: set[int] = set()
 _lock = threading.Lock()
 
 
+@functools.cache
 def _ephemeral_range() -> tuple[int, int]:
     try:
         low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()

@@ -325,10 +325,12 @@ class CommittedBatch:
 @dataclass(slots=True)
 class ReplicaState:
     """What the leader knows of another replica (for the high watermark, check-quorum and
-    DescribeQuorum): its last validated fetch offset and when it fetched."""
+    DescribeQuorum): its last validated fetch offset and when it fetched -- by the clock,
+    and by the time the leader spent able to hear it (`heard_ms`, for check-quorum)."""
 
     end_offset: int | None
     last_fetch_ms: int
+    heard_ms: int
     last_caught_up_ms: int | None = None
 
 
@@ -475,6 +477,7 @@ class RaftCore:
         self._election_deadline_ms = now_ms
         self._fetch_deadline_ms = now_ms
         self._leader_contact_ms: int | None = None  # last proof that our leader is alive
+        self._deaf_ms = 0  # time this node's loop was held and could hear no one (`stalled`)
         self._transition_reason: str | None = None  # why a timer changed the state, for logs
         self._leader_failures = 0  # our fetches to it that failed in a row (`Unreachable`)
         self._rejecting_voters: frozenset[int] = frozenset()  # of this (pre-)vote round
@@ -581,6 +584,14 @@ class RaftCore:
         """Let time pass. `timestamp_ms`, the wall clock, stamps batches (default now_ms)."""
         self._observe_time(now_ms, timestamp_ms)
         self._poll()
+
+    def stalled(self, stall_ms: int) -> None:
+        """This node's loop was held for `stall_ms` and heard no one meanwhile: that silence
+        is not its peers'. Check-quorum and the fetch timeout leave it out."""
+        invariant(stall_ms >= 0, "a stall lasts no less than nothing")
+        self._deaf_ms += stall_ms
+        if isinstance(self._state, Follower):
+            self._fetch_deadline_ms += stall_ms
 
     def step(self, message: InboundMessage, now_ms: int) -> None:
         """Take one message from another node."""
@@ -874,11 +885,11 @@ class RaftCore:
         """Resign when no majority of voters fetched within 1.5 x fetch.timeout.ms; True
         when it did."""
         timeout = self.config.check_quorum_timeout_ms
-        since = self._now_ms - timeout
+        since = self._now_ms - self._deaf_ms - timeout  # in time spent able to hear them
         heard = {self.node_id} | {
             voter
             for voter, replica in self._replicas.items()
-            if voter in self.voters and replica.last_fetch_ms > since
+            if voter in self.voters and replica.heard_ms > since
         }
         if not has_majority(frozenset(heard), self.voters):
             ages = ", ".join(
@@ -1089,7 +1100,7 @@ class RaftCore:
     def _on_become_leader(self, leader: Leader) -> None:
         now = self._now_ms
         self._replicas = {
-            voter: ReplicaState(end_offset=None, last_fetch_ms=now)
+            voter: ReplicaState(end_offset=None, last_fetch_ms=now, heard_ms=now - self._deaf_ms)
             for voter in self.voters - {self.node_id}
         }
         self._leader_start_ms = now
@@ -1188,8 +1199,9 @@ class RaftCore:
         """The leader's record of `source`, which has just fetched (check-quorum counts it)."""
         replica = self._replicas.get(source)
         if replica is None:  # an observer: tracked for DescribeQuorum only
-            replica = self._replicas[source] = ReplicaState(None, self._now_ms)
+            replica = self._replicas[source] = ReplicaState(None, self._now_ms, 0)
         replica.last_fetch_ms = self._now_ms
+        replica.heard_ms = self._now_ms - self._deaf_ms
         return replica
 
     def _on_fetch_request(self, source: int, correlation_id: int, request: FetchRequest) -> None:

@@ -90,8 +90,15 @@ LEADERSHIPS_KEPT: Final = 1_000  # lost epochs whose proposals wait_committed st
 # deliver what came meanwhile (a few turns of the event loop), so that no timer blames a
 # peer for this node's own stall: a broker whose loop was held 3.5 s applying a large
 # delta stepped an empty inbox, then timed out its fetch, whose answer sat unread.
+# A message that arrived during the stall needs up to three turns to reach the inbox (the
+# selector, the connection's reader task, its handler), counted from the turn after the
+# one that stalled, which this node's own turn may share: so twice that.
+# The loop's lag is sampled every BEAT_MS; a lag beyond BLIND_MS was a stall, during which
+# no peer could be heard (RaftCore.stalled): an answer held behind it reaches the peer only
+# after it, and so does the peer's next fetch.
 BLIND_MS: Final = 250
-CATCH_UP_YIELDS: Final = 3
+CATCH_UP_YIELDS: Final = 6
+BEAT_MS: Final = 100
 
 
 class Transport(Protocol):
@@ -181,6 +188,9 @@ class RaftNode:
         self._transport = transport
         self._inbox: deque[InboundMessage] = deque()
         self._inbox_read_ms = 0  # when the inbox was last stepped (the node's clock)
+        self._stalled_ms = 0  # stalls of the event loop not yet told to the core
+        self._beat_due = 0.0  # when the lag sampler should run (the loop's clock)
+        self._beat_handle: asyncio.TimerHandle | None = None
         self._answers: dict[tuple[int, int], asyncio.Future[RaftResponse]] = {}
         self._inbound_ids = itertools.count(1)
         # (last offset, first offset, epoch) of what we proposed as leader, one entry an epoch
@@ -457,13 +467,29 @@ class RaftNode:
 
     # the loop -----------------------------------------------------------------------------
 
+    def _beat(self) -> None:
+        """Sample the event loop's lag; a long one was a stall of this node's own."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        lag_ms = int((now - self._beat_due) * 1000)
+        if lag_ms > BLIND_MS:
+            self._stalled_ms += lag_ms
+        self._beat_due = now + BEAT_MS / 1000
+        self._beat_handle = loop.call_at(self._beat_due, self._beat)
+
     async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._beat_due = loop.time() + BEAT_MS / 1000
+        self._beat_handle = loop.call_at(self._beat_due, self._beat)
         try:
             while not self._stopping:
                 self._wake.clear()
                 if self._clock.now_ms() - self._inbox_read_ms > BLIND_MS:
                     for _ in range(CATCH_UP_YIELDS):
                         await asyncio.sleep(0)
+                    stalled, self._stalled_ms = self._stalled_ms, 0
+                    if stalled:
+                        self.core.stalled(stalled)
                 stepped = self._step_inbox()
                 self._inbox_read_ms = self._clock.now_ms()
                 self.core.tick(self._clock.now_ms(), timestamp_ms=self._clock.wall_clock_ms())
@@ -495,6 +521,9 @@ class RaftNode:
             if not isinstance(failure, asyncio.CancelledError):
                 log.exception("the raft loop stopped")
             raise
+        finally:
+            if self._beat_handle is not None:
+                self._beat_handle.cancel()
 
     async def _write(self, ready: Ready) -> int | None:
         """Persist and append in a worker thread; the durable end offset, if it moved."""

@@ -202,6 +202,19 @@ def test_a_timer_driven_change_of_state_says_why_once() -> None:
     assert reason is not None and reason.startswith("no fetch answered by leader 2 for ")
     assert follower.core.take_transition_reason() is None
 
+    leader = leader_of_epoch_2()
+    leader.core.take_transition_reason()
+    leader.now_ms = 1_100
+    leader.receive(3, FetchRequest(3, 2, fetch_offset=1, last_fetched_epoch=1))
+    leader.core.tick(1_000 + CONFIG.check_quorum_timeout_ms + 200)
+    assert not isinstance(leader.core.state, Leader)
+    reason = leader.core.take_transition_reason()
+    assert reason == (f"no majority of voters fetched within {CONFIG.check_quorum_timeout_ms}"
+                      " ms (last fetches: 2 500 ms ago, 3 400 ms ago)")
+
+
+def leader_of_epoch_2() -> Node:
+    """Node 1 leading epoch 2 at t=1,000 ms, voted in by voter 2."""
     leader = Node(1, log_of(1), QuorumStateData(leader_epoch=1, voted_id=1))
     leader.core.tick(1_000)
     leader.turn()
@@ -211,11 +224,33 @@ def test_a_timer_driven_change_of_state_says_why_once() -> None:
     leader.core.step(InboundMessage(2, 2, VoteResponse(ErrorCode.none, -1, 2, True, 2)), 1_000)
     leader.turn()
     assert isinstance(leader.core.state, Leader)
-    leader.core.take_transition_reason()
-    leader.now_ms = 1_100
-    leader.receive(3, FetchRequest(3, 2, fetch_offset=1, last_fetched_epoch=1))
-    leader.core.tick(1_000 + CONFIG.check_quorum_timeout_ms + 200)
+    return leader
+
+
+def test_a_stall_of_its_own_is_left_out_of_the_timeouts() -> None:
+    """A leader whose loop was held 1 s judges check-quorum on the time it could hear:
+    a voter that fetched just before the stall still counts, until it has been silent for
+    the timeout outside it. A follower's fetch deadline moves by the stall as well."""
+    timeout = CONFIG.check_quorum_timeout_ms
+    stall = 1_000
+    for told in (False, True):  # the same silence, with and without the stall told
+        leader = leader_of_epoch_2()
+        leader.now_ms = 1_100
+        leader.receive(2, FetchRequest(2, 2, fetch_offset=1, last_fetched_epoch=1))
+        if told:
+            leader.core.stalled(stall)
+        leader.core.tick(1_100 + stall + timeout - 10)
+        assert isinstance(leader.core.state, Leader) is told
+    silence = timeout + timeout // 4 + 10  # past the timeout, at the next check
+    leader.core.tick(1_100 + stall + silence)  # silent for the timeout while listening
     assert not isinstance(leader.core.state, Leader)
     reason = leader.core.take_transition_reason()
-    assert reason == (f"no majority of voters fetched within {CONFIG.check_quorum_timeout_ms}"
-                      " ms (last fetches: 2 500 ms ago, 3 400 ms ago)")
+    assert reason is not None and f"2 {stall + silence} ms ago" in reason
+
+    follower = Node(1)
+    follower.receive(2, BeginQuorumEpochRequest(leader_id=2, leader_epoch=4))
+    follower.core.stalled(5_000)
+    follower.core.tick(5_000 + CONFIG.fetch_timeout_ms - 10)
+    assert follower.core.state.leader_id == 2 and isinstance(follower.core.state, Follower)
+    follower.core.tick(5_000 + CONFIG.fetch_timeout_ms + CONFIG.election_backoff_max_ms)
+    assert not isinstance(follower.core.state, Follower)

@@ -23,6 +23,7 @@ Kafka's forwarding can.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
@@ -96,6 +97,8 @@ ALLOCATE_PRODUCER_IDS_VERSION: Final = 0
 UNREGISTER_BROKER_VERSION: Final = 0
 UPDATE_FEATURES_VERSION: Final = 2
 NOT_CONTROLLER_MESSAGE: Final = "no active controller answered in time"
+# what the channel answers for a request no controller answered in time
+_UNANSWERED: Final = frozenset({ErrorCode.not_controller, ErrorCode.request_timed_out})
 
 
 class ControllerRefused(Exception):
@@ -174,6 +177,13 @@ class QuorumControllerChannel:
             if self._now_ms() >= deadline_ms:
                 return failed(ErrorCode.not_controller, NOT_CONTROLLER_MESSAGE)
             await backoff.wait()
+
+    def controller_known(self) -> bool:
+        """Whether the metadata quorum has a leader this node knows of (here or elsewhere):
+        a request it did not answer in time met a busy controller, not a missing one."""
+        if self.local is not None and self.local.core.is_active:
+            return True
+        return self.client is not None and self.client.active_controller() is not None
 
     def _leader_elsewhere(self) -> bool:
         assert self.client is not None
@@ -321,6 +331,29 @@ class QuorumControllerChannel:
                 log.info("auto-creating topic %s failed: %s", result.name, result.error_message)
 
     # -- broker lifecycle (KIP-631) -------------------------------------------------------
+
+    async def controlled_shutdown(self, broker_id: int, broker_epoch: int,
+                                  metadata_offset: Callable[[], int], *, interval_s: float,
+                                  now_ms: Callable[[], int]) -> None:
+        """Heartbeat with want-shutdown every `interval_s` until the controller says the
+        broker may stop. A heartbeat unanswered within the channel's timeout is sent again
+        while the quorum has a known leader -- one busy moving 100,000 leaderships answers
+        late -- as Kafka's broker does; with none known it raises ControllerRefused, and so
+        does any other refusal. The caller bounds the whole."""
+        while True:
+            try:
+                result = await self.broker_heartbeat(
+                    broker_id, broker_epoch, metadata_offset(), want_fence=False,
+                    want_shutdown=True, now_ms=now_ms)
+            except ControllerRefused as error:
+                if error.code not in _UNANSWERED or not self.controller_known():
+                    raise
+                log.info("broker %d: controlled shutdown not answered yet (%s); asking again",
+                         broker_id, error)
+            else:
+                if result.should_shut_down:
+                    return
+            await asyncio.sleep(interval_s)
 
     async def register_broker(
         self,

@@ -515,7 +515,8 @@ class Node:
         """A registered broker of a cluster asks the active controller to move its
         leaderships away (heartbeats with want-shutdown) and stops once told to, or after
         CONTROLLED_SHUTDOWN_TIMEOUT_MS, or when no controller answers within the channel
-        timeout; clients meanwhile follow the moved leaders. The single node (its own only
+        timeout while the quorum has no known leader (a known but busy one is asked
+        again); clients meanwhile follow the moved leaders. The single node (its own only
         voter) skips it: there is nobody to move to; so does a broker with
         controlled.shutdown.enable=false."""
         if (not getattr(self, "is_broker", False) or self.broker_epoch < 0
@@ -531,14 +532,10 @@ class Node:
         interval_s = min(0.5, self.config.get_int("broker.heartbeat.interval.ms") / 1000)
         try:
             async with asyncio.timeout(CONTROLLED_SHUTDOWN_TIMEOUT_MS / 1000):
-                while True:
-                    result = await self.channel.broker_heartbeat(
-                        self.node_id, self.broker_epoch, self.loader.last_offset,
-                        want_fence=False, want_shutdown=True, now_ms=wall_clock_ms)
-                    if result.should_shut_down:
-                        log.info("broker %d: controlled shutdown complete", self.node_id)
-                        return
-                    await asyncio.sleep(interval_s)
+                await self.channel.controlled_shutdown(
+                    self.node_id, self.broker_epoch, lambda: self.loader.last_offset,
+                    interval_s=interval_s, now_ms=wall_clock_ms)
+            log.info("broker %d: controlled shutdown complete", self.node_id)
         except (TimeoutError, ControllerRefused) as error:
             log.warning("broker %d: controlled shutdown not completed (%s); stopping anyway",
                         self.node_id, error or "timed out")

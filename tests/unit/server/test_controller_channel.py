@@ -31,6 +31,8 @@ from pykraft.metadata.records import (
 from pykraft.protocol.entities import make, response_module
 from pykraft.raft.core import LeaderAndEpoch
 from pykraft.server.controller_channel import (
+    BROKER_HEARTBEAT,
+    BROKER_HEARTBEAT_VERSION,
     BROKER_REGISTRATION,
     ControllerRefused,
     QuorumControllerChannel,
@@ -389,6 +391,42 @@ def test_no_active_controller_until_the_deadline_is_not_controller() -> None:
             await channel.broker_heartbeat(3, 10, 5, want_fence=False, want_shutdown=False,
                                            now_ms=lambda: 0)
         assert refused.value.code == ErrorCode.not_controller
+    asyncio.run(go())
+
+
+def heartbeat_answer(code: ErrorCode, *, should_shut_down: bool = False) -> Any:
+    module = response_module(BROKER_HEARTBEAT, BROKER_HEARTBEAT_VERSION)
+    return make(module.BrokerHeartbeatResponse, throttle_time=0, error_code=code,
+                is_caught_up=True, is_fenced=False, should_shut_down=should_shut_down)
+
+
+def test_a_controlled_shutdown_asks_a_busy_controller_again_but_not_a_missing_one() -> None:
+    """A want-shutdown heartbeat that no controller answers within the channel's timeout is
+    sent again while a controller is known (it is busy moving leaderships), until it says
+    the broker may stop; with no controller known the broker gives up at once."""
+    async def go() -> None:
+        late = ControllerUnavailable("timed out", sent=True)
+        client = ScriptedClient(2, [late, late, heartbeat_answer(ErrorCode.none),
+                                    heartbeat_answer(ErrorCode.none, should_shut_down=True)])
+        channel = QuorumControllerChannel(standby(), client, timeout_ms=1)
+        await asyncio.wait_for(channel.controlled_shutdown(
+            3, 10, lambda: 5, interval_s=0.001, now_ms=lambda: 0), 5)
+        assert len(client.requests) == 4
+        assert all(r.want_shut_down and r.broker_epoch == 10 for _, r in client.requests)
+
+        missing = ScriptedClient(-1, [])
+        channel = QuorumControllerChannel(standby(), missing, timeout_ms=1)
+        with pytest.raises(ControllerRefused) as refused:
+            await asyncio.wait_for(channel.controlled_shutdown(
+                3, 10, lambda: 5, interval_s=0.001, now_ms=lambda: 0), 5)
+        assert refused.value.code == ErrorCode.not_controller and missing.requests == []
+
+        fenced = ScriptedClient(2, [heartbeat_answer(ErrorCode.stale_broker_epoch)])
+        channel = QuorumControllerChannel(standby(), fenced, timeout_ms=1)
+        with pytest.raises(ControllerRefused) as refused:
+            await asyncio.wait_for(channel.controlled_shutdown(
+                3, 10, lambda: 5, interval_s=0.001, now_ms=lambda: 0), 5)
+        assert refused.value.code == ErrorCode.stale_broker_epoch
     asyncio.run(go())
 
 

@@ -12,6 +12,12 @@ from typing import Any
 import pytest
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.create_topics.v7.request import CreatableTopic, CreateTopicsRequest
+from kio.schema.delete_records.v2.request import (
+    DeleteRecordsPartition,
+    DeleteRecordsRequest,
+    DeleteRecordsTopic,
+)
+from kio.schema.delete_topics.v6.request import DeleteTopicsRequest, DeleteTopicState
 from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v12.request import (
     FetchPartition,
@@ -137,15 +143,16 @@ def test_fetch_out_of_range(client: WireClient) -> None:
 
 
 def _session_fetch(client: WireClient, session_id: int, epoch: int,
-                   offsets: dict[int, int], forgotten: tuple[int, ...] = ()) -> Any:
+                   offsets: dict[int, int], forgotten: tuple[int, ...] = (), *,
+                   topic: str = TOPIC) -> Any:
     """A Fetch v12 in a session (KIP-227) naming `offsets` (partition -> fetch offset)."""
     request = FetchRequest(
         max_wait=datetime.timedelta(0), min_bytes=0, max_bytes=50 << 20,
         session_id=session_id, session_epoch=epoch,
-        topics=(FetchTopic(topic=TOPIC, partitions=tuple(
+        topics=(FetchTopic(topic=topic, partitions=tuple(
             FetchPartition(partition=index, fetch_offset=offset, partition_max_bytes=1 << 20)
             for index, offset in offsets.items())),) if offsets else (),
-        forgotten_topics_data=(ForgottenTopic(topic=TOPIC, partitions=forgotten),)
+        forgotten_topics_data=(ForgottenTopic(topic=topic, partitions=forgotten),)
         if forgotten else ())
     return client.request(1, 12, request)
 
@@ -190,6 +197,41 @@ def test_an_incremental_fetch_session_answers_only_partitions_with_news(
     assert closed.session_id == 0 and set(_answered(closed)) == {0}
     assert _session_fetch(client, session_id, 6, {}).error_code == \
         ErrorCode.fetch_session_id_not_found
+
+
+def test_a_quiet_partition_of_a_session_is_answered_once_its_log_start_moves_or_it_goes(
+        client: WireClient) -> None:
+    """A partition with nothing to read is passed by while its state stays the same; a
+    DeleteRecords that moves its log start, or the deletion of its topic, is news."""
+    topic = "edge-quiet"
+    assert client.request(19, 7, _create_request([(topic, 1)])).topics[0].error_code == \
+        ErrorCode.none
+    _produce(client, _batch(3), topic=topic)
+    opened = _session_fetch(client, 0, 0, {0: 3}, topic=topic)
+    session_id = opened.session_id
+    assert session_id > 0 and _answered(opened)[0].log_start_offset == 0
+    for epoch in (1, 2):  # once read in full, then passed by
+        assert _answered(_session_fetch(client, session_id, epoch, {}, topic=topic)) == {}
+
+    deleted = client.request(21, 2, DeleteRecordsRequest(topics=(DeleteRecordsTopic(
+        name=topic, partitions=(DeleteRecordsPartition(partition_index=0, offset=2),)),),
+        timeout=ONE_SECOND))
+    assert deleted.topics[0].partitions[0].error_code == ErrorCode.none
+    news = _answered(_session_fetch(client, session_id, 3, {}, topic=topic))
+    assert set(news) == {0} and news[0].log_start_offset == 2 and not news[0].records
+    assert _answered(_session_fetch(client, session_id, 4, {}, topic=topic)) == {}
+
+    gone = client.request(20, 6, DeleteTopicsRequest(
+        topics=(DeleteTopicState(name=topic, topic_id=None),), timeout=ONE_SECOND))
+    assert gone.responses[0].error_code == ErrorCode.none
+    deadline, epoch = time.monotonic() + 10, 5
+    while True:  # news once this broker has applied the deletion
+        news = _answered(_session_fetch(client, session_id, epoch, {}, topic=topic))
+        epoch += 1
+        if news or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert news[0].error_code == ErrorCode.unknown_topic_or_partition
 
 
 def test_acks_zero_appends_without_answering(client: WireClient) -> None:

@@ -60,6 +60,7 @@ class PartitionRead:
     records: bytes = b""
     aborted: tuple[tuple[int, int], ...] | None = None  # (producer id, first offset)
     diverging: tuple[int, int] | None = None  # (epoch, end offset)
+    idle: tuple[Any, ...] | None = None  # nothing to read, in this state (SessionPartition)
 
 EARLIEST_TIMESTAMP = -2
 READ_COMMITTED = 1  # isolation_level of Fetch and ListOffsets
@@ -299,14 +300,26 @@ class BrokerApis:
     def _read_fetch(
         self, wanted: list[SessionPartition], max_bytes: int, replica_id: int,
         first_pass: bool, committed: bool,
-    ) -> tuple[list[PartitionRead], int, bool, list[Partition]]:
+    ) -> tuple[list[PartitionRead | None], int, bool, list[Partition]]:
         """One look at every partition; `errors` is true when one answered without waiting
-        (an error or a diverging epoch), `parked` the partitions a wait is parked on."""
+        (an error or a diverging epoch), `parked` the partitions a wait is parked on. A
+        session's partition that had nothing to read, in a state that has not changed
+        since, is passed by (None): it has nothing to say."""
         image = self.cache.image
         total, errors = 0, False
         parked: list[Partition] = []
-        reads = []
+        reads: list[PartitionRead | None] = []
+        partitions = self.replicas.get_partition
+        now_ms = self.replicas.now_ms()
         for each in wanted:
+            if each.idle is not None:  # nothing to read when last read: is it still so?
+                partition = partitions(each.topic, each.partition)
+                if partition is not None and each.idle == _idle_state(partition):
+                    if replica_id >= 0 and first_pass:  # a follower at our log end
+                        self.replicas.follower_still_caught_up(partition, replica_id, now_ms)
+                    parked.append(partition)
+                    reads.append(None)
+                    continue
             partition, read = self._fetch_partition(
                 each, image, max(0, max_bytes - total), total == 0, replica_id, first_pass,
                 committed=committed)
@@ -319,13 +332,16 @@ class BrokerApis:
         return reads, total, errors, parked
 
     def _fetch_responses(self, module: Any, fetch: FetchContext,
-                         reads: list[PartitionRead]) -> tuple[Any, ...]:
+                         reads: list[PartitionRead | None]) -> tuple[Any, ...]:
         """The response's topics: every partition read, or in an incremental fetch those
         with something to say (fetch_sessions); grouped by topic in the order read."""
         topics: list[tuple[SessionPartition, list[Any]]] = []
         returned = []
         for each, read in zip(fetch.partitions, reads, strict=True):
+            if read is None:  # passed by, unchanged since it had nothing to say
+                continue
             if fetch.session is not None:
+                each.idle = read.idle
                 answer = each.must_answer(
                     bool(read.records), read.error_code != ErrorCode.none
                     or read.diverging is not None, read.high_watermark,
@@ -395,10 +411,19 @@ class BrokerApis:
                 (each.producer_id, each.first_offset)
                 for each in log_.txns.aborted_between(read.first_offset, read.next_offset)
             ) if read.records else ()
+        if replica_id >= 0:
+            readable_end = log_.log_end_offset
+        else:
+            readable_end = log_.last_stable_offset if committed else log_.high_watermark
+        # idle: nothing readable (not merely no room left), and for a follower nothing
+        # owed either -- one outside the ISR is looked at each time, to be added back
+        idle = _idle_state(partition) if (
+            wanted.fetch_offset >= readable_end
+            and (replica_id < 0 or replica_id in partition.isr)) else None
         return partition, PartitionRead(
             wanted.partition, ErrorCode.none, log_.high_watermark,
             log_.last_stable_offset if committed else log_.high_watermark,
-            log_.log_start_offset, read.records, aborted)
+            log_.log_start_offset, read.records, aborted, idle=idle)
 
     @staticmethod
     def _partition_data(module: Any, read: PartitionRead) -> Any:
@@ -521,3 +546,12 @@ def _valid_software_field(value: str) -> bool:
         return False
     return value[0].isalnum() and value[-1].isalnum() and all(
         c.isalnum() or c in ".-" for c in value)
+
+
+def _idle_state(partition: Partition) -> tuple[Any, ...]:
+    """What a fetch with nothing to read depends on: while it stays the same, so does the
+    answer (no records, no error, the same offsets told)."""
+    log_ = partition.log
+    return (partition, log_, partition.leader_id, partition.leader_epoch, partition.isr,
+            log_.log_end_offset, log_.high_watermark, log_.last_stable_offset,
+            log_.log_start_offset)

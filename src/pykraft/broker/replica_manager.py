@@ -660,6 +660,14 @@ class ReplicaManager:
         if self._maybe_advance_high_watermark(partition):
             partition.wake_waiters()
 
+    def follower_still_caught_up(self, partition: Partition, replica_id: int,
+                                 now_ms: int) -> None:
+        """`replica_id` fetched `partition` again at our log end, and nothing changed since
+        its last fetch was looked at in full: what update_follower would record."""
+        state = partition.followers.get(replica_id)
+        if state is not None:
+            state.last_caught_up_ms = state.last_fetch_ms = now_ms
+
     # -- ISR changes (KIP-497) ------------------------------------------------------------
 
     def _broker_eligible(self, broker_id: int) -> bool:

@@ -30,9 +30,11 @@ class InvariantViolation(Exception):
     """A broken internal invariant: a bug. Never mapped to an error code."""
 
 
-def invariant(condition: bool, message: str) -> None:
+def invariant(condition: bool, message: str, *args: object) -> None:
+    """Raise InvariantViolation(message % args) unless `condition` holds. On hot paths pass
+    the values as `args`, as logging does: the message is formatted only on failure."""
     if not condition:  # unlike `assert`, this survives `python -O`
-        raise InvariantViolation(message)
+        raise InvariantViolation(message % args if args else message)
 
 
 class CorruptRecord(KafkaError):

@@ -318,7 +318,7 @@ class TopicDelta:
         return self.image.partitions.get(index) if found is None else found
 
     def replay_partition(self, record: PartitionRecord) -> None:
-        invariant(record.partition_id >= 0, f"partition id {record.partition_id}")
+        invariant(record.partition_id >= 0, "partition id %d", record.partition_id)
         self.partition_changes[record.partition_id] = PartitionRegistration.from_record(record)
         self._applied = None
 

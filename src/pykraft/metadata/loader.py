@@ -75,13 +75,11 @@ class MetadataLoader:
     ) -> None:
         """Fold one committed batch (offsets `base_offset`..`last_offset`, record i at
         `base_offset + i`) into the image, and publish unless a transaction stays open."""
-        invariant(
-            base_offset > self._last_offset,
-            f"batch at {base_offset} does not follow offset {self._last_offset}",
-        )
+        invariant(base_offset > self._last_offset, "batch at %d does not follow offset %d",
+                  base_offset, self._last_offset)
         invariant(
             last_offset >= base_offset + len(records) - 1 and last_offset >= base_offset,
-            f"{len(records)} records do not fit offsets {base_offset}..{last_offset}",
+            "%d records do not fit offsets %d..%d", len(records), base_offset, last_offset,
         )
         for index, record in enumerate(records):
             self._replay(record, base_offset + index, epoch)

@@ -192,7 +192,7 @@ def _or(new: tuple[int, ...] | None, current: tuple[int, ...]) -> tuple[int, ...
 
 
 def _recovery_state(value: int) -> LeaderRecoveryState:
-    invariant(value in (0, 1), f"unknown leader recovery state {value}")
+    invariant(value in (0, 1), "unknown leader recovery state %d", value)
     return LeaderRecoveryState(value)
 
 
@@ -201,10 +201,8 @@ def _directories(
 ) -> tuple[uuid.UUID, ...]:
     if not directories:  # written before directory assignment existed
         return (MIGRATING_DIRECTORY,) * len(replicas)
-    invariant(
-        len(directories) == len(replicas),
-        f"{len(directories)} directories for {len(replicas)} replicas",
-    )
+    invariant(len(directories) == len(replicas), "%d directories for %d replicas",
+              len(directories), len(replicas))
     return directories
 
 

@@ -751,14 +751,11 @@ class RaftCore:
             self._applied_offset = ready.load_snapshot.end_offset
         for batch in ready.batches:
             header = read_header(batch)
-            invariant(
-                bool(self._sealed) and self._sealed[0] is batch,
-                f"advance with batch at {header.base_offset} this core did not hand out",
-            )
-            invariant(
-                header.base_offset == self._log_end_offset,
-                f"batch at {header.base_offset} appended at log end {self._log_end_offset}",
-            )
+            invariant(bool(self._sealed) and self._sealed[0] is batch,
+                      "advance with batch at %d this core did not hand out", header.base_offset)
+            invariant(header.base_offset == self._log_end_offset,
+                      "batch at %d appended at log end %d", header.base_offset,
+                      self._log_end_offset)
             self._sealed.popleft()
             self._pending_bytes -= header.size
             self._log_end_offset = header.next_offset

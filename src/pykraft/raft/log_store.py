@@ -194,17 +194,14 @@ def check_appended(batches: bytes, *, log_end_offset: int, last_epoch: int) -> l
     """The headers of `batches`, after checking they may follow a log ending as given."""
     headers = [header for _, header in iter_headers(batches, check=True)]
     consumed = sum(header.size for header in headers)
-    invariant(consumed == len(batches), f"{len(batches) - consumed} trailing bytes in an append")
+    invariant(consumed == len(batches), "%d trailing bytes in an append",
+              len(batches) - consumed)
     next_offset, epoch = log_end_offset, last_epoch
     for header in headers:
-        invariant(
-            header.base_offset == next_offset,
-            f"batch at offset {header.base_offset} appended at log end {next_offset}",
-        )
-        invariant(
-            header.partition_leader_epoch >= epoch,
-            f"epoch {header.partition_leader_epoch} appended after epoch {epoch}",
-        )
+        invariant(header.base_offset == next_offset, "batch at offset %d appended at log end %d",
+                  header.base_offset, next_offset)
+        invariant(header.partition_leader_epoch >= epoch, "epoch %d appended after epoch %d",
+                  header.partition_leader_epoch, epoch)
         next_offset, epoch = header.next_offset, header.partition_leader_epoch
     return headers
 

@@ -375,7 +375,7 @@ class BatchBuilder:
         value: bytes | None,
         headers: Sequence[Header] = (),
     ) -> None:
-        invariant(offset > self.last_offset, f"offset {offset} after {self.last_offset}")
+        invariant(offset > self.last_offset, "offset %d after %d", offset, self.last_offset)
         first = self.records_count == 0
         if self._fixed_base_timestamp is not None:
             base_timestamp = self._fixed_base_timestamp
@@ -403,7 +403,7 @@ class BatchBuilder:
             raise InvalidRecord("a batch needs at least one record")
         actual_delta = self.last_offset - self.base_offset
         delta = actual_delta if last_offset_delta is None else last_offset_delta
-        invariant(delta >= actual_delta, f"last offset delta {delta} < {actual_delta}")
+        invariant(delta >= actual_delta, "last offset delta %d < %d", delta, actual_delta)
         if delta > _INT32_MAX or not _INT64_MIN <= self.max_timestamp <= _INT64_MAX:
             raise InvalidRecord(f"last offset delta {delta} or timestamps out of range")
         section = compress(self.compression, self._records, level=self.compression_level)

@@ -304,9 +304,9 @@ def test_builder_misuse() -> None:
     with pytest.raises(InvalidRecord):
         builder.build()
     builder.append(10, 0, None, None)
-    with pytest.raises(InvariantViolation):
+    with pytest.raises(InvariantViolation, match=r"^offset 10 after 10$"):
         builder.append(10, 0, None, None)
-    with pytest.raises(InvariantViolation):
+    with pytest.raises(InvariantViolation, match=r"^last offset delta -1 < 0$"):
         builder.build(last_offset_delta=-1)
     with pytest.raises(InvalidRecord):
         builder.build(last_offset_delta=1 << 31)

@@ -21,6 +21,7 @@ from kio.serial import entity_writer
 from kio.static.primitive import i16, i32Timedelta, i64, i64Timedelta
 
 from pykraft.errors import CorruptRecord
+from pykraft.metadata import codec
 from pykraft.metadata.codec import (
     MetadataDecodeError,
     MetadataEncodeError,
@@ -528,3 +529,187 @@ def test_codec_matches_kio_for_nullable_strings_and_bytes(
         expected = kio_bytes(theirs)
         assert encode_message(ours, version) == expected
         assert decode_message(SaslAuthenticateBody, expected, version) == ours
+
+
+# ---------------------------------------------------------------------------------------------
+# The generated readers and writers: every byte path they specialise (fixed runs, inline
+# one-byte varints, the empty tag buffer, the tag dispatch, the slot-storing constructor)
+
+
+def change_record_v1(*tags: bytes) -> bytes:
+    """A PartitionChangeRecord v1 of partition 3 of TOPIC_ID with the given tag entries."""
+    return b"\x01\x05\x01" + int32s(3) + TOPIC_ID_BYTES + bytes([len(tags)]) + b"".join(tags)
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        PartitionRecord(
+            partition_id=3,
+            topic_id=TOPIC_ID,
+            replicas=(1, 2, 3),
+            isr=(1, 2),
+            leader=1,
+            leader_epoch=4,
+            partition_epoch=6,
+            directories=(uuid.UUID(int=1), uuid.UUID(int=2), uuid.UUID(int=3)),
+        ),
+        PartitionChangeRecord(partition_id=3, topic_id=TOPIC_ID, isr=(2, 3), leader=2),
+        RegisterBrokerRecord(
+            broker_id=1,
+            rack=None,
+            end_points=(
+                RegisterBrokerRecord.BrokerEndpoint(name="PLAINTEXT", host="h", port=9092),
+            ),
+        ),
+    ],
+    ids=["PartitionRecord", "PartitionChangeRecord", "RegisterBrokerRecord"],
+)
+def test_every_prefix_is_a_decode_error(record: Any) -> None:
+    """A record cut short anywhere (in a run of fixed-width fields, inside a replica list,
+    a uuid, a string or the tag buffer) is a MetadataDecodeError, never struct.error or
+    IndexError; the whole record, as bytes, bytearray or a memoryview slice, decodes."""
+    encoded = encode_metadata_record(record, 1)
+    for cut in range(len(encoded)):
+        with pytest.raises(MetadataDecodeError):
+            decode_metadata_record(encoded[:cut])
+    padded = b"xx" + encoded
+    for data in (encoded, bytearray(encoded), memoryview(padded)[2:]):
+        assert decode_metadata_record_and_version(data) == (record, 1)
+
+
+def test_unknown_tags_are_skipped_among_known_ones() -> None:
+    """Unknown tags (9, and 300 in a two-byte varint) before, between and after known ones
+    are skipped; the known ones (ISR tag 0, leader tag 1) still decode."""
+    data = change_record_v1(
+        b"\x00\x09\x03" + int32s(1, 2),  # tag 0: ISR [1, 2]
+        b"\x01\x04" + int32s(7),  # tag 1: leader 7
+        b"\x09\x02\xab\xcd",  # unknown tag 9
+        b"\xac\x02\x00",  # unknown tag 300, empty
+    )
+    expected = PartitionChangeRecord(partition_id=3, topic_id=TOPIC_ID, isr=(1, 2), leader=7)
+    assert decode_metadata_record_and_version(data) == (expected, 1)
+
+
+@pytest.mark.parametrize(
+    ("tags", "reason"),
+    [
+        ((b"\x01\x04" + int32s(7), b"\x01\x04" + int32s(8)), "known tag twice"),
+        ((b"\x09\x00", b"\x09\x00"), "unknown tag twice"),
+        ((b"\x01\x02" + int32s(7),), "int32 in 2 bytes: read past its size"),
+        ((b"\x01\x06" + int32s(7) + b"\x00\x00",), "int32 in 6 bytes"),
+        ((b"\x00\x02\x03" + int32s(1, 2),), "ISR longer than its size"),
+        ((b"\x00\x01\x00", b"\x00\x01\x00"), "null ISR twice"),
+        ((b"\x08\x01\x02" + bytes(16),), "directory longer than its size"),
+        ((b"\x01\x05" + int32s(7),), "size past the end"),
+    ],
+)
+def test_malformed_tags_are_decode_errors(tags: tuple[bytes, ...], reason: str) -> None:
+    """A known tagged field is read from the whole record, yet must end exactly at its
+    declared size; duplicate tags, known or not, are refused."""
+    with pytest.raises(MetadataDecodeError):
+        decode_metadata_record(change_record_v1(*tags))
+
+
+def test_long_arrays_strings_and_varints_round_trip() -> None:
+    """Past the one-byte varint (127) and the tuple of small array layouts (16): a 200-
+    replica list, 20 directories, a 300-byte name, a 200-element tagged ISR."""
+    directories = tuple(uuid.UUID(int=index) for index in range(20))
+    records = [
+        (PartitionRecord(topic_id=TOPIC_ID, replicas=tuple(range(200)), isr=(1,),
+                         directories=directories), 1),
+        (TopicRecord(name="t" * 300, topic_id=TOPIC_ID), 0),
+        (PartitionChangeRecord(topic_id=TOPIC_ID, isr=tuple(range(200)),
+                               directories=directories), 1),
+    ]  # fmt: skip
+    for record, version in records:
+        encoded = encode_metadata_record(record, version)
+        assert decode_metadata_record_and_version(encoded) == (record, version)
+
+
+def test_a_header_of_long_varints_decodes() -> None:
+    """A frame header whose varints are not minimal (version 1 as 0x81 0x00) is still read,
+    as Kafka reads it; the minimal header of the same record is unaffected."""
+    record = PartitionChangeRecord(partition_id=3, topic_id=TOPIC_ID, leader=2)
+    minimal = encode_metadata_record(record, 1)
+    assert minimal[:3] == b"\x01\x05\x01"
+    assert decode_metadata_record_and_version(b"\x01\x05\x81\x00" + minimal[3:]) == (record, 1)
+    assert decode_metadata_record_and_version(minimal) == (record, 1)
+
+
+def test_any_non_zero_byte_is_a_true_bool() -> None:
+    """A bool field (RegisterBrokerRecord.fenced, in a run of fixed fields) reads 2 as true."""
+    record = RegisterBrokerRecord(broker_id=1, fenced=False, in_controlled_shutdown=False)
+    encoded = bytearray(encode_metadata_record(record, 1))
+    fenced_at = len(encoded) - 3  # fenced, in_controlled_shutdown, empty tag buffer
+    assert encoded[fenced_at:] == b"\x00\x00\x00"
+    encoded[fenced_at] = 2
+    assert decode_metadata_record(bytes(encoded)) == replace(record, fenced=True)
+
+
+def test_uuids_are_shared_and_the_cache_is_bounded() -> None:
+    """Decoded ids are equal to the written ones whether cached or not, one object per id
+    while cached; the cache starts over when full."""
+    ids = tuple(uuid.UUID(int=(0xC0DE << 64) + index) for index in range(3))
+    record = PartitionRecord(topic_id=ids[0], replicas=(1, 2, 3), directories=ids)
+    encoded = encode_metadata_record(record, 1)
+    codec._UUIDS.clear()
+    first, second = decode_metadata_record(encoded), decode_metadata_record(encoded)
+    assert first == second == record
+    assert isinstance(first, PartitionRecord) and isinstance(second, PartitionRecord)
+    assert second.directories[0] is first.directories[0] is first.topic_id
+    for index in range(codec._UUIDS_MAX + 1):
+        codec._uuid_of(index.to_bytes(16, "big"))
+    assert len(codec._UUIDS) <= codec._UUIDS_MAX
+    assert decode_metadata_record(encoded) == record
+
+
+def test_every_record_kind_is_built_by_storing_its_slots() -> None:
+    """The generated readers build every record kind without calling its __init__ (see
+    codec._builds_without_init): the records are slotted dataclasses made by the generator."""
+    for cls in METADATA_RECORD_TYPES.values():
+        assert codec._builds_without_init(cls, tuple(spec.name for spec in cls.FIELDS)), cls
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckedBody:
+    """A message whose __post_init__ must run: the reader calls its __init__."""
+
+    LOWEST_VERSION: ClassVar[int] = 0
+    LATEST_VERSION: ClassVar[int] = 0
+    FLEXIBLE_FROM: ClassVar[int | None] = 0
+
+    count: int = 0
+    FIELDS: ClassVar[tuple[FieldSpec, ...]] = (FieldSpec("count", "int32", ALL, default=0),)
+
+    def __post_init__(self) -> None:
+        if self.count < 0:
+            raise ValueError("negative count")
+
+
+@dataclass(frozen=True, kw_only=True)
+class UnslottedBody:
+    """A message without slots: the reader calls its __init__."""
+
+    LOWEST_VERSION: ClassVar[int] = 0
+    LATEST_VERSION: ClassVar[int] = 0
+    FLEXIBLE_FROM: ClassVar[int | None] = None
+
+    name: str | None = ""
+    ids: tuple[uuid.UUID, ...] = ()
+    FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
+        FieldSpec("name", "string", ALL, nullable_versions=ALL, default=""),
+        FieldSpec("ids", "[]uuid", ALL, default=()),
+    )
+
+
+def test_classes_that_need_their_init_get_it() -> None:
+    """A class with a __post_init__, or without slots, is built through its __init__: the
+    check runs (a negative count is refused), and the values are the same."""
+    assert decode_message(CheckedBody, int32s(5) + b"\x00", 0) == CheckedBody(count=5)
+    with pytest.raises(MetadataDecodeError, match="negative count"):
+        decode_message(CheckedBody, int32s(-1) + b"\x00", 0)
+    body = UnslottedBody(name=None, ids=(TOPIC_ID,))
+    encoded = encode_message(body, 0)
+    assert encoded == b"\xff\xff" + int32s(1) + TOPIC_ID_BYTES  # non-flexible: int16 null
+    assert decode_message(UnslottedBody, encoded, 0) == body

@@ -15,6 +15,7 @@ from types import FrameType
 
 from pykraft.errors import KafkaError
 from pykraft.server.config import ConfigError, ServerConfig
+from pykraft.server.gc_pauses import GcPauses
 from pykraft.server.storage_tool import (
     StorageToolError,
     check_storage,
@@ -61,6 +62,7 @@ def _run_server(config_path: str | None, overrides: list[str]) -> int:
     except StorageToolError as error:
         return _fail(str(error))
     _raise_open_files_limit()
+    GcPauses().install()
     try:
         import uvloop
 

@@ -142,7 +142,8 @@ class _Striper:
                     replicas.append(broker)
             rack_index = (rack_index + 1) % rack_count
         invariant(len(replicas) == replication_factor, "striped placement ran out of brokers")
-        invariant(len(set(replicas)) == len(replicas), f"replica set {replicas} repeats a broker")
+        invariant(len(set(replicas)) == len(replicas), "replica set %s repeats a broker",
+                  replicas)
         self.round += 1
         self.rounds_since_shuffle += 1
         self.rack_cursor += 1

@@ -233,7 +233,7 @@ class StateBuilder:
         self.replayed = 0
 
     def replay(self, record: MetadataRecord, offset: int, epoch: int) -> None:
-        invariant(offset > self.offset, f"offset {offset} does not pass {self.offset}")
+        invariant(offset > self.offset, "offset %d does not pass %d", offset, self.offset)
         self.delta.replay(record)
         if isinstance(record, RegisterBrokerRecord):
             self.registration_offsets[record.broker_id] = offset

@@ -133,13 +133,12 @@ def _topics(base: MetadataImage, target: MetadataImage) -> Iterator[MetadataReco
         elif was is topic:
             continue
         else:
-            invariant(was.name == topic.name, f"topic {topic_id} cannot be renamed")
+            invariant(was.name == topic.name, "topic %s cannot be renamed", topic_id)
             partitions = was.partitions
             for index in partitions.keys():
-                invariant(
-                    index in topic.partitions,
-                    f"partition {topic.name}-{index} cannot be removed from a live topic",
-                )
+                invariant(index in topic.partitions,
+                          "partition %s-%d cannot be removed from a live topic", topic.name,
+                          index)
         for index, registration in sorted(topic.partitions.items()):
             if partitions.get(index) != registration:
                 yield registration.to_record(topic_id, index)

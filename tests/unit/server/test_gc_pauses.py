@@ -1,19 +1,28 @@
-"""GcPauses: a collection that takes at least the threshold is logged with its
-generation; shorter ones are not; uninstalling stops the timing."""
+"""GcPauses: a long collection is logged with its generation, a short one is not; the
+survivors of a full collection are frozen, so that a cycle among them is collected only
+after the thaw, which hands them all back to the collector."""
 
 from __future__ import annotations
 
 import gc
 import logging
+import weakref
+from collections.abc import Iterator
 
 import pytest
 
 from pykraft.server.gc_pauses import GcPauses
 
 
+@pytest.fixture(autouse=True)
+def thawed() -> Iterator[None]:
+    yield
+    gc.unfreeze()  # leave the test process's collector as it was
+
+
 def test_a_long_collection_is_logged_with_its_generation(
         caplog: pytest.LogCaptureFixture) -> None:
-    pauses = GcPauses(threshold_ms=0)  # every collection counts as long
+    pauses = GcPauses(threshold_ms=0, freeze=False)  # every collection counts as long
     pauses.install()
     try:
         with caplog.at_level(logging.INFO, logger="pykraft.server.gc_pauses"):
@@ -24,6 +33,7 @@ def test_a_long_collection_is_logged_with_its_generation(
                for m in caplog.messages)
     assert pauses.longest_ms > 0
     assert pauses._on_collection not in gc.callbacks
+    assert gc.get_freeze_count() == 0
 
 
 def test_a_short_collection_is_not_logged(caplog: pytest.LogCaptureFixture) -> None:
@@ -37,3 +47,31 @@ def test_a_short_collection_is_not_logged(caplog: pytest.LogCaptureFixture) -> N
     finally:
         pauses.uninstall()
     assert caplog.messages == []
+
+
+class Node:
+    def __init__(self) -> None:
+        self.other: Node | None = None
+
+
+def test_survivors_are_frozen_and_a_cycle_among_them_waits_for_the_thaw() -> None:
+    pauses = GcPauses(thaw_interval_s=3600)
+    pauses.install()
+    try:
+        first, second = Node(), Node()
+        first.other, second.other = second, first  # a cycle, alive for now
+        gone = weakref.ref(first)
+        gc.collect(2)
+        assert gc.get_freeze_count() > 0  # the survivors, the cycle among them
+        del first, second
+        gc.collect(2)
+        assert gone() is not None  # frozen: not looked at
+        pauses.thaw_interval_s = 0
+        gc.collect(2)  # the thaw: handed back
+        assert gc.get_freeze_count() == 0
+        pauses.thaw_interval_s = 3600
+        gc.collect(2)  # looks at everything, then freezes again
+        assert gone() is None
+        assert gc.get_freeze_count() > 0
+    finally:
+        pauses.uninstall()

@@ -147,6 +147,16 @@ class BrokerSessions:
         if fenced:  # a fenced broker is out of controlled shutdown: it may stop at once
             session.controlled_shutdown_offset = -1
 
+    def heard_from(self, broker_id: int, at_ms: int) -> None:
+        """A heartbeat of the broker arrived at `at_ms` and waits its turn behind other
+        operations: the broker is alive then, whatever the heartbeat will say."""
+        session = self._sessions.get(broker_id)
+        if session is None:
+            return
+        session.last_contact_ms = max(session.last_contact_ms, at_ms)
+        if session.connection_lost_ms is not None and at_ms >= session.connection_lost_ms:
+            session.connection_lost_ms = None  # it came on a new connection
+
     def begin_controlled_shutdown(self, broker_id: int, offset: int) -> None:
         session = self._sessions[broker_id]
         if session.controlled_shutdown_offset < 0:

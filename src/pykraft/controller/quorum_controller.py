@@ -40,7 +40,7 @@ from __future__ import annotations
 import random
 import uuid
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from pykraft.controller import cluster, configs, features, reassignment, replication, topics
@@ -479,11 +479,19 @@ class QuorumController:
             return cluster.unfence_records(self._state, self.config, broker_id)
         return cluster.controlled_shutdown_records(self._state, self.config, broker_id)
 
-    def tick(self, now_ms: int) -> OpResult[TickResult]:
-        """Fence every broker whose session expired; say when to tick again."""
+    def tick(self, now_ms: int, heartbeats: Iterable[tuple[int, tuple[int, int]]] = ()
+             ) -> OpResult[TickResult]:
+        """Fence every broker whose session expired; say when to tick again. `heartbeats`:
+        broker id -> (broker epoch, arrival ms) of the last heartbeat that arrived, which may
+        still wait its turn behind a long operation: it counts as contact if its epoch is
+        the broker's current one."""
         self._require_active()
         brokers = self._state.image.cluster.brokers
         self._sessions.ensure(brokers.keys(), now_ms)
+        for broker_id, (broker_epoch, at_ms) in heartbeats:
+            registration = brokers.get(broker_id)
+            if registration is not None and registration.epoch == broker_epoch:
+                self._sessions.heard_from(broker_id, at_ms)
         records, fenced = cluster.fence_stale_brokers(
             self._state, self.config, self._sessions, now_ms
         )

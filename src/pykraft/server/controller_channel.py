@@ -413,6 +413,7 @@ class QuorumControllerChannel:
     ) -> BrokerHeartbeatResult:
         """BrokerHeartbeat; raises ControllerRefused as `register_broker` does."""
         async def local(server: ControllerServer) -> BrokerHeartbeatResult:
+            server.heartbeat_arrived(broker_id, broker_epoch)
             try:
                 return await server.run(lambda core: core.broker_heartbeat(
                     broker_id=broker_id, broker_epoch=broker_epoch,

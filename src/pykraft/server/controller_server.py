@@ -91,6 +91,10 @@ class ControllerServer:
         self.activation: asyncio.Future[None] | None = None
         self.tick_wake = asyncio.Event()  # set when a tick is due sooner than planned
         self._deferred: list[Callable[[], None]] | None = None  # while a decision runs
+        # broker id -> (broker epoch, ms) of the last heartbeat that arrived, written on the
+        # loop as it arrives; a tick reads it, so that a heartbeat queued behind a decision
+        # of 100,000 partition changes does not get its broker fenced meanwhile
+        self._heartbeats: dict[int, tuple[int, int]] = {}
 
     async def _flush_deferred(self) -> None:
         """Do what waited for the decision, in order, letting the loop run between actions
@@ -249,8 +253,15 @@ class ControllerServer:
 
     async def tick(self) -> int:
         """Fence brokers whose sessions expired; return when to tick again (ms)."""
-        result = await self.run(lambda core: core.tick(self.now_ms()))
+        # the decision runs on a worker thread: dict.copy() takes the entries in one C call
+        # before anything can run on the loop, so it never sees the dict change under it
+        result = await self.run(
+            lambda core: core.tick(self.now_ms(), self._heartbeats.copy().items()))
         return result.wake_at_ms
+
+    def heartbeat_arrived(self, broker_id: int, broker_epoch: int) -> None:
+        """A BrokerHeartbeat arrived and is about to wait its turn (`run`)."""
+        self._heartbeats[broker_id] = (broker_epoch, self.now_ms())
 
     # -- ControllerChannel ------------------------------------------------------------
 

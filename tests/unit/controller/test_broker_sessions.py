@@ -43,3 +43,19 @@ def test_the_grace_never_exceeds_the_session_timeout() -> None:
     unknown = BrokerSessions(9_000)
     unknown.connection_lost(7, 0)  # no session: nothing to shorten
     assert unknown.expiry_ms(7) is None
+
+
+def test_a_heartbeat_heard_of_before_its_turn_extends_the_session() -> None:
+    """A heartbeat that arrived while the controller was busy counts from its arrival, and
+    one on a new connection ends the grace; an unknown broker gets no session from it."""
+    sessions = BrokerSessions(9_000, connection_grace_ms=3_000)
+    sessions.touch(1, 1_000, 5, fenced=False)
+    sessions.connection_lost(1, 2_000)
+    sessions.heard_from(1, 1_500)  # on the old connection, before it closed
+    assert sessions.expiry_ms(1) == 5_001
+    sessions.heard_from(1, 4_000)
+    assert sessions.expiry_ms(1) == 13_001
+    sessions.heard_from(1, 3_000)  # an older one changes nothing
+    assert sessions.expiry_ms(1) == 13_001
+    sessions.heard_from(2, 4_000)
+    assert sessions.expiry_ms(2) is None

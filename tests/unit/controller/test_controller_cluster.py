@@ -202,6 +202,21 @@ def test_tick_fences_expired_brokers_and_moves_their_leaderships() -> None:
     assert h.replayed_image().topics == h.controller.image.topics
 
 
+def test_a_heartbeat_still_queued_keeps_its_broker_unfenced() -> None:
+    """The tick hears of heartbeats that arrived but wait behind a long operation: one with
+    the broker's epoch counts from its arrival; one with an older epoch does not."""
+    h = Harness()
+    h.start_brokers(3)
+    for broker_id in (1, 2):
+        h.heartbeat(broker_id, TIMEOUT_MS)
+    queued = [(0, (h.epochs[0], TIMEOUT_MS)), (1, (h.epochs[1] - 1, 2 * TIMEOUT_MS))]
+    op = h.controller.tick(TIMEOUT_MS + 1, queued)
+    assert op.records == () and op.response.fenced_broker_ids == ()
+    assert op.response.wake_at_ms == 2 * TIMEOUT_MS + 1  # all three from their last contact
+    op = h.controller.tick(2 * TIMEOUT_MS + 1, queued)
+    assert set(op.response.fenced_broker_ids) == {0, 1, 2}
+
+
 def test_last_in_sync_replica_fenced_keeps_the_isr_and_loses_the_leader() -> None:
     """A single-replica partition: leader -1, ISR unchanged; unfencing elects it again."""
     h = Harness()

@@ -54,8 +54,18 @@ class Node:
         self.other: Node | None = None
 
 
+def test_survivors_of_a_short_collection_are_not_frozen() -> None:
+    pauses = GcPauses(threshold_ms=60_000, thaw_interval_s=3600)
+    pauses.install()
+    try:
+        gc.collect(2)
+        assert gc.get_freeze_count() == 0
+    finally:
+        pauses.uninstall()
+
+
 def test_survivors_are_frozen_and_a_cycle_among_them_waits_for_the_thaw() -> None:
-    pauses = GcPauses(thaw_interval_s=3600)
+    pauses = GcPauses(threshold_ms=0, thaw_interval_s=3600)  # every collection is long
     pauses.install()
     try:
         first, second = Node(), Node()

@@ -68,10 +68,10 @@ class GcPauses:
         self.longest_ms = max(self.longest_ms, paused_ms)
         long = paused_ms >= self.threshold_ms
         if long:
+            # (not gc.get_freeze_count(): it walks every frozen object)
             log.info("garbage collection of generation %d paused the node for %d ms "
-                     "(%d objects collected, %d uncollectable, %d frozen)",
-                     info["generation"], paused_ms, info["collected"],
-                     info["uncollectable"], gc.get_freeze_count())
+                     "(%d objects collected, %d uncollectable)", info["generation"],
+                     paused_ms, info["collected"], info["uncollectable"])
         if not self.freeze or info["generation"] != OLDEST:
             return
         now = time.monotonic()  # the collection is over: its lists may change

@@ -127,9 +127,15 @@ class QuorumControllerChannel:
         *,
         timeout_ms: int,
         now_ms: Callable[[], int] | None = None,
+        lifecycle_client: ActiveControllerClient | None = None,
     ) -> None:
         self.local = local
         self.client = client
+        # BrokerRegistration and BrokerHeartbeat go on a connection of their own, as
+        # Kafka's broker lifecycle manager has its own channel: one request at a time per
+        # connection, a heartbeat behind a forwarded ElectLeaders of 5,000 partitions
+        # waited past the session timeout and its broker was fenced
+        self.lifecycle_client = lifecycle_client or client
         self.timeout_ms = timeout_ms
         self._now_ms = now_ms or (lambda: time.monotonic_ns() // 1_000_000)
 
@@ -142,6 +148,7 @@ class QuorumControllerChannel:
         failed: Callable[[ErrorCode, str], T],
         *,
         idempotent: bool = False,
+        client: ActiveControllerClient | None = None,
     ) -> T:
         """Run locally when this node's controller is active, else remotely; retry while
         nobody could decide (`remote` gives None for an answer saying NOT_CONTROLLER).
@@ -150,6 +157,7 @@ class QuorumControllerChannel:
         it, or the request was sent and no answer came -- is sent again only if
         `idempotent`; otherwise it is answered REQUEST_TIMED_OUT, never made twice."""
         deadline_ms = self._now_ms() + self.timeout_ms
+        remote_client = client or self.client
         # at most 100 ms between tries: a try costs a look at who leads (or a refused
         # connect), and a longer wait would delay every request by up to the same again
         # once a new controller is elected
@@ -163,9 +171,9 @@ class QuorumControllerChannel:
                 except OutcomeUnknown as error:
                     if not idempotent:
                         return failed(ErrorCode.request_timed_out, str(error))
-            elif self.client is not None and self._leader_elsewhere():
+            elif remote_client is not None and self._leader_elsewhere():
                 try:
-                    answer = await remote(self.client)
+                    answer = await remote(remote_client)
                 except ControllerUnavailable as error:
                     log.debug("controller request failed: %s", error)
                     if error.sent and not idempotent:
@@ -399,7 +407,8 @@ class QuorumControllerChannel:
                 raise ControllerRefused(answer.error_code)
             return BrokerRegistrationResult(broker_epoch=answer.broker_epoch)
 
-        return await self._route(local, remote, _refuse, idempotent=True)
+        return await self._route(local, remote, _refuse, idempotent=True,
+                                 client=self.lifecycle_client)
 
     async def broker_heartbeat(
         self,
@@ -440,7 +449,8 @@ class QuorumControllerChannel:
                                          is_fenced=answer.is_fenced,
                                          should_shut_down=answer.should_shut_down)
 
-        return await self._route(local, remote, _refuse, idempotent=True)
+        return await self._route(local, remote, _refuse, idempotent=True,
+                                 client=self.lifecycle_client)
 
     # -- replication (KIP-497, KIP-460) ------------------------------------------------
 

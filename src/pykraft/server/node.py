@@ -350,12 +350,15 @@ class Node:
         controller is active, else over the network to the quorum's leader."""
         assert self.raft is not None
         raft = self.raft
-        client = ActiveControllerClient(
+        client, lifecycle = (ActiveControllerClient(
             self.node_id, self.config.voters, lambda: raft.leader_and_epoch.leader_id,
-            request_timeout_ms=CONTROLLER_REQUEST_TIMEOUT_MS)
-        self._controller_clients = [client]
+            request_timeout_ms=CONTROLLER_REQUEST_TIMEOUT_MS,
+            client_id=f"broker-{self.node_id}-{purpose}")
+            for purpose in ("controller-channel", "lifecycle"))
+        self._controller_clients = [client, lifecycle]
         return QuorumControllerChannel(self.controller, client,
-                                       timeout_ms=CONTROLLER_CHANNEL_TIMEOUT_MS)
+                                       timeout_ms=CONTROLLER_CHANNEL_TIMEOUT_MS,
+                                       lifecycle_client=lifecycle)
 
     async def _controller_listeners(self) -> None:
         controller_names = set(self.config.controller_listeners)

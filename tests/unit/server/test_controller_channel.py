@@ -430,6 +430,21 @@ def test_a_controlled_shutdown_asks_a_busy_controller_again_but_not_a_missing_on
     asyncio.run(go())
 
 
+def test_heartbeats_go_on_the_lifecycle_connection_and_changes_on_the_other() -> None:
+    """A heartbeat never queues behind a forwarded change on one connection."""
+    async def go() -> None:
+        main = ScriptedClient(2, [create_topics_answer(ErrorCode.none)])
+        lifecycle = ScriptedClient(2, [heartbeat_answer(ErrorCode.none)])
+        channel = QuorumControllerChannel(standby(), main, timeout_ms=5_000,
+                                          lifecycle_client=lifecycle)
+        await channel.create_topics([CreatableTopic("t", 1, 1)], validate_only=False)
+        await channel.broker_heartbeat(3, 10, 5, want_fence=False, want_shutdown=False,
+                                       now_ms=lambda: 0)
+        assert [key for key, _ in main.requests] == [19]
+        assert [key for key, _ in lifecycle.requests] == [BROKER_HEARTBEAT]
+    asyncio.run(go())
+
+
 def test_registration_is_resent_after_a_lost_answer_and_refusals_are_raised() -> None:
     async def go() -> None:
         module = response_module(BROKER_REGISTRATION, 4)

@@ -8,6 +8,8 @@ routes the quorum's RPCs to RaftApis."""
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any
@@ -264,3 +266,50 @@ async def test_the_controller_listener_serves_the_quorum_rpcs_through_raft_apis(
     decoded = codec.decode_response(FetchRequest(3, 7, 12, 7), answer)
     assert decoded == FetchResponse(ErrorCode.none, 2, 7, 12)
     assert endpoint.requests == [(3, FetchRequest(3, 7, 12, 7))]
+
+
+class SlowEndpoint(Endpoint):
+    delay_s = 0.0
+
+    async def handle_request(self, source_id: int, body: RaftRequest) -> RaftResponse | None:
+        await asyncio.sleep(self.delay_s)
+        return await super().handle_request(source_id, body)
+
+
+async def test_an_answer_that_arrived_while_the_loop_was_held_is_not_timed_out() -> None:
+    """The peer (on a thread of its own, as another process would be) answers while this
+    node's loop is held past the request timeout: the answer, waiting in the socket, is
+    read and delivered, not dropped as timed out -- the silence was this node's own."""
+    port = free_port()
+    endpoint = SlowEndpoint(BeginQuorumEpochResponse(ErrorCode.none, 1, 7))
+    peer_loop = asyncio.new_event_loop()
+    started = threading.Event()
+
+    def run_peer() -> None:
+        asyncio.set_event_loop(peer_loop)
+        listener = peer_loop.run_until_complete(serve(port, endpoint))
+        started.set()
+        peer_loop.run_forever()
+        peer_loop.run_until_complete(listener.close())
+
+    peer = threading.Thread(target=run_peer, daemon=True)
+    peer.start()
+    started.wait(5)
+    received: list[InboundMessage] = []
+    channels = channels_to(port, received, request_timeout_ms=200)
+    try:
+        channels.send(BEGIN)  # connect and answer once, so the next one is a plain send
+        await wait_until(lambda: received)
+        received.clear()
+        endpoint.delay_s = 0.1
+        channels.send(BEGIN)
+        for _ in range(3):  # the lane writes it out
+            await asyncio.sleep(0)
+        time.sleep(0.6)  # held past the 200 ms request timeout; the answer comes at 100 ms
+        assert len(endpoint.requests) == 2
+        await wait_until(lambda: received, timeout_s=2)
+        assert received == [InboundMessage(2, 41, BeginQuorumEpochResponse(ErrorCode.none, 1, 7))]
+    finally:
+        await channels.close()
+        peer_loop.call_soon_threadsafe(peer_loop.stop)
+        peer.join(5)

@@ -478,6 +478,7 @@ class RaftCore:
         self._fetch_deadline_ms = now_ms
         self._leader_contact_ms: int | None = None  # last proof that our leader is alive
         self._deaf_ms = 0  # time this node's loop was held and could hear no one (`stalled`)
+        self._fetch_credit_ms = 0  # stalls added to the fetch deadline since it was set
         self._transition_reason: str | None = None  # why a timer changed the state, for logs
         self._leader_failures = 0  # our fetches to it that failed in a row (`Unreachable`)
         self._rejecting_voters: frozenset[int] = frozenset()  # of this (pre-)vote round
@@ -504,6 +505,7 @@ class RaftCore:
         elif isinstance(restored, Follower):
             self._fetch_jitter_ms = self._rng.randint(0, self.config.election_jitter_ms)
             self._fetch_deadline_ms = self._fetch_deadline_from_now()
+            self._fetch_credit_ms = 0
         else:
             self._election_deadline_ms = now_ms + self._election_timeout_ms()
 
@@ -587,11 +589,17 @@ class RaftCore:
 
     def stalled(self, stall_ms: int) -> None:
         """This node's loop was held for `stall_ms` and heard no one meanwhile: that silence
-        is not its peers'. Check-quorum and the fetch timeout leave it out."""
+        is not its peers'. Check-quorum and the fetch timeout leave it out (the fetch
+        deadline moves by at most fetch.timeout.ms in all)."""
         invariant(stall_ms >= 0, "a stall lasts no less than nothing")
         self._deaf_ms += stall_ms
         if isinstance(self._state, Follower):
-            self._fetch_deadline_ms += stall_ms
+            # at most one more fetch.timeout.ms per deadline: a loop that is always late
+            # (saturated, not stalled once) still finds a dead leader
+            credit = min(stall_ms, self.config.fetch_timeout_ms - self._fetch_credit_ms)
+            if credit > 0:
+                self._fetch_credit_ms += credit
+                self._fetch_deadline_ms += credit
 
     def step(self, message: InboundMessage, now_ms: int) -> None:
         """Take one message from another node."""
@@ -831,6 +839,7 @@ class RaftCore:
         self._leader_contact_ms = self._now_ms
         self._leader_failures = 0
         self._fetch_deadline_ms = self._fetch_deadline_from_now()
+        self._fetch_credit_ms = 0
 
     def _on_unreachable(self, source: int, correlation_id: int) -> None:
         """The transport says our fetch (or FetchSnapshot) to `source` failed: ask again
@@ -1660,6 +1669,7 @@ class RaftCore:
                     self._leader_failures = 0
                     self._fetch_jitter_ms = self._rng.randint(0, self.config.election_jitter_ms)
                 self._fetch_deadline_ms = self._fetch_deadline_from_now()
+                self._fetch_credit_ms = 0
             case Leader():
                 self._on_become_leader(new_state)
             case Unattached() | Voted() | Resigned():

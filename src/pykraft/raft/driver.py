@@ -86,18 +86,16 @@ QUORUM_STATE_FILE: Final = "quorum-state"
 WAITERS_MAX: Final = 100_000  # wait_committed callers at once; each is an in-flight proposal
 INBOX_MAX: Final = 10_000  # messages from other nodes waiting to be stepped
 LEADERSHIPS_KEPT: Final = 1_000  # lost epochs whose proposals wait_committed still knows
-# A turn that starts this long after the inbox was last read first lets the connections
-# deliver what came meanwhile (a few turns of the event loop), so that no timer blames a
-# peer for this node's own stall: a broker whose loop was held 3.5 s applying a large
-# delta stepped an empty inbox, then timed out its fetch, whose answer sat unread.
-# A message that arrived during the stall needs up to three turns to reach the inbox (the
-# selector, the connection's reader task, its handler), counted from the turn after the
-# one that stalled, which this node's own turn may share: so twice that.
-# The loop's lag is sampled every BEAT_MS; a lag beyond BLIND_MS was a stall, during which
-# no peer could be heard (RaftCore.stalled): an answer held behind it reaches the peer only
-# after it, and so does the peer's next fetch.
+# No timer may blame a peer for this node's own stall: a broker whose loop was held 3.5 s
+# applying a large delta timed out its fetch, whose answer sat unread. The loop's lag is
+# sampled every BEAT_MS, and at the start of each Raft turn; a lag beyond BLIND_MS was a
+# stall, during which no peer could be heard (RaftCore.stalled leaves it out of the
+# timeouts): an answer held behind it reaches the peer only after it, and so does the
+# peer's next fetch. After a stall the turn yields once, so that what is already readable
+# comes in first. (It used to yield six times after any 250 ms without reading the inbox:
+# on a broker whose every loop iteration took 2 s, a turn took 12 s, and its fetches to
+# the quorum went unanswered that long.)
 BLIND_MS: Final = 250
-CATCH_UP_YIELDS: Final = 6
 BEAT_MS: Final = 100
 
 
@@ -187,7 +185,6 @@ class RaftNode:
         self._leader_announced = asyncio.Event()
         self._transport = transport
         self._inbox: deque[InboundMessage] = deque()
-        self._inbox_read_ms = 0  # when the inbox was last stepped (the node's clock)
         self._stalled_ms = 0  # stalls of the event loop not yet told to the core
         self._beat_due = 0.0  # when the lag sampler should run (the loop's clock)
         self._beat_handle: asyncio.TimerHandle | None = None
@@ -470,12 +467,16 @@ class RaftNode:
     def _beat(self) -> None:
         """Sample the event loop's lag; a long one was a stall of this node's own."""
         loop = asyncio.get_running_loop()
-        now = loop.time()
+        self._note_lag(loop.time())
+        self._beat_handle = loop.call_at(self._beat_due, self._beat)
+
+    def _note_lag(self, now: float) -> None:
+        """Count the lag of the beat due by `now` (loop time) if it was a stall."""
         lag_ms = int((now - self._beat_due) * 1000)
         if lag_ms > BLIND_MS:
             self._stalled_ms += lag_ms
-        self._beat_due = now + BEAT_MS / 1000
-        self._beat_handle = loop.call_at(self._beat_due, self._beat)
+        if lag_ms >= 0:
+            self._beat_due = now + BEAT_MS / 1000
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -484,14 +485,12 @@ class RaftNode:
         try:
             while not self._stopping:
                 self._wake.clear()
-                if self._clock.now_ms() - self._inbox_read_ms > BLIND_MS:
-                    for _ in range(CATCH_UP_YIELDS):
-                        await asyncio.sleep(0)
-                    stalled, self._stalled_ms = self._stalled_ms, 0
-                    if stalled:
-                        self.core.stalled(stalled)
+                self._note_lag(loop.time())  # the beat may not have run yet after a stall
+                stalled, self._stalled_ms = self._stalled_ms, 0
+                if stalled:
+                    self.core.stalled(stalled)
+                    await asyncio.sleep(0)
                 stepped = self._step_inbox()
-                self._inbox_read_ms = self._clock.now_ms()
                 self.core.tick(self._clock.now_ms(), timestamp_ms=self._clock.wall_clock_ms())
                 self._log_transition()
                 resigning, self._resign_requested = self._resign_requested, False

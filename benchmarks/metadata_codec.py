@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import argparse
 import random
-import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+
+from records_codec import ROUNDS, best_of  # the sibling script (its directory is on sys.path)
 
 from pykraft.metadata.codec import decode_metadata_record, encode_metadata_record
 from pykraft.metadata.records import MetadataRecord, PartitionChangeRecord, PartitionRecord
@@ -23,27 +24,21 @@ from pykraft.metadata.records import MetadataRecord, PartitionChangeRecord, Part
 RECORD_VERSION = 1  # PartitionRecord and PartitionChangeRecord at metadata.version 3.7+
 PARTITIONS_PER_TOPIC = 200
 BROKERS_COUNT = 6
-ROUNDS = 3
 
 
-def best_of(action: Callable[[], object]) -> float:
-    best = float("inf")
-    for _ in range(ROUNDS):
-        started = time.perf_counter()
-        action()
-        best = min(best, time.perf_counter() - started)
-    return best
+def topic_ids(count: int, rng: random.Random) -> list[uuid.UUID]:
+    """The topic id of each of `count` partitions, in topic order as the log holds them."""
+    ids = [uuid.UUID(int=rng.getrandbits(128))
+           for _ in range(-(-count // PARTITIONS_PER_TOPIC))]
+    return [ids[index // PARTITIONS_PER_TOPIC] for index in range(count)]
 
 
 def partition_records(count: int, rng: random.Random) -> list[MetadataRecord]:
     """New partitions: 3 replicas, all in the ISR, each in its broker's one log dir."""
     log_dirs = [uuid.UUID(int=rng.getrandbits(128)) for _ in range(BROKERS_COUNT)]
     records: list[MetadataRecord] = []
-    topic_id = uuid.UUID(int=0)
-    for index in range(count):
+    for index, topic_id in enumerate(topic_ids(count, rng)):
         partition_id = index % PARTITIONS_PER_TOPIC
-        if partition_id == 0:
-            topic_id = uuid.UUID(int=rng.getrandbits(128))
         replicas = tuple(rng.sample(range(BROKERS_COUNT), 3))
         records.append(PartitionRecord(
             partition_id=partition_id, topic_id=topic_id, replicas=replicas, isr=replicas,
@@ -58,11 +53,8 @@ def change_records(count: int, rng: random.Random, *, leader: bool) -> list[Meta
     """A broker fenced: it leaves the ISR of each of its partitions (`leader`: and a new
     leader is elected, where it led)."""
     records: list[MetadataRecord] = []
-    topic_id = uuid.UUID(int=0)
-    for index in range(count):
+    for index, topic_id in enumerate(topic_ids(count, rng)):
         partition_id = index % PARTITIONS_PER_TOPIC
-        if partition_id == 0:
-            topic_id = uuid.UUID(int=rng.getrandbits(128))
         isr = tuple(rng.sample(range(1, BROKERS_COUNT), 2))
         records.append(PartitionChangeRecord(
             partition_id=partition_id, topic_id=topic_id, isr=isr,

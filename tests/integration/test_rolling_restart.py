@@ -117,7 +117,10 @@ def _in_sync(admin: AdminClient, topic: str, brokers: list[int]) -> None:
 def _quorum_whole(cluster: LocalCluster) -> None:
     leader = cluster.active_controller()
     assert leader in cluster.controller_ids
-    offsets = {cluster.metadata_image(node_id) for node_id in cluster.nodes}
+    try:
+        offsets = {cluster.metadata_image(node_id) for node_id in cluster.nodes}
+    except OSError as error:  # a node just restarted: its /metrics may not listen yet
+        raise AssertionError(f"a node's /metrics is not up yet: {error}") from error
     assert len(offsets) == 1, offsets  # every node at the same image
 
 

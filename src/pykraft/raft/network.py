@@ -69,9 +69,9 @@ RESPONSE_SLACK_BYTES: Final = 1 << 20
 # loop was held (its wait ran long) counts for at most SLICE_COUNTED_MS, so that an answer
 # that arrived while this node's loop was held is still read (see `_own_time_timeout`).
 SLICE_MS: Final = 100
-T = TypeVar("T")
 SLICE_COUNTED_MS: Final = 150
 _SIZE: Final = struct.Struct(">i")
+T = TypeVar("T")
 
 
 async def _own_time_timeout(work: Awaitable[T], timeout_ms: int) -> T:

@@ -10,6 +10,7 @@ are not KafkaError become UNKNOWN_SERVER_ERROR for that partition and are logged
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import logging
 import uuid
@@ -63,6 +64,10 @@ class PartitionRead:
     idle: tuple[Any, ...] | None = None  # nothing to read, in this state (SessionPartition)
 
 EARLIEST_TIMESTAMP = -2
+# a Fetch's look at its partitions yields to the loop after this long, checked every
+# FETCH_SLICE_CHECK partitions (each look takes some 10-30 us)
+FETCH_SLICE_S = 0.02
+FETCH_SLICE_CHECK = 64
 READ_COMMITTED = 1  # isolation_level of Fetch and ListOffsets
 LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
@@ -279,12 +284,14 @@ class BrokerApis:
         deadline = loop.time() + max_wait_ms / 1000
         first_pass = True
         while True:
-            reads, total, errors, parked = self._read_fetch(
+            reads, total, errors, parked, woken = await self._read_fetch(
                 fetch.partitions, max_bytes, replica_id, first_pass, committed)
             first_pass = False
             remaining_ms = int((deadline - loop.time()) * 1000)
             if total >= min_bytes or errors or remaining_ms <= 0 or not parked:
                 break
+            if woken:  # a partition read early in the pass changed while the pass yielded
+                continue
             if not await self.replicas.wait_for_data(parked, remaining_ms):
                 # nothing woke it (appends, high watermark, ISR, leadership): what was read
                 # stands, and a follower's fetch of 33,000 idle partitions reads them once
@@ -297,39 +304,64 @@ class BrokerApis:
             responses=self._fetch_responses(module, fetch, reads),
         )
 
-    def _read_fetch(
+    async def _read_fetch(
         self, wanted: list[SessionPartition], max_bytes: int, replica_id: int,
         first_pass: bool, committed: bool,
-    ) -> tuple[list[PartitionRead | None], int, bool, list[Partition]]:
+    ) -> tuple[list[PartitionRead | None], int, bool, list[Partition], bool]:
         """One look at every partition; `errors` is true when one answered without waiting
         (an error or a diverging epoch), `parked` the partitions a wait is parked on. A
         session's partition that had nothing to read, in a state that has not changed
-        since, is passed by (None): it has nothing to say."""
+        since, is passed by (None): it has nothing to say.
+
+        A look at thousands of partitions (a follower's first fetch of the 33,000 it
+        follows) yields to the loop every FETCH_SLICE_S, so that the node's metadata fetch
+        and heartbeats are not held behind it for a second. `woken` tells that a partition
+        parked before such a yield changed during it: its change would otherwise be missed
+        by the wait that follows."""
+        loop = asyncio.get_running_loop()
         image = self.cache.image
         total, errors = 0, False
         parked: list[Partition] = []
         reads: list[PartitionRead | None] = []
         partitions = self.replicas.get_partition
         now_ms = self.replicas.now_ms()
-        for each in wanted:
-            if each.idle is not None:  # nothing to read when last read: is it still so?
-                partition = partitions(each.topic, each.partition)
-                if partition is not None and each.idle == _idle_state(partition):
-                    if replica_id >= 0 and first_pass:  # a follower at our log end
-                        self.replicas.follower_still_caught_up(partition, replica_id, now_ms)
+        watch: asyncio.Future[None] | None = None
+        watched = 0  # parked[:watched] carry `watch` among their waiters
+        slice_ends = loop.time() + FETCH_SLICE_S
+        try:
+            for count, each in enumerate(wanted, 1):
+                if count % FETCH_SLICE_CHECK == 0 and loop.time() >= slice_ends:
+                    watch = watch or loop.create_future()
+                    for held in parked[watched:]:
+                        held.waiters.append(watch)
+                    watched = len(parked)
+                    await asyncio.sleep(0)
+                    image, now_ms = self.cache.image, self.replicas.now_ms()
+                    slice_ends = loop.time() + FETCH_SLICE_S
+                if each.idle is not None:  # nothing to read when last read: still so?
+                    partition = partitions(each.topic, each.partition)
+                    if partition is not None and each.idle == _idle_state(partition):
+                        if replica_id >= 0 and first_pass:  # a follower at our log end
+                            self.replicas.follower_still_caught_up(partition, replica_id,
+                                                                   now_ms)
+                        parked.append(partition)
+                        reads.append(None)
+                        continue
+                partition, read = self._fetch_partition(
+                    each, image, max(0, max_bytes - total), total == 0, replica_id,
+                    first_pass, committed=committed)
+                if read.error_code != ErrorCode.none or partition is None:
+                    errors = True
+                else:
                     parked.append(partition)
-                    reads.append(None)
-                    continue
-            partition, read = self._fetch_partition(
-                each, image, max(0, max_bytes - total), total == 0, replica_id, first_pass,
-                committed=committed)
-            if read.error_code != ErrorCode.none or partition is None:
-                errors = True
-            else:
-                parked.append(partition)
-            total += len(read.records)
-            reads.append(read)
-        return reads, total, errors, parked
+                total += len(read.records)
+                reads.append(read)
+        finally:
+            if watch is not None:
+                for held in parked[:watched]:
+                    with contextlib.suppress(ValueError):  # woken: the list was swapped
+                        held.waiters.remove(watch)
+        return reads, total, errors, parked, watch is not None and watch.done()
 
     def _fetch_responses(self, module: Any, fetch: FetchContext,
                          reads: list[PartitionRead | None]) -> tuple[Any, ...]:

@@ -15,6 +15,7 @@ from kio.schema.fetch.v15 import response as fetch_response
 from pykraft.broker.replica_fetcher import (
     BrokerConnection,
     FetcherConfig,
+    FetchRound,
     FetchState,
     ReplicaFetcher,
     append_from_leader,
@@ -125,13 +126,13 @@ def answer(records: bytes = b"", *, error: ErrorCode = ErrorCode.none, hw: int =
 def test_a_fetch_request_carries_the_follower_position(tmp_path: Path) -> None:
     log = follower_log(tmp_path, [(1, 2), (3, 1)])
     fetcher, state = fetcher_for(log)
-    request, sent = fetcher.build_request([state])
+    request, round_ = fetcher.build_request()
     wanted = request.topics[0].partitions[0]
     assert request.replica_state.replica_id == 1 and request.replica_state.replica_epoch == 7
     assert request.topics[0].topic_id == TOPIC_ID
     assert (wanted.fetch_offset, wanted.last_fetched_epoch, wanted.current_leader_epoch) == (
         3, 3, 4)
-    assert sent == [(state, 3)]
+    assert round_.told == {(TOPIC_ID, 0): (3, 4, 3, 0)}
 
 
 class ScriptedConnection(NoConnection):
@@ -167,7 +168,6 @@ async def test_a_fetch_session_names_only_what_changed(tmp_path: Path) -> None:
     for index, log_ in enumerate(logs):
         fetcher.add(Partition("t", TOPIC_ID, index, log_, leader_id=2, leader_epoch=4,
                               replicas=(1, 2), isr=(1, 2)))
-    states = list(fetcher.states.values())
 
     def asked(request: Any) -> set[int]:
         return {p.partition for topic in request.topics for p in topic.partitions}
@@ -176,7 +176,7 @@ async def test_a_fetch_session_names_only_what_changed(tmp_path: Path) -> None:
         make(fetch_response.PartitionData, partition_index=i, error_code=ErrorCode.none,
              high_watermark=2, last_stable_offset=2, log_start_offset=0,
              aborted_transactions=None, records=b"") for i in range(3)))]
-    await fetcher._fetch(states)
+    await fetcher._fetch()
     first = connection.requests[-1]
     assert (first.session_id, first.session_epoch, asked(first)) == (0, 0, {0, 1, 2})
     assert (fetcher.session_id, fetcher.session_epoch) == (77, 1)
@@ -186,11 +186,12 @@ async def test_a_fetch_session_names_only_what_changed(tmp_path: Path) -> None:
         fetch_response.PartitionData, partition_index=1, error_code=ErrorCode.none,
         high_watermark=3, last_stable_offset=3, log_start_offset=0,
         aborted_transactions=None, records=batch(2, 4)))]
-    await fetcher._fetch(states)
+    await fetcher._fetch()
     assert asked(connection.requests[-1]) == set()
     assert logs[1].log_end_offset == 3
     connection.answers = [fetch_answer(77)]
-    await fetcher._fetch(states[:2])  # partition 2 is not fetched any more
+    fetcher.remove(fetcher.states[("t", 2)].partition)  # partition 2 is not fetched any more
+    await fetcher._fetch()
     second = connection.requests[-1]
     assert (second.session_id, second.session_epoch) == (77, 2)
     assert asked(second) == {1}
@@ -200,12 +201,40 @@ async def test_a_fetch_session_names_only_what_changed(tmp_path: Path) -> None:
 
     connection.answers = [fetch_answer(0, error=ErrorCode.invalid_fetch_session_epoch),
                           fetch_answer(78)]
-    await fetcher._fetch(states[:2])
+    await fetcher._fetch()
     assert (fetcher.session_id, fetcher.session_epoch) == (0, 0)
-    await fetcher._fetch(states[:2])
+    await fetcher._fetch()
     again = connection.requests[-1]
     assert (again.session_id, again.session_epoch, asked(again)) == (0, 0, {0, 1})
     assert (fetcher.session_id, fetcher.session_epoch) == (78, 1)
+
+
+async def test_a_round_looks_only_at_what_moved_and_all_of_it_now_and_then(
+        tmp_path: Path) -> None:
+    """A round builds its request from the partitions added, answered or delayed since
+    the last one; a position that moved without the fetcher (retention moving a follower's
+    log start) is told to the leader at the next look at all of them."""
+    logs = [follower_log(tmp_path / str(i), [(1, 2)]) for i in range(3)]
+    connection = ScriptedConnection([fetch_answer(77)])
+    fetcher = ReplicaFetcher(1, 2, connection, FetcherConfig(backoff_ms=50), lambda: 7,
+                             lambda: 0)
+    for index, log_ in enumerate(logs):
+        fetcher.add(Partition("t", TOPIC_ID, index, log_, leader_id=2, leader_epoch=4,
+                              replicas=(1, 2), isr=(1, 2)))
+    now = asyncio.get_running_loop().time()
+    fetcher._end_delays(now)  # the first look at all of them
+    await fetcher._fetch()  # opens the session with the three
+    assert fetcher._dirty == set()
+    logs[2].update_high_watermark(2)
+    logs[2].maybe_increment_log_start_offset(1)  # as retention would
+    connection.answers = [fetch_answer(77)]
+    await fetcher._fetch()
+    assert connection.requests[-1].topics == ()  # not looked at: nothing told
+    fetcher._end_delays(now + ReplicaFetcher.FULL_LOOK_S)
+    connection.answers = [fetch_answer(77)]
+    await fetcher._fetch()
+    told = connection.requests[-1].topics[0].partitions
+    assert [(p.partition, p.log_start_offset) for p in told] == [(2, 1)]
 
 
 async def test_the_fetcher_applies_records_divergence_and_errors(tmp_path: Path) -> None:
@@ -234,13 +263,17 @@ async def test_answers_for_an_old_epoch_or_a_moved_log_are_dropped(tmp_path: Pat
                     session_id=0, responses=(make(
                         fetch_response.FetchableTopicResponse, topic_id=TOPIC_ID,
                         partitions=(answer(batch(2, 4), hw=3),)),))
+
+    def told_at(offset: int) -> FetchRound:
+        return FetchRound(False, {(TOPIC_ID, 0): (offset, 4, 1, 0)})
+
     state.partition.leader_epoch = 5  # the metadata moved on while the fetch was out
-    fetcher.handle_response([(state, 2)], response)
+    fetcher.handle_response(told_at(2), response)
     assert log.log_end_offset == 2
     state.partition.leader_epoch = 4
-    fetcher.handle_response([(state, 1)], response)  # sent at 1: the log moved since
+    fetcher.handle_response(told_at(1), response)  # sent at 1: the log moved since
     assert log.log_end_offset == 2
-    fetcher.handle_response([(state, 2)], response)
+    fetcher.handle_response(told_at(2), response)
     assert log.log_end_offset == 3
 
 
@@ -260,7 +293,7 @@ def test_an_empty_epoch_at_the_log_end_goes_with_the_truncation(tmp_path: Path) 
     log = follower_log(tmp_path, [(3, 4)])
     log.assign_epoch_start(5)
     fetcher, state = fetcher_for(log, epoch=6)
-    request, _ = fetcher.build_request([state])
+    request, _ = fetcher.build_request()
     assert request.topics[0].partitions[0].last_fetched_epoch == 5
     fetcher.handle_partition(state, answer(diverging=(3, 4)))
     assert log.log_end_offset == 4 and log.latest_epoch == 3

@@ -206,6 +206,10 @@ class BrokerConnection:
 # -- one fetcher per leader -----------------------------------------------------------
 
 
+_IdKey = tuple[Any, int]  # (topic id, partition)
+_Position = tuple[int, int, int, int]  # (fetch offset, leader epoch, last epoch, log start)
+
+
 @dataclass(slots=True, eq=False)
 class FetchState:
     partition: Partition
@@ -214,7 +218,30 @@ class FetchState:
     reset_needed: bool = False  # OFFSET_OUT_OF_RANGE: ask the leader where its log lies
 
 
+def _id_key(state: FetchState) -> _IdKey:
+    return (state.partition.topic_id, state.partition.index)
+
+
+@dataclass(frozen=True, slots=True)
+class FetchRound:
+    """What one request told the leader: per partition the position it asks from, or None
+    for one its session forgets; `full` when it opened a session with all of them."""
+
+    full: bool
+    told: dict[_IdKey, _Position | None]
+
+
 class ReplicaFetcher:
+    """A round costs what changed, not what is followed: the partitions whose position
+    may have moved since the leader was last told (`_dirty`: added, removed, answered,
+    delayed or back from a delay, reset) are the only ones looked at when the request is
+    built, and only the answered ones when the answer is read. Every FULL_LOOK_S all of
+    them are looked at, for a position that moved without this fetcher (retention moving a
+    log start). A follower of 33,000 caught-up partitions spent 48 ms a round looking at
+    each of them (py-spy: 22% of a broker's busy time while leaderships moved)."""
+
+    FULL_LOOK_S: Final = 5.0
+
     def __init__(
         self, node_id: int, leader_id: int, connection: BrokerConnection,
         config: FetcherConfig, broker_epoch: Callable[[], int], now_ms: Callable[[], int],
@@ -226,6 +253,11 @@ class ReplicaFetcher:
         self.broker_epoch = broker_epoch
         self.now_ms = now_ms
         self.states: dict[tuple[str, int], FetchState] = {}
+        self._by_id: dict[_IdKey, FetchState] = {}
+        self._dirty: set[_IdKey] = set()
+        self._delayed: dict[_IdKey, FetchState] = {}  # delayed_until still to come
+        self._resets: dict[_IdKey, FetchState] = {}  # reset_needed
+        self._full_look_at = 0.0  # loop time
         self._wake = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
         # the incremental fetch session with the leader (KIP-227, broker.fetch_sessions):
@@ -233,8 +265,7 @@ class ReplicaFetcher:
         # and per partition in it what the leader was last told
         self.session_id = NO_SESSION
         self.session_epoch = INITIAL_EPOCH
-        self._in_session: dict[tuple[Any, int], tuple[int, int, int, int]] = {}
-        self._asked: dict[tuple[Any, int], tuple[int, int, int, int]] = {}
+        self._in_session: dict[_IdKey, _Position] = {}
 
     def reset_session(self) -> None:
         """Open a new session with the next request (a full fetch)."""
@@ -242,23 +273,37 @@ class ReplicaFetcher:
         self._in_session = {}
 
     def add(self, partition: Partition) -> None:
-        self.states[(partition.topic, partition.index)] = FetchState(
-            partition, partition.leader_epoch)
+        old = self.states.get((partition.topic, partition.index))
+        if old is not None:
+            self._drop(old)
+        state = FetchState(partition, partition.leader_epoch)
+        self.states[(partition.topic, partition.index)] = state
+        self._by_id[_id_key(state)] = state
+        self._dirty.add(_id_key(state))
         self._wake.set()
 
     def remove(self, partition: Partition) -> None:
         state = self.states.get((partition.topic, partition.index))
         if state is not None and state.partition is partition:
             del self.states[(partition.topic, partition.index)]
+            self._drop(state)
+
+    def _drop(self, state: FetchState) -> None:
+        key = _id_key(state)
+        if self._by_id.get(key) is state:
+            del self._by_id[key]
+            self._delayed.pop(key, None)
+            self._resets.pop(key, None)
+            self._dirty.add(key)  # to be forgotten by the leader's session
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
             now = loop.time()
-            ready = [s for s in self.states.values() if s.delayed_until <= now]
-            if not ready:
+            self._end_delays(now)
+            if len(self._delayed) == len(self._by_id):  # nothing to fetch now
                 self._wake.clear()
-                wake_at = min((s.delayed_until for s in self.states.values()),
+                wake_at = min((s.delayed_until for s in self._delayed.values()),
                               default=math.inf)
                 timeout = None if wake_at == math.inf else max(0.0, wake_at - now)
                 with contextlib.suppress(TimeoutError):
@@ -266,11 +311,14 @@ class ReplicaFetcher:
                         await self._wake.wait()
                 continue
             try:
-                for state in [s for s in ready if s.reset_needed]:
-                    await self._reset_offset(state)
-                fetchable = [s for s in ready if not s.reset_needed and self._current(s)]
-                if fetchable:
-                    await self._fetch(fetchable)
+                for state in list(self._resets.values()):
+                    if _id_key(state) not in self._delayed:
+                        await self._reset_offset(state)
+                if not await self._fetch():  # nothing in the session, nor to add to it
+                    self._wake.clear()
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(self.config.backoff_ms / 1000):
+                            await self._wake.wait()
             except asyncio.CancelledError:
                 raise
             except (OSError, TimeoutError, asyncio.IncompleteReadError, FrameError,
@@ -279,12 +327,23 @@ class ReplicaFetcher:
                 log.info("broker %d: fetch from leader %d failed (%s); retrying in %d ms",
                          self.node_id, self.leader_id, error or type(error).__name__,
                          self.config.backoff_ms)
-                self._delay(ready, self.config.backoff_ms)
+                self._delay(list(self._by_id.values()), self.config.backoff_ms)
             except Exception:
                 self.reset_session()
                 log.exception("broker %d: fetch from leader %d failed", self.node_id,
                               self.leader_id)
-                self._delay(ready, self.config.backoff_ms)
+                self._delay(list(self._by_id.values()), self.config.backoff_ms)
+
+    def _end_delays(self, now: float) -> None:
+        """States whose delay is over are fetched again; every FULL_LOOK_S, all are looked
+        at."""
+        for key in [k for k, s in self._delayed.items() if s.delayed_until <= now]:
+            del self._delayed[key]
+            self._dirty.add(key)
+        if now >= self._full_look_at:
+            self._full_look_at = now + self.FULL_LOOK_S
+            self._dirty.update(self._by_id)
+            self._dirty.update(self._in_session)
 
     def _current(self, state: FetchState) -> bool:
         """The state still follows what the replica manager says about its partition."""
@@ -296,37 +355,56 @@ class ReplicaFetcher:
         until = asyncio.get_running_loop().time() + delay_ms / 1000
         for state in states:
             if state.delayed_until != math.inf:
-                state.delayed_until = until
+                self._delay_until(state, until)
 
-    def build_request(self, states: list[FetchState]) -> tuple[Any, list[tuple[FetchState,
-                                                                                int]]]:
-        """The Fetch for `states`: in a session, only the partitions whose position changed
-        since the leader was last told, and the ones to forget; else all of them."""
+    def _delay_until(self, state: FetchState, until: float) -> None:
+        state.delayed_until = until
+        key = _id_key(state)
+        if self._by_id.get(key) is state:
+            self._delayed[key] = state
+            self._dirty.add(key)  # the leader's session forgets it meanwhile
+
+    def _needs_reset(self, state: FetchState, needed: bool) -> None:
+        state.reset_needed = needed
+        key = _id_key(state)
+        if needed and self._by_id.get(key) is state:
+            self._resets[key] = state
+        elif self._resets.get(key) is state:
+            del self._resets[key]
+        self._dirty.add(key)
+
+    def build_request(self) -> tuple[Any, FetchRound]:
+        """The Fetch of this round: in a session, only the partitions whose position
+        changed since the leader was last told, and the ones to forget; else all of
+        them."""
         full = self.session_epoch == INITIAL_EPOCH
+        if full:
+            looked_at: set[_IdKey] | dict[_IdKey, FetchState] = self._by_id
+            self._dirty = set()
+        else:
+            looked_at, self._dirty = self._dirty, set()
         by_topic: dict[Any, list[Any]] = {}
-        sent = []
-        asked: dict[tuple[Any, int], tuple[int, int, int, int]] = {}
-        for state in states:
-            partition = state.partition
-            log_ = partition.log
-            fetch_offset = log_.log_end_offset
-            sent.append((state, fetch_offset))
-            key = (partition.topic_id, partition.index)
-            position = (fetch_offset, state.leader_epoch, log_.latest_epoch,
+        told: dict[_IdKey, _Position | None] = {}
+        for key in looked_at:
+            state = self._by_id.get(key)
+            if (state is None or key in self._delayed or state.reset_needed
+                    or not self._current(state)):
+                if not full and key in self._in_session:
+                    told[key] = None  # forgotten
+                continue
+            log_ = state.partition.log
+            position = (log_.log_end_offset, state.leader_epoch, log_.latest_epoch,
                         log_.log_start_offset)
-            asked[key] = position
             if not full and self._in_session.get(key) == position:
                 continue  # the leader's session has it as it is
-            by_topic.setdefault(partition.topic_id, []).append(make(fetch_request.FetchPartition,
-                partition=partition.index, current_leader_epoch=state.leader_epoch,
-                fetch_offset=fetch_offset, last_fetched_epoch=log_.latest_epoch,
-                log_start_offset=log_.log_start_offset,
-                partition_max_bytes=self.config.max_bytes))
+            told[key] = position
+            by_topic.setdefault(key[0], []).append(make(fetch_request.FetchPartition,
+                partition=key[1], current_leader_epoch=state.leader_epoch,
+                fetch_offset=position[0], last_fetched_epoch=position[2],
+                log_start_offset=position[3], partition_max_bytes=self.config.max_bytes))
         forgotten: dict[Any, list[int]] = {}
-        if not full:
-            for topic_id, index in self._in_session.keys() - asked.keys():
-                forgotten.setdefault(topic_id, []).append(index)
-        self._asked = asked
+        for key in [key for key, told_as in told.items() if told_as is None]:
+            forgotten.setdefault(key[0], []).append(key[1])
         request = make(fetch_request.FetchRequest,
             replica_state=make(fetch_request.ReplicaState, replica_id=self.node_id,
                                                      replica_epoch=self.broker_epoch()),
@@ -340,52 +418,66 @@ class ReplicaFetcher:
                      partitions=tuple(sorted(indexes)))
                 for topic_id, indexes in forgotten.items()),
             rack_id="")
-        return request, sent
+        return request, FetchRound(full, told)
 
-    def _session_answered(self, response: Any) -> None:
+    def _session_answered(self, response: Any, round_: FetchRound) -> None:
         """The leader answered within the session (or opened one, or made none)."""
         if response.session_id == NO_SESSION:
             self.reset_session()  # no room in its cache: full fetches, asking again each time
             return
         if self.session_epoch == INITIAL_EPOCH or response.session_id != self.session_id:
             self.session_id, self.session_epoch = response.session_id, 1
+            self._in_session = {}
         else:
             self.session_epoch = next_epoch(self.session_epoch)
-        self._in_session = self._asked
+        for key, position in round_.told.items():
+            if position is None:
+                self._in_session.pop(key, None)
+            else:
+                self._in_session[key] = position
 
-    async def _fetch(self, states: list[FetchState]) -> None:
-        request, sent = self.build_request(states)
+    async def _fetch(self) -> bool:
+        """One round; False when there was nothing to fetch."""
+        request, round_ = self.build_request()
+        if not request.topics and not self._in_session and not request.forgotten_topics_data:
+            return False
         response = await self.connection.request(ApiKey.FETCH, FETCH_VERSION, request,
                                                   extra_timeout_ms=self.config.wait_max_ms)
         if response.error_code in _SESSION_ERRORS:
             log.info("broker %d: leader %d answered the fetch with %s; opening a new session",
                      self.node_id, self.leader_id, response.error_code.name)
             self.reset_session()
-            return
+            return True
         if response.error_code != ErrorCode.none:
             log.info("broker %d: leader %d answered the fetch with %s", self.node_id,
                      self.leader_id, response.error_code.name)
             self.reset_session()
-            self._delay(states, self.config.backoff_ms)
-            return
-        self._session_answered(response)
-        self.handle_response(sent, response)
+            self._delay(list(self._by_id.values()), self.config.backoff_ms)
+            return True
+        self._session_answered(response, round_)
+        self.handle_response(round_, response)
+        return True
 
-    def handle_response(self, sent: list[tuple[FetchState, int]], response: Any) -> None:
-        answers = {(topic.topic_id, data.partition_index): data
-                   for topic in response.responses for data in topic.partitions}
-        for state, fetch_offset in sent:
-            data = answers.get((state.partition.topic_id, state.partition.index))
-            if data is None or not self._current(state):
-                continue
-            if state.partition.log.log_end_offset != fetch_offset:
-                continue  # the log moved meanwhile (truncated): the answer is stale
-            try:
-                self.handle_partition(state, data)
-            except KafkaError as error:
-                log.warning("broker %d: %s from leader %d: %s", self.node_id,
-                            state.partition.name, self.leader_id, error)
-                self._delay([state], self.config.backoff_ms)
+    def handle_response(self, round_: FetchRound, response: Any) -> None:
+        """Each answered partition, if its state is current and its log has not moved
+        since it was asked for (at the position told this round, or before in the
+        session)."""
+        for topic in response.responses:
+            for data in topic.partitions:
+                key = (topic.topic_id, data.partition_index)
+                state = self._by_id.get(key)
+                if state is None or not self._current(state):
+                    continue
+                position = round_.told.get(key) or self._in_session.get(key)
+                if position is None or state.partition.log.log_end_offset != position[0]:
+                    continue  # the log moved meanwhile (truncated): the answer is stale
+                self._dirty.add(key)  # its position may move now
+                try:
+                    self.handle_partition(state, data)
+                except KafkaError as error:
+                    log.warning("broker %d: %s from leader %d: %s", self.node_id,
+                                state.partition.name, self.leader_id, error)
+                    self._delay([state], self.config.backoff_ms)
 
     def handle_partition(self, state: FetchState, data: Any) -> None:
         partition = state.partition
@@ -406,11 +498,11 @@ class ReplicaFetcher:
             learn_from_leader(log_, data.high_watermark, data.log_start_offset)
             partition.wake_waiters()
         elif code == ErrorCode.offset_out_of_range:
-            state.reset_needed = True
+            self._needs_reset(state, True)
         elif code in _WAIT_FOR_METADATA:
             log.info("broker %d: %s: leader %d answers %s; waiting for the metadata",
                      self.node_id, partition.name, self.leader_id, code.name)
-            state.delayed_until = math.inf
+            self._delay_until(state, math.inf)
         else:
             log.info("broker %d: %s: leader %d answers %s; retrying in %d ms", self.node_id,
                      partition.name, self.leader_id, code.name, self.config.backoff_ms)
@@ -436,7 +528,7 @@ class ReplicaFetcher:
                      "truncating", self.node_id, state.partition.name, end, self.leader_id,
                      latest)
             log_.truncate_to(latest)
-        state.reset_needed = False
+        self._needs_reset(state, False)
 
     async def _leader_offset(self, state: FetchState, timestamp: int) -> int | None:
         partition = state.partition

@@ -82,3 +82,78 @@ async def test_an_append_to_a_partition_looked_at_before_the_fetch_yielded_answe
                 for data in topic.partitions}
     assert answered[0].records and answered[0].high_watermark == 1
     assert all(not answered[index].records for index in range(1, PARTITIONS))
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.ms = 1_000_000
+
+    def __call__(self) -> int:
+        return self.ms
+
+
+def session_fetch(session_id: int, epoch: int, offsets: dict[int, int]) -> object:
+    """A consumer's fetch in a session (KIP-227), naming the partitions in `offsets`."""
+    return make(
+        fetch_request.FetchRequest, replica_id=-1, max_wait=datetime.timedelta(0),
+        min_bytes=1, max_bytes=1 << 20, isolation_level=0, session_id=session_id,
+        session_epoch=epoch,
+        topics=(make(fetch_request.FetchTopic, topic="t", partitions=tuple(
+            make(fetch_request.FetchPartition, partition=index, current_leader_epoch=-1,
+                 fetch_offset=offset, last_fetched_epoch=-1, log_start_offset=-1,
+                 partition_max_bytes=1 << 16)
+            for index, offset in offsets.items())),) if offsets else (),
+        forgotten_topics_data=(), rack_id="")
+
+
+async def test_an_idle_session_looks_again_only_at_partitions_noted_as_changed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a session's partitions went idle, an incremental fetch looks at none of them
+    until the replica manager notes a change (an append here); a change it was not told
+    of (retention moving a log start) is seen at the session's full look."""
+    clock = Clock()
+    log_manager = LogManager([tmp_path], {})
+    log_manager.load(0)
+    manager = ReplicaManager(ME, log_manager, {}, clock)
+    looks = 0
+    idle_state = apis_module._idle_state
+
+    def counted(partition: Partition) -> object:
+        nonlocal looks
+        looks += 1
+        return idle_state(partition)
+
+    monkeypatch.setattr(apis_module, "_idle_state", counted)
+    try:
+        partitions = [lead(manager, index) for index in range(PARTITIONS)]
+        for partition in partitions:
+            manager.append(partition, build_batch([(b"k", b"v", [], 1)]), acks=1)
+        apis = BrokerApis(ME, MetadataCache(ME, "cluster"), manager, [],
+                          auto_create_topics=None)
+        context = types.SimpleNamespace(header=types.SimpleNamespace(api_version=12))
+        opened = await apis.fetch(context, session_fetch(  # type: ignore[arg-type]
+            0, 0, dict.fromkeys(range(PARTITIONS), 1)))
+        session_id = opened.session_id
+        assert session_id != 0
+
+        async def incremental(epoch: int, offsets: dict[int, int] | None = None
+                              ) -> dict[int, object]:
+            response = await apis.fetch(context, session_fetch(  # type: ignore[arg-type]
+                session_id, epoch, offsets or {}))
+            return {data.partition_index: data for topic in response.responses
+                    for data in topic.partitions}
+
+        assert await incremental(1) == {}
+        looks = 0
+        assert await incremental(2) == {}
+        assert looks == 0  # none of the idle partitions was looked at
+        manager.append(partitions[3], build_batch([(b"k", b"v", [], 1)]), acks=1)
+        answered = await incremental(3)
+        assert list(answered) == [3] and looks <= 2
+        partitions[7].log.delete_records(1, clock())  # as retention would: nobody told
+        assert await incremental(4, {3: 2}) == {}  # the consumer moved past the record
+        clock.ms += apis_module.FULL_LOOK_MS
+        answered = await incremental(5)
+        assert list(answered) == [7] and answered[7].log_start_offset == 1  # type: ignore[attr-defined]
+    finally:
+        log_manager.close()

@@ -23,6 +23,7 @@ from kio.schema.errors import ErrorCode
 from pykraft.broker.fetch_sessions import (
     NO_SESSION,
     FetchContext,
+    FetchSession,
     FetchSessionCache,
     SessionPartition,
     topic_key,
@@ -68,6 +69,8 @@ EARLIEST_TIMESTAMP = -2
 # FETCH_SLICE_CHECK partitions (each look takes some 10-30 us)
 FETCH_SLICE_S = 0.02
 FETCH_SLICE_CHECK = 64
+# a fetch session's partitions are all looked at (not only those noted as changed) this often
+FULL_LOOK_MS = 5_000
 READ_COMMITTED = 1  # isolation_level of Fetch and ListOffsets
 LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
@@ -285,7 +288,7 @@ class BrokerApis:
         first_pass = True
         while True:
             reads, total, errors, parked, woken = await self._read_fetch(
-                fetch.partitions, max_bytes, replica_id, first_pass, committed)
+                fetch.partitions, max_bytes, replica_id, first_pass, committed, fetch.session)
             first_pass = False
             remaining_ms = int((deadline - loop.time()) * 1000)
             if total >= min_bytes or errors or remaining_ms <= 0 or not parked:
@@ -306,12 +309,14 @@ class BrokerApis:
 
     async def _read_fetch(
         self, wanted: list[SessionPartition], max_bytes: int, replica_id: int,
-        first_pass: bool, committed: bool,
+        first_pass: bool, committed: bool, session: FetchSession | None = None,
     ) -> tuple[list[PartitionRead | None], int, bool, list[Partition], bool]:
         """One look at every partition; `errors` is true when one answered without waiting
         (an error or a diverging epoch), `parked` the partitions a wait is parked on. A
         session's partition that had nothing to read, in a state that has not changed
-        since, is passed by (None): it has nothing to say.
+        since, is passed by (None): it has nothing to say. Which of them changed is asked
+        of the replica manager's record of changes (`_changed_since_last_look`); only those
+        are looked at again, except at the session's full look.
 
         A look at thousands of partitions (a follower's first fetch of the 33,000 it
         follows) yields to the loop every FETCH_SLICE_S, so that the node's metadata fetch
@@ -325,6 +330,7 @@ class BrokerApis:
         reads: list[PartitionRead | None] = []
         partitions = self.replicas.get_partition
         now_ms = self.replicas.now_ms()
+        changed = self._changed_since_last_look(session, len(wanted), first_pass, now_ms)
         watch: asyncio.Future[None] | None = None
         watched = 0  # parked[:watched] carry `watch` among their waiters
         slice_ends = loop.time() + FETCH_SLICE_S
@@ -339,6 +345,11 @@ class BrokerApis:
                     image, now_ms = self.cache.image, self.replicas.now_ms()
                     slice_ends = loop.time() + FETCH_SLICE_S
                 if each.idle is not None:  # nothing to read when last read: still so?
+                    held = each.idle[0]  # the partition it was read from
+                    if changed is not None and held not in changed:  # yes: nothing noted
+                        parked.append(held)
+                        reads.append(None)
+                        continue
                     partition = partitions(each.topic, each.partition)
                     if partition is not None and each.idle == _idle_state(partition):
                         if replica_id >= 0 and first_pass:  # a follower at our log end
@@ -362,6 +373,24 @@ class BrokerApis:
                     with contextlib.suppress(ValueError):  # woken: the list was swapped
                         held.waiters.remove(watch)
         return reads, total, errors, parked, watch is not None and watch.done()
+
+    def _changed_since_last_look(self, session: FetchSession | None, size: int,
+                                 first_pass: bool, now_ms: int) -> set[Partition] | None:
+        """The partitions changed since `session`'s last look, or None: look at each (no
+        session, too many changes, or the session's full look is due: every FULL_LOOK_MS,
+        and at least four times per replica.lag.time.max.ms, which records its idle
+        followers as caught up)."""
+        if session is None:
+            return None
+        changes = self.replicas.changes
+        changed = None
+        if not first_pass or now_ms < session.full_look_ms:
+            changed = changes.since(session.changes_seen, size)
+        if changed is None and first_pass:
+            session.full_look_ms = now_ms + min(FULL_LOOK_MS,
+                                                self.replicas.replica_lag_time_max_ms // 4)
+        session.changes_seen = changes.count
+        return changed
 
     def _fetch_responses(self, module: Any, fetch: FetchContext,
                          reads: list[PartitionRead | None]) -> tuple[Any, ...]:

@@ -85,6 +85,12 @@ class FetchSession:
     partitions: OrderedDict[Key, SessionPartition]
     epoch: int = 1  # the epoch the next request must carry
     last_used_ms: int = 0
+    # the Fetch handler's: how many partition changes (ReplicaManager.changes) it had
+    # seen at its last look at the session's partitions, and when it looks at all of them
+    # again (for a change that did not wake anyone: retention moving a log start; and to
+    # record an idle follower as still caught up)
+    changes_seen: int = -1
+    full_look_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)

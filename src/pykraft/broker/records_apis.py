@@ -98,6 +98,8 @@ class RecordsApis:
                                        f"negative offset {offset}")
             before = log.log_start_offset
             after = log.delete_records(offset, self.replicas.now_ms())
+            if after != before:  # parked fetches tell the new log start at once
+                partition.wake_waiters()
         except Exception as error:  # noqa: BLE001 - mapped to the partition's error code
             code, _ = error_of(error)
             return code, -1, False

@@ -32,6 +32,7 @@ a high watermark move or a leadership change completes them all; each then looks
 from __future__ import annotations
 
 import asyncio
+import collections
 import functools
 import heapq
 import itertools
@@ -209,6 +210,30 @@ class AlterPartitionBatcher:
             self._task = None
 
 
+class PartitionChanges:
+    """The partitions whose state changed (each `wake_waiters`: an append, a high watermark
+    or log start move, an ISR or leadership change, a removal), in order, the last `keep`
+    of them. A fetch session asks for those since its last look (`since`), so that an
+    incremental fetch of 33,000 idle partitions looks again only at the few that changed
+    instead of at each of them (py-spy: 53% of a broker's time at 100,000 partitions)."""
+
+    def __init__(self, keep: int = 65_536) -> None:
+        self.count = 0  # of changes noted since the start
+        self._recent: collections.deque[Partition] = collections.deque(maxlen=keep)
+
+    def note(self, partition: Partition) -> None:
+        self.count += 1
+        self._recent.append(partition)
+
+    def since(self, count: int, limit: int) -> set[Partition] | None:
+        """The partitions changed after the first `count` changes; None when more than
+        `limit` changes came since, or some are no longer kept (look at everything)."""
+        new = self.count - count
+        if count < 0 or new > limit or new > len(self._recent):
+            return None
+        return set(itertools.islice(reversed(self._recent), new))
+
+
 class FetcherControl(Protocol):
     """The replica fetchers, as the replica manager drives them (broker.replica_fetcher)."""
 
@@ -238,10 +263,13 @@ class Partition:
     # when the leadership they were made under ends
     hw_waiters: list[tuple[int, int, asyncio.Future[None]]] = field(default_factory=list)
     hw_waiters_leadership: tuple[int, int] = (-1, -1)  # (leader id, leader epoch) of those
+    changes: PartitionChanges | None = None  # its replica manager's, told of each change
 
     def wake_waiters(self) -> None:
         """Something changed (an append, the high watermark, the leadership): parked
         fetches read again, and produces the high watermark now covers complete."""
+        if self.changes is not None:
+            self.changes.note(self)
         waiters, self.waiters = self.waiters, []
         for waiter in waiters:
             if not waiter.done():
@@ -328,6 +356,7 @@ class ReplicaManager:
         self.alter_partition: AlterPartitionSender | None = None
         self.retry_backoff_ms = 100
         self._partitions: dict[tuple[str, int], Partition] = {}
+        self.changes = PartitionChanges()
         self._image: MetadataImage | None = None
         self._alter_tasks: set[asyncio.Task[None]] = set()
         self._pending: dict[tuple[str, int], PendingReplica] = {}  # logs being created
@@ -463,7 +492,8 @@ class ReplicaManager:
                 log.error("broker %d cannot create the log of %s-%d, which it does not serve: "
                           "%s", self.node_id, topic, index, error)
                 return
-            partition = Partition(topic, topic_id, index, partition_log, NO_LEADER, -1, (), ())
+            partition = Partition(topic, topic_id, index, partition_log, NO_LEADER, -1, (), (),
+                                  changes=self.changes)
             self._partitions[key] = partition
         was_leader = partition.leader_id == self.node_id
         new_epoch = registration.leader_epoch != partition.leader_epoch

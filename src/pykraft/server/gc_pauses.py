@@ -19,6 +19,18 @@ broker of 100,000 partitions, which had frozen after every full collection and s
 300,000 such objects in 10 minutes). Freezing only after the long ones keeps both rare.
 The JVM's collectors trade the same way between young and old generations.
 
+Full collections also come too often for such a node. CPython runs one when the objects
+promoted out of the young generations since the last one reach a quarter of those that
+survived it -- and a node's requests keep hundreds of thousands of objects alive across
+young collections (a follower fetch of 33,000 partitions), each promoted, most dead soon
+after. `thresholds` (installed with the rest, the previous ones put back on uninstall)
+make young collections rarer, so fewer of those objects live long enough to be promoted,
+and a full collection wait for at least 100 collections of the middle generation. In a
+model of that load (1,000,000 long-lived objects, four requests of 90,000 objects in
+flight), CPython's defaults (700, 10, 10) made 218 full collections, 9.5 s of a 14.1 s
+run; (10,000, 20, 100) made 1, and the run took 5.4 s, its longest young collection
+16 ms.
+
 A pause of at least `threshold_ms` is logged at INFO with its generation; the usual young
 collections, shorter, are not.
 """
@@ -35,6 +47,7 @@ __all__ = ["GcPauses"]
 log = logging.getLogger(__name__)
 
 DEFAULT_THRESHOLD_MS: Final = 100
+DEFAULT_THRESHOLDS: Final = (10_000, 20, 100)  # gc.set_threshold's, per generation
 DEFAULT_THAW_INTERVAL_S: Final = 3600.0
 OLDEST: Final = 2  # the generation a full collection is of
 
@@ -44,10 +57,13 @@ class GcPauses:
     freezes the survivors of each long full collection."""
 
     def __init__(self, threshold_ms: int = DEFAULT_THRESHOLD_MS, *, freeze: bool = True,
-                 thaw_interval_s: float = DEFAULT_THAW_INTERVAL_S) -> None:
+                 thaw_interval_s: float = DEFAULT_THAW_INTERVAL_S,
+                 thresholds: tuple[int, int, int] | None = DEFAULT_THRESHOLDS) -> None:
         self.threshold_ms = threshold_ms
         self.freeze = freeze
         self.thaw_interval_s = thaw_interval_s
+        self.thresholds = thresholds  # None: leave CPython's
+        self._previous_thresholds: tuple[int, int, int] | None = None
         self.longest_ms = 0.0  # of the pauses seen since installed
         self._started = 0.0
         self._thawed_at = time.monotonic()
@@ -55,10 +71,16 @@ class GcPauses:
     def install(self) -> None:
         if self._on_collection not in gc.callbacks:
             gc.callbacks.append(self._on_collection)
+            if self.thresholds is not None:
+                self._previous_thresholds = gc.get_threshold()
+                gc.set_threshold(*self.thresholds)
 
     def uninstall(self) -> None:
         if self._on_collection in gc.callbacks:
             gc.callbacks.remove(self._on_collection)
+            if self._previous_thresholds is not None:
+                gc.set_threshold(*self._previous_thresholds)
+                self._previous_thresholds = None
 
     def _on_collection(self, phase: str, info: dict[str, Any]) -> None:
         if phase == "start":

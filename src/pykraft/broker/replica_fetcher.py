@@ -49,6 +49,7 @@ from kio.schema.fetch.v15 import request as fetch_request
 from kio.schema.list_offsets.v7 import request as list_offsets_request
 
 from pykraft.broker.fetch_sessions import INITIAL_EPOCH, NO_SESSION, next_epoch
+from pykraft.broker.partition_events import PartitionEvents
 from pykraft.broker.replica_manager import Partition
 from pykraft.errors import KafkaError
 from pykraft.protocol.api import ApiKey
@@ -266,6 +267,7 @@ class ReplicaFetcher:
         self.session_id = NO_SESSION
         self.session_epoch = INITIAL_EPOCH
         self._in_session: dict[_IdKey, _Position] = {}
+        self._event_logs: dict[str, PartitionEvents] = {}
 
     def reset_session(self) -> None:
         """Open a new session with the next request (a full fetch)."""
@@ -487,10 +489,9 @@ class ReplicaFetcher:
             diverging = data.diverging_epoch
             if diverging.epoch != -1 or diverging.end_offset != -1:
                 offset = truncation_offset(log_, diverging.epoch, diverging.end_offset)
-                log.info("broker %d: %s diverged from leader %d (its epoch %d ended at %d); "
-                         "truncating from %d to %d", self.node_id, partition.name,
-                         self.leader_id, diverging.epoch, diverging.end_offset,
-                         log_.log_end_offset, offset)
+                self._events(f"diverged from leader {self.leader_id}; truncating").add(
+                    partition.name, f"(its epoch {diverging.epoch} ended at "
+                    f"{diverging.end_offset}): from {log_.log_end_offset} to {offset}")
                 log_.truncate_to(offset)
                 return
             if data.records:
@@ -500,13 +501,22 @@ class ReplicaFetcher:
         elif code == ErrorCode.offset_out_of_range:
             self._needs_reset(state, True)
         elif code in _WAIT_FOR_METADATA:
-            log.info("broker %d: %s: leader %d answers %s; waiting for the metadata",
-                     self.node_id, partition.name, self.leader_id, code.name)
+            self._events(f"leader {self.leader_id} answers {code.name}; waiting for the "
+                         "metadata").add(partition.name)
             self._delay_until(state, math.inf)
         else:
-            log.info("broker %d: %s: leader %d answers %s; retrying in %d ms", self.node_id,
-                     partition.name, self.leader_id, code.name, self.config.backoff_ms)
+            self._events(f"leader {self.leader_id} answers {code.name}; retrying in "
+                         f"{self.config.backoff_ms} ms").add(partition.name)
             self._delay([state], self.config.backoff_ms)
+
+    def _events(self, what: str) -> PartitionEvents:
+        """The log of one kind of event, one line per loop turn (a leader that stopped
+        leading 33,000 partitions says so for each of them)."""
+        events = self._event_logs.get(what)
+        if events is None:
+            events = self._event_logs[what] = PartitionEvents(
+                log, f"broker {self.node_id}: {what}")
+        return events
 
     async def _reset_offset(self, state: FetchState) -> None:
         """OFFSET_OUT_OF_RANGE: restart below the leader's log start; cut back to its high

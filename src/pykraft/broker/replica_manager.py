@@ -47,6 +47,7 @@ import immutables
 from kio.schema.alter_partition.v3 import request as alter_request
 from kio.schema.errors import ErrorCode
 
+from pykraft.broker.partition_events import PartitionEvents
 from pykraft.errors import (
     FencedLeaderEpoch,
     InvalidRequiredAcks,
@@ -362,6 +363,14 @@ class ReplicaManager:
         self._pending: dict[tuple[str, int], PendingReplica] = {}  # logs being created
         self._to_create: list[tuple[str, int, uuid.UUID]] = []
         self._creator: asyncio.Task[None] | None = None
+        # one log line per loop turn for each kind, however many partitions it names
+        self._isr_adds = PartitionEvents(log, "adding a follower to the ISR")
+        self._isr_removes = PartitionEvents(
+            log, f"removing followers from the ISR (not caught up for "
+                 f"{self.replica_lag_time_max_ms} ms)")
+        self._isr_changes = PartitionEvents(log, "ISR now")
+        self._alter_unanswered = PartitionEvents(log, "AlterPartition not answered; retrying")
+        self._alter_refused = PartitionEvents(log, "AlterPartition refused")
 
     # -- following the metadata image --------------------------------------------------
 
@@ -723,8 +732,8 @@ class ReplicaManager:
         if caught_up and self._broker_eligible(replica_id):
             new_isr = tuple(r for r in partition.replicas
                             if r in partition.isr or r == replica_id)
-            log.info("%s: adding broker %d to the ISR %s (at offset %d)", partition.name,
-                     replica_id, list(partition.isr), state.log_end_offset)
+            self._isr_adds.add(partition.name, f"broker {replica_id} to {list(partition.isr)} "
+                               f"(at offset {state.log_end_offset})")
             self._propose_isr(partition, new_isr)
 
     def out_of_sync_replicas(self, partition: Partition, now_ms: int) -> tuple[int, ...]:
@@ -754,9 +763,7 @@ class ReplicaManager:
             if not lagging:
                 continue
             new_isr = tuple(r for r in partition.isr if r not in lagging)
-            log.info("%s: removing %s from the ISR %s (not caught up for %d ms)",
-                     partition.name, list(lagging), list(partition.isr),
-                     self.replica_lag_time_max_ms)
+            self._isr_removes.add(partition.name, f"{list(lagging)} from {list(partition.isr)}")
             self._propose_isr(partition, new_isr)
             proposed += 1
         return proposed
@@ -792,8 +799,7 @@ class ReplicaManager:
             try:
                 result = await sender(update)
             except Exception as error:  # noqa: BLE001 - the controller is unreachable: retry
-                log.info("%s: AlterPartition not answered (%s); retrying in %d ms",
-                         partition.name, error, backoff_ms)
+                self._alter_unanswered.add(partition.name, f"({error}; {backoff_ms} ms)")
                 await asyncio.sleep(backoff_ms / 1000)
                 backoff_ms = min(MAX_ALTER_PARTITION_BACKOFF_MS, 2 * backoff_ms)
                 continue
@@ -813,8 +819,8 @@ class ReplicaManager:
         partition waits for the metadata (Kafka retries only what a retry can cure)."""
         partition.pending_isr = None
         if result.error_code != 0:
-            log.info("%s: AlterPartition %s refused with error %d", partition.name,
-                     list(update.new_isr), result.error_code)
+            self._alter_refused.add(partition.name,
+                                    f"{list(update.new_isr)} error {result.error_code}")
             # each fetch of a caught-up follower would propose again at once: wait a little
             # (the metadata usually brings the state the controller has meanwhile)
             partition.quiet_until_ms = self.now_ms() + REFUSED_PROPOSAL_QUIET_MS
@@ -824,8 +830,8 @@ class ReplicaManager:
             return  # stale: the metadata already moved past it
         partition.isr = result.isr
         partition.partition_epoch = result.partition_epoch
-        log.info("%s: ISR now %s (partition epoch %d)", partition.name, list(result.isr),
-                 result.partition_epoch)
+        self._isr_changes.add(partition.name, f"{list(result.isr)} (partition epoch "
+                              f"{result.partition_epoch})")
         self._maybe_advance_high_watermark(partition)
         partition.wake_waiters()
 

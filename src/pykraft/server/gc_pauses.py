@@ -19,19 +19,11 @@ broker of 100,000 partitions, which had frozen after every full collection and s
 300,000 such objects in 10 minutes). Freezing only after the long ones keeps both rare.
 The JVM's collectors trade the same way between young and old generations.
 
-Full collections also come too often for such a node. CPython runs one when the objects
-promoted out of the young generations since the last one reach a quarter of those that
-survived it -- and a node's requests keep hundreds of thousands of objects alive across
-young collections (a follower fetch of 33,000 partitions), each promoted, most dead soon
-after. `thresholds` (installed with the rest, the previous ones put back on uninstall)
-make young collections a little rarer, so fewer of those objects live long enough to be
-promoted, and a full collection wait for at least 100 collections of the middle
-generation. In a model of that load (1,000,000 long-lived objects, four requests of
-90,000 objects in flight), CPython's defaults (700, 10, 10) made 218 full collections,
-9.5 s of a 14.1 s run; (2,000, 10, 100) made 14 (0.6 s), the run took 5.2 s and its
-longest young collection 1.2 ms. (10,000, 20, 100) made 1, but its middle generation
-grew so large that on a 100,000-partition broker its collections paused the node for
-100-700 ms, 22-36 times in a 10-minute run.
+CPython's collection thresholds (700, 10, 10) are kept. Raising them was measured in the
+100,000-partition benchmark (2026-11-25): full collections became rare, but each then had
+more to walk -- (10,000, 20, 100) paused nodes 0.7-2.8 s at a time, (2,000, 10, 100)
+1.5-2.2 s, and a controller's pauses cost the metadata quorum its leader twice -- where
+the defaults, with the freezing above, paused them at most 0.54 s.
 
 A pause of at least `threshold_ms` is logged at INFO with its generation; the usual young
 collections, shorter, are not.
@@ -49,7 +41,6 @@ __all__ = ["GcPauses"]
 log = logging.getLogger(__name__)
 
 DEFAULT_THRESHOLD_MS: Final = 100
-DEFAULT_THRESHOLDS: Final = (2_000, 10, 100)  # gc.set_threshold's, per generation
 DEFAULT_THAW_INTERVAL_S: Final = 3600.0
 OLDEST: Final = 2  # the generation a full collection is of
 
@@ -59,13 +50,10 @@ class GcPauses:
     freezes the survivors of each long full collection."""
 
     def __init__(self, threshold_ms: int = DEFAULT_THRESHOLD_MS, *, freeze: bool = True,
-                 thaw_interval_s: float = DEFAULT_THAW_INTERVAL_S,
-                 thresholds: tuple[int, int, int] | None = DEFAULT_THRESHOLDS) -> None:
+                 thaw_interval_s: float = DEFAULT_THAW_INTERVAL_S) -> None:
         self.threshold_ms = threshold_ms
         self.freeze = freeze
         self.thaw_interval_s = thaw_interval_s
-        self.thresholds = thresholds  # None: leave CPython's
-        self._previous_thresholds: tuple[int, int, int] | None = None
         self.longest_ms = 0.0  # of the pauses seen since installed
         self._started = 0.0
         self._thawed_at = time.monotonic()
@@ -73,16 +61,10 @@ class GcPauses:
     def install(self) -> None:
         if self._on_collection not in gc.callbacks:
             gc.callbacks.append(self._on_collection)
-            if self.thresholds is not None:
-                self._previous_thresholds = gc.get_threshold()
-                gc.set_threshold(*self.thresholds)
 
     def uninstall(self) -> None:
         if self._on_collection in gc.callbacks:
             gc.callbacks.remove(self._on_collection)
-            if self._previous_thresholds is not None:
-                gc.set_threshold(*self._previous_thresholds)
-                self._previous_thresholds = None
 
     def _on_collection(self, phase: str, info: dict[str, Any]) -> None:
         if phase == "start":

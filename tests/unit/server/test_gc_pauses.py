@@ -85,20 +85,3 @@ def test_survivors_are_frozen_and_a_cycle_among_them_waits_for_the_thaw() -> Non
         assert gc.get_freeze_count() > 0
     finally:
         pauses.uninstall()
-
-
-def test_its_thresholds_hold_while_installed_and_the_previous_ones_come_back() -> None:
-    before = gc.get_threshold()
-    pauses = GcPauses(thresholds=(12_345, 21, 101))
-    pauses.install()
-    try:
-        assert gc.get_threshold() == (12_345, 21, 101)
-    finally:
-        pauses.uninstall()
-    assert gc.get_threshold() == before
-    untouched = GcPauses(thresholds=None)  # leaves CPython's alone
-    untouched.install()
-    try:
-        assert gc.get_threshold() == before
-    finally:
-        untouched.uninstall()

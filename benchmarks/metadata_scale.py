@@ -288,7 +288,7 @@ def main() -> None:
           "| restart to unfenced s | kill -9 until all led s | restart to unfenced s |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     with LocalCluster(controllers=3, brokers=3, configs=configs,
-                      startup_timeout_s=120) as cluster:
+                      startup_timeout_s=120, stop_timeout_s=300) as cluster:
         bootstrap = cluster.bootstrap_servers
         first_broker = cluster.node(cluster.broker_ids[0]).bootstrap_servers
         admin = AdminClient({"bootstrap.servers": bootstrap})

@@ -3,6 +3,11 @@ as a subprocess; both serve real clients and stop cleanly."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+
+import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -36,3 +41,28 @@ def test_in_process_node_serves_and_stops_cleanly() -> None:
         log_dir = cluster.log_dir
         cluster.stop()
         assert (log_dir / ".kafka_cleanshutdown").exists()
+
+
+def test_a_node_that_ignores_sigterm_is_killed_and_the_others_still_stopped() -> None:
+    """stop() kills a node still running stop_timeout_s after its SIGTERM, stops the rest
+    (the controllers after the brokers), and then says which it killed."""
+    cluster = LocalCluster(controllers=1, brokers=1, stop_timeout_s=0.5)
+    stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); " \
+               "print('up', flush=True); time.sleep(60)"
+    obedient = "import time; print('up', flush=True); time.sleep(60)"
+    processes = {}
+    try:
+        for node_id, code in zip(sorted(cluster.nodes), (obedient, stubborn), strict=True):
+            process = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+            assert process.stdout is not None and process.stdout.readline() == b"up\n"
+            cluster.node(node_id).process = process
+            processes[node_id] = process
+        with pytest.raises(TimeoutError, match=r"node\(s\) \[2\] did not stop"):
+            cluster.stop()
+        assert processes[1].poll() == -signal.SIGTERM
+        assert processes[2].poll() == -signal.SIGKILL
+    finally:
+        for process in processes.values():
+            if process.poll() is None:
+                process.kill()
+        cluster.close()

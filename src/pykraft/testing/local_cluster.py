@@ -60,6 +60,7 @@ class LocalCluster:
         configs: Mapping[str, str] | None = None,
         node_id: int = 1,
         startup_timeout_s: float = 30.0,
+        stop_timeout_s: float = 60.0,
         combined: int = 0,
         controllers: int = 0,
         brokers: int = 0,
@@ -80,6 +81,7 @@ class LocalCluster:
         self.controller_port = free_port()
         self.extra_configs = dict(configs or {})
         self.startup_timeout_s = startup_timeout_s
+        self.stop_timeout_s = stop_timeout_s
         self.cluster_id = random_uuid()
         self.process: subprocess.Popen[bytes] | None = None
         self._thread: threading.Thread | None = None
@@ -325,16 +327,29 @@ class LocalCluster:
         # broker's controlled shutdown needs a quorum of them to commit it (signalled
         # together, the controllers were gone at once and every broker waited out its
         # controller channel, 15 s); then the controllers and combined nodes, all at once
+        # A node that has not exited `stop_timeout_s` after its SIGTERM is killed, the
+        # others are still stopped, and then the timeout is raised: a broker of 100,000
+        # partitions outlasted the 60 s once, and the controllers after it were left
+        # running (their data directory deleted) into the next benchmark run.
         running = [n for n in self.nodes.values() if n.process is not None]
         brokers = [n for n in running if "controller" not in n.roles]
+        killed: list[int] = []
         for group in (brokers, [n for n in running if n not in brokers]):
             for node in group:
                 assert node.process is not None
                 node.process.send_signal(signal.SIGTERM)
             for node in group:
                 assert node.process is not None
-                node.process.wait(timeout=60)
+                try:
+                    node.process.wait(timeout=self.stop_timeout_s)
+                except subprocess.TimeoutExpired:
+                    node.process.kill()
+                    node.process.wait(timeout=60)
+                    killed.append(node.node_id)
                 node.process = None
+        if killed:
+            raise TimeoutError(f"node(s) {killed} did not stop within {self.stop_timeout_s} s "
+                               "of SIGTERM and were killed")
         if self.process is not None:
             self.kill(signal.SIGTERM)
         if self._thread is not None and self._loop is not None and self._node is not None:

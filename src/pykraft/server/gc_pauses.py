@@ -20,12 +20,14 @@ broker of 100,000 partitions, which had frozen after every full collection and s
 The JVM's collectors trade the same way between young and old generations.
 
 CPython's collection thresholds (700, 10, 10) are kept. Raising them was tried in the
-100,000-partition benchmark (2026-11-25): full collections became rare but each had more
-to walk -- (10,000, 20, 100) paused nodes 0.7-2.8 s at a time, (2,000, 10, 100) 1.5-2.2 s,
-and a controller's pauses cost the metadata quorum its leader twice -- where the defaults,
-with the freezing above, paused them at most 0.54 s. Those two runs shared the machine with
-server processes left over from earlier runs, so their pauses are longer than they would
-be alone; the defaults stay until a clean run says otherwise.
+100,000-partition benchmark (2026-11-25). In a clean run with (2,000, 10, 100) the nodes'
+pauses of 0.1 s or more added up to 1.3-6.1 s instead of 9-27 s, and creation and
+controlled shutdown were faster (16 s and 27 s, against 21-28 s and 36-44 s); but full
+collections, now rare, each had more to walk: 0.9-2.0 s, and the active controller's
+2.0 s pause cost the metadata quorum its leader (its followers' fetch timeout is 2 s).
+With the defaults and the freezing above, the longest pause was 0.43 s. (Two earlier runs,
+with (10,000, 20, 100) and (2,000, 10, 100), shared the machine with leftover processes:
+0.7-2.8 s pauses and two leader changes.)
 
 A pause of at least `threshold_ms` is logged at INFO with its generation; the usual young
 collections, shorter, are not.

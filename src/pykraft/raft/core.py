@@ -504,8 +504,7 @@ class RaftCore:
             self._election_deadline_ms = now_ms + self._election_timeout_ms()
         elif isinstance(restored, Follower):
             self._fetch_jitter_ms = self._rng.randint(0, self.config.election_jitter_ms)
-            self._fetch_deadline_ms = self._fetch_deadline_from_now()
-            self._fetch_credit_ms = 0
+            self._restart_fetch_deadline()
         else:
             self._election_deadline_ms = now_ms + self._election_timeout_ms()
 
@@ -828,18 +827,19 @@ class RaftCore:
         else:
             self._start_pre_vote()
 
-    def _fetch_deadline_from_now(self) -> int:
-        """When a follower that has just heard from its leader gives up on it: after
-        fetch.timeout.ms and this leadership's jitter, so that followers who heard from the
-        leader together do not time out together."""
-        return self._now_ms + self.config.fetch_timeout_ms + self._fetch_jitter_ms
+    def _restart_fetch_deadline(self) -> None:
+        """A follower that has just heard from its leader gives up on it after
+        fetch.timeout.ms and this leadership's jitter (so that followers who heard from the
+        leader together do not time out together); stalls may move it again (`stalled`)."""
+        self._fetch_deadline_ms = (self._now_ms + self.config.fetch_timeout_ms
+                                   + self._fetch_jitter_ms)
+        self._fetch_credit_ms = 0
 
     def _heard_from_leader(self) -> None:
         """Our leader answered a fetch: it is alive and reachable."""
         self._leader_contact_ms = self._now_ms
         self._leader_failures = 0
-        self._fetch_deadline_ms = self._fetch_deadline_from_now()
-        self._fetch_credit_ms = 0
+        self._restart_fetch_deadline()
 
     def _on_unreachable(self, source: int, correlation_id: int) -> None:
         """The transport says our fetch (or FetchSnapshot) to `source` failed: ask again
@@ -1668,8 +1668,7 @@ class RaftCore:
                     self._snapshot_fetch = None
                     self._leader_failures = 0
                     self._fetch_jitter_ms = self._rng.randint(0, self.config.election_jitter_ms)
-                self._fetch_deadline_ms = self._fetch_deadline_from_now()
-                self._fetch_credit_ms = 0
+                self._restart_fetch_deadline()
             case Leader():
                 self._on_become_leader(new_state)
             case Unattached() | Voted() | Resigned():

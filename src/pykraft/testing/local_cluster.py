@@ -342,11 +342,10 @@ class LocalCluster:
                 assert node.process is not None
                 try:
                     node.process.wait(timeout=self.stop_timeout_s)
+                    node.process = None
                 except subprocess.TimeoutExpired:
-                    node.process.kill()
-                    node.process.wait(timeout=60)
+                    node.kill()
                     killed.append(node.node_id)
-                node.process = None
         if killed:
             raise TimeoutError(f"node(s) {killed} did not stop within {self.stop_timeout_s} s "
                                "of SIGTERM and were killed")

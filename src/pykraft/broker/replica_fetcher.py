@@ -304,23 +304,16 @@ class ReplicaFetcher:
             now = loop.time()
             self._end_delays(now)
             if len(self._delayed) == len(self._by_id):  # nothing to fetch now
-                self._wake.clear()
                 wake_at = min((s.delayed_until for s in self._delayed.values()),
                               default=math.inf)
-                timeout = None if wake_at == math.inf else max(0.0, wake_at - now)
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(timeout):
-                        await self._wake.wait()
+                await self._sleep(None if wake_at == math.inf else max(0.0, wake_at - now))
                 continue
             try:
                 for state in list(self._resets.values()):
                     if _id_key(state) not in self._delayed:
                         await self._reset_offset(state)
                 if not await self._fetch():  # nothing in the session, nor to add to it
-                    self._wake.clear()
-                    with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout(self.config.backoff_ms / 1000):
-                            await self._wake.wait()
+                    await self._sleep(self.config.backoff_ms / 1000)
             except asyncio.CancelledError:
                 raise
             except (OSError, TimeoutError, asyncio.IncompleteReadError, FrameError,
@@ -335,6 +328,13 @@ class ReplicaFetcher:
                 log.exception("broker %d: fetch from leader %d failed", self.node_id,
                               self.leader_id)
                 self._delay(list(self._by_id.values()), self.config.backoff_ms)
+
+    async def _sleep(self, timeout_s: float | None) -> None:
+        """Until a partition is added (`add`) or `timeout_s` has passed."""
+        self._wake.clear()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_s):
+                await self._wake.wait()
 
     def _end_delays(self, now: float) -> None:
         """States whose delay is over are fetched again; every FULL_LOOK_S, all are looked

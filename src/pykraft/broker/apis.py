@@ -10,7 +10,6 @@ are not KafkaError become UNKNOWN_SERVER_ERROR for that partition and are logged
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime
 import logging
 import uuid
@@ -29,7 +28,7 @@ from pykraft.broker.fetch_sessions import (
     topic_key,
 )
 from pykraft.broker.metadata_cache import MetadataCache
-from pykraft.broker.replica_manager import Partition, ReplicaManager
+from pykraft.broker.replica_manager import Partition, ReplicaManager, unpark
 from pykraft.controller.features import api_versions_features
 from pykraft.errors import (
     InvalidRecord,
@@ -369,9 +368,7 @@ class BrokerApis:
                 reads.append(read)
         finally:
             if watch is not None:
-                for held in parked[:watched]:
-                    with contextlib.suppress(ValueError):  # woken: the list was swapped
-                        held.waiters.remove(watch)
+                unpark(parked[:watched], watch)
         return reads, total, errors, parked, watch is not None and watch.done()
 
     def _changed_since_last_look(self, session: FetchSession | None, size: int,

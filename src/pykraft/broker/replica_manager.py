@@ -860,8 +860,13 @@ async def _park(partitions: list[Partition], timeout_s: float) -> bool:
     except TimeoutError:
         return future.done()
     finally:
-        for partition in partitions:
-            try:
-                partition.waiters.remove(future)
-            except ValueError:
-                pass  # already woken: wake_waiters swapped the list out
+        unpark(partitions, future)
+
+
+def unpark(partitions: Iterable[Partition], future: asyncio.Future[None]) -> None:
+    """Take `future` out of the waiters of `partitions` that still hold it."""
+    for partition in partitions:
+        try:
+            partition.waiters.remove(future)
+        except ValueError:
+            pass  # already woken: wake_waiters swapped the list out

@@ -9,6 +9,7 @@ import types
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kio.schema.fetch.v12 import request as fetch_request
@@ -28,11 +29,24 @@ TOPIC_ID = uuid.UUID(int=11)
 PARTITIONS = 50
 
 
+class Clock:
+    def __init__(self) -> None:
+        self.ms = 1_000_000
+
+    def __call__(self) -> int:
+        return self.ms
+
+
 @pytest.fixture
-def manager(tmp_path: Path) -> Iterator[ReplicaManager]:
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def manager(tmp_path: Path, clock: Clock) -> Iterator[ReplicaManager]:
     log_manager = LogManager([tmp_path], {})
     log_manager.load(0)
-    yield ReplicaManager(ME, log_manager, {}, lambda: 1_000_000)
+    yield ReplicaManager(ME, log_manager, {}, clock)
     log_manager.close()
 
 
@@ -48,31 +62,42 @@ def lead(manager: ReplicaManager, index: int) -> Partition:
     return partition
 
 
-def consumer_fetch(max_wait_ms: int) -> object:
+def consumer_fetch(offsets: dict[int, int], *, max_wait_ms: int = 0, session_id: int = 0,
+                   epoch: int = -1) -> object:
+    """A consumer's fetch of the partitions in `offsets` (index -> fetch offset); in a
+    session (KIP-227) with `session_id` and `epoch`, none by default."""
     return make(
         fetch_request.FetchRequest, replica_id=-1,
         max_wait=datetime.timedelta(milliseconds=max_wait_ms), min_bytes=1,
-        max_bytes=1 << 20, isolation_level=0, session_id=0, session_epoch=-1,
+        max_bytes=1 << 20, isolation_level=0, session_id=session_id, session_epoch=epoch,
         topics=(make(fetch_request.FetchTopic, topic="t", partitions=tuple(
             make(fetch_request.FetchPartition, partition=index, current_leader_epoch=-1,
-                 fetch_offset=0, last_fetched_epoch=-1, log_start_offset=-1,
+                 fetch_offset=offset, last_fetched_epoch=-1, log_start_offset=-1,
                  partition_max_bytes=1 << 16)
-            for index in range(PARTITIONS))),),
+            for index, offset in offsets.items())),) if offsets else (),
         forgotten_topics_data=(), rack_id="")
 
 
+@pytest.fixture
+def apis(manager: ReplicaManager) -> BrokerApis:
+    return BrokerApis(ME, MetadataCache(ME, "cluster"), manager, [], auto_create_topics=None)
+
+
+async def fetch(apis: BrokerApis, request: object) -> Any:
+    return await apis.fetch(types.SimpleNamespace(  # type: ignore[arg-type]
+        header=types.SimpleNamespace(api_version=12)), request)
+
+
 async def test_an_append_to_a_partition_looked_at_before_the_fetch_yielded_answers_it(
-        manager: ReplicaManager, monkeypatch: pytest.MonkeyPatch) -> None:
+        manager: ReplicaManager, apis: BrokerApis, monkeypatch: pytest.MonkeyPatch) -> None:
     """The look yields after every partition here; an append to partition 0 lands while
     the look is at the others. The fetch answers with it at once, not after max_wait: the
     wait that follows the look would not hear of an append made before it parked."""
     monkeypatch.setattr(apis_module, "FETCH_SLICE_S", 0.0)
     monkeypatch.setattr(apis_module, "FETCH_SLICE_CHECK", 1)
     partitions = [lead(manager, index) for index in range(PARTITIONS)]
-    apis = BrokerApis(ME, MetadataCache(ME, "cluster"), manager, [],
-                      auto_create_topics=None)
-    context = types.SimpleNamespace(header=types.SimpleNamespace(api_version=12))
-    fetching = asyncio.ensure_future(apis.fetch(context, consumer_fetch(10_000)))  # type: ignore[arg-type]
+    fetching = asyncio.ensure_future(fetch(apis, consumer_fetch(
+        dict.fromkeys(range(PARTITIONS), 0), max_wait_ms=10_000)))
     for _ in range(5):  # the look is a few partitions in
         await asyncio.sleep(0)
     assert not fetching.done()
@@ -84,37 +109,12 @@ async def test_an_append_to_a_partition_looked_at_before_the_fetch_yielded_answe
     assert all(not answered[index].records for index in range(1, PARTITIONS))
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.ms = 1_000_000
-
-    def __call__(self) -> int:
-        return self.ms
-
-
-def session_fetch(session_id: int, epoch: int, offsets: dict[int, int]) -> object:
-    """A consumer's fetch in a session (KIP-227), naming the partitions in `offsets`."""
-    return make(
-        fetch_request.FetchRequest, replica_id=-1, max_wait=datetime.timedelta(0),
-        min_bytes=1, max_bytes=1 << 20, isolation_level=0, session_id=session_id,
-        session_epoch=epoch,
-        topics=(make(fetch_request.FetchTopic, topic="t", partitions=tuple(
-            make(fetch_request.FetchPartition, partition=index, current_leader_epoch=-1,
-                 fetch_offset=offset, last_fetched_epoch=-1, log_start_offset=-1,
-                 partition_max_bytes=1 << 16)
-            for index, offset in offsets.items())),) if offsets else (),
-        forgotten_topics_data=(), rack_id="")
-
-
 async def test_an_idle_session_looks_again_only_at_partitions_noted_as_changed(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        manager: ReplicaManager, apis: BrokerApis, clock: Clock,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """After a session's partitions went idle, an incremental fetch looks at none of them
     until the replica manager notes a change (an append here); a change it was not told
     of (retention moving a log start) is seen at the session's full look."""
-    clock = Clock()
-    log_manager = LogManager([tmp_path], {})
-    log_manager.load(0)
-    manager = ReplicaManager(ME, log_manager, {}, clock)
     looks = 0
     idle_state = apis_module._idle_state
 
@@ -124,36 +124,29 @@ async def test_an_idle_session_looks_again_only_at_partitions_noted_as_changed(
         return idle_state(partition)
 
     monkeypatch.setattr(apis_module, "_idle_state", counted)
-    try:
-        partitions = [lead(manager, index) for index in range(PARTITIONS)]
-        for partition in partitions:
-            manager.append(partition, build_batch([(b"k", b"v", [], 1)]), acks=1)
-        apis = BrokerApis(ME, MetadataCache(ME, "cluster"), manager, [],
-                          auto_create_topics=None)
-        context = types.SimpleNamespace(header=types.SimpleNamespace(api_version=12))
-        opened = await apis.fetch(context, session_fetch(  # type: ignore[arg-type]
-            0, 0, dict.fromkeys(range(PARTITIONS), 1)))
-        session_id = opened.session_id
-        assert session_id != 0
+    partitions = [lead(manager, index) for index in range(PARTITIONS)]
+    for partition in partitions:
+        manager.append(partition, build_batch([(b"k", b"v", [], 1)]), acks=1)
+    opened = await fetch(apis, consumer_fetch(dict.fromkeys(range(PARTITIONS), 1), epoch=0))
+    session_id = opened.session_id
+    assert session_id != 0
 
-        async def incremental(epoch: int, offsets: dict[int, int] | None = None
-                              ) -> dict[int, object]:
-            response = await apis.fetch(context, session_fetch(  # type: ignore[arg-type]
-                session_id, epoch, offsets or {}))
-            return {data.partition_index: data for topic in response.responses
-                    for data in topic.partitions}
+    async def incremental(epoch: int, offsets: dict[int, int] | None = None
+                          ) -> dict[int, Any]:
+        response = await fetch(apis, consumer_fetch(offsets or {}, session_id=session_id,
+                                                       epoch=epoch))
+        return {data.partition_index: data for topic in response.responses
+                for data in topic.partitions}
 
-        assert await incremental(1) == {}
-        looks = 0
-        assert await incremental(2) == {}
-        assert looks == 0  # none of the idle partitions was looked at
-        manager.append(partitions[3], build_batch([(b"k", b"v", [], 1)]), acks=1)
-        answered = await incremental(3)
-        assert list(answered) == [3] and looks <= 2
-        partitions[7].log.delete_records(1, clock())  # as retention would: nobody told
-        assert await incremental(4, {3: 2}) == {}  # the consumer moved past the record
-        clock.ms += apis_module.FULL_LOOK_MS
-        answered = await incremental(5)
-        assert list(answered) == [7] and answered[7].log_start_offset == 1  # type: ignore[attr-defined]
-    finally:
-        log_manager.close()
+    assert await incremental(1) == {}
+    looks = 0
+    assert await incremental(2) == {}
+    assert looks == 0  # none of the idle partitions was looked at
+    manager.append(partitions[3], build_batch([(b"k", b"v", [], 1)]), acks=1)
+    answered = await incremental(3)
+    assert list(answered) == [3] and looks <= 2
+    partitions[7].log.delete_records(1, clock())  # as retention would: nobody told
+    assert await incremental(4, {3: 2}) == {}  # the consumer moved past the record
+    clock.ms += apis_module.FULL_LOOK_MS
+    answered = await incremental(5)
+    assert list(answered) == [7] and answered[7].log_start_offset == 1

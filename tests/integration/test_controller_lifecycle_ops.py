@@ -14,7 +14,9 @@
 
 from __future__ import annotations
 
+import collections
 import datetime
+import logging
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -22,7 +24,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.errors import ErrorCode
@@ -96,19 +98,49 @@ def logged_producer_ids(cluster: LocalCluster, topic: str) -> set[int]:
     return found
 
 
-def produce_with_clients(bootstrap: str, topic: str, tag: str) -> None:
-    """An idempotent producer and a transactional one (commit), on one broker each."""
-    idempotent = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
-    for index in range(10):
-        idempotent.produce(topic, f"{tag}-idempotent-{index}".encode(), partition=index % 2)
-    assert idempotent.flush(30) == 0
-    transactional = Producer({"bootstrap.servers": bootstrap,
-                              "transactional.id": f"{tag}-{uuid.uuid4().hex[:6]}"})
-    transactional.init_transactions(30)
-    transactional.begin_transaction()
-    for index in range(10):
-        transactional.produce(topic, f"{tag}-txn-{index}".encode(), partition=index % 2)
-    transactional.commit_transaction(30)
+def produce_with_clients(cluster: LocalCluster, node_id: int, topic: str, tag: str) -> None:
+    """An idempotent producer and a transactional one (commit), on one broker each. On a
+    failure the clients' debug log and the brokers' logs are attached: a flush once timed
+    out in a full CI run with one partition's five records unacknowledged."""
+    bootstrap = cluster.node(node_id).bootstrap_servers
+    client_log = ClientLog()
+    traced = {"bootstrap.servers": bootstrap, "logger": client_log.logger,
+              "debug": "msg,eos,topic,broker"}
+    try:
+        idempotent = Producer({**traced, "enable.idempotence": True})
+        for index in range(10):
+            idempotent.produce(topic, f"{tag}-idempotent-{index}".encode(),
+                               partition=index % 2)
+        assert idempotent.flush(30) == 0
+        transactional = Producer({**traced, "transactional.id": f"{tag}-{uuid.uuid4().hex[:6]}"})
+        transactional.init_transactions(30)
+        transactional.begin_transaction()
+        for index in range(10):
+            transactional.produce(topic, f"{tag}-txn-{index}".encode(), partition=index % 2)
+        transactional.commit_transaction(30)
+    except (AssertionError, KafkaException) as failure:
+        failure.add_note("-- the clients:\n" + client_log.tail(300))
+        for broker in cluster.broker_ids:
+            failure.add_note(f"-- broker {broker}:\n{cluster.node(broker).tail_log(80)}")
+        raise
+
+
+class ClientLog(logging.Handler):
+    """The last lines a client logged (librdkafka's debug contexts through `logger`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: collections.deque[str] = collections.deque(maxlen=2000)
+        self.logger = logging.getLogger(f"client-log-{id(self)}")
+        self.logger.propagate = False
+        self.logger.setLevel(logging.DEBUG)
+        self.logger.addHandler(self)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(f"{record.created:.3f} {record.getMessage()}")
+
+    def tail(self, count: int) -> str:
+        return "\n".join(list(self.lines)[-count:])
 
 
 @pytest.fixture
@@ -126,8 +158,8 @@ def test_brokers_hand_out_disjoint_producer_ids_across_a_controller_failover(
     admin.create_topics([NewTopic("pids", 2, 2)])["pids"].result(30)
     wait_for(lambda: live_brokers(five) == [4, 5], "both brokers")
     by_broker = {4: init_producer_ids(four, 20), 5: init_producer_ids(five, 20)}
-    produce_with_clients(four, "pids", "before-4")
-    produce_with_clients(five, "pids", "before-5")
+    produce_with_clients(cluster, 4, "pids", "before-4")
+    produce_with_clients(cluster, 5, "pids", "before-5")
     clients_before = wait_for(lambda: (ids := logged_producer_ids(cluster, "pids"))
                               and len(ids) >= 4 and ids, "the clients' batches on disk")
 
@@ -143,8 +175,8 @@ def test_brokers_hand_out_disjoint_producer_ids_across_a_controller_failover(
     # enough ids that each broker uses up the blocks it held and asks the new controller
     by_broker[4] += init_producer_ids(four, 2100)
     by_broker[5] += init_producer_ids(five, 2100)
-    produce_with_clients(four, "pids", "after-4")
-    produce_with_clients(five, "pids", "after-5")
+    produce_with_clients(cluster, 4, "pids", "after-4")
+    produce_with_clients(cluster, 5, "pids", "after-5")
     clients_after = wait_for(lambda: (ids := logged_producer_ids(cluster, "pids"))
                              and len(ids) >= len(clients_before) + 4 and ids,
                              "the later clients' batches on disk")

@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v12 import request as fetch_request
+from kio.schema.fetch.v15 import request as fetch_v15
 
 from pykraft.broker import apis as apis_module
 from pykraft.broker.apis import BrokerApis
@@ -83,9 +85,9 @@ def apis(manager: ReplicaManager) -> BrokerApis:
     return BrokerApis(ME, MetadataCache(ME, "cluster"), manager, [], auto_create_topics=None)
 
 
-async def fetch(apis: BrokerApis, request: object) -> Any:
+async def fetch(apis: BrokerApis, request: object, version: int = 12) -> Any:
     return await apis.fetch(types.SimpleNamespace(  # type: ignore[arg-type]
-        header=types.SimpleNamespace(api_version=12)), request)
+        header=types.SimpleNamespace(api_version=version)), request)
 
 
 async def test_an_append_to_a_partition_looked_at_before_the_fetch_yielded_answers_it(
@@ -150,3 +152,35 @@ async def test_an_idle_session_looks_again_only_at_partitions_noted_as_changed(
     clock.ms += apis_module.FULL_LOOK_MS
     answered = await incremental(5)
     assert list(answered) == [7] and answered[7].log_start_offset == 1
+
+
+async def test_a_session_partition_named_before_its_topic_was_known_is_read_once_it_is(
+        manager: ReplicaManager, apis: BrokerApis) -> None:
+    """A fetch by topic id can come before this broker has applied the topic (a follower
+    that applied it first): the session keeps the partition, answered UNKNOWN_TOPIC_ID, and
+    reads it once the topic is known, though the fetcher does not name it again."""
+    topics = types.SimpleNamespace(by_id={}, by_name={})
+    apis.cache.image = types.SimpleNamespace(topics=topics)  # type: ignore[assignment]
+
+    def by_id(offsets: dict[int, int], session_id: int, epoch: int) -> object:
+        return make(
+            fetch_v15.FetchRequest,
+            replica_state=make(fetch_v15.ReplicaState, replica_id=-1, replica_epoch=-1),
+            max_wait=datetime.timedelta(0), min_bytes=1, max_bytes=1 << 20,
+            isolation_level=0, session_id=session_id, session_epoch=epoch,
+            topics=(make(fetch_v15.FetchTopic, topic_id=TOPIC_ID, partitions=tuple(
+                make(fetch_v15.FetchPartition, partition=index, current_leader_epoch=-1,
+                     fetch_offset=offset, last_fetched_epoch=-1, log_start_offset=-1,
+                     partition_max_bytes=1 << 16)
+                for index, offset in offsets.items())),) if offsets else (),
+            forgotten_topics_data=(), rack_id="")
+
+    opened = await fetch(apis, by_id({0: 0}, 0, 0), version=15)
+    assert [p.error_code for t in opened.responses for p in t.partitions] == [
+        ErrorCode.unknown_topic_id]
+    partition = lead(manager, 0)  # the topic is applied here
+    topics.by_id[TOPIC_ID] = types.SimpleNamespace(name="t")
+    manager.append(partition, build_batch([(b"k", b"v", [], 1)]), acks=1)
+    later = await fetch(apis, by_id({}, opened.session_id, 1), version=15)
+    answered = [p for t in later.responses for p in t.partitions]
+    assert [(p.error_code, bool(p.records)) for p in answered] == [(ErrorCode.none, True)]

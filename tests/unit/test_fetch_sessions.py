@@ -149,6 +149,26 @@ def test_a_full_cache_makes_room_only_for_an_idle_session_or_for_a_follower() ->
     assert late != NO_SESSION  # idle for eviction_ms: its place is taken
 
 
+def test_a_topic_id_unknown_when_named_is_looked_up_again_at_each_request() -> None:
+    """A follower's fetch can come before the leader has applied the topic: the partition
+    is kept with no name (the fetch answers UNKNOWN_TOPIC_ID) and is named as soon as the
+    id is known, whether the request names it again or not."""
+    cache = FetchSessionCache()
+    unknown = {TOPIC: ("", TOPIC), OTHER: ("", OTHER)}
+    known: dict[uuid.UUID, str] = {}
+    opened = cache.context(request(NO_SESSION, INITIAL_EPOCH, {TOPIC: {0: 0}}), unknown, 0,
+                           True, name_of=lambda topic_id: known.get(topic_id, ""))
+    session_id = opened.response_session_id
+    assert offsets(opened) == {("", 0): 0}
+    later = cache.context(request(session_id, 1, {OTHER: {0: 0}}), unknown, 0, True,
+                          name_of=lambda topic_id: known.get(topic_id, ""))
+    assert offsets(later) == {("", 0): 0}
+    known.update({TOPIC: "t", OTHER: "u"})  # the leader applied both topics
+    resolved = cache.context(request(session_id, 2, {}), NAMES, 0, True,
+                             name_of=lambda topic_id: known.get(topic_id, ""))
+    assert offsets(resolved) == {("t", 0): 0, ("u", 0): 0}
+
+
 def test_topics_are_keyed_by_id_from_fetch_v13() -> None:
     topic = make(fetch_request.FetchTopic, topic_id=TOPIC, partitions=())
     assert topic_key(topic) == TOPIC

@@ -237,6 +237,25 @@ async def test_a_round_looks_only_at_what_moved_and_all_of_it_now_and_then(
     assert [(p.partition, p.log_start_offset) for p in told] == [(2, 1)]
 
 
+async def test_a_partition_back_from_a_delay_is_told_to_the_leader_again(
+        tmp_path: Path) -> None:
+    """The leader answered the session's only partition with an error (it had not applied
+    the topic yet), so no request told it to forget the partition while it waited: when the
+    wait is over, the partition is named again, for the leader to read it anew."""
+    connection = ScriptedConnection([fetch_answer(77, answer(error=ErrorCode.unknown_topic_id))])
+    fetcher = ReplicaFetcher(1, 2, connection, FetcherConfig(backoff_ms=50), lambda: 7,
+                             lambda: 0)
+    fetcher.add(Partition("t", TOPIC_ID, 0, follower_log(tmp_path, [(1, 2)]), leader_id=2,
+                          leader_epoch=4, replicas=(1, 2), isr=(1, 2)))
+    await fetcher._fetch()  # opens the session; the partition waits backoff_ms
+    assert fetcher.session_id == 77 and len(fetcher._delayed) == 1
+    fetcher._end_delays(asyncio.get_running_loop().time() + 1)
+    request, _ = fetcher.build_request()
+    assert (request.session_id, request.session_epoch) == (77, 1)
+    assert [(t.topic_id, [p.partition for p in t.partitions]) for t in request.topics] == [
+        (TOPIC_ID, [0])]
+
+
 async def test_the_fetcher_applies_records_divergence_and_errors(tmp_path: Path) -> None:
     log = follower_log(tmp_path, [(1, 2), (2, 3)])  # epoch 2 at 2-4, the leader's ended at 3
     fetcher, state = fetcher_for(log)
@@ -271,8 +290,10 @@ async def test_answers_for_an_old_epoch_or_a_moved_log_are_dropped(tmp_path: Pat
     fetcher.handle_response(told_at(2), response)
     assert log.log_end_offset == 2
     state.partition.leader_epoch = 4
+    fetcher._dirty.clear()
     fetcher.handle_response(told_at(1), response)  # sent at 1: the log moved since
     assert log.log_end_offset == 2
+    assert fetcher._dirty == {(TOPIC_ID, 0)}  # its position is told again next round
     fetcher.handle_response(told_at(2), response)
     assert log.log_end_offset == 3
 

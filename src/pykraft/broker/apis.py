@@ -278,7 +278,8 @@ class BrokerApis:
         names = {key: self._fetch_topic_name(topic, image)
                  for topic in request.topics for key in (topic_key(topic),)}
         fetch = self.fetch_sessions.context(request, names, self.replicas.now_ms(),
-                                            follower=replica_id >= 0)
+                                            follower=replica_id >= 0,
+                                            name_of=lambda topic_id: _topic_name(image, topic_id))
         if fetch.error != ErrorCode.none:
             return make(module.FetchResponse, throttle_time=NO_THROTTLE,
                         error_code=fetch.error, session_id=NO_SESSION, responses=())
@@ -423,8 +424,7 @@ class BrokerApis:
         topic_id = field(topic, "topic_id")
         if topic_id is None:
             return topic.topic, None
-        found = image.topics.by_id.get(topic_id)
-        return (found.name if found is not None else ""), topic_id
+        return _topic_name(image, topic_id), topic_id
 
     def _fetch_partition(
         self, wanted: SessionPartition, image: Any, bytes_left: int, first: bool,
@@ -604,6 +604,12 @@ def _valid_software_field(value: str) -> bool:
         return False
     return value[0].isalnum() and value[-1].isalnum() and all(
         c.isalnum() or c in ".-" for c in value)
+
+
+def _topic_name(image: Any, topic_id: uuid.UUID) -> str:
+    """The name of a topic id in `image`; "" when it is unknown there."""
+    found = image.topics.by_id.get(topic_id)
+    return found.name if found is not None else ""
 
 
 def _idle_state(partition: Partition) -> tuple[Any, ...]:

@@ -30,9 +30,11 @@ the fetcher goes on with full fetches.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import uuid
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -91,6 +93,25 @@ class FetchSession:
     # record an idle follower as still caught up)
     changes_seen: int = -1
     full_look_ms: int = 0
+    # partitions whose topic id was unknown when they were named (the leader had not yet
+    # applied the topic): looked up again at each request, as Kafka's sessions do
+    unresolved: set[Key] = dataclasses.field(default_factory=set)
+
+    def note_unresolved(self, key: Key, partition: SessionPartition) -> None:
+        if not partition.topic and partition.topic_id is not None:
+            self.unresolved.add(key)
+
+    def resolve_names(self, name_of: Callable[[uuid.UUID], str]) -> None:
+        """Name the partitions whose topic id has become known since."""
+        for key in list(self.unresolved):
+            partition = self.partitions.get(key)
+            if partition is None or partition.topic_id is None:
+                self.unresolved.discard(key)
+                continue
+            name = name_of(partition.topic_id)
+            if name:
+                partition.topic = name
+                self.unresolved.discard(key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,9 +137,12 @@ class FetchSessionCache:
         return len(self._sessions)
 
     def context(self, request: Any, names: dict[Any, tuple[str, uuid.UUID | None]],
-                now_ms: int, follower: bool) -> FetchContext:
+                now_ms: int, follower: bool,
+                name_of: Callable[[uuid.UUID], str] = lambda _: "") -> FetchContext:
         """The FetchContext of `request`; `names` maps each topic key of the request (and of
-        its forgotten topics) to the topic's name and id."""
+        its forgotten topics) to the topic's name and id ("" for an unknown id); `name_of`
+        gives the current name of a topic id, for the session's partitions named while
+        their id was unknown."""
         session_id = field(request, "session_id", NO_SESSION) or NO_SESSION
         epoch = field(request, "session_epoch", FINAL_EPOCH)
         requested = self._requested(request, names)
@@ -147,8 +171,10 @@ class FetchSessionCache:
             known = cached.get(key)
             if known is None:
                 cached[key] = wanted
+                session.note_unresolved(key, wanted)
             else:
                 known.idle = None  # named again: read it
+                known.topic = wanted.topic
                 known.fetch_offset = wanted.fetch_offset
                 known.partition_max_bytes = wanted.partition_max_bytes
                 known.current_leader_epoch = wanted.current_leader_epoch
@@ -158,6 +184,8 @@ class FetchSessionCache:
             key = topic_key(topic)
             for index in topic.partitions:
                 cached.pop((key, index), None)
+        if session.unresolved:
+            session.resolve_names(name_of)
         return FetchContext(list(cached.values()), session, True, session.session_id)
 
     def returned_records(self, session: FetchSession, partitions: list[SessionPartition]
@@ -191,6 +219,8 @@ class FetchSessionCache:
         while session_id in self._sessions:
             session_id = self._rng.randint(1, 0x7FFFFFFF)
         session = FetchSession(session_id, follower, partitions, last_used_ms=now_ms)
+        for key, partition in partitions.items():
+            session.note_unresolved(key, partition)
         self._sessions[session_id] = session
         return session
 

@@ -337,10 +337,12 @@ class ReplicaFetcher:
                 await self._wake.wait()
 
     def _end_delays(self, now: float) -> None:
-        """States whose delay is over are fetched again; every FULL_LOOK_S, all are looked
-        at."""
+        """States whose delay is over are fetched again, their position told again (the
+        leader's session may still hold them: no request told it to forget them when all
+        of them waited); every FULL_LOOK_S, all are looked at."""
         for key in [k for k, s in self._delayed.items() if s.delayed_until <= now]:
             del self._delayed[key]
+            self._in_session.pop(key, None)
             self._dirty.add(key)
         if now >= self._full_look_at:
             self._full_look_at = now + self.FULL_LOOK_S
@@ -470,10 +472,10 @@ class ReplicaFetcher:
                 state = self._by_id.get(key)
                 if state is None or not self._current(state):
                     continue
+                self._dirty.add(key)  # its position may move now, or moved meanwhile
                 position = round_.told.get(key) or self._in_session.get(key)
                 if position is None or state.partition.log.log_end_offset != position[0]:
                     continue  # the log moved meanwhile (truncated): the answer is stale
-                self._dirty.add(key)  # its position may move now
                 try:
                     self.handle_partition(state, data)
                 except KafkaError as error:

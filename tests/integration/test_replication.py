@@ -13,6 +13,8 @@
   followers stopped, acks=all gets NOT_ENOUGH_REPLICAS.
 - A leader isolated from the other brokers and the controller (proxies the test cuts)
   acknowledges nothing, and truncates its own tail after healing.
+- A follower whose first fetch reached the leader before the leader had applied the topic
+  (UNKNOWN_TOPIC_ID) gets the records once it has, and stays in the ISR.
 """
 
 from __future__ import annotations
@@ -414,6 +416,35 @@ def test_ten_leader_kills_lose_no_acknowledged_write(cluster: LocalCluster) -> N
     topic = f"kills-{uuid.uuid4().hex[:8]}"
     create_topic(cluster, topic, configs={"min.insync.replicas": "2"})
     kill_leader_while_producing(cluster, topic, kills=10, rejoin_isr=True)
+
+
+def test_a_follower_that_fetched_before_its_leader_knew_the_topic_catches_up() -> None:
+    """The leader (SIGSTOPped while the topic is made) answers the follower's first fetch
+    UNKNOWN_TOPIC_ID; once it has applied the topic, the follower gets the records, and
+    acks=all completes with both in the ISR. Once in CI the leader's fetch session kept
+    answering UNKNOWN_TOPIC_ID for that partition until the ISR shrank."""
+    with LocalCluster(controllers=1, brokers=2, configs=FAST) as two_brokers:
+        leader, follower = 3, 2
+        admin = AdminClient({"bootstrap.servers": bootstrap_of(two_brokers, [follower])})
+        process = two_brokers.nodes[leader].process
+        assert process is not None
+        process.send_signal(signal.SIGSTOP)
+        try:
+            admin.create_topics([NewTopic("early", num_partitions=1,
+                                          replica_assignment=[[leader, follower]])]
+                                )["early"].result(30)
+            time.sleep(1)  # the follower applies it and fetches from the stopped leader
+        finally:
+            process.send_signal(signal.SIGCONT)
+        wait_for(lambda: partition_state(two_brokers, "early", via=leader) is not None,
+                 "the leader's metadata")
+        assert send_one(two_brokers.nodes[leader].bootstrap_servers, "early", b"one") is None
+        wait_for(lambda: replica_log(two_brokers, follower, "early")
+                 == replica_log(two_brokers, leader, "early"), "the record on the follower",
+                 timeout_s=10)
+        assert partition_state(two_brokers, "early", via=leader)[2] == (2, 3)  # type: ignore[index]
+        follower_log = two_brokers.nodes[follower].log_path.read_text()
+        assert "leader 3 answers unknown_topic_id" in follower_log  # the case at hand
 
 
 def raw_produce(bootstrap: str, topic: str, acks: int) -> ErrorCode:

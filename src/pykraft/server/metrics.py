@@ -70,7 +70,9 @@ class NodeMetrics:
     metadata_leader_id: int = -1
     metadata_leader_epoch: int = -1
     metadata_image_offset: int = -1  # the last metadata log offset the node's image holds
-    metadata_image_digest: str = ""  # server.image_digest of that image
+    # server.image_digest of that image: called where the scrape runs (a metrics server
+    # thread), not on the event loop that gathered the rest; "" when unknown
+    metadata_image_digest: Callable[[], str] = str
 
 
 class _NodeCollector(Collector):
@@ -140,8 +142,9 @@ def _families(snapshot: NodeMetrics) -> Iterator[GaugeMetricFamily]:
         "pykraft_metadata_image_info",
         "The node's metadata image: the log offset it holds and its digest (1 when known); "
         "nodes at the same offset must show the same digest.", labels=["offset", "digest"])
-    if snapshot.metadata_image_digest:
-        info.add_metric([str(snapshot.metadata_image_offset), snapshot.metadata_image_digest], 1)
+    digest = snapshot.metadata_image_digest()
+    if digest:
+        info.add_metric([str(snapshot.metadata_image_offset), digest], 1)
     yield info
 
 

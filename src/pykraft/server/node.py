@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import random
 import time
@@ -659,7 +660,7 @@ class Node:
         image = self.loader.image
         return NodeMetrics(logs, cleaner, -1 if high_watermark is None else high_watermark,
                            leader.leader_id, leader.epoch, image.offset,
-                           self._digests.digest(image))
+                           functools.partial(self._digests.digest, image))
 
     # -- DescribeQuorum ---------------------------------------------------------------
 

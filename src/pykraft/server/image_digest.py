@@ -78,7 +78,7 @@ class DigestCache:
         self._image: MetadataImage | None = None
         self._digest = ""
         # id(topic) -> (topic, its digest), for the topics of the last image: the topic is
-        # held so that its id is not reused meanwhile
+        # held, so that its id names no other object while the entry is kept
         self._topics: dict[int, tuple[TopicImage, str]] = {}
 
     def digest(self, image: MetadataImage) -> str:
@@ -88,9 +88,8 @@ class DigestCache:
                 seen: dict[int, tuple[TopicImage, str]] = {}
 
                 def cached(topic: TopicImage) -> str:
-                    found = seen.get(id(topic)) or known.get(id(topic))
-                    if found is None or found[0] is not topic:
-                        found = (topic, topic_digest(topic))
+                    found = (seen.get(id(topic)) or known.get(id(topic))
+                             or (topic, topic_digest(topic)))
                     seen[id(topic)] = found
                     return found[1]
 

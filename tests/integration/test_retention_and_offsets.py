@@ -11,10 +11,13 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from pykraft.testing import LocalCluster
 
+RETENTION_CHECK_MS = 300
+
 
 @pytest.fixture(scope="module")
 def fast_retention_cluster() -> LocalCluster:
-    with LocalCluster(configs={"log.retention.check.interval.ms": "300"}) as cluster:
+    with LocalCluster(configs={"log.retention.check.interval.ms": str(RETENTION_CHECK_MS)}
+                      ) as cluster:
         yield cluster
 
 
@@ -92,7 +95,7 @@ def test_retention_by_size_keeps_the_newest_bytes(fast_retention_cluster: LocalC
     settled = kept_bytes()
     # ...and later passes delete nothing more: deletion stops before dropping below
     # retention.bytes by more than one segment
-    time.sleep(1.5)  # five check intervals
+    time.sleep(5 * RETENTION_CHECK_MS / 1000)
     assert kept_bytes() == settled
     assert settled >= retention_bytes - SEGMENT_BYTES
 

@@ -156,16 +156,20 @@ def test_a_topic_id_unknown_when_named_is_looked_up_again_at_each_request() -> N
     cache = FetchSessionCache()
     unknown = {TOPIC: ("", TOPIC), OTHER: ("", OTHER)}
     known: dict[uuid.UUID, str] = {}
+
+    def name_of(topic_id: uuid.UUID) -> str:
+        return known.get(topic_id, "")
+
     opened = cache.context(request(NO_SESSION, INITIAL_EPOCH, {TOPIC: {0: 0}}), unknown, 0,
-                           True, name_of=lambda topic_id: known.get(topic_id, ""))
+                           True, name_of=name_of)
     session_id = opened.response_session_id
     assert offsets(opened) == {("", 0): 0}
     later = cache.context(request(session_id, 1, {OTHER: {0: 0}}), unknown, 0, True,
-                          name_of=lambda topic_id: known.get(topic_id, ""))
+                          name_of=name_of)
     assert offsets(later) == {("", 0): 0}
     known.update({TOPIC: "t", OTHER: "u"})  # the leader applied both topics
     resolved = cache.context(request(session_id, 2, {}), NAMES, 0, True,
-                             name_of=lambda topic_id: known.get(topic_id, ""))
+                             name_of=name_of)
     assert offsets(resolved) == {("t", 0): 0, ("u", 0): 0}
 
 

@@ -1,4 +1,4 @@
-"""Sparse segment indexes in Kafka's file formats, memory-mapped.
+"""Sparse segment indexes in Kafka's file formats.
 
 - `OffsetIndex` (`.index`): 8-byte entries `relative offset int32 | position int32`, big
   endian. An entry (O, P) says: the batch starting at byte P of the segment's log holds
@@ -10,16 +10,28 @@
 Offsets are stored relative to the segment's base offset, which is why a segment rolls before
 an offset would not fit in an int32.
 
-Like Kafka, the index of the active segment is preallocated to `segment.index.bytes` (a sparse
-file: no disk is used until written) and written through a shared mapping, so adding an entry
-is a memory store, not a system call. `seal()` (on roll and close) trims the file to its
-entries and keeps a read-only mapping. Inactive indexes are mapped lazily on first lookup.
+Writing (the active segment's index). Kafka preallocates the active index to
+`segment.index.bytes` as a sparse file and stores entries through a shared memory mapping.
+We do not: a store into a mapped page the filesystem cannot back (the disk is full, or
+an I/O error) is not an error a program can handle but a SIGBUS that kills the process,
+with nothing in its log. Preallocating real blocks (`posix_fallocate`) would make that
+safe, but costs `segment.index.bytes` (10 MiB by default, twice: both indexes) of disk per
+active segment, 20 GB on a broker leading 1,000 partitions. So each entry is written with
+`os.pwrite` at the end of the file, whose size is always its entries, and the active
+index keeps a copy of its entries in memory (a bytearray, as large as the file) for
+lookups. A full disk or a failed write is then an `OSError` from the append that added
+the entry, which the caller undoes and reports (KAFKA_STORAGE_ERROR); the entry is not
+counted, so the next write goes to the same place. The cost is one system call per entry
+(an entry per `index.interval.bytes`, 4 KiB, of appended data), beside the one that wrote
+those bytes. `seal()` (on roll and close) drops the copy; inactive indexes are mapped
+read-only, lazily on first lookup, and a read-only mapping of bytes the file holds is
+never written through.
 
-A file left preallocated by a crash ends in zero entries. No real entry is all zero after the
-first slot (offset entries have relative offset > 0 because a segment's first batch never
-gets one; time entries have strictly increasing timestamps), so the valid prefix is found by
-binary search for the first all-zero entry. Lookups are binary searches over the mapping with
-`struct.unpack_from`: no Python object per entry.
+A file left preallocated by a crash of an older version (or by Kafka) ends in zero entries.
+No real entry is all zero after the first slot (offset entries have relative offset > 0
+because a segment's first batch never gets one; time entries have strictly increasing
+timestamps), so the valid prefix is found by binary search for the first all-zero entry.
+Lookups are binary searches with `struct.unpack_from`: no Python object per entry.
 """
 
 from __future__ import annotations
@@ -39,8 +51,30 @@ TIME_INDEX_SUFFIX: Final = ".timeindex"
 _RELATIVE_MAX: Final = (1 << 31) - 1
 
 
+def _pread_exact(fd: int, size: int, position: int) -> bytes:
+    parts, got = [], 0
+    while got < size:
+        more = os.pread(fd, size - got, position + got)
+        if not more:
+            break
+        parts.append(more)
+        got += len(more)
+    return b"".join(parts)
+
+
+def _pwrite_all(fd: int, data: bytes, position: int) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, position)
+        view, position = view[written:], position + written
+
+
 class _MappedIndex:
-    """A fixed-size-entry file, mapped; subclasses give the entry layout and search key."""
+    """A fixed-size-entry file; subclasses give the entry layout and search key.
+
+    Active (writable): entries are in `_buffer` and written to the file by `pwrite`.
+    Inactive: read through a read-only mapping of the file.
+    """
 
     ENTRY: ClassVar[struct.Struct]
 
@@ -50,18 +84,18 @@ class _MappedIndex:
         self._max_entries = max(1, max_index_bytes // self.ENTRY.size)
         self._fd: int | None = None
         self._map: mmap.mmap | None = None
+        self._buffer: bytearray | None = None  # the entries, while writable
         self._entries = -1  # unknown until the file is opened
         self._writable = False
 
     # -- opening and closing ----------------------------------------------------------------
 
     def open_for_append(self, max_index_bytes: int, *, empty: bool = False) -> None:
-        """Map the file writable, preallocated to `max_index_bytes` (rounded to entries).
+        """Make the index writable, holding at most `max_index_bytes` (rounded to entries).
 
         With `empty` (the segment holds no data, so no entry can be valid) nothing is opened
-        yet: the file is created, emptied and mapped on the first entry. A broker hosting
-        many partitions that see no traffic then holds no descriptor or mapping for them
-        (each mapping counts against vm.max_map_count, 65,530 by default).
+        yet: the file is created, emptied and written by the first entry. A broker hosting
+        many partitions that see no traffic then holds no descriptor for them.
         """
         self._unmap()
         if empty:
@@ -70,42 +104,36 @@ class _MappedIndex:
                 self._fd = None
             self.path.unlink(missing_ok=True)  # whatever it held indexes no data
             self._entries = 0
-            self._max_entries = max(1, max_index_bytes // self.ENTRY.size)
-            self._writable = True
-            return
-        fd = self._open_fd()
-        entries = self.entries
-        self._max_entries = max(entries, max(1, max_index_bytes // self.ENTRY.size))
-        os.ftruncate(fd, self._max_entries * self.ENTRY.size)
-        self._map = mmap.mmap(fd, self._max_entries * self.ENTRY.size, access=mmap.ACCESS_WRITE)
+            self._buffer = bytearray()
+        else:
+            fd = self._open_fd()
+            length = self.entries * self.ENTRY.size
+            self._buffer = bytearray(_pread_exact(fd, length, 0))
+            invariant(len(self._buffer) == length, f"{self.path} shrank while being opened")
+            # a preallocated zero tail (a crash, or Kafka's file) goes; shrinking needs no space
+            if os.fstat(fd).st_size != length:
+                os.ftruncate(fd, length)
+        self._max_entries = max(self._entries, max(1, max_index_bytes // self.ENTRY.size))
         self._writable = True
 
-    def _map_for_first_entry(self) -> mmap.mmap:
-        """The deferred part of `open_for_append(empty=True)`: stale content is dropped."""
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-        self._fd = fd
-        os.ftruncate(fd, self._max_entries * self.ENTRY.size)
-        self._map = mmap.mmap(fd, self._max_entries * self.ENTRY.size, access=mmap.ACCESS_WRITE)
-        return self._map
-
     def seal(self) -> None:
-        """Trim the file to its entries and remap read-only (segment no longer active)."""
-        if self._fd is None:
-            if self._writable:  # opened for append, never written: leave an empty file
-                os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
-                self._writable = False
+        """Trim the file to its entries and drop the in-memory copy (segment no longer
+        active); lookups then map the file read-only."""
+        if not self._writable:
             return
-        if self._writable:
-            entries = self.entries
-            self._unmap()
-            assert self._fd is not None
-            os.ftruncate(self._fd, entries * self.ENTRY.size)
-            self._writable = False
-            self._max_entries = max(1, entries)
+        if self._fd is None:  # opened for append, never written: leave an empty file
+            os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
+        elif os.fstat(self._fd).st_size != self._entries * self.ENTRY.size:
+            os.ftruncate(self._fd, self._entries * self.ENTRY.size)  # a torn entry's bytes
+        self._buffer = None
+        self._writable = False
+        self._max_entries = max(1, self._entries)
 
     def close(self) -> None:
         if self._fd is None:  # never opened, or opened for append and never written
-            self._writable = False
+            if self._writable:
+                self.seal()
+            self._writable, self._buffer = False, None
             return
         self.seal()
         self._unmap()
@@ -114,8 +142,6 @@ class _MappedIndex:
             self._fd = None
 
     def flush(self) -> None:
-        if self._map is not None and self._writable:
-            self._map.flush()
         if self._fd is not None:
             os.fsync(self._fd)
 
@@ -124,6 +150,7 @@ class _MappedIndex:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+        self._buffer, self._writable = None, False
         self.path.unlink(missing_ok=True)
 
     def rename(self, path: Path) -> None:
@@ -138,7 +165,7 @@ class _MappedIndex:
         return self._fd
 
     def _ensure_mapped(self) -> mmap.mmap | None:
-        """The mapping for reads; None while the index has no entries."""
+        """The read-only mapping of an inactive index; None while it has no entries."""
         if self._map is None:
             fd = self._open_fd()
             length = os.fstat(fd).st_size // self.ENTRY.size * self.ENTRY.size
@@ -202,16 +229,22 @@ class _MappedIndex:
         return self.entries * self.ENTRY.size
 
     def _entry(self, slot: int) -> tuple[int, int]:
-        mapped = self._ensure_mapped()
-        assert mapped is not None
-        first, second = self.ENTRY.unpack_from(mapped, slot * self.ENTRY.size)
+        source = self._buffer if self._buffer is not None else self._ensure_mapped()
+        assert source is not None
+        first, second = self.ENTRY.unpack_from(source, slot * self.ENTRY.size)
         return first, second
 
     def _write(self, first: int, second: int) -> None:
-        invariant(self._writable, f"{self.path} is not writable")
+        """Write one entry at the end of the file; an OSError (ENOSPC, EIO) leaves the
+        entry uncounted, so the next write goes to the same place."""
+        invariant(self._writable and self._buffer is not None, f"{self.path} is not writable")
+        assert self._buffer is not None
         invariant(self.entries < self._max_entries, f"{self.path} is full")
-        mapped = self._map if self._map is not None else self._map_for_first_entry()
-        self.ENTRY.pack_into(mapped, self._entries * self.ENTRY.size, first, second)
+        entry = self.ENTRY.pack(first, second)
+        if self._fd is None:  # the deferred part of open_for_append(empty=True)
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        _pwrite_all(self._fd, entry, self._entries * self.ENTRY.size)
+        self._buffer += entry
         self._entries += 1
 
     def _search(self, key: int, key_at: int) -> int:
@@ -227,17 +260,30 @@ class _MappedIndex:
         return found
 
     def _truncate_entries(self, count: int) -> None:
-        """Keep the first `count` entries; zero the rest so a crash cannot revive them."""
+        """Keep the first `count` entries; the file is cut too, so a crash cannot revive
+        the others (cutting a file needs no free space)."""
         current = self.entries
         if count >= current:
             return
-        if self._writable and self._map is not None:
-            start, end = count * self.ENTRY.size, current * self.ENTRY.size
-            self._map[start:end] = bytes(end - start)
-        else:
-            self._unmap()
-            os.ftruncate(self._fd_or_fail(), count * self.ENTRY.size)
+        if self._buffer is not None:
+            del self._buffer[count * self.ENTRY.size :]
+        self._unmap()
+        if self._fd is not None:
+            os.ftruncate(self._fd, count * self.ENTRY.size)
         self._entries = count
+
+    def forget_entries_from(self, count: int) -> None:
+        """Undo `_write`s after a failed append: keep `count` entries in memory. The file
+        is cut too when possible; if not, `seal` or the next write settles it."""
+        if self._buffer is None or count >= self._entries:
+            return
+        del self._buffer[count * self.ENTRY.size :]
+        self._entries = count
+        if self._fd is not None:
+            try:
+                os.ftruncate(self._fd, count * self.ENTRY.size)
+            except OSError:
+                pass  # the entries past `count` are overwritten or trimmed later
 
     def reset(self) -> None:
         """Drop every entry (before a rebuild)."""

@@ -10,8 +10,10 @@ one layout:
     my-topic 1 17
 
 Every write goes to `<name>.tmp`, is fsynced, renamed over the old file and the directory is
-fsynced, so a reader sees the old file or the new one, never a mix. A malformed file is a
-storage error naming the file and line. `partition.metadata` alone is written without the
+fsynced, so a reader sees the old file or the new one, never a mix; a write that fails (a
+full disk) leaves the old file and removes the temporary one, and the caller writes again
+later (the node's checkpoint task, each interval). A malformed file is a storage error
+naming the file and line. `partition.metadata` alone is written without the
 fsyncs (see `write_partition_metadata`).
 """
 
@@ -70,12 +72,18 @@ def write_atomically(path: Path, text: str | bytes, *, sync: bool = True) -> Non
     """Replace `path` by a file holding `text`; with `sync`, durably (see the module doc)."""
     temporary = path.with_name(path.name + ".tmp")
     data = text.encode() if isinstance(text, str) else text
-    with open(temporary, "wb") as stream:
-        stream.write(data)
-        if sync:
-            stream.flush()
-            os.fsync(stream.fileno())
-    os.replace(temporary, path)
+    try:
+        with open(temporary, "wb") as stream:
+            stream.write(data)
+            if sync:
+                stream.flush()
+                os.fsync(stream.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        # a full disk (ENOSPC) or an I/O error: the old file stays as it was, and the
+        # partial temporary file goes, so it holds no space and cannot be taken for data
+        temporary.unlink(missing_ok=True)
+        raise
     if sync:
         fsync_directory(path.parent)
 

@@ -523,9 +523,18 @@ class Log:
 
     def _roll_at(self, base_offset: int, now_ms: int) -> LogSegment:
         invariant(base_offset >= self._log_end_offset, f"roll at {base_offset} below log end")
+        # all or nothing: a step that fails (a full disk) leaves the old segment active and
+        # writable, and no new one, so the next append tries the roll again
         self._snapshot_producers()
-        self._active.on_become_inactive()
         segment = LogSegment.create(self.dir, base_offset, self._config, now_ms)
+        active = self._active
+        try:
+            active.on_become_inactive()
+        except OSError:
+            segment.delete()
+            if not (active.offset_index.writable and active.time_index.writable):
+                active.open_for_append(self._config)
+            raise
         self._segments.append(segment)
         self._bases.append(base_offset)
         self._directory_dirty = True
@@ -533,11 +542,13 @@ class Log:
         return segment
 
     def _replace_empty_active(self, base_offset: int, now_ms: int | None) -> None:
-        old = self._segments.pop()
+        old = self._active
+        created_ms = now_ms if now_ms is not None else old.created_ms
+        # created first: if that fails, the old one is still there and active
+        segment = LogSegment.create(self.dir, base_offset, self._config, created_ms)
+        self._segments.pop()
         self._bases.pop()
         old.delete()
-        created_ms = now_ms if now_ms is not None else old.created_ms
-        segment = LogSegment.create(self.dir, base_offset, self._config, created_ms)
         self._segments.append(segment)
         self._bases.append(base_offset)
         self._directory_dirty = True
@@ -645,7 +656,16 @@ class Log:
             aborted = self.txns.aborted_from(first_offset)  # built now if it was not
             if aborted:
                 path = self._active.txn_index_path  # the segment the markers went to
-                append_entries(path, aborted)
+                try:
+                    append_entries(path, aborted)
+                except OSError as error:
+                    # the markers are written (the log is the truth; the file is Kafka's
+                    # layout): the file is rewritten from the log at the next flush
+                    log.warning("cannot write %s (%s); rewritten later", path, error)
+                    base = self._active.base_offset
+                    self._txn_indexes_from = base if self._txn_indexes_from is None else min(
+                        self._txn_indexes_from, base)
+                    return
                 self._txn_indexes_dirty.add(path)
 
     # -- idempotent producers (storage.producer_state) ----------------------------------------
@@ -766,6 +786,9 @@ class Log:
                 if segment.base_offset >= target and segment is not self._segments[first]:
                     break
                 segment.flush()
+        if self._txn_indexes_from is not None and self._txns is not None:
+            self._rewrite_txn_indexes(self._txns, self._txn_indexes_from)  # one failed
+            self._txn_indexes_from = None
         for path in self._txn_indexes_dirty:
             fsync_file(path)
         self._txn_indexes_dirty.clear()

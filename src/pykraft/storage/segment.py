@@ -103,6 +103,7 @@ class LogSegment:
         self._first_batch_timestamp: int | None = None
         self._bytes_since_index_entry = 0
         self._dirty = False
+        self._torn_tail = False  # bytes of a failed append may lie past `size`
         self.indexes_were_missing = False
 
     # -- creation, loading, files ---------------------------------------------------------------
@@ -172,6 +173,9 @@ class LogSegment:
         self.on_become_inactive()
         self.offset_index.close()
         self.time_index.close()
+        if self._torn_tail and self._fd is not None:
+            os.ftruncate(self._fd, self.size)
+            self._torn_tail = False
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
@@ -253,14 +257,41 @@ class LogSegment:
     def append(
         self, data: bytes | bytearray | memoryview, batches: Sequence[tuple[int, int, int]]
     ) -> None:
-        """Write `data`, whose batches are (size, last offset, max timestamp), in one call."""
-        position = self.size
-        _pwrite_all(self.fd, data, position)
-        self._dirty = True
-        for size, last_offset, max_timestamp in batches:
-            self._index_batch(position, size, last_offset, max_timestamp)
-            position += size
+        """Write `data`, whose batches are (size, last offset, max timestamp), in one call.
+
+        All or nothing: if a write fails (ENOSPC, EIO) the segment is as before (`size`,
+        index entries, maxima) and the OSError propagates. Bytes a failed write left past
+        `size` are never read (reads stop at `size`), are cut off here when the file can be
+        cut, and are overwritten by the next append otherwise.
+        """
+        if self._torn_tail:
+            os.ftruncate(self.fd, self.size)
+            self._torn_tail = False
+        start = self.size
+        undo = (self._max, self._bytes_since_index_entry, self.offset_index.entries,
+                self.time_index.entries)
+        position = start
+        try:
+            _pwrite_all(self.fd, data, position)
+            self._dirty = True
+            for size, last_offset, max_timestamp in batches:
+                self._index_batch(position, size, last_offset, max_timestamp)
+                position += size
+        except OSError:
+            self._undo_append(start, *undo)
+            raise
         self.size = position
+
+    def _undo_append(self, size: int, maxima: tuple[int, int] | None,
+                     bytes_since_index_entry: int, offset_entries: int,
+                     time_entries: int) -> None:
+        self._max, self._bytes_since_index_entry = maxima, bytes_since_index_entry
+        self.offset_index.forget_entries_from(offset_entries)
+        self.time_index.forget_entries_from(time_entries)
+        try:
+            os.ftruncate(self.fd, size)  # a partial batch must not survive a restart
+        except OSError:
+            self._torn_tail = True  # cut before the next append, or at close
 
     def _index_batch(self, position: int, size: int, last_offset: int, max_timestamp: int) -> None:
         if max_timestamp > self.max_timestamp_and_offset[0]:

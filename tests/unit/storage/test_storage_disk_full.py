@@ -1,0 +1,176 @@
+"""A full disk (ENOSPC) under a log: the failed append or roll changes nothing, the next
+one after space returns continues cleanly, and a restart finds exactly what was appended."""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from pykraft.storage.checkpoint import write_atomically, write_checkpoint
+from pykraft.storage.log import Log
+
+from .storage_helpers import all_batches, make_batch, open_log, small_config
+
+
+class FullDisk:
+    """os.pwrite (and os.open of new files, with `creates`) on a disk that fills: after
+    `writes_left` more calls succeed, a call writes 3 bytes (a short write, as a filesystem
+    that runs out mid-write gives) and every later one fails with ENOSPC until `free()`."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, *, writes_left: int = 0,
+                 creates: bool = False) -> None:
+        self.real_pwrite, self.real_open = os.pwrite, os.open
+        self.writes_left = writes_left
+        self.full = True
+        self.short_write_done = False
+        self.creates = creates
+        monkeypatch.setattr(os, "pwrite", self.pwrite)
+        monkeypatch.setattr(os, "open", self.open)
+
+    def free(self) -> None:
+        self.full = False
+
+    def _enospc(self) -> OSError:
+        return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    def pwrite(self, fd: int, data: bytes | memoryview, position: int) -> int:
+        if not self.full:
+            return self.real_pwrite(fd, data, position)
+        if self.writes_left > 0:
+            self.writes_left -= 1
+            return self.real_pwrite(fd, data, position)
+        if not self.short_write_done and len(data) > 3:
+            self.short_write_done = True
+            return self.real_pwrite(fd, memoryview(data)[:3], position)
+        raise self._enospc()
+
+    def open(self, path: str | os.PathLike[str], flags: int, mode: int = 0o777,
+             **kwargs: int) -> int:
+        if self.full and self.creates and flags & os.O_CREAT and not os.path.exists(path):
+            raise self._enospc()
+        return self.real_open(path, flags, mode, **kwargs)
+
+
+def _append(log: Log, count: int = 3, value_size: int = 40) -> int:
+    """A batch whose timestamps are new maxima, so it gets a time index entry too."""
+    batch = make_batch(count, timestamp=1_000 + log.log_end_offset, value_size=value_size)
+    return log.append_as_leader(batch, leader_epoch=0, now_ms=1_000).last_offset
+
+
+def _reopened(log: Log) -> Log:
+    """The log as an unclean restart finds it (re-validated from offset 0)."""
+    log.close()
+    return open_log(log.dir, log.config, recovery_point=0)
+
+
+@pytest.mark.parametrize("writes_left", [0, 1, 2], ids=["data", "offset-index", "time-index"])
+def test_a_failed_append_leaves_the_log_as_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, writes_left: int,
+) -> None:
+    """Whether the batch's own bytes, its offset index entry or its time index entry hit
+    the full disk: the append raises OSError, the log end, size and index are unchanged,
+    no byte of it is served, and after space returns the next append takes its offsets."""
+    log = open_log(tmp_path / "t-0", small_config(segment_bytes=100_000,
+                                                  index_interval_bytes=1))
+    for _ in range(3):
+        _append(log)
+    end, size, stored = log.log_end_offset, log.size_bytes, all_batches(log)
+    file_size = os.path.getsize(log.segments[-1].log_path)
+    disk = FullDisk(monkeypatch, writes_left=writes_left)
+    with pytest.raises(OSError) as raised:
+        _append(log)
+    assert raised.value.errno == errno.ENOSPC
+    assert (log.log_end_offset, log.size_bytes) == (end, size)
+    assert os.path.getsize(log.segments[-1].log_path) == file_size  # no partial batch
+    assert all_batches(log) == stored
+    assert log.read(end, 1 << 20).records == b""
+    log.check_invariants()
+    disk.free()
+    assert _append(log) == end + 2  # the offsets the failed append would have had
+    log.check_invariants()
+    expected = all_batches(log)
+    reopened = _reopened(log)
+    assert all_batches(reopened) == expected and reopened.log_end_offset == end + 3
+    reopened.check_invariants()
+    reopened.close()
+
+
+def test_a_failed_roll_keeps_the_old_segment_active(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A roll whose new segment file cannot be created adds no segment and leaves the old
+    one active and writable; the roll happens at the next append once space returns."""
+    log = open_log(tmp_path / "t-0", small_config(segment_bytes=600, index_interval_bytes=64))
+    while log.segment_count == 1:
+        _append(log)
+    while log.segments[-1].size + 200 < 600:
+        _append(log)  # the active segment is nearly full: the next append rolls
+    segments, end, stored = log.segment_base_offsets, log.log_end_offset, all_batches(log)
+    disk = FullDisk(monkeypatch, writes_left=1_000, creates=True)
+    with pytest.raises(OSError):
+        _append(log)
+    assert log.segment_base_offsets == segments and log.log_end_offset == end
+    assert not (log.dir / f"{end:020d}.log").exists()
+    assert log.segments[-1].offset_index.writable and log.segments[-1].time_index.writable
+    assert all_batches(log) == stored
+    disk.free()
+    _append(log)
+    assert log.segment_base_offsets == (*segments, end)
+    log.check_invariants()
+    expected = all_batches(log)
+    reopened = _reopened(log)
+    assert all_batches(reopened) == expected
+    reopened.close()
+
+
+def test_a_failed_roll_of_the_time_index_final_entry_undoes_the_roll(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The old segment's last time index entry (written as it becomes inactive) failing
+    leaves no new segment behind and the old one still active."""
+    # no index entry while appending (a sparse index): the final one is then written
+    log = open_log(tmp_path / "t-0", small_config(segment_bytes=100_000,
+                                                  index_interval_bytes=100_000))
+    _append(log)
+    _append(log)
+    before = log.segment_base_offsets
+    disk = FullDisk(monkeypatch)
+    with pytest.raises(OSError):
+        log.roll(now_ms=2_000)
+    assert log.segment_base_offsets == before
+    assert not (log.dir / f"{log.log_end_offset:020d}.log").exists()
+    assert log.segments[-1].time_index.writable
+    disk.free()
+    log.roll(now_ms=2_000)
+    assert log.segment_count == 2
+    log.check_invariants()
+    log.close()
+
+
+@pytest.mark.parametrize("write", [
+    lambda path: write_atomically(path, b"new contents"),
+    lambda path: write_checkpoint(path, [("t", 0, 42)]),
+], ids=["write_atomically", "write_checkpoint"])
+def test_a_failed_checkpoint_write_keeps_the_old_file_and_leaves_no_temporary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, write: Callable[[Path], None],
+) -> None:
+    """A checkpoint written on a full disk fails with OSError; the old file is intact and
+    the temporary file is gone, and the write succeeds once space returns."""
+    path = tmp_path / "recovery-point-offset-checkpoint"
+    path.write_bytes(b"old contents")
+
+    def full_fsync(fd: int) -> None:  # the data reached the temporary file, not the disk
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    with monkeypatch.context() as patched:
+        patched.setattr(os, "fsync", full_fsync)
+        with pytest.raises(OSError):
+            write(path)
+    assert path.read_bytes() == b"old contents"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]
+    write(path)
+    assert path.read_bytes() != b"old contents"

@@ -63,6 +63,12 @@ class RecordListTooLarge(KafkaError):
 class InvalidTimestamp(KafkaError):
     code = ErrorCode.invalid_timestamp
 
+    def __init__(self, message: str,
+                 record_errors: Sequence[tuple[int, str | None]] = ()) -> None:
+        """`record_errors` as InvalidRecord's."""
+        super().__init__(message)
+        self.record_errors = tuple(record_errors)
+
 
 class UnsupportedCompressionType(KafkaError):
     code = ErrorCode.unsupported_compression_type

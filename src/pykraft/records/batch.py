@@ -173,6 +173,16 @@ def set_log_append_time(batch: bytearray, position: int, timestamp_ms: int) -> N
     _UINT32.pack_into(batch, position + CRC_AT, crc)
 
 
+def set_max_timestamp(batch: bytearray, position: int, timestamp_ms: int) -> None:
+    """Set the maxTimestamp of the (CreateTime) batch at `position`, recomputing its CRC, as
+    Kafka's validator does when a producer's header disagrees with its records."""
+    header = read_header(batch, position)
+    _INT64.pack_into(batch, position + MAX_TIMESTAMP_AT, timestamp_ms)
+    end = position + header.size
+    _UINT32.pack_into(batch, position + CRC_AT,
+                      crc32c.crc32c(memoryview(batch)[position + CRC_FROM : end]))
+
+
 def compute_crc(batch: bytes | bytearray | memoryview, position: int = 0) -> int:
     header = read_header(batch, position)
     return crc32c.crc32c(memoryview(batch)[position + CRC_FROM : position + header.size])

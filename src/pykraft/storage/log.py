@@ -20,8 +20,9 @@ off, and the recovered segments' indexes are rebuilt. After a clean shutdown not
 re-read unless the tail's framing is broken.
 
 Appends validate every batch before writing anything, so an error leaves the log untouched.
-The leader path stamps offsets and epoch in place (neither is under the CRC); nothing is
-ever decompressed. Time is an argument (`now_ms`); the log reads no clock.
+The leader path checks every record of a producer's batch (records.validate: a compressed
+batch is decompressed for that, under a bound, and still stored as it came), then stamps
+offsets and epoch in place (neither is under the CRC). Time is an argument (`now_ms`); the log reads no clock.
 
 Deleted segments are renamed `*.deleted` at once and their files removed by
 `delete_pending(now_ms)` once `file.delete.delay.ms` has passed, as Kafka does
@@ -40,7 +41,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Final
+from typing import Final, NoReturn
 
 from pykraft.errors import (
     CorruptRecord,
@@ -57,10 +58,17 @@ from pykraft.records.batch import (
     BatchHeader,
     read_header,
     set_log_append_time,
+    set_max_timestamp,
     split_batches,
     stamp_batch,
 )
 from pykraft.records.record import ControlRecordType, iter_records, marker_type
+from pykraft.records.validate import (
+    DECOMPRESSED_BATCH_BYTES_MAX,
+    RECORD_ERRORS_MAX,
+    timestamp_errors,
+    validate_batch,
+)
 from pykraft.storage import log_files
 from pykraft.storage.checkpoint import (
     fsync_directory,
@@ -314,15 +322,16 @@ class Log:
     def append_as_leader(
         self, records: bytearray, *, leader_epoch: int, now_ms: int,
         from_coordinator: bool = False,
+        decompressed_bytes_max: int = DECOMPRESSED_BATCH_BYTES_MAX,
     ) -> AppendInfo:
         """Validate, assign offsets (in place) and append a producer's batches.
         `from_coordinator`: a coordinator's own write for a producer (no sequences to
-        check, only its epoch)."""
+        check, only its epoch). Every record is checked (records.validate); a compressed
+        batch is decompressed for that under `decompressed_bytes_max`."""
         invariant(not self._closed, f"append to closed log {self.dir.name}")
         batches = split_batches(records)
-        self._validate_producer_batches(batches, len(records), now_ms)
-        if self._config.compact:
-            self._check_keys(records, batches)
+        max_timestamps = self._validate_producer_batches(
+            records, batches, now_ms, decompressed_bytes_max)
         if any(header.producer_id >= 0 for _, header in batches):
             duplicate = self.producer_state.check((header for _, header in batches),
                                                   sequences=not from_coordinator)
@@ -332,12 +341,14 @@ class Log:
         offset = first_offset = self._log_end_offset
         entries: list[tuple[int, int, int]] = []
         best = (NO_TIMESTAMP - 1, -1)
-        for position, header in batches:
+        for (position, header), max_timestamp in zip(batches, max_timestamps, strict=True):
             stamp_batch(records, position, offset, leader_epoch)
             if log_append_time:
                 set_log_append_time(records, position, now_ms)
+            elif max_timestamp != header.max_timestamp:  # as Kafka's setMaxTimestamp
+                set_max_timestamp(records, position, max_timestamp)
             last = offset + header.last_offset_delta
-            timestamp = now_ms if log_append_time else header.max_timestamp
+            timestamp = now_ms if log_append_time else max_timestamp
             if timestamp > best[0]:
                 best = (timestamp, last)
             entries.append((header.size, last, timestamp))
@@ -356,15 +367,18 @@ class Log:
         )
 
     def _validate_producer_batches(
-        self, batches: list[tuple[int, BatchHeader]], total_bytes: int, now_ms: int
-    ) -> None:
+        self, records: bytearray, batches: list[tuple[int, BatchHeader]], now_ms: int,
+        decompressed_bytes_max: int,
+    ) -> list[int]:
+        """Kafka's LogValidator over each batch; each batch's largest record timestamp."""
         config = self._config
-        if total_bytes > config.segment_bytes:
+        if len(records) > config.segment_bytes:
             raise RecordListTooLarge(
-                f"{total_bytes} bytes appended to {self.dir.name} exceed segment.bytes "
+                f"{len(records)} bytes appended to {self.dir.name} exceed segment.bytes "
                 f"{config.segment_bytes}"
             )
-        for _, header in batches:
+        max_timestamps = []
+        for position, header in batches:
             if header.size > config.max_message_bytes:
                 raise MessageTooLarge(
                     f"batch of {header.size} bytes exceeds max.message.bytes "
@@ -372,45 +386,57 @@ class Log:
                 )
             if header.records_count <= 0 or header.records_count != header.last_offset_delta + 1:
                 raise InvalidRecord(
-                    f"batch claims {header.records_count} records but spans "
-                    f"{header.last_offset_delta + 1} offsets"
+                    f"Inconsistent batch offset range [0, {header.last_offset_delta}] and count "
+                    f"of records {header.records_count} in topic partition {self.dir.name}"
                 )
-            if not config.is_log_append_time:
-                self._check_timestamps(header, now_ms)
-
-    def _check_keys(
-        self, records: bytearray, batches: list[tuple[int, BatchHeader]]
-    ) -> None:
-        """A compacted topic takes only keyed records (Kafka's LogValidator): the one place
-        the produce path decodes records, and only for topics with cleanup.policy compact.
-        Every keyless record is named by its index in its batch (Produce's record_errors)."""
-        why = f"Compacted topic cannot accept message without key in topic partition " \
-              f"{self.dir.name}."
-        keyless = [
-            (index, why)
-            for position, header in batches if not header.is_control
-            for index, record in enumerate(iter_records(records, position))
-            if record.key is None
-        ]
-        if keyless:
-            count = f"{len(keyless)} records rejected: " if len(keyless) > 1 else ""
-            raise InvalidRecord(count + why, keyless)
-
-    def _check_timestamps(self, header: BatchHeader, now_ms: int) -> None:
-        """CreateTime bounds, checked on the batch's first and max timestamps (no decoding)."""
-        config = self._config
-        for timestamp in (header.base_timestamp, header.max_timestamp):
-            if timestamp == NO_TIMESTAMP:
-                continue
+            summary = validate_batch(records, position, header,
+                                     decompressed_bytes_max=decompressed_bytes_max)
+            create_time = not config.is_log_append_time
             if (
-                now_ms - timestamp > config.message_timestamp_before_max_ms
-                or timestamp - now_ms > config.message_timestamp_after_max_ms
+                config.compact and summary.keyless_count
+                or create_time and (header.is_log_append_time or timestamp_errors(
+                    summary, now_ms, config.message_timestamp_before_max_ms,
+                    config.message_timestamp_after_max_ms))
             ):
-                raise InvalidTimestamp(
-                    f"timestamp {timestamp} of a batch for {self.dir.name} is out of range: "
-                    f"it must be within [{now_ms - config.message_timestamp_before_max_ms}, "
-                    f"{now_ms + config.message_timestamp_after_max_ms}]"
-                )
+                self._reject_records(records, position, header, now_ms)
+            max_timestamps.append(summary.max_timestamp)
+        return max_timestamps
+
+    def _reject_records(self, records: bytearray, position: int, header: BatchHeader,
+                        now_ms: int) -> NoReturn:
+        """Name every record that breaks the topic's rules, as Kafka's processRecordErrors:
+        INVALID_TIMESTAMP if any timestamp is out of bounds, else INVALID_RECORD. The slow
+        path: it decodes the batch again, and runs only for a batch that is refused."""
+        config = self._config
+        partition = self.dir.name
+        lowest = now_ms - config.message_timestamp_before_max_ms
+        highest = now_ms + config.message_timestamp_after_max_ms
+        errors: list[tuple[int, str | None]] = []
+        bad_timestamps = False
+        for index, record in enumerate(iter_records(records, position)):
+            if config.compact and record.key is None:
+                errors.append((index, "Compacted topic cannot accept message without key in "
+                                      f"topic partition {partition}."))
+            elif config.is_log_append_time:
+                continue
+            elif header.is_log_append_time:
+                bad_timestamps = True
+                errors.append((index, "Invalid timestamp type in message. Producer should not "
+                                      "set timestamp type to LogAppendTime."))
+            elif record.timestamp != NO_TIMESTAMP and not lowest <= record.timestamp <= highest:
+                bad_timestamps = True
+                errors.append((index, f"Timestamp {record.timestamp} of message with offset "
+                                      f"{index} is out of range. The timestamp should be "
+                                      f"within [{lowest}, {highest}]"))
+        invariant(bool(errors), "a batch refused by its summary has an offending record")
+        shown = errors[:RECORD_ERRORS_MAX]
+        if bad_timestamps:
+            raise InvalidTimestamp(
+                "One or more records have been rejected due to invalid timestamp", shown)
+        raise InvalidRecord(
+            f"One or more records have been rejected due to {len(errors)} record errors in "
+            f"total, and only showing the first three errors at most: "
+            f"{[why for _, why in errors[:3]]}", shown)
 
     def append_as_follower(
         self, records: bytes | bytearray, *, now_ms: int | None = None

@@ -43,6 +43,7 @@ from pykraft.net.server import RequestContext
 from pykraft.protocol.api import ADMIN_APIS, ApiKey
 from pykraft.protocol.entities import NO_THROTTLE, field, make, response_module
 from pykraft.storage import log_config
+from pykraft.topic_names import RESERVED_TOPICS
 
 # DescribeConfigs ConfigType ids
 _OPERATIONS: Final = frozenset(op.value for op in AlterConfigOp)
@@ -159,9 +160,15 @@ class AdminApis:
             )
             for topic in request.topics
         ]
-        results = await self.controller.create_topics(
-            topics, validate_only=field(request, "validate_only", False)
-        )
+        reserved = {topic.name for topic in topics if topic.name in RESERVED_TOPICS}
+        results = list(await self.controller.create_topics(
+            [topic for topic in topics if topic.name not in reserved],
+            validate_only=field(request, "validate_only", False)
+        )) if len(reserved) < len(topics) else []
+        results += [CreateTopicResult(  # the coordinators create their own, as they need them
+            name=name, error_code=ErrorCode.invalid_request,
+            error_message=f"Creation of internal topic {name} is prohibited.")
+            for name in sorted(reserved)]
         return make(
             module.CreateTopicsResponse,
             throttle_time=NO_THROTTLE,

@@ -32,6 +32,7 @@ from pykraft.broker.replica_manager import Partition, ReplicaManager, unpark
 from pykraft.controller.features import api_versions_features
 from pykraft.errors import (
     InvalidRecord,
+    InvalidTopic,
     InvariantViolation,
     KafkaError,
     UnknownTopicId,
@@ -43,7 +44,10 @@ from pykraft.net.server import RequestContext
 from pykraft.protocol.api import DATA_APIS, ApiKey
 from pykraft.protocol.entities import NO_THROTTLE, field, make, millis, response_module
 from pykraft.records.batch import HEADER_SIZE as BATCH_HEADER_SIZE
+from pykraft.records.batch import LOG_OVERHEAD as BATCH_LOG_OVERHEAD
 from pykraft.records.batch import read_header
+from pykraft.records.validate import check_client_batch
+from pykraft.topic_names import RESERVED_TOPICS
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +100,24 @@ def error_of(error: BaseException) -> tuple[ErrorCode, str | None]:
         return error.code, str(error) or None
     log.exception("unexpected error handling a request", exc_info=error)
     return ErrorCode.unknown_server_error, None
+
+
+def _check_client_records(records: bytes, topic: str, index: int, version: int) -> None:
+    """What Kafka refuses of a client's records before its log sees them: writes to a
+    reserved topic (ReplicaManager: INVALID_TOPIC_EXCEPTION), anything but exactly one batch
+    per partition (ProduceRequest.validateRecords, v3+), and batches only coordinators may
+    write (LogValidator.validateBatch for AppendOrigin.CLIENT). The CRC and every record are
+    checked by the log's append."""
+    if topic in RESERVED_TOPICS:
+        raise InvalidTopic(f"Cannot append to internal topic {topic}")
+    if len(records) < BATCH_HEADER_SIZE:
+        raise InvalidRecord(f"Produce requests with version {version} must have at least one "
+                            "record batch per partition")
+    header = read_header(records)
+    if 0 <= header.batch_length < len(records) - BATCH_LOG_OVERHEAD:
+        raise InvalidRecord(f"Produce requests with version {version} are only allowed to "
+                            "contain exactly one record batch per partition")
+    check_client_batch(header, f"{topic}-{index}")
 
 
 class BrokerApis:
@@ -160,8 +182,9 @@ class BrokerApis:
         requested = field(request, "topics")
         if requested is not None and self.auto_create_topics is not None:
             known = self.cache.image.topics.by_name
-            missing = [topic.name for topic in requested
-                       if topic.name is not None and known.get(topic.name) is None]
+            missing = [topic.name for topic in requested  # coordinators make their own
+                       if topic.name is not None and known.get(topic.name) is None
+                       and topic.name not in RESERVED_TOPICS]
             if missing and field(request, "allow_auto_topic_creation", True):
                 await self.auto_create_topics(missing)
         if requested is None:  # all topics: spliced from each topic's cached encoding
@@ -183,7 +206,8 @@ class BrokerApis:
             for data in topic.partition_data:
                 code = refused.get((topic.name, data.index))
                 partitions.append(
-                    self._produce_partition(module, topic.name, data, acks, image, pending)
+                    self._produce_partition(module, version, topic.name, data, acks, image,
+                                            pending)
                     if code is None else
                     {"index": data.index, "error_code": code, "base_offset": -1,
                      "error_message": "the partition is not in the producer's transaction",
@@ -225,19 +249,21 @@ class BrokerApis:
         return refused
 
     def _produce_partition(
-        self, module: Any, topic: str, data: Any, acks: int, image: Any,
+        self, module: Any, version: int, topic: str, data: Any, acks: int, image: Any,
         pending: list[tuple[Partition, int]],
     ) -> dict[str, Any]:
         try:
+            records = data.records or b""
+            _check_client_records(records, topic, data.index, version)
             partition = self.replicas.leader_partition(topic, data.index, image)
-            info = self.replicas.append(partition, data.records or b"", acks)
+            info = self.replicas.append(partition, records, acks)
         except Exception as error:  # noqa: BLE001 - mapped to the partition's error code
             code, message = error_of(error)
             entity = getattr(module, "BatchIndexAndErrorMessage", None)  # v8+ (KIP-467)
             record_errors = tuple(
                 make(entity, batch_index=index, batch_index_error_message=why)
-                for index, why in (error.record_errors if isinstance(error, InvalidRecord)
-                                   and entity is not None else ()))
+                for index, why in (getattr(error, "record_errors", ())
+                                   if entity is not None else ()))
             return {"index": data.index, "error_code": code, "base_offset": -1,
                     "error_message": message, "record_errors": record_errors}
         end = info.last_offset + 1

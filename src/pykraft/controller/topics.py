@@ -62,6 +62,7 @@ from pykraft.metadata.registrations import (
     ConfigResourceType,
     LeaderRecoveryState,
 )
+from pykraft.topic_names import METADATA_TOPIC
 
 __all__ = [
     "MAX_RECORDS_PER_USER_OP",
@@ -261,6 +262,8 @@ class _Creation:
 
     def _check_name(self, name: str) -> None:
         validate_topic_name(name)
+        if name == METADATA_TOPIC:  # its directory is the metadata log's (topic_names)
+            raise InvalidRequest(f"Creation of internal topic {METADATA_TOPIC} is prohibited.")
         state = self.context.state
         if has_collision_chars(name):
             colliding = state.colliding_topic(name)

@@ -5,6 +5,9 @@ AlterPartition sender in place of the controller."""
 from __future__ import annotations
 
 import asyncio
+import errno
+import logging
+import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +23,7 @@ from pykraft.broker.replica_manager import (
     ReplicaManager,
 )
 from pykraft.errors import (
+    KafkaStorageError,
     NotEnoughReplicas,
     NotEnoughReplicasAfterAppend,
     NotLeaderOrFollower,
@@ -371,3 +375,28 @@ async def test_isr_proposals_made_while_one_is_in_flight_go_in_one_request() -> 
     assert [r.partition_epoch for r in results] == [1, 2, 3, 4]
     with pytest.raises(ConnectionError):
         await batcher.submit(update(7))
+
+
+def test_an_append_on_a_full_disk_is_a_storage_error_and_the_next_one_continues(
+        manager: ReplicaManager, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """ENOSPC answers KAFKA_STORAGE_ERROR, logged once however many appends fail; reads
+    go on; once space returns the next append takes the offsets the failed ones would."""
+    partition = place(manager, registration(ME, 0, (1, 2, 3)))
+    manager.append(partition, batch(2), acks=1)
+    real_pwrite = os.pwrite
+
+    def full(fd: int, data: bytes, position: int) -> int:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "pwrite", full)
+    with caplog.at_level(logging.ERROR, logger="pykraft.storage.storage_errors"):
+        for _ in range(50):
+            with pytest.raises(KafkaStorageError):
+                manager.append(partition, batch(3), acks=1)
+    assert len(caplog.records) == 1 and "No space left" in caplog.records[0].getMessage()
+    assert partition.log.log_end_offset == 2
+    assert manager.read(partition, 0, 10_000, min_one_message=True,
+                        up_to_high_watermark=False).next_offset == 2
+    monkeypatch.setattr(os, "pwrite", real_pwrite)
+    assert manager.append(partition, batch(3), acks=1).first_offset == 2

@@ -594,10 +594,22 @@ class ReplicaManager:
                 from_coordinator=from_coordinator,
             )
         except OSError as error:
+            # the log undid the append (storage.segment): the request fails, the node goes
+            # on serving reads, and the next append tries the disk again (docs/deviations.md)
+            self._storage_failed(partition, "append", error)
             raise KafkaStorageError(f"cannot append to {partition.name}: {error}") from error
+        self._storage_ok(partition)
         self._maybe_advance_high_watermark(partition)
         partition.wake_waiters()
         return info
+
+    def _storage_failed(self, partition: Partition, what: str, error: OSError) -> None:
+        """Logged at most once per interval per log dir (a full disk fails them all)."""
+        self.log_manager.storage_errors.report(partition.log.dir.parent,
+                                               f"{what} to {partition.name}", error)
+
+    def _storage_ok(self, partition: Partition) -> None:
+        self.log_manager.storage_errors.recovered(partition.log.dir.parent)
 
     def _maybe_advance_high_watermark(self, partition: Partition) -> bool:
         """HW = min log end offset over the (maximal) ISR; it never moves back."""

@@ -16,6 +16,10 @@ an interrupted deletion is finished at the next load. The metadata log
 (`__cluster_metadata-0`) may live in a log dir but belongs to raft; it is skipped.
 
 Time enters as `now_ms`; scheduling retention, flushes and checkpoints is the caller's job.
+The periodic work (`run_retention`, `flush_due`, `checkpoint`, `expire_producers`) goes on
+past a log or log dir whose disk work fails (a full disk, an I/O error): the failure is
+reported through `storage_errors` (at most one line per log dir per interval) and the work
+is tried again at the next call.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from pykraft.storage.checkpoint import (
 )
 from pykraft.storage.log import Log, parse_topic_partition
 from pykraft.storage.log_config import LogConfig
+from pykraft.storage.storage_errors import StorageErrorLog
 
 __all__ = [
     "CLEAN_SHUTDOWN_FILE",
@@ -79,6 +84,7 @@ class LogManager:
         self._planned: dict[TopicPartition, Path] = {}  # new logs being created elsewhere
         self.had_clean_shutdown: dict[Path, bool] = {}
         self.warnings: list[str] = []
+        self.storage_errors = StorageErrorLog()
 
     @property
     def default_config(self) -> LogConfig:
@@ -252,48 +258,77 @@ class LogManager:
     def run_retention(self, now_ms: int) -> int:
         """Apply retention to every log and remove due `.deleted` files; segments deleted."""
         deleted = 0
-        for log in self._logs.values():
-            deleted += log.delete_retention_segments(now_ms)
-            log.delete_pending(now_ms)
+        for key, log in list(self._logs.items()):
+            try:
+                deleted += log.delete_retention_segments(now_ms)
+                log.delete_pending(now_ms)
+            except OSError as error:
+                self._report(key, "retention", error)
         return deleted
 
     def expire_producers(self, now_ms: int, expiration_ms: int) -> int:
         """producer.id.expiration.ms over every log; return how many producers went."""
-        return sum(log.expire_producers(now_ms, expiration_ms) for log in self.logs())
+        expired = 0
+        for key, log in list(self._logs.items()):
+            try:  # the producer state may be built now, from a snapshot and the log
+                expired += log.expire_producers(now_ms, expiration_ms)
+            except OSError as error:
+                self._report(key, "producer expiration", error)
+        return expired
 
     def flush_due(self, now_ms: int) -> int:
         """Flush logs whose flush.ms passed or whose rolled segment awaits fsync; count them."""
-        return sum(1 for log in self._logs.values() if log.flush_due(now_ms))
+        flushed = 0
+        for key, log in list(self._logs.items()):
+            try:
+                flushed += log.flush_due(now_ms)
+            except OSError as error:
+                self._report(key, "flush", error)
+        return flushed
+
+    def _report(self, key: TopicPartition, what: str, error: OSError) -> None:
+        home = self._home.get(key)
+        if home is not None:
+            self.storage_errors.report(home, f"{what} of {key[0]}-{key[1]}", error)
 
     def checkpoint(self) -> None:
-        """Write the three offset checkpoint files of every log dir."""
+        """Write the three offset checkpoint files of every log dir. A log dir whose files
+        cannot be written keeps its old ones (written atomically) until the next call."""
         for log_dir in self.log_dirs:
             if not log_dir.is_dir():
                 continue
-            here = {key: log for key, log in self._logs.items() if self._home[key] == log_dir}
-            write_offsets_checkpoint(
-                log_dir / RECOVERY_POINT_CHECKPOINT,
-                {key: log.recovery_point for key, log in here.items()},
-            )
-            write_offsets_checkpoint(
-                log_dir / LOG_START_OFFSET_CHECKPOINT,
-                {
-                    key: log.log_start_offset
-                    for key, log in here.items()
-                    if log.log_start_offset > log.segment_base_offsets[0]
-                },
-            )
-            write_offsets_checkpoint(
-                log_dir / REPLICATION_OFFSET_CHECKPOINT,
-                {key: log.high_watermark for key, log in here.items()},
-            )
+            try:
+                self._checkpoint_dir(log_dir)
+            except OSError as error:
+                self.storage_errors.report(log_dir, "writing the offset checkpoints", error)
+
+    def _checkpoint_dir(self, log_dir: Path) -> None:
+        here = {key: log for key, log in self._logs.items() if self._home[key] == log_dir}
+        write_offsets_checkpoint(
+            log_dir / RECOVERY_POINT_CHECKPOINT,
+            {key: log.recovery_point for key, log in here.items()},
+        )
+        write_offsets_checkpoint(
+            log_dir / LOG_START_OFFSET_CHECKPOINT,
+            {
+                key: log.log_start_offset
+                for key, log in here.items()
+                if log.log_start_offset > log.segment_base_offsets[0]
+            },
+        )
+        write_offsets_checkpoint(
+            log_dir / REPLICATION_OFFSET_CHECKPOINT,
+            {key: log.high_watermark for key, log in here.items()},
+        )
 
     def close(self, *, broker_epoch: int = -1) -> None:
         """Clean shutdown: flush and close every log, checkpoint, mark, unlock."""
         for log in self._logs.values():
             log.flush()
             log.close()
-        self.checkpoint()
+        for log_dir in self.log_dirs:  # a failure here leaves no clean-shutdown marker
+            if log_dir.is_dir():
+                self._checkpoint_dir(log_dir)
         marker = json.dumps({"version": 0, "brokerEpoch": broker_epoch})
         for log_dir in self._locks:
             write_atomically(log_dir / CLEAN_SHUTDOWN_FILE, marker)

@@ -4,7 +4,10 @@ one after space returns continues cleanly, and a restart finds exactly what was 
 from __future__ import annotations
 
 import errno
+import logging
 import os
+import random
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,6 +15,8 @@ import pytest
 
 from pykraft.storage.checkpoint import write_atomically, write_checkpoint
 from pykraft.storage.log import Log
+from pykraft.storage.log_manager import LogManager
+from pykraft.storage.storage_errors import StorageErrorLog
 
 from .storage_helpers import all_batches, make_batch, open_log, small_config
 
@@ -174,3 +179,69 @@ def test_a_failed_checkpoint_write_keeps_the_old_file_and_leaves_no_temporary(
     assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]
     write(path)
     assert path.read_bytes() != b"old contents"
+
+
+def test_storage_errors_are_logged_once_per_interval_per_log_dir(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A full disk fails every write: one line per log dir per interval, counting the
+    failures left out, and one line when the dir takes writes again."""
+    now = [0]
+    errors = StorageErrorLog(interval_ms=10_000, clock_ms=lambda: now[0])
+    full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    with caplog.at_level(logging.WARNING, logger="pykraft.storage.storage_errors"):
+        assert errors.report(Path("/a"), "append to t-0", full)
+        for _ in range(1_000):
+            assert not errors.report(Path("/a"), "append to t-1", full)
+        assert errors.report(Path("/b"), "append to u-0", full)  # another dir: its own line
+        now[0] = 10_000
+        assert errors.report(Path("/a"), "flush of t-0", full)
+        errors.recovered(Path("/a"))
+        errors.recovered(Path("/a"))  # not failing any more: nothing to say
+    lines = [record.getMessage() for record in caplog.records]
+    assert len(lines) == 4, lines
+    assert "No space left on device" in lines[0] and "append to t-0" in lines[0]
+    assert "1000 more failure(s)" in lines[2]
+    assert "/a takes writes again" in lines[3]
+    assert not errors.is_failing(Path("/a")) and errors.is_failing(Path("/b"))
+
+
+def test_periodic_log_work_goes_on_past_a_failing_log_and_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Flush, retention and checkpoint failures of one log (dir) are reported, not raised,
+    and every other log still gets its turn; the next call tries again."""
+    manager = LogManager([tmp_path / "data0", tmp_path / "data1"], {}, rng=random.Random(7))
+    manager.load(now_ms=0)
+    logs = [manager.get_or_create_log("t", index, topic_id=uuid.UUID(int=1),
+                                      config=small_config(flush_ms=5_000), now_ms=0)
+            for index in range(2)]
+    for log in logs:
+        _append(log)
+    failing, healthy = logs
+
+    def enospc(*_: object, **__: object) -> int:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(failing, "flush_due", enospc)
+    monkeypatch.setattr(failing, "delete_retention_segments", enospc)
+    assert healthy.recovery_point == 0
+    assert manager.flush_due(now_ms=10_000) == 1
+    assert healthy.recovery_point == healthy.log_end_offset
+    manager.run_retention(now_ms=10_000)
+    failing_dir = manager.log_dir_of("t", 0)
+    assert failing_dir is not None and manager.storage_errors.is_failing(failing_dir)
+    manager.checkpoint()
+    checkpoint = failing_dir / "recovery-point-offset-checkpoint"
+    before = checkpoint.read_bytes()
+    _append(failing)
+    failing.flush()  # its recovery point moves: the next checkpoint differs
+    with monkeypatch.context() as patched:
+        patched.setattr(os, "fsync", enospc)
+        manager.checkpoint()  # reported for both dirs, raised for neither
+    assert checkpoint.read_bytes() == before
+    assert not list(failing_dir.glob("*.tmp"))
+    manager.checkpoint()
+    assert checkpoint.read_bytes() != before
+    monkeypatch.undo()
+    manager.close()

@@ -63,6 +63,10 @@ from pykraft.errors import (
 from pykraft.metadata.image import MetadataDelta, MetadataImage
 from pykraft.metadata.registrations import ConfigResourceType, PartitionRegistration
 from pykraft.protocol.entities import make
+from pykraft.records.validate import (
+    DECOMPRESSED_BATCH_BYTES_MAX,
+    DECOMPRESSED_BATCH_BYTES_MAX_KEY,
+)
 from pykraft.storage.log import AppendInfo, Log, ReadInfo
 from pykraft.storage.log_config import LogConfig
 from pykraft.storage.log_manager import LogManager
@@ -353,6 +357,10 @@ class ReplicaManager:
         self.now_ms = now_ms
         self.replica_lag_time_max_ms = int(
             server_configs.get("replica.lag.time.max.ms") or DEFAULT_REPLICA_LAG_TIME_MAX_MS)
+        # the most memory one produced batch may decompress to while its records are checked
+        self.decompressed_batch_bytes_max = int(
+            server_configs.get(DECOMPRESSED_BATCH_BYTES_MAX_KEY)
+            or DECOMPRESSED_BATCH_BYTES_MAX)
         self.fetchers: FetcherControl | None = None
         self.alter_partition: AlterPartitionSender | None = None
         self.retry_backoff_ms = 100
@@ -592,6 +600,7 @@ class ReplicaManager:
             info = partition.log.append_as_leader(
                 bytearray(records), leader_epoch=partition.leader_epoch, now_ms=self.now_ms(),
                 from_coordinator=from_coordinator,
+                decompressed_bytes_max=self.decompressed_batch_bytes_max,
             )
         except OSError as error:
             # the log undid the append (storage.segment): the request fails, the node goes

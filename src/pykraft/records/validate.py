@@ -42,6 +42,7 @@ from pykraft.records.codecs import CompressionType, decompress
 
 __all__ = [
     "DECOMPRESSED_BATCH_BYTES_MAX",
+    "DECOMPRESSED_BATCH_BYTES_MAX_KEY",
     "RECORD_ERRORS_MAX",
     "RecordsSummary",
     "check_client_batch",
@@ -61,8 +62,9 @@ _UINT64: Final = 1 << 64
 # a million keyless records would make a response of tens of megabytes).
 RECORD_ERRORS_MAX: Final = 1000
 # The most a produced batch may decompress to, unless the node says otherwise
-# (`pykraft.produce.decompressed.batch.max.bytes`): 128 times Kafka's 1 MiB max.message.bytes.
+# (DECOMPRESSED_BATCH_BYTES_MAX_KEY): 128 times Kafka's 1 MiB max.message.bytes.
 DECOMPRESSED_BATCH_BYTES_MAX: Final = 128 * 1024 * 1024
+DECOMPRESSED_BATCH_BYTES_MAX_KEY: Final = "pykraft.produce.decompressed.batch.max.bytes"
 
 
 class RecordsSummary(NamedTuple):

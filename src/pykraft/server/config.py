@@ -141,6 +141,10 @@ SERVER_KEYS: Final[dict[str, ServerKey]] = {
         ServerKey("socket.receive.buffer.bytes", "int", "102400"),
         # pykraft's own: host:port of the Prometheus endpoint (server/metrics.py); "" for none
         ServerKey("pykraft.metrics.listener", "string", ""),
+        # pykraft's own: the most a produced batch may decompress to while its records are
+        # checked (records/validate.py); past it the batch gets MESSAGE_TOO_LARGE
+        ServerKey("pykraft.produce.decompressed.batch.max.bytes", "long", "134217728",
+                  1048576),
     )
 }
 

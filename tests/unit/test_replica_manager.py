@@ -400,3 +400,16 @@ def test_an_append_on_a_full_disk_is_a_storage_error_and_the_next_one_continues(
                         up_to_high_watermark=False).next_offset == 2
     monkeypatch.setattr(os, "pwrite", real_pwrite)
     assert manager.append(partition, batch(3), acks=1).first_offset == 2
+
+
+def test_a_topic_named_as_the_metadata_log_never_gets_a_replica(
+        manager: ReplicaManager, tmp_path: Path) -> None:
+    """A metadata log written before the controller refused the name may hold such a topic:
+    its partition 0 would share __cluster_metadata-0 with the Raft log, so it is ignored."""
+    reserved, other = uuid.UUID(int=200), uuid.UUID(int=201)
+    delta, image = _delta(MetadataImage.EMPTY,
+                          _topic("__cluster_metadata", reserved, 2) + _topic("fine", other, 1))
+    manager.apply_delta(delta, image)
+    assert manager.get_partition("__cluster_metadata", 0) is None
+    assert manager.get_partition("fine", 0) is not None
+    assert not list(tmp_path.glob("__cluster_metadata-*"))

@@ -70,6 +70,7 @@ from pykraft.records.validate import (
 from pykraft.storage.log import AppendInfo, Log, ReadInfo
 from pykraft.storage.log_config import LogConfig
 from pykraft.storage.log_manager import LogManager
+from pykraft.topic_names import METADATA_TOPIC
 
 log = logging.getLogger(__name__)
 
@@ -398,7 +399,12 @@ class ReplicaManager:
             self._pending.pop((deleted.topic, deleted.partition), None)
             self._remove(deleted.topic, deleted.partition)
         placed = [item for group in (changes.leaders, changes.followers)
-                  for item in group.items()]
+                  for item in group.items() if item[0].topic != METADATA_TOPIC]
+        if len(placed) < len(changes.leaders) + len(changes.followers):
+            # written before the controller refused the name: its partition 0's directory
+            # would be the metadata log's, so the topic stays without replicas here
+            log.error("ignoring the partitions of topic %s: the name is the metadata log's",
+                      METADATA_TOPIC)
         new = {(key.topic, key.partition) for key, _ in placed
                if (key.topic, key.partition) not in self._partitions
                and self.log_manager.get_log(key.topic, key.partition) is None}

@@ -5,20 +5,44 @@ read only after the previous response was queued (the channel is "muted" meanwhi
 keeps responses in request order without bookkeeping, and gives backpressure for free: a
 client that floods requests is simply not read. A frame that is garbled, truncated, oversized
 or of an unknown API closes its connection; nothing else is affected.
+
+What peers can make the node hold is bounded per group of listeners (`NetworkLimits`: a
+combined node's broker listeners are one group, its controller listeners another, as Kafka's
+BrokerServer and ControllerServer each have a SocketServer). A frame's body is read only after
+its whole size was reserved from the group's pool (`queued.max.request.bytes`), and straight
+into a buffer of that size: the bytes of a half-received frame are the ones reserved, and
+nothing else is buffered. While the pool is exhausted a connection is not read past its size
+prefix (Kafka mutes it); its reservation is released when its request's handler has finished.
+Connections over `max.connections`, `listener.name.<name>.max.connections` or
+`max.connections.per.ip` are closed at accept, and one with no request in process that has
+read nothing for `connections.max.idle.ms` is closed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
+import socket
 import struct
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Protocol, runtime_checkable
+from typing import Any, Final, Protocol, cast, runtime_checkable
 
 from kio.index import UnknownAPIKey, UnknownEntity
 
 from pykraft.errors import InvalidRequest, InvariantViolation
+from pykraft.net.limits import (
+    UNLIMITED,
+    ConnectionQuotas,
+    MemoryPool,
+    Reservation,
+    TooManyConnections,
+    normalize_address,
+    parse_per_ip_overrides,
+    queued_max_request_bytes,
+    quotas_for,
+)
 from pykraft.protocol.api import ApiKey, supports
 from pykraft.protocol.framing import (
     FrameError,
@@ -65,6 +89,359 @@ class Dispatcher(Protocol):
         ...
 
 
+class NetworkLimits:
+    """The memory pool, connection quotas and idle timeout shared by a group of listeners,
+    and the group's connections (for the pool's waiting line and for closing the least
+    recently used one when the protected listener took the node over max.connections)."""
+
+    def __init__(self, pool: MemoryPool | None = None, quotas: ConnectionQuotas | None = None,
+                 *, connections_max_idle_ms: int = -1) -> None:
+        self.pool = pool if pool is not None else MemoryPool(-1)
+        self.quotas = quotas if quotas is not None else ConnectionQuotas()
+        self.connections_max_idle_ms = connections_max_idle_ms  # < 0: never
+        self.connections: set[_Connection] = set()
+        # connections whose frame size is known and waits for memory, in arrival order: the
+        # first gets memory first, so a large request is not overtaken forever by small ones
+        self._waiting: dict[_Connection, int] = {}
+
+    @classmethod
+    def from_config(cls, get: Callable[[str], str | None], listeners: Sequence[str],
+                    inter_broker_listener: str | None) -> NetworkLimits:
+        """The limits of the listeners named, from server config values (`get` gives a key's
+        value or its default). ValueError when an override names a host that cannot be
+        resolved (Kafka resolves them when it starts, too)."""
+
+        def number(key: str, default: int) -> int:
+            value = get(key)
+            return int(value) if value is not None else default
+
+        overrides: dict[str, int] = {}
+        for host, count in parse_per_ip_overrides(get("max.connections.per.ip.overrides")
+                                                  or "").items():
+            for address in _resolve(host):
+                overrides[address] = count
+        pool = MemoryPool(queued_max_request_bytes(
+            get("queued.max.request.bytes"), number("socket.request.max.bytes", 104857600)))
+        quotas = quotas_for(
+            listeners,
+            max_connections=number("max.connections", UNLIMITED),
+            max_connections_per_ip=number("max.connections.per.ip", UNLIMITED),
+            per_ip_overrides=overrides,
+            listener_max={name: int(value) for name in listeners
+                          if (value := get(f"listener.name.{name.lower()}.max.connections"))
+                          is not None},
+            inter_broker_listener=inter_broker_listener)
+        return cls(pool, quotas,
+                   connections_max_idle_ms=number("connections.max.idle.ms", 600000))
+
+    def reserve(self, connection: _Connection, size: int) -> Reservation | None:
+        """Memory for a frame of `size` bytes now, or None: then `connection` is in the
+        waiting line and `memory_granted` is called on it once there is memory."""
+        if not self._waiting:
+            reservation = self.pool.try_allocate(size)
+            if reservation is not None:
+                return reservation
+        self._waiting[connection] = size
+        return None
+
+    def release(self, reservation: Reservation) -> None:
+        self.pool.release(reservation)
+        self.grant_waiting()
+
+    def forget(self, connection: _Connection) -> None:
+        self._waiting.pop(connection, None)
+
+    def grant_waiting(self) -> None:
+        for connection, size in list(self._waiting.items()):
+            if self.pool.available < 1 and self.pool.reserve_available <= 0:
+                return
+            reservation = self.pool.try_allocate(size)
+            if reservation is not None:  # else the next ones may still fit the reserve
+                del self._waiting[connection]
+                connection.memory_granted(reservation)
+
+    def close_excess(self) -> None:
+        """Kafka's closeExcessConnections: while the protected (inter-broker) listener holds
+        the node over max.connections, the other listeners close their least recently used
+        connections."""
+        quotas = self.quotas
+        while quotas.total > quotas.max_connections:
+            candidates = [c for c in self.connections if not c.closing
+                          and quotas.max_connections_exceeded(c.listener.name)]
+            if not candidates:
+                return
+            victim = min(candidates, key=lambda c: c.last_active)
+            victim.close_now("the node is over max.connections; closing its least recently "
+                             "used connection")
+
+
+def _resolve(host: str) -> list[str]:
+    literal = normalize_address(host)
+    if literal != host or ":" in host or host.replace(".", "").isdigit():
+        return [literal]
+    try:
+        infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+    except (OSError, UnicodeError) as error:
+        raise ValueError(f"max.connections.per.ip.overrides: cannot resolve host {host}: "
+                         f"{error}") from None
+    return sorted({normalize_address(str(info[4][0])) for info in infos})
+
+
+class _State(enum.Enum):
+    HEADER = "reading a size prefix"
+    WAITING = "waiting for memory"
+    BODY = "reading a frame"
+    HANDLING = "handling a request"
+    WRITING = "writing a response"
+
+
+_BUSY: Final = (_State.WAITING, _State.HANDLING)  # not idle, whatever the clock says
+
+
+class _Connection(asyncio.BufferedProtocol):
+    """One client connection: the transport reads straight into the size prefix, then into
+    the frame's own reserved buffer; one task handles the frames in order."""
+
+    def __init__(self, listener: Listener) -> None:
+        self.listener = listener
+        self.limits = listener.limits
+        self.loop = asyncio.get_running_loop()
+        self.transport: asyncio.Transport | None = None
+        self.host, self.port, self.address = "?", 0, "?"
+        self.last_active = self.loop.time()
+        self.closing = False
+        self._counted = False  # in the quotas
+        self._task: asyncio.Task[None] | None = None
+        self._state = _State.HEADER
+        self._size = bytearray(4)
+        self._view = memoryview(self._size)
+        self._filled = 0
+        self._body: bytearray | None = None
+        self._reservation: Reservation | None = None
+        self._ready: bytearray | None = None  # a whole frame the task has not taken yet
+        self._failure: BaseException | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._write_paused = False
+        self._idle_timer: asyncio.TimerHandle | None = None
+
+    # -- transport callbacks -----------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports are not asyncio.Transport subclasses, but have its methods
+        self.transport = cast(asyncio.Transport, transport)
+        peer = transport.get_extra_info("peername") or ("?", 0)
+        self.host, self.port = str(peer[0]), int(peer[1])
+        self.address = normalize_address(self.host)
+        if self.listener._closing:
+            self.closing = True
+            self.transport.close()
+            return
+        try:
+            self.limits.quotas.accept(self.listener.name, self.address)
+        except TooManyConnections as refused:
+            log.info("rejected connection from %s:%d on listener %s: %s", self.host, self.port,
+                     self.listener.name, refused)
+            self.closing = True
+            self.transport.abort()
+            return
+        self._counted = True
+        self.limits.connections.add(self)
+        self._task = self.loop.create_task(self._run())
+        self.listener._connections.add(self._task)
+        self._arm_idle_timer(self.last_active)
+        self.limits.close_excess()
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._view[self._filled:]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self._filled += nbytes
+        self.last_active = self.loop.time()
+        if self._filled < len(self._view):
+            return
+        if self._state is _State.HEADER:
+            (size,) = _SIZE.unpack(self._size)
+            if size <= 0 or size > self.listener.request_bytes_max:
+                self._fail(FrameError(f"request of {size} bytes "
+                                      f"(socket.request.max.bytes="
+                                      f"{self.listener.request_bytes_max})"))
+                return
+            self._state = _State.WAITING
+            reservation = self.limits.reserve(self, size)
+            if reservation is not None:
+                self._read_body(reservation)
+                return
+            # muted until a request finishes somewhere in the group (Kafka's channel muted
+            # for memory pressure); the size prefix alone is read, so nothing is buffered
+            self._transport().pause_reading()
+            self.limits.grant_waiting()  # a small frame may have the reserve at once
+        elif self._state is _State.BODY:
+            self._state = _State.HANDLING
+            self._transport().pause_reading()  # one request in process, as Kafka mutes
+            self._ready, self._body = self._body, None
+            self._view = memoryview(self._size)
+            self._wake()
+
+    def eof_received(self) -> bool:
+        return False  # the peer closed (as Kafka, a half-closed connection is closed)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closing = True
+        self.limits.forget(self)
+        if self._failure is None:
+            self._failure = ConnectionResetError(str(exc) if exc else "connection closed")
+        self._wake()
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._wake()
+
+    # -- called by the group -----------------------------------------------------------
+
+    def memory_granted(self, reservation: Reservation) -> None:
+        if self.closing:
+            self.limits.release(reservation)
+            return
+        self._read_body(reservation)
+        self._transport().resume_reading()
+
+    def close_now(self, reason: str) -> None:
+        """Close at once (idle, or making room): a pending response is dropped, as a client
+        that does not read could otherwise hold the connection open."""
+        if self.closing:
+            return
+        log.info("closing connection from %s:%d on listener %s: %s", self.host, self.port,
+                 self.listener.name, reason)
+        self.closing = True
+        self._uncount()  # now, so that close_excess sees the room it made
+        self._transport().abort()
+
+    # -- the connection's task ---------------------------------------------------------
+
+    async def _run(self) -> None:
+        task = asyncio.current_task()
+        try:
+            await self._serve()
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        except FrameError as error:
+            log.info("closing connection from %s:%s: %s", self.host, self.port, error)
+        except InvariantViolation as error:
+            self.listener.on_fatal(error)
+        except Exception:
+            log.exception("closing connection from %s:%s after an unexpected error",
+                          self.host, self.port)
+        finally:
+            if task is not None:
+                self.listener._connections.discard(task)
+            self._shutdown()
+            dispatcher = self.listener.dispatcher
+            if isinstance(dispatcher, ConnectionObserver):
+                dispatcher.connection_closed(self.host, self.port)
+
+    async def _serve(self) -> None:
+        while True:
+            frame = await self._next_frame()
+            try:
+                response = await self.listener._respond(frame, self.host, self.port)
+            finally:
+                del frame  # the frame's bytes go before its reservation does
+                self._release_memory()
+            if self.closing:
+                return
+            self._state = _State.WRITING
+            if response is not None:
+                self._transport().write(response)
+                while self._write_paused:
+                    await self._wait()
+            self.last_active = self.loop.time()
+            self._state = _State.HEADER
+            self._filled = 0
+            self._transport().resume_reading()
+
+    async def _next_frame(self) -> memoryview:
+        while self._ready is None:
+            await self._wait()
+        frame, self._ready = self._ready, None
+        return memoryview(frame).toreadonly()  # the decoders read buffers, not only bytes
+
+    async def _wait(self) -> None:
+        if self._failure is not None:
+            raise self._failure
+        self._waiter = self.loop.create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
+        if self._failure is not None:
+            raise self._failure
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    def _fail(self, error: BaseException) -> None:
+        self._transport().pause_reading()
+        if self._failure is None:
+            self._failure = error
+        self._wake()
+
+    def _read_body(self, reservation: Reservation) -> None:
+        self._reservation = reservation
+        self._body = bytearray(reservation.size)
+        self._view = memoryview(self._body)
+        self._filled = 0
+        self._state = _State.BODY
+
+    def _release_memory(self) -> None:
+        reservation, self._reservation = self._reservation, None
+        if reservation is not None:
+            self.limits.release(reservation)
+
+    def _uncount(self) -> None:
+        if self._counted:
+            self._counted = False
+            self.limits.quotas.release(self.listener.name, self.address)
+
+    def _shutdown(self) -> None:
+        self.closing = True
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+        self.limits.forget(self)
+        self._body = self._ready = None
+        self._view = memoryview(self._size)
+        self._release_memory()
+        self._uncount()
+        self.limits.connections.discard(self)
+        self._transport().close()
+
+    def _transport(self) -> asyncio.Transport:
+        assert self.transport is not None
+        return self.transport
+
+    # -- connections.max.idle.ms -------------------------------------------------------
+
+    def _arm_idle_timer(self, since: float) -> None:
+        idle_ms = self.limits.connections_max_idle_ms
+        if idle_ms >= 0:
+            self._idle_timer = self.loop.call_at(since + idle_ms / 1000, self._check_idle)
+
+    def _check_idle(self) -> None:
+        if self.closing:
+            return
+        now = self.loop.time()
+        if self._state in _BUSY:
+            self._arm_idle_timer(now)
+        elif now >= self.last_active + self.limits.connections_max_idle_ms / 1000:
+            self.close_now(f"nothing read for connections.max.idle.ms="
+                           f"{self.limits.connections_max_idle_ms}")
+        else:
+            self._arm_idle_timer(self.last_active)
+
+
 class Listener:
     def __init__(
         self,
@@ -75,6 +452,7 @@ class Listener:
         *,
         request_bytes_max: int,
         on_fatal: Callable[[BaseException], None],
+        limits: NetworkLimits | None = None,
     ) -> None:
         self.name = name
         self.host = host
@@ -82,13 +460,17 @@ class Listener:
         self.dispatcher = dispatcher
         self.request_bytes_max = request_bytes_max
         self.on_fatal = on_fatal
+        # no limits given (tools, tests of one layer): Kafka's defaults, unbounded
+        self.limits = limits if limits is not None else NetworkLimits()
+        self.limits.quotas.add_listener(name)
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
         self._closing = False
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(
-            self._accept, self.host, self.port, reuse_address=True, limit=1 << 20
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: _Connection(self), self.host, self.port, reuse_address=True
         )
         if self.port == 0:
             self.port = self._server.sockets[0].getsockname()[1]
@@ -108,46 +490,7 @@ class Listener:
         if self._server is not None:
             await self._server.wait_closed()
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if self._closing:
-            writer.close()
-            return
-        task = asyncio.current_task()
-        assert task is not None
-        self._connections.add(task)
-        peer = writer.get_extra_info("peername") or ("?", 0)
-        try:
-            await self._serve(reader, writer, str(peer[0]), int(peer[1]))
-        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
-            pass
-        except FrameError as error:
-            log.info("closing connection from %s:%s: %s", peer[0], peer[1], error)
-        except InvariantViolation as error:
-            self.on_fatal(error)
-        except Exception:
-            log.exception("closing connection from %s:%s after an unexpected error", *peer[:2])
-        finally:
-            self._connections.discard(task)
-            writer.close()
-            if isinstance(self.dispatcher, ConnectionObserver):
-                self.dispatcher.connection_closed(str(peer[0]), int(peer[1]))
-
-    async def _serve(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host: str, port: int
-    ) -> None:
-        while True:
-            (size,) = _SIZE.unpack(await reader.readexactly(4))
-            if size <= 0 or size > self.request_bytes_max:
-                raise FrameError(
-                    f"request of {size} bytes (socket.request.max.bytes={self.request_bytes_max})"
-                )
-            frame = await reader.readexactly(size)
-            response = await self._respond(frame, host, port)
-            if response is not None:
-                writer.write(response)
-                await writer.drain()
-
-    async def _respond(self, frame: bytes, host: str, port: int) -> bytes | None:
+    async def _respond(self, frame: memoryview, host: str, port: int) -> bytes | None:
         header = parse_request_header(frame)
         if not supports(self.dispatcher.apis, header.api_key, header.api_version):
             if header.api_key == ApiKey.API_VERSIONS:

@@ -23,6 +23,7 @@ from typing import Final
 from pykraft.broker.group_coordinator.core import GroupConfig
 from pykraft.controller.configs import DYNAMIC_BROKER_CONFIGS
 from pykraft.errors import InvalidConfig
+from pykraft.net.limits import parse_per_ip_overrides
 from pykraft.storage import log_config
 from pykraft.storage.log_config import ConfigType
 from pykraft.storage.meta_properties import parse_java_properties
@@ -82,6 +83,13 @@ SERVER_KEYS: Final[dict[str, ServerKey]] = {
         ServerKey("delete.topic.enable", "boolean", "true"),
         ServerKey("message.max.bytes", "int", "1048588", 0),
         ServerKey("socket.request.max.bytes", "int", "104857600", 1),
+        # unset: 100 MiB, or socket.request.max.bytes if larger (Kafka's -1, unbounded, is
+        # still accepted); see net/limits.py and docs/deviations.md
+        ServerKey("queued.max.request.bytes", "long", None),
+        ServerKey("max.connections", "int", "2147483647", 0),
+        ServerKey("max.connections.per.ip", "int", "2147483647", 0),
+        ServerKey("max.connections.per.ip.overrides", "string", ""),
+        ServerKey("connections.max.idle.ms", "long", "600000"),
         ServerKey("log.retention.check.interval.ms", "long", "300000", 1),
         ServerKey("log.cleaner.enable", "boolean", "true"),
         ServerKey("group.min.session.timeout.ms", "int", "6000", 0),
@@ -149,6 +157,9 @@ SERVER_KEYS: Final[dict[str, ServerKey]] = {
 }
 
 _ROLES: Final = ("broker", "controller")
+# Kafka's connection.failed.authentication.delay.ms default (pykraft has no SASL yet), which
+# KafkaConfig requires to be below connections.max.idle.ms
+_FAILED_AUTHENTICATION_DELAY_MS: Final = 100
 # Server keys that set a topic config's default (log.segment.bytes -> segment.bytes, ...).
 _TOPIC_SYNONYMS: Final = {
     synonym.name: definition.name
@@ -159,6 +170,7 @@ _LISTENER: Final = re.compile(r"^([A-Za-z0-9_]+)://(\[[0-9a-fA-F:]+\]|[^:\[\]]*)
 _VOTER: Final = re.compile(r"^(\d+)@(\[[0-9a-fA-F:]+\]|[^:@\[\]]+):(\d+)$")
 _NON_ROUTABLE_HOSTS: Final = ("0.0.0.0", "::")
 _ADDRESS: Final = re.compile(r"^(\[[0-9a-fA-F:]+\]|[^:\[\]]+):(\d+)$")
+_LISTENER_MAX_CONNECTIONS: Final = re.compile(r"^listener\.name\.[^.]+\.max\.connections$")
 
 
 def single_node_defaults(data_dir: str) -> dict[str, str]:
@@ -232,11 +244,18 @@ def _check_value(name: str, value: str) -> None:
                                     f"Value must be at least {key.minimum}")
         if name == "pykraft.metrics.listener":
             parse_address(name, value)
+        if name == "max.connections.per.ip.overrides":
+            parse_per_ip_overrides(value)
+        if _LISTENER_MAX_CONNECTIONS.match(name):
+            parsed = log_config.parse_value(name, "int", value)
+            if isinstance(parsed, int) and parsed < 0:
+                raise InvalidConfig(f"Invalid value {value} for configuration {name}: "
+                                    "Value must be at least 0")
         if name in _TOPIC_SYNONYMS:  # the topic config's rules, on the scaled value
             log_config.server_default(_TOPIC_SYNONYMS[name], {name: value})
         elif name in DYNAMIC_BROKER_CONFIGS and key is None:
             DYNAMIC_BROKER_CONFIGS[name].check(value)
-    except InvalidConfig as error:
+    except (InvalidConfig, ValueError) as error:
         raise ConfigError(str(error)) from None
 
 
@@ -283,6 +302,25 @@ class ServerConfig:
         except ValueError as error:
             raise ConfigError(str(error)) from None
         self._validate_shape()
+        self._validate_socket_limits()
+
+    def _validate_socket_limits(self) -> None:
+        """KafkaConfig's cross-key rules of the socket server's limits."""
+        queued = self.get("queued.max.request.bytes")
+        request_max = self.get_int("socket.request.max.bytes")
+        if queued is not None and 0 < int(queued) < request_max:
+            raise ConfigError(f"queued.max.request.bytes ({queued}) must be larger or equal to "
+                              f"socket.request.max.bytes ({request_max})")
+        if self.get_int("max.connections.per.ip") == 0 and not parse_per_ip_overrides(
+                self.get("max.connections.per.ip.overrides") or ""):
+            raise ConfigError("max.connections.per.ip can be set to zero only if "
+                              "max.connections.per.ip.overrides property is set.")
+        idle_ms = self.get_int("connections.max.idle.ms")
+        if 0 <= idle_ms <= _FAILED_AUTHENTICATION_DELAY_MS:
+            raise ConfigError(f"connection.failed.authentication.delay.ms="
+                              f"{_FAILED_AUTHENTICATION_DELAY_MS} should always be less than "
+                              f"connections.max.idle.ms={idle_ms} to prevent failed "
+                              "authentication responses from timing out")
 
     def _apply_broker_id_synonym(self) -> None:
         """Kafka's node.id and broker.id name the same thing; either may be given."""

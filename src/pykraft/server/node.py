@@ -62,7 +62,7 @@ from pykraft.metadata.codec import decode_metadata_record
 from pykraft.metadata.image import MetadataImage
 from pykraft.metadata.loader import MetadataLoader
 from pykraft.metadata.records import MetadataRecord
-from pykraft.net.server import Listener
+from pykraft.net.server import Listener, NetworkLimits
 from pykraft.raft.core import CommittedBatch, RaftConfig
 from pykraft.raft.driver import RaftNode
 from pykraft.raft.log_store import RaftLogView
@@ -120,6 +120,7 @@ class Node:
         self._stopping = False
         self._tasks: list[asyncio.Task[None]] = []
         self.listeners: list[Listener] = []
+        self._network_limits: dict[bool, NetworkLimits] = {}  # by "is a controller listener"
         self.log_manager: LogManager | None = None
         self.raft: RaftNode | None = None
         self.controller: ControllerServer | None = None
@@ -434,7 +435,7 @@ class Node:
         listener = Listener(
             name, host, port, dispatcher,
             request_bytes_max=self.config.get_int("socket.request.max.bytes"),
-            on_fatal=self._fatal,
+            on_fatal=self._fatal, limits=self._limits_of(name),
         )
         try:
             await listener.start()
@@ -442,6 +443,22 @@ class Node:
             raise NodeStartError(f"cannot listen on {name}://{host}:{port}: "
                                  f"{error.strerror}") from error
         self.listeners.append(listener)
+
+    def _limits_of(self, name: str) -> NetworkLimits:
+        """One request memory pool and one set of connection quotas for the controller
+        listeners, another for the broker listeners, as Kafka's ControllerServer and
+        BrokerServer each run a SocketServer: clients cannot starve the quorum."""
+        controllers = set(self.config.controller_listeners)
+        side = name in controllers
+        if side not in self._network_limits:
+            names = [e.listener_name for e in self.config.listeners
+                     if (e.listener_name in controllers) == side]
+            try:
+                self._network_limits[side] = NetworkLimits.from_config(
+                    self.config.get, names, None if side else self.config.inter_broker_listener)
+            except ValueError as error:
+                raise NodeStartError(str(error)) from None
+        return self._network_limits[side]
 
     async def _auto_create_topics(self, names: list[str]) -> None:
         assert self.channel is not None

@@ -130,16 +130,17 @@ class _MappedIndex:
         self._max_entries = max(1, self._entries)
 
     def close(self) -> None:
-        if self._fd is None:  # never opened, or opened for append and never written
+        """Seal and release the file; released even when sealing fails (a full disk:
+        recovery settles the file at the next start), and the failure is raised."""
+        try:
             if self._writable:
                 self.seal()
+        finally:
             self._writable, self._buffer = False, None
-            return
-        self.seal()
-        self._unmap()
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+            self._unmap()
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
 
     def flush(self) -> None:
         if self._fd is not None:

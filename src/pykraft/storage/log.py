@@ -1042,9 +1042,15 @@ class Log:
                 self._snapshot_producers()
             except OSError as error:
                 log.warning("cannot write the producer snapshot of %s: %s", self.dir.name, error)
-        for segment in self._segments:
-            segment.close()
+        failure: OSError | None = None
+        for segment in self._segments:  # every file is closed, whatever fails
+            try:
+                segment.close()
+            except OSError as error:
+                failure = failure or error
         self._closed = True
+        if failure is not None:
+            raise failure
 
     def delete(self) -> None:
         """Close and remove the whole partition directory."""

@@ -27,6 +27,7 @@ from __future__ import annotations
 import collections
 import fcntl
 import json
+import logging
 import os
 import random
 import shutil
@@ -322,20 +323,48 @@ class LogManager:
         )
 
     def close(self, *, broker_epoch: int = -1) -> None:
-        """Clean shutdown: flush and close every log, checkpoint, mark, unlock."""
-        for log in self._logs.values():
-            log.flush()
-            log.close()
-        for log_dir in self.log_dirs:  # a failure here leaves no clean-shutdown marker
-            if log_dir.is_dir():
-                self._checkpoint_dir(log_dir)
+        """Clean shutdown: flush and close every log, checkpoint, mark, unlock.
+
+        A log dir whose disk work fails on the way (a full disk) gets no clean-shutdown
+        marker, so its logs are recovered at the next start; every file is still closed,
+        every other dir shut down cleanly, and the failures are logged, not raised: the
+        node stops either way.
+        """
+        unclean: set[Path] = set()
+        for key, log in self._logs.items():
+            try:
+                log.flush()
+            except OSError as error:
+                self._close_failed(unclean, self._home[key], f"flush of {log.dir.name}", error)
+            try:
+                log.close()
+            except OSError as error:
+                self._close_failed(unclean, self._home[key], f"closing {log.dir.name}", error)
+        for log_dir in self.log_dirs:
+            if log_dir.is_dir() and log_dir not in unclean:
+                try:
+                    self._checkpoint_dir(log_dir)
+                except OSError as error:
+                    self._close_failed(unclean, log_dir, "writing the offset checkpoints", error)
         marker = json.dumps({"version": 0, "brokerEpoch": broker_epoch})
         for log_dir in self._locks:
-            write_atomically(log_dir / CLEAN_SHUTDOWN_FILE, marker)
+            if log_dir not in unclean:
+                try:
+                    write_atomically(log_dir / CLEAN_SHUTDOWN_FILE, marker)
+                except OSError as error:
+                    self._close_failed(unclean, log_dir, "the clean-shutdown marker", error)
         self._logs.clear()
         self._home.clear()
         self._count.clear()
         self.release_locks()
+
+    @staticmethod
+    def _close_failed(unclean: set[Path], log_dir: Path, what: str, error: OSError) -> None:
+        if log_dir not in unclean:
+            unclean.add(log_dir)
+            logging.getLogger(__name__).error(
+                "shutting down log dir %s uncleanly (its logs are recovered at the next "
+                "start): %s failed: %s", log_dir, what, error)
 
     def release_locks(self) -> None:
         """Unlock the log dirs without a clean shutdown (what a crash leaves)."""

@@ -170,13 +170,27 @@ class LogSegment:
         self.time_index.flush()
 
     def close(self) -> None:
-        self.on_become_inactive()
-        self.offset_index.close()
-        self.time_index.close()
-        if self._torn_tail and self._fd is not None:
-            os.ftruncate(self._fd, self.size)
-            self._torn_tail = False
-        if self._fd is not None:
+        """Close every file, even when a write on the way fails (a full disk); the first
+        failure is raised after, and the next start's recovery settles the files."""
+        try:
+            self.on_become_inactive()
+        finally:
+            try:
+                self.offset_index.close()
+            finally:
+                try:
+                    self.time_index.close()
+                finally:
+                    self._close_log_file()
+
+    def _close_log_file(self) -> None:
+        if self._fd is None:
+            return
+        try:
+            if self._torn_tail:
+                os.ftruncate(self._fd, self.size)
+                self._torn_tail = False
+        finally:
             os.close(self._fd)
             self._fd = None
 

@@ -245,3 +245,42 @@ def test_periodic_log_work_goes_on_past_a_failing_log_and_checkpoint(
     assert checkpoint.read_bytes() != before
     monkeypatch.undo()
     manager.close()
+
+
+def test_a_shutdown_on_a_full_disk_closes_everything_and_marks_that_dir_unclean(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """close() on a full disk does not raise (the node must stop), closes every log and
+    unlocks every dir; the dir whose writes failed gets no clean-shutdown marker, so its
+    logs are recovered at the next start, which finds every appended record."""
+    manager = LogManager([tmp_path / "data0", tmp_path / "data1"], {}, rng=random.Random(7))
+    manager.load(now_ms=0)
+    logs = [manager.get_or_create_log("t", index, topic_id=uuid.UUID(int=1),
+                                      config=small_config(index_interval_bytes=100_000),
+                                      now_ms=0) for index in range(2)]
+    for log in logs:
+        _append(log)
+        _append(log)
+    expected = [all_batches(log) for log in logs]
+    full_dir = manager.log_dir_of("t", 0)
+    assert full_dir is not None
+    real_pwrite = os.pwrite
+
+    def pwrite(fd: int, data: bytes, position: int) -> int:  # only data0's disk is full
+        if os.readlink(f"/proc/self/fd/{fd}").startswith(str(full_dir)):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_pwrite(fd, data, position)
+
+    monkeypatch.setattr(os, "pwrite", pwrite)
+    manager.close()  # the final time index entry of t-0 cannot be written
+    monkeypatch.undo()
+    manager_dirs = [tmp_path / "data0", tmp_path / "data1"]
+    assert [(d / ".kafka_cleanshutdown").exists() for d in manager_dirs] == [
+        d != full_dir for d in manager_dirs]
+    reopened = LogManager(manager_dirs, {}, rng=random.Random(7))
+    reopened.load(now_ms=0)  # the locks were released
+    for index in range(2):
+        found = reopened.get_log("t", index)
+        assert found is not None and all_batches(found) == expected[index]
+        found.check_invariants()
+    reopened.close()

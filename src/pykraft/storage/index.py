@@ -129,11 +129,12 @@ class _MappedIndex:
         self._writable = False
         self._max_entries = max(1, self._entries)
 
-    def close(self) -> None:
+    def close(self, *, seal: bool = True) -> None:
         """Seal and release the file; released even when sealing fails (a full disk:
-        recovery settles the file at the next start), and the failure is raised."""
+        recovery settles the file at the next start), and the failure is raised.
+        `seal=False` (the index is being deleted) writes and creates nothing."""
         try:
-            if self._writable:
+            if self._writable and seal:
                 self.seal()
         finally:
             self._writable, self._buffer = False, None

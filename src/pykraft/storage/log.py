@@ -1002,7 +1002,12 @@ class Log:
         if not doomed:
             return 0
         if len(doomed) == len(self._segments):
-            self._roll_at(self._log_end_offset, now_ms)
+            try:
+                self._roll_at(self._log_end_offset, now_ms)
+            except OSError:
+                doomed.pop()  # the disk is full: the active segment stays, the others go
+                if not doomed:
+                    raise
         for segment in doomed:
             self._segments.remove(segment)
             self._bases.remove(segment.base_offset)
@@ -1034,7 +1039,9 @@ class Log:
 
     def close(self, *, snapshot: bool = True) -> None:
         """Close files (no fsync: call flush first for a clean shutdown). A producer state
-        in use is written as a snapshot at the log end, so the next open reads no batch."""
+        in use is written as a snapshot at the log end, so the next open reads no batch.
+        `snapshot=False` (the log is being deleted) writes nothing at all: deleting a log
+        must work on a full disk."""
         if self._closed:
             return
         if snapshot:
@@ -1045,7 +1052,7 @@ class Log:
         failure: OSError | None = None
         for segment in self._segments:  # every file is closed, whatever fails
             try:
-                segment.close()
+                segment.close(final_entry=snapshot)
             except OSError as error:
                 failure = failure or error
         self._closed = True

@@ -246,7 +246,7 @@ class LogManager:
             return False
         log_dir = self._home.pop(key)
         self._count[log_dir] -= 1
-        log.close()
+        log.close(snapshot=False)  # writes nothing: a full disk must not stop a deletion
         unique = uuid.UUID(int=self._rng.getrandbits(128), version=4).hex
         doomed = log_dir / f"{log.dir.name}.{unique}{DELETE_DIR_SUFFIX}"
         os.replace(log.dir, doomed)

@@ -169,17 +169,20 @@ class LogSegment:
         self.offset_index.flush()
         self.time_index.flush()
 
-    def close(self) -> None:
+    def close(self, *, final_entry: bool = True) -> None:
         """Close every file, even when a write on the way fails (a full disk); the first
-        failure is raised after, and the next start's recovery settles the files."""
+        failure is raised after, and the next start's recovery settles the files.
+        `final_entry=False` (the segment is being deleted) writes nothing: deleting must
+        work on a full disk, as it is how space comes back."""
         try:
-            self.on_become_inactive()
+            if final_entry:
+                self.on_become_inactive()
         finally:
             try:
-                self.offset_index.close()
+                self.offset_index.close(seal=final_entry)
             finally:
                 try:
-                    self.time_index.close()
+                    self.time_index.close(seal=final_entry)
                 finally:
                     self._close_log_file()
 
@@ -205,7 +208,7 @@ class LogSegment:
 
     def rename_with_suffix(self, suffix: str) -> list[Path]:
         """Close and rename every file to `<name><suffix>`; return the new paths."""
-        self.close()
+        self.close(final_entry=False)
         renamed = []
         for path in self.paths():
             if path.exists():
@@ -215,7 +218,7 @@ class LogSegment:
         return renamed
 
     def delete(self) -> None:
-        self.close()
+        self.close(final_entry=False)
         for path in self.paths():
             path.unlink(missing_ok=True)
 

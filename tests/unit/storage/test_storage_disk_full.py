@@ -284,3 +284,32 @@ def test_a_shutdown_on_a_full_disk_closes_everything_and_marks_that_dir_unclean(
         assert found is not None and all_batches(found) == expected[index]
         found.check_invariants()
     reopened.close()
+
+
+def test_deleting_frees_space_on_a_full_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Retention and log deletion write nothing, so they work on a full disk (they are how
+    space comes back): retention that would delete every segment, whose roll then fails,
+    still deletes all but the active one; deleting a log removes its directory."""
+    manager = LogManager([tmp_path / "data"], {}, rng=random.Random(7))
+    manager.load(now_ms=0)
+    config = small_config(segment_bytes=600, index_interval_bytes=100_000, retention_ms=10)
+    logs = [manager.get_or_create_log("t", index, topic_id=uuid.UUID(int=1), config=config,
+                                      now_ms=0) for index in range(2)]
+    for log in logs:
+        while log.segment_count < 3:
+            _append(log)
+        log.update_high_watermark(log.log_end_offset)
+    kept, deleted = logs
+    FullDisk(monkeypatch, creates=True)
+    assert manager.run_retention(now_ms=1_000_000) == 4  # two of each log's three
+    assert kept.segment_count == 1 and kept.segments[0].time_index.writable
+    assert [p.name for p in kept.dir.iterdir() if p.suffix == ".log"] == [
+        kept.segments[0].log_path.name]
+    assert manager.delete_log("t", 1)
+    assert not deleted.dir.exists()
+    assert not any(p.name.startswith("t-1") for p in (tmp_path / "data").iterdir())
+    monkeypatch.undo()
+    kept.check_invariants()
+    manager.close()

@@ -20,9 +20,15 @@
 typedef enum { SCAN_OK = 0, SCAN_SHORT = 1, SCAN_LONG = 2 } scan_status;
 
 /* A zigzag varint of at most five bytes whose value fits 32 bits. */
-static scan_status read_varint(const uint8_t **cursor, const uint8_t *end, int32_t *out)
+static inline scan_status read_varint(const uint8_t **cursor, const uint8_t *end,
+                                      int32_t *out)
 {
     const uint8_t *p = *cursor;
+    if (__builtin_expect(p < end && !(*p & 0x80), 1)) { /* lengths and deltas: one byte */
+        *out = (int32_t)((uint32_t)(*p >> 1) ^ (0u - (uint32_t)(*p & 1u)));
+        *cursor = p + 1;
+        return SCAN_OK;
+    }
     uint32_t raw = 0;
     for (int shift = 0; shift <= 28; shift += 7) {
         if (p >= end)
@@ -41,9 +47,15 @@ static scan_status read_varint(const uint8_t **cursor, const uint8_t *end, int32
 }
 
 /* A zigzag varlong of at most ten bytes whose value fits 64 bits. */
-static scan_status read_varlong(const uint8_t **cursor, const uint8_t *end, int64_t *out)
+static inline scan_status read_varlong(const uint8_t **cursor, const uint8_t *end,
+                                       int64_t *out)
 {
     const uint8_t *p = *cursor;
+    if (__builtin_expect(p < end && !(*p & 0x80), 1)) {
+        *out = (int64_t)((uint64_t)(*p >> 1) ^ (0ull - (uint64_t)(*p & 1u)));
+        *cursor = p + 1;
+        return SCAN_OK;
+    }
     uint64_t raw = 0;
     for (int shift = 0; shift <= 63; shift += 7) {
         if (p >= end)

@@ -38,7 +38,7 @@ from pykraft.records.batch import (
     NO_TIMESTAMP,
     BatchHeader,
 )
-from pykraft.records.codecs import CompressionType, decompress
+from pykraft.records.codecs import CompressionType, decompress_scratch
 
 __all__ = [
     "DECOMPRESSED_BATCH_BYTES_MAX",
@@ -219,7 +219,7 @@ def validate_batch(buffer: bytes | bytearray | memoryview, position: int, header
         if codec not in CompressionType.__members__.values():
             raise CorruptRecord(f"batch has unknown compression codec id {codec}")
         try:
-            section = memoryview(decompress(codec, section, max_bytes=decompressed_bytes_max))
+            section = decompress_scratch(codec, section, max_bytes=decompressed_bytes_max)
         except MessageTooLarge as error:
             raise MessageTooLarge(
                 f"a {CompressionType(codec).name.lower()} batch of {header.size} bytes "

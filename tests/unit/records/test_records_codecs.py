@@ -19,7 +19,14 @@ from pykraft.errors import (
     MessageTooLarge,
     UnsupportedCompressionType,
 )
-from pykraft.records.codecs import XERIAL_MAGIC, CompressionType, compress, decompress
+from pykraft.records.codecs import (
+    SCRATCH_BYTES_MAX,
+    XERIAL_MAGIC,
+    CompressionType,
+    compress,
+    decompress,
+    decompress_scratch,
+)
 
 CODECS = [int(codec) for codec in CompressionType]
 COMPRESSED = [codec for codec in CODECS if codec != CompressionType.NONE]
@@ -197,3 +204,17 @@ def test_levels() -> None:
     ):
         with pytest.raises(InvalidConfig):
             compress(codec, data, level=level)
+
+
+@pytest.mark.parametrize("codec", list(CompressionType))
+def test_decompress_scratch_gives_what_decompress_gives(codec: CompressionType) -> None:
+    """The per-thread scratch path answers as `decompress` does, for output that fits the
+    scratch, output larger than it (the growing path), and past the bound."""
+    for size in (10, 200_000, SCRATCH_BYTES_MAX + 100_000):
+        data = bytes(range(256)) * (size // 256) + b"x" * (size % 256)
+        packed = compress(codec, data)
+        assert bytes(decompress_scratch(codec, packed, max_bytes=size)) == data
+        with pytest.raises(MessageTooLarge):
+            decompress_scratch(codec, packed, max_bytes=size - 1)
+    # a later, smaller call does not see the bytes of an earlier, larger one
+    assert bytes(decompress_scratch(codec, compress(codec, b"ab"), max_bytes=10)) == b"ab"

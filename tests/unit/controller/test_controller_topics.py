@@ -232,6 +232,20 @@ def test_duplicate_names_in_one_request_are_invalid(harness: Harness) -> None:
     assert [r.name for r in op.records if isinstance(r, TopicRecord)] == ["a"]
 
 
+def test_the_metadata_log_name_is_never_a_topic(harness: Harness) -> None:
+    """Whoever asks (a client's forwarded request or a coordinator), __cluster_metadata is
+    refused: its partition 0 would share the metadata log's directory."""
+    op = harness.controller.create_topics(
+        [CreatableTopic("__cluster_metadata", 1, 1), CreatableTopic("__consumer_offsets", 1, 1)],
+        validate_only=False, now_ms=0)
+    assert [(r.name, r.error_code, r.error_message) for r in op.response] == [
+        ("__cluster_metadata", ErrorCode.invalid_request,
+         "Creation of internal topic __cluster_metadata is prohibited."),
+        ("__consumer_offsets", ErrorCode.none, None),  # its coordinator's way of making it
+    ]
+    assert [r.name for r in op.records if isinstance(r, TopicRecord)] == ["__consumer_offsets"]
+
+
 def test_colliding_names_within_one_request(harness: Harness) -> None:
     """The second of 'a.b' and 'a_b' in one request collides with the first."""
     op = harness.controller.create_topics(

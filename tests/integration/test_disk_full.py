@@ -40,6 +40,9 @@ CONFIGS = {
     "group.initial.rebalance.delay.ms": "0",
     "group.min.session.timeout.ms": "500",
     "offsets.topic.num.partitions": "1",
+    "transaction.state.log.num.partitions": "1",
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
     "log.segment.bytes": str(1024 * 1024),  # rolls happen while the disk fills
 }
 
@@ -123,7 +126,9 @@ def _read_all(bootstrap: str, topic: str = TOPIC) -> list[bytes]:
         _, end = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
         values: list[bytes] = []
         deadline = time.monotonic() + 20
-        while len(values) < end and time.monotonic() < deadline:
+        # up to the end by position, not by count: a transaction marker takes an offset
+        while consumer.position([TopicPartition(topic, 0)])[0].offset < end:
+            assert time.monotonic() < deadline, f"read {len(values)} records of {topic}"
             message = consumer.poll(0.2)
             if message is not None and message.error() is None:
                 values.append(message.value() or b"")
@@ -177,6 +182,8 @@ def test_a_full_log_dir_fails_writes_keeps_serving_and_recovers_when_space_retur
     committer = Consumer({"bootstrap.servers": bootstrap, "group.id": "committer",
                           "enable.auto.commit": False})
     _commit_many(committer, 1)
+    first = Producer({"bootstrap.servers": bootstrap, "transactional.id": "before"})
+    first.init_transactions(30)  # the transaction state partition exists before the fill
 
     # -- the disk fills ------------------------------------------------------------------
     _fill(node.log_dir / "filler-1", leave_bytes=2 * 1024 * 1024)
@@ -193,6 +200,11 @@ def test_a_full_log_dir_fails_writes_keeps_serving_and_recovers_when_space_retur
     with pytest.raises(KafkaException) as refused:
         _commit_many(committer, 2)
     assert refused.value.args[0].code() in COORDINATOR_RETRIABLE, refused.value
+    # an id longer than a page: its state record cannot fit what is left of a written page
+    transactional = Producer({"bootstrap.servers": bootstrap,
+                              "transactional.id": "during-" + "x" * 5000})
+    with pytest.raises(KafkaException):  # its state cannot be written: retried, then timed out
+        transactional.init_transactions(3)
     assert node.process.poll() is None, node.tail_log()
     reported = node.log_path.read_text(errors="replace").count("storage error in log dir")
     assert 1 <= reported <= 5, "storage errors are logged once per interval, not per failure"
@@ -207,6 +219,12 @@ def test_a_full_log_dir_fails_writes_keeps_serving_and_recovers_when_space_retur
     assert producer.flush(30) == 0
     acked.extend(after)
     sparse.append(b"small")
+
+    transactional.init_transactions(30)  # the same producer, once space is back
+    transactional.begin_transaction()
+    transactional.produce(TOPIC, value=b"in-a-transaction", partition=0)
+    transactional.commit_transaction(30)
+    acked.append(b"in-a-transaction")
 
     wait_for(lambda: _commit_or_none(committer, 3), "an offset commit after space returned",
              timeout_s=20)

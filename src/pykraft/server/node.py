@@ -618,6 +618,10 @@ class Node:
                 return
             except FileNotFoundError:
                 log.info("log cleaning dropped: a segment went away meanwhile")
+            except OSError as error:  # a full disk: the output is discarded; tried again later
+                if job is not None:
+                    manager.storage_errors.report(job.log.dir.parent,
+                                                  f"cleaning {job.log.dir.name}", error)
             except InvariantViolation as error:
                 self._fatal(error)
                 return

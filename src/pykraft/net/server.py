@@ -10,9 +10,10 @@ What peers can make the node hold is bounded per group of listeners (`NetworkLim
 combined node's broker listeners are one group, its controller listeners another, as Kafka's
 BrokerServer and ControllerServer each have a SocketServer). A frame's body is read only after
 its whole size was reserved from the group's pool (`queued.max.request.bytes`), and straight
-into a buffer of that size: the bytes of a half-received frame are the ones reserved, and
-nothing else is buffered. While the pool is exhausted a connection is not read past its size
-prefix (Kafka mutes it); its reservation is released when its request's handler has finished.
+into a buffer of that size: the bytes of a half-received frame are the ones reserved. Beyond
+that a connection holds at most READ_AHEAD_BYTES (16 KiB) read ahead of its frame (the next
+size prefix, small pipelined requests). While the pool is exhausted a connection is not read
+further (Kafka mutes it); a reservation is released when its request's handler has finished.
 Connections over `max.connections`, `listener.name.<name>.max.connections` or
 `max.connections.per.ip` are closed at accept, and one with no request in process that has
 read nothing for `connections.max.idle.ms` is closed.
@@ -100,6 +101,9 @@ class NetworkLimits:
         self.quotas = quotas if quotas is not None else ConnectionQuotas()
         self.connections_max_idle_ms = connections_max_idle_ms  # < 0: never
         self.connections: set[_Connection] = set()
+        # what every connection of the group reads into, outside frame bodies (reads are
+        # one at a time on the loop; each copies out what it read before the next)
+        self.scratch = bytearray(READ_AHEAD_BYTES)
         # connections whose frame size is known and waits for memory, in arrival order: the
         # first gets memory first, so a large request is not overtaken forever by small ones
         self._waiting: dict[_Connection, int] = {}
@@ -196,11 +200,17 @@ class _State(enum.Enum):
 
 
 _BUSY: Final = (_State.WAITING, _State.HANDLING)  # not idle, whatever the clock says
+# What a connection may read ahead of the frame it is on, unreserved: the next size prefix
+# and small requests of a client that pipelines them, so that they take one read and one
+# turn of the loop instead of three. Bounded per connection, as Kafka's TLS channels keep
+# their own read buffers outside its pool.
+READ_AHEAD_BYTES: Final = 16 * 1024
 
 
 class _Connection(asyncio.BufferedProtocol):
-    """One client connection: the transport reads straight into the size prefix, then into
-    the frame's own reserved buffer; one task handles the frames in order."""
+    """One client connection. Bytes outside a frame's body are read into a buffer shared by
+    the group's connections and kept (at most READ_AHEAD_BYTES) in `_pending`; a body is read
+    straight into its reserved buffer. One task handles the frames in order."""
 
     def __init__(self, listener: Listener) -> None:
         self.listener = listener
@@ -213,14 +223,15 @@ class _Connection(asyncio.BufferedProtocol):
         self._counted = False  # in the quotas
         self._task: asyncio.Task[None] | None = None
         self._state = _State.HEADER
-        self._size = bytearray(4)
-        self._view = memoryview(self._size)
-        self._filled = 0
+        self._pending = bytearray()  # read, not yet part of a frame
         self._body: bytearray | None = None
+        self._filled = 0  # of the body
         self._reservation: Reservation | None = None
         self._ready: bytearray | None = None  # a whole frame the task has not taken yet
         self._failure: BaseException | None = None
         self._waiter: asyncio.Future[None] | None = None
+        self._reading = True
+        self._eof = False
         self._write_paused = False
         self._idle_timer: asyncio.TimerHandle | None = None
 
@@ -252,38 +263,34 @@ class _Connection(asyncio.BufferedProtocol):
         self.limits.close_excess()
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        return self._view[self._filled:]
+        if self._state is _State.BODY:
+            assert self._body is not None
+            return memoryview(self._body)[self._filled:]
+        room = READ_AHEAD_BYTES - len(self._pending)  # > 0, or reading would be paused
+        return memoryview(self.limits.scratch)[:room]
 
     def buffer_updated(self, nbytes: int) -> None:
-        self._filled += nbytes
         self.last_active = self.loop.time()
-        if self._filled < len(self._view):
-            return
-        if self._state is _State.HEADER:
-            (size,) = _SIZE.unpack(self._size)
-            if size <= 0 or size > self.listener.request_bytes_max:
-                self._fail(FrameError(f"request of {size} bytes "
-                                      f"(socket.request.max.bytes="
-                                      f"{self.listener.request_bytes_max})"))
-                return
-            self._state = _State.WAITING
-            reservation = self.limits.reserve(self, size)
-            if reservation is not None:
-                self._read_body(reservation)
-                return
-            # muted until a request finishes somewhere in the group (Kafka's channel muted
-            # for memory pressure); the size prefix alone is read, so nothing is buffered
-            self._transport().pause_reading()
-            self.limits.grant_waiting()  # a small frame may have the reserve at once
-        elif self._state is _State.BODY:
-            self._state = _State.HANDLING
-            self._transport().pause_reading()  # one request in process, as Kafka mutes
-            self._ready, self._body = self._body, None
-            self._view = memoryview(self._size)
-            self._wake()
+        if self._state is _State.BODY:
+            self._filled += nbytes
+            if self._filled == len(self._body or b""):
+                self._frame_complete()
+        else:  # the shared buffer is reused by the next read of any connection: copy out
+            self._pending += memoryview(self.limits.scratch)[:nbytes]
+            if self._state is _State.HEADER:
+                self._advance()
+        self._sync_reading()
 
     def eof_received(self) -> bool:
-        return False  # the peer closed (as Kafka, a half-closed connection is closed)
+        self._eof = True
+        # a request in process, or whole in the read-ahead, is still answered (Kafka sees the
+        # end only once it reads again); the transport then stays open for writing
+        keep_open = self._state in (_State.HANDLING, _State.WRITING) or (
+            self._state is _State.WAITING
+            and len(self._pending) - 4 >= _SIZE.unpack_from(self._pending)[0])
+        if not keep_open:
+            self._fail(ConnectionResetError("connection closed by the client"))
+        return keep_open
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
@@ -305,8 +312,8 @@ class _Connection(asyncio.BufferedProtocol):
         if self.closing:
             self.limits.release(reservation)
             return
-        self._read_body(reservation)
-        self._transport().resume_reading()
+        self._start_body(reservation)
+        self._sync_reading()
 
     def close_now(self, reason: str) -> None:
         """Close at once (idle, or making room): a pending response is dropped, as a client
@@ -318,6 +325,61 @@ class _Connection(asyncio.BufferedProtocol):
         self.closing = True
         self._uncount()  # now, so that close_excess sees the room it made
         self._transport().abort()
+
+    # -- reading frames ----------------------------------------------------------------
+
+    def _advance(self) -> None:
+        """In HEADER: start the next frame if its size prefix has been read."""
+        if len(self._pending) < 4:
+            if self._eof:
+                self._fail(ConnectionResetError("connection closed by the client"))
+            return
+        (size,) = _SIZE.unpack_from(self._pending)
+        if size <= 0 or size > self.listener.request_bytes_max:
+            self._fail(FrameError(f"request of {size} bytes (socket.request.max.bytes="
+                                  f"{self.listener.request_bytes_max})"))
+            return
+        self._state = _State.WAITING
+        reservation = self.limits.reserve(self, size)
+        if reservation is not None:
+            self._start_body(reservation)
+            return
+        # not read further until a request finishes somewhere in the group (Kafka's channel
+        # muted for memory pressure)
+        self._sync_reading()
+        self.limits.grant_waiting()  # a small frame may have the reserve at once
+
+    def _start_body(self, reservation: Reservation) -> None:
+        self._reservation = reservation
+        body = self._body = bytearray(reservation.size)
+        taken = min(reservation.size, len(self._pending) - 4)
+        body[:taken] = memoryview(self._pending)[4:4 + taken]
+        del self._pending[:4 + taken]
+        self._filled = taken
+        self._state = _State.BODY
+        if taken == reservation.size:
+            self._frame_complete()
+        elif self._eof:
+            self._fail(ConnectionResetError("connection closed by the client"))
+
+    def _frame_complete(self) -> None:
+        self._state = _State.HANDLING
+        self._ready, self._body = self._body, None
+        self._wake()
+
+    def _sync_reading(self) -> None:
+        """Read while a frame's bytes are wanted and the read-ahead has room; not while
+        waiting for memory (Kafka mutes the channel), nor after a failure or the end."""
+        transport = self._transport()
+        want = (not self.closing and self._failure is None and not self._eof
+                and self._state is not _State.WAITING
+                and (self._state is _State.BODY or len(self._pending) < READ_AHEAD_BYTES))
+        if want and not self._reading:
+            self._reading = True
+            transport.resume_reading()
+        elif not want and self._reading:
+            self._reading = False
+            transport.pause_reading()
 
     # -- the connection's task ---------------------------------------------------------
 
@@ -359,8 +421,8 @@ class _Connection(asyncio.BufferedProtocol):
                     await self._wait()
             self.last_active = self.loop.time()
             self._state = _State.HEADER
-            self._filled = 0
-            self._transport().resume_reading()
+            self._advance()  # the next frame may have been read ahead already
+            self._sync_reading()
 
     async def _next_frame(self) -> memoryview:
         while self._ready is None:
@@ -384,17 +446,10 @@ class _Connection(asyncio.BufferedProtocol):
             self._waiter.set_result(None)
 
     def _fail(self, error: BaseException) -> None:
-        self._transport().pause_reading()
         if self._failure is None:
             self._failure = error
+        self._sync_reading()
         self._wake()
-
-    def _read_body(self, reservation: Reservation) -> None:
-        self._reservation = reservation
-        self._body = bytearray(reservation.size)
-        self._view = memoryview(self._body)
-        self._filled = 0
-        self._state = _State.BODY
 
     def _release_memory(self) -> None:
         reservation, self._reservation = self._reservation, None
@@ -412,7 +467,7 @@ class _Connection(asyncio.BufferedProtocol):
             self._idle_timer.cancel()
         self.limits.forget(self)
         self._body = self._ready = None
-        self._view = memoryview(self._size)
+        self._pending = bytearray()
         self._release_memory()
         self._uncount()
         self.limits.connections.discard(self)

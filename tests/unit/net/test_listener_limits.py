@@ -15,7 +15,7 @@ from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.errors import ErrorCode
 
 from pykraft.net.limits import MemoryPool, quotas_for
-from pykraft.net.server import Listener, NetworkLimits, RequestContext
+from pykraft.net.server import READ_AHEAD_BYTES, Listener, NetworkLimits, RequestContext
 from pykraft.protocol.framing import encode_request
 
 MIB = 1024 * 1024
@@ -127,7 +127,8 @@ async def test_bodies_wait_for_memory_and_small_requests_use_the_reserve(
         await _until(lambda: _states(limits) == ["BODY", "BODY", "WAITING"])
         assert limits.pool.reserved_bytes == 6 * MIB
         waiting = next(c for c in limits.connections if c._state.name == "WAITING")
-        assert waiting._filled == 4 and waiting._body is None  # nothing past the size read
+        # no body buffer: only the bounded read-ahead holds what it sent
+        assert waiting._body is None and 4 <= len(waiting._pending) <= READ_AHEAD_BYTES
         # a small request is still served, from the reserve
         fresh = await _connect(listener, clients)
         await fresh.send(_frame(correlation_id=7))
@@ -255,5 +256,48 @@ async def test_oversized_and_garbled_frames_still_close_only_their_connection(
         await good.send(_frame(correlation_id=9))
         assert await good.answer() == 9
         await _until(lambda: limits.pool.reserved_bytes == 0)
+    finally:
+        await listener.close()
+
+
+async def test_pipelined_frames_are_answered_in_order_across_read_ahead_and_bodies(
+        clients: list[_Client]) -> None:
+    limits = NetworkLimits(MemoryPool(4 * MIB))
+    listener = await _serve(limits)
+    try:
+        client = await _connect(listener, clients)
+        # small frames that share reads, a large one that spans the read-ahead and its body,
+        # a frame split inside its size prefix
+        sizes = [None] * 50 + [3 * MIB, None, READ_AHEAD_BYTES - 4, READ_AHEAD_BYTES + 1, None]
+        data = b"".join(_frame(size, correlation_id=index) for index, size in enumerate(sizes))
+        for start in range(0, len(data), 7 * 1024 + 3):
+            client.writer.write(data[start:start + 7 * 1024 + 3])
+        await client.writer.drain()
+        for index in range(len(sizes)):
+            assert await client.answer() == index
+        await _until(lambda: limits.pool.reserved_bytes == 0)
+    finally:
+        await listener.close()
+
+
+async def test_a_request_then_the_end_of_the_stream_is_still_answered(
+        clients: list[_Client]) -> None:
+    limits = NetworkLimits(MemoryPool(4 * MIB))
+    echo = _Echo()
+    echo.gate = asyncio.Event()
+    listener = await _serve(limits, echo)
+    try:
+        client = await _connect(listener, clients)
+        client.writer.write(_frame(correlation_id=1) + _frame(correlation_id=2))
+        client.writer.write_eof()  # half-closed, as Kafka answers what it had read
+        await _until(lambda: echo.gate is not None and _states(limits) == ["HANDLING"])
+        echo.gate.set()
+        assert await client.answer() == 1 and await client.answer() == 2
+        assert await client.closed_by_peer()
+        truncated = await _connect(listener, clients)
+        truncated.writer.write(_frame(correlation_id=3)[:-2])
+        truncated.writer.write_eof()
+        assert await truncated.closed_by_peer()
+        await _until(lambda: limits.quotas.total == 0 and limits.pool.reserved_bytes == 0)
     finally:
         await listener.close()

@@ -16,16 +16,19 @@ from pathlib import Path
 import pytest
 
 SETUP = Path(__file__).resolve().parents[3] / "scripts" / "setup"
-UTILITIES = ("bash", "dirname", "touch", "grep", "mktemp", "cat", "rm", "mkdir", "id", "tr", "cp")
+UTILITIES = ("bash", "dirname", "touch", "grep", "mktemp", "cat", "rm", "mkdir", "id", "tr", "cp",
+             "cc")
 
 # The fake interpreter answers the script's probes from environment variables:
-# FAKE_VERSION ("3 11"), FAKE_NO_ENSUREPIP=1, FAKE_PIP_FAILS=1 (for `pip install -e ...`).
+# FAKE_VERSION ("3 11"), FAKE_NO_ENSUREPIP=1, FAKE_INCLUDE (where Python.h is),
+# FAKE_PIP_FAILS=1 (for `pip install -e ...`, which otherwise "builds" the C module in place).
 FAKE_PYTHON = """#!/bin/bash
 case "$1" in
   -c)
     case "$2" in
       *version_info*) echo "$FAKE_VERSION" ;;
       *ensurepip*) [ -z "${FAKE_NO_ENSUREPIP:-}" ] || exit 1 ;;
+      *sysconfig*) echo "$FAKE_INCLUDE" ;;
     esac ;;
   -m)
     case "$2" in
@@ -37,6 +40,7 @@ case "$1" in
               echo "ERROR: Could not find a version that satisfies the requirement kio" >&2
               exit 1
             fi
+            touch src/pykraft/records/_scan.cpython-311-x86_64-linux-gnu.so
             echo "Successfully installed pykraft" ;;
         esac ;;
     esac ;;
@@ -60,6 +64,11 @@ def project(tmp_path: Path) -> Path:
     (tmp_path / "scripts").mkdir()
     shutil.copy(SETUP, tmp_path / "scripts" / "setup")
     (tmp_path / "pyproject.toml").write_text("[project]\nname = 'pykraft'\n")
+    (tmp_path / "setup.py").write_text("")
+    (tmp_path / "src" / "pykraft" / "records").mkdir(parents=True)
+    (tmp_path / "src" / "pykraft" / "records" / "_scan.c").write_text("")
+    (tmp_path / "include").mkdir()
+    (tmp_path / "include" / "Python.h").write_text("")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for name in UTILITIES:
@@ -73,7 +82,8 @@ def project(tmp_path: Path) -> Path:
 
 
 def run_setup(project: Path, *args: str, **fake: str) -> subprocess.CompletedProcess[str]:
-    env = {"PATH": str(project / "bin"), "HOME": str(project), "FAKE_VERSION": "3 11", **fake}
+    env = {"PATH": str(project / "bin"), "HOME": str(project), "FAKE_VERSION": "3 11",
+           "FAKE_INCLUDE": str(project / "include"), **fake}
     return subprocess.run(
         [str(project / "bin" / "bash"), str(project / "scripts" / "setup"), *args],
         capture_output=True,
@@ -152,3 +162,30 @@ def test_setup_without_tests_needs_neither_kcat_nor_java(project: Path) -> None:
     result = run_setup(project)
     assert result.returncode == 0, result.stderr
     assert os.listdir(project / ".venv" / "bin") == ["python"]
+
+
+def test_a_changed_c_source_or_a_missing_module_installs_again(project: Path) -> None:
+    """The C record check is built by the install: a newer _scan.c or setup.py, or a work
+    tree without the built module, is installed again; otherwise nothing is."""
+    assert run_setup(project).returncode == 0
+    again = run_setup(project)
+    assert again.returncode == 0 and "Successfully installed" not in again.stdout
+    marker = project / ".venv" / ".pykraft-installed"
+    for changed in ("src/pykraft/records/_scan.c", "setup.py"):
+        os.utime(project / changed, (marker.stat().st_mtime + 5,) * 2)
+        assert "Successfully installed" in run_setup(project).stdout, changed
+    for built in (project / "src" / "pykraft" / "records").glob("_scan.*.so"):
+        built.unlink()
+    assert "Successfully installed" in run_setup(project).stdout
+
+
+def test_a_missing_compiler_or_headers_is_named(project: Path) -> None:
+    (project / "bin" / "cc").unlink()
+    result = run_setup(project)
+    assert result.returncode != 0
+    assert "needs a C compiler" in result.stderr and "install the OS package gcc" in result.stderr
+    assert not (project / ".venv" / ".pykraft-installed").exists()
+    (project / "bin" / "cc").symlink_to(shutil.which("cc") or "/usr/bin/cc")
+    result = run_setup(project, FAKE_INCLUDE=str(project / "nowhere"))
+    assert result.returncode != 0
+    assert "install the OS package python3.11-dev" in result.stderr

@@ -8,11 +8,19 @@ checkpoint layout with `epoch startOffset` entries, rewritten atomically on ever
 Invariants: entries are sorted by epoch and by start offset, both strictly increasing. A new
 entry that breaks the order wins: every entry with an epoch or start offset at or above the
 new one is dropped first (a new leader overwrote that history).
+
+The entries in memory are the truth; the file follows. A change whose file cannot be
+written (a full disk) is kept in memory, so the append or leadership change that made it
+goes on, and the file is written again by the next change or by `sync`, which the log's
+flush calls before it moves the recovery point: entries for data below the recovery point
+are always in the file. A file left behind (stale) is repaired at open (Log.open truncates
+it to the log and assigns the recovered batches' epochs again).
 """
 
 from __future__ import annotations
 
 import bisect
+import logging
 from pathlib import Path
 from typing import Final, NamedTuple
 
@@ -30,6 +38,8 @@ LEADER_EPOCH_CHECKPOINT_FILE: Final = "leader-epoch-checkpoint"
 UNDEFINED_EPOCH: Final = -1
 UNDEFINED_EPOCH_OFFSET: Final = -1
 
+log = logging.getLogger(__name__)
+
 
 class EpochEntry(NamedTuple):
     epoch: int
@@ -41,6 +51,7 @@ class LeaderEpochCache:
         self.path = path
         self._entries: list[EpochEntry] = entries if entries is not None else []
         self._unsynced = False  # written since the last sync()
+        self._stale = False  # the file lacks a change (its write failed)
 
     @classmethod
     def load(cls, path: Path) -> LeaderEpochCache:
@@ -143,11 +154,23 @@ class LeaderEpochCache:
         The log's flush makes it durable (`sync`); recovery after an unclean stop assigns
         the recovered batches' epochs again, and rebuilds a torn file from the whole log
         (Log.open). See docs/deviations.md."""
-        write_checkpoint(self.path, self._entries, sync=False)
+        try:
+            write_checkpoint(self.path, self._entries, sync=False)
+        except OSError as error:
+            if not self._stale:  # once until it is written again, not at every change
+                log.warning("cannot write %s (%s); it is written again at the next flush",
+                            self.path, error)
+            self._stale = True
+            return
+        self._stale = False
         self._unsynced = True
 
     def sync(self) -> None:
-        """fsync what `flush` wrote."""
+        """fsync what `flush` wrote, writing it first if its last write failed (raising
+        if that fails again: the caller must not count the file as durable)."""
+        if self._stale:
+            write_checkpoint(self.path, self._entries, sync=False)
+            self._stale, self._unsynced = False, True
         if self._unsynced:
             fsync_file(self.path)
             fsync_directory(self.path.parent)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from pykraft.storage import leader_epoch
 from pykraft.storage.checkpoint import write_atomically, write_checkpoint
 from pykraft.storage.log import Log
 from pykraft.storage.log_manager import LogManager
@@ -313,3 +314,35 @@ def test_deleting_frees_space_on_a_full_disk(
     monkeypatch.undo()
     kept.check_invariants()
     manager.close()
+
+
+def test_a_leader_epoch_checkpoint_that_cannot_be_written_is_written_at_the_next_flush(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A new epoch on a full disk: the append that begins it succeeds (memory is the truth),
+    the log's flush fails rather than move the recovery point past an epoch the file lacks,
+    and once space returns the flush writes the file."""
+    log = open_log(tmp_path / "t-0", small_config())
+    _append(log)
+    log.flush()
+    full = [True]
+    real_write = write_checkpoint
+
+    def write(path: Path, entries: object, *, sync: bool = True) -> None:
+        if full[0]:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real_write(path, entries, sync=sync)  # type: ignore[arg-type]  # a test double
+
+    monkeypatch.setattr(leader_epoch, "write_checkpoint", write)
+    log.append_as_leader(make_batch(2, timestamp=2_000), leader_epoch=5, now_ms=2_000)
+    assert log.leader_epoch_cache.entries[-1] == (5, 3)
+    recovery_point = log.recovery_point
+    with pytest.raises(OSError):
+        log.flush()
+    assert log.recovery_point == recovery_point
+    full[0] = False
+    log.flush()
+    assert log.recovery_point == log.log_end_offset
+    on_disk = leader_epoch.LeaderEpochCache.load(log.leader_epoch_cache.path).entries
+    assert on_disk == log.leader_epoch_cache.entries
+    log.close()

@@ -41,11 +41,13 @@ from pykraft.testing.wire import WireClient
 TOPIC = "edge"
 ONE_SECOND = datetime.timedelta(seconds=1)
 MESSAGE_MAX_BYTES = 100_000
+FETCH_MAX_BYTES = 300_000
 
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[LocalCluster]:
     with LocalCluster(configs={"message.max.bytes": str(MESSAGE_MAX_BYTES),
+                               "fetch.max.bytes": str(FETCH_MAX_BYTES),
                                "auto.create.topics.enable": "false"}) as node:
         with WireClient(node.bootstrap_servers) as client:
             response = client.request(19, 7, _create_request([(TOPIC, 2)]))
@@ -129,6 +131,20 @@ def test_message_too_large(client: WireClient) -> None:
     result = _produce(client, _batch(1, value_size=MESSAGE_MAX_BYTES + 1))
     assert result.error_code == ErrorCode.message_too_large
     assert _latest(client).offset == before
+
+
+def test_a_fetch_carries_at_most_fetch_max_bytes_whatever_it_asks(client: WireClient) -> None:
+    """A consumer asking for 2 GiB gets at most the broker's fetch.max.bytes (Kafka's cap),
+    so no request makes the node read a whole log into memory."""
+    before = _latest(client, partition=1).offset
+    for _ in range(8):
+        assert _produce(client, _batch(4, value_size=20_000), partition=1).error_code == \
+            ErrorCode.none
+    fetched = _fetch(client, before, partition=1, partition_max_bytes=2**31 - 1,
+                     max_bytes=2**31 - 1)
+    assert fetched.error_code == ErrorCode.none
+    assert 0 < len(fetched.records) <= FETCH_MAX_BYTES
+    assert len(list(iter_batch_records(fetched.records))) >= 3  # as many whole batches as fit
 
 
 def test_unknown_topic_and_partition(client: WireClient) -> None:

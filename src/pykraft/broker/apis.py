@@ -51,6 +51,8 @@ from pykraft.topic_names import RESERVED_TOPICS
 
 log = logging.getLogger(__name__)
 
+FETCH_MAX_BYTES_DEFAULT = 57_671_680  # Kafka's fetch.max.bytes: 55 MiB
+
 
 @dataclass(frozen=True, slots=True)
 class PartitionRead:
@@ -136,6 +138,8 @@ class BrokerApis:
         self.node_id = node_id
         self.cache = cache
         self.replicas = replicas
+        self.fetch_max_bytes = int(replicas.server_configs.get("fetch.max.bytes")
+                                   or FETCH_MAX_BYTES_DEFAULT)
         self.auto_create_topics = auto_create_topics
         self.fetch_sessions = fetch_sessions or FetchSessionCache()
         # (transactional id, producer id, epoch, topic, partition) -> error: set by the node
@@ -295,7 +299,8 @@ class BrokerApis:
         module = response_module(ApiKey.FETCH, version)
         max_wait_ms = millis(request.max_wait)
         min_bytes = request.min_bytes
-        max_bytes = field(request, "max_bytes", 0x7FFFFFFF)
+        # what one response may carry, whatever the client asks: Kafka's fetch.max.bytes
+        max_bytes = min(field(request, "max_bytes", 0x7FFFFFFF), self.fetch_max_bytes)
         replica_id = field(request, "replica_id", None)
         if replica_id is None:  # v15+: KIP-903's ReplicaState
             replica_id = getattr(field(request, "replica_state"), "replica_id", -1)

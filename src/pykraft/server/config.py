@@ -134,6 +134,7 @@ SERVER_KEYS: Final[dict[str, ServerKey]] = {
         ServerKey("replica.fetch.wait.max.ms", "int", "500", 0),
         ServerKey("replica.fetch.min.bytes", "int", "1", 1),
         ServerKey("replica.fetch.max.bytes", "int", "1048576", 0),
+        ServerKey("fetch.max.bytes", "int", "57671680", 1024),
         ServerKey("replica.fetch.response.max.bytes", "int", "10485760", 0),
         ServerKey("replica.fetch.backoff.ms", "int", "1000", 0),
         ServerKey("max.incremental.fetch.session.cache.slots", "int", "1000", 0),

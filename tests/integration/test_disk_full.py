@@ -28,6 +28,7 @@ from tests.integration.waits import wait_for
 
 TOPIC = "full"
 SPARSE = "sparse"  # an index entry needs a page of its own while the data still fits
+LATE = "late"  # created while the disk is full: its log cannot be made until space returns
 MANY = "many"  # its offsets make a commit larger than a page: it needs new space
 MANY_PARTITIONS = 128
 VALUE_BYTES = 8 * 1024
@@ -44,6 +45,7 @@ CONFIGS = {
     "transaction.state.log.replication.factor": "1",
     "transaction.state.log.min.isr": "1",
     "log.segment.bytes": str(1024 * 1024),  # rolls happen while the disk fills
+    "replica.lag.time.max.ms": "4000",  # the replica manager's checks (and retries) every 2 s
 }
 
 
@@ -201,6 +203,12 @@ def test_a_full_log_dir_fails_writes_keeps_serving_and_recovers_when_space_retur
         _commit_many(committer, 2)
     assert refused.value.args[0].code() in COORDINATOR_RETRIABLE, refused.value
     # an id longer than a page: its state record cannot fit what is left of a written page
+    admin.create_topics([NewTopic(LATE, 1, 1)])[LATE].result(30)  # metadata is elsewhere
+    late = Producer({"bootstrap.servers": bootstrap, "acks": "all", "message.timeout.ms": 2000})
+    late_outcome: list[KafkaError | None] = []
+    late.produce(LATE, value=b"early", on_delivery=lambda error, _: late_outcome.append(error))
+    late.flush(10)
+    assert late_outcome and late_outcome[0] is not None, "a write on a full disk was acknowledged"
     transactional = Producer({"bootstrap.servers": bootstrap,
                               "transactional.id": "during-" + "x" * 5000})
     with pytest.raises(KafkaException):  # its state cannot be written: retried, then timed out
@@ -219,6 +227,10 @@ def test_a_full_log_dir_fails_writes_keeps_serving_and_recovers_when_space_retur
     assert producer.flush(30) == 0
     acked.extend(after)
     sparse.append(b"small")
+
+    late = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    late.produce(LATE, value=b"late", partition=0)  # its log is made by a retry, no restart
+    assert late.flush(30) == 0
 
     transactional.init_transactions(30)  # the same producer, once space is back
     transactional.begin_transaction()
@@ -249,6 +261,7 @@ def test_a_full_log_dir_fails_writes_keeps_serving_and_recovers_when_space_retur
     node.start()
     assert _read_all(bootstrap) == acked
     assert _read_all(bootstrap, SPARSE) == sparse
+    assert _read_all(bootstrap, LATE) == [b"late"]
     check = Consumer({"bootstrap.servers": bootstrap, "group.id": "g"})
     try:
         assert check.committed([TopicPartition(TOPIC, 0)], timeout=10)[0].offset == len(acked)

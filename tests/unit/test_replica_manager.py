@@ -413,3 +413,37 @@ def test_a_topic_named_as_the_metadata_log_never_gets_a_replica(
     assert manager.get_partition("__cluster_metadata", 0) is None
     assert manager.get_partition("fine", 0) is not None
     assert not list(tmp_path.glob("__cluster_metadata-*"))
+
+
+async def test_a_log_that_could_not_be_created_is_created_once_space_returns(
+        manager: ReplicaManager, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A replica placed here while its log cannot be created (ENOSPC) is not served, and is
+    created and served by a later retry, without a new delta; one
+    the metadata no longer places here is forgotten instead."""
+    real = manager.log_manager.get_or_create_log
+
+    def full(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(manager.log_manager, "get_or_create_log", full)
+    delta, image = _delta(MetadataImage.EMPTY, _topic("late", uuid.UUID(int=9), 2))
+    manager.apply_delta(delta, image)
+    assert manager.get_partition("late", 0) is None
+    with pytest.raises(NotLeaderOrFollower):
+        manager.leader_partition("late", 0, image)
+    assert manager.retry_unplaced() == []  # still full
+    monkeypatch.setattr(manager.log_manager, "get_or_create_log", real)
+    created = manager.retry_unplaced()
+    assert sorted(p.name for p in created) == ["late-0", "late-1"]
+    assert manager.append(manager.leader_partition("late", 0, image), batch(2),
+                          acks=1).last_offset == 1
+    assert manager.retry_unplaced() == []  # nothing left to create
+
+    monkeypatch.setattr(manager.log_manager, "get_or_create_log", full)
+    delta, image = _delta(image, _topic("gone", uuid.UUID(int=10), 1))
+    manager.apply_delta(delta, image)
+    delta, image = _delta(image, [RemoveTopicRecord(topic_id=uuid.UUID(int=10))])
+    manager.apply_delta(delta, image)
+    monkeypatch.setattr(manager.log_manager, "get_or_create_log", real)
+    assert manager.retry_unplaced() == [] and manager.get_partition("gone", 0) is None
+    assert manager._unplaced == set()

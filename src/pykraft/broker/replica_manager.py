@@ -79,6 +79,7 @@ DEFAULT_REPLICA_LAG_TIME_MAX_MS = 30_000
 MAX_ALTER_PARTITION_BACKOFF_MS = 5_000
 NEW_LOGS_ON_LOOP = 64  # more new replicas than this in one delta: created on a thread
 NEW_LOGS_PER_TURN = 200  # new replicas made on the thread, then installed on the loop, at a time
+LOG_CREATION_RETRY_MS = 5_000  # a log that could not be created (a full disk) is tried again
 REFUSED_PROPOSAL_QUIET_MS = 500
 
 
@@ -370,6 +371,11 @@ class ReplicaManager:
         self._image: MetadataImage | None = None
         self._alter_tasks: set[asyncio.Task[None]] = set()
         self._pending: dict[tuple[str, int], PendingReplica] = {}  # logs being created
+        # replicas whose log could not be created (a full disk): tried again by
+        # retry_unplaced, so that space coming back is enough, not a restart
+        self._unplaced: set[tuple[str, int]] = set()
+        # told of each partition retry_unplaced made (the coordinators load theirs)
+        self.on_created: list[Callable[[Partition], None]] = []
         self._to_create: list[tuple[str, int, uuid.UUID]] = []
         self._creator: asyncio.Task[None] | None = None
         # one log line per loop turn for each kind, however many partitions it names
@@ -477,8 +483,7 @@ class ReplicaManager:
         if not isinstance(result, Log):
             self.log_manager.abandon_new_log(topic, index)
             self._pending.pop((topic, index), None)
-            log.error("broker %d cannot create the log of %s-%d, which it does not serve: %s",
-                      self.node_id, topic, index, result)
+            self._not_created(topic, index, result)
             return
         self.log_manager.adopt_new_log(result)
         pending = self._pending.get((topic, index))
@@ -489,6 +494,39 @@ class ReplicaManager:
         assert self._image is not None
         self._apply_partition(topic, topic_id, index, pending.registration,
                               self._log_config(self._image, topic))
+
+    def _not_created(self, topic: str, index: int, error: OSError | KafkaError) -> None:
+        """Not served until a retry creates it; said once, not at every retry."""
+        if (topic, index) not in self._unplaced:
+            log.error("broker %d cannot create the log of %s-%d, which it does not serve "
+                      "until it can (retried every %d ms): %s", self.node_id, topic, index,
+                      LOG_CREATION_RETRY_MS, error)
+        self._unplaced.add((topic, index))
+
+    def retry_unplaced(self) -> list[Partition]:
+        """Create the logs that could not be created, of replicas the image still places
+        here; return the partitions now served (their leaders, followers start fetching)."""
+        image = self._image
+        if not self._unplaced or image is None:
+            return []
+        created = []
+        for topic, index in sorted(self._unplaced):
+            topic_image = image.topics.by_name.get(topic)
+            registration = None if topic_image is None else topic_image.partitions.get(index)
+            if (topic_image is None or registration is None
+                    or self.node_id not in registration.replicas
+                    or (topic, index) in self._pending or (topic, index) in self._partitions):
+                self._unplaced.discard((topic, index))
+                continue
+            self._apply_partition(topic, topic_image.topic_id, index, registration,
+                                  self._log_config(image, topic))
+            partition = self._partitions.get((topic, index))
+            if partition is not None:
+                log.info("broker %d created the log of %s-%d and serves it", self.node_id,
+                         topic, index)
+                created.append(partition)
+        self.log_manager.sync_created_logs()
+        return created
 
     def _log_config(self, image: MetadataImage, topic: str) -> LogConfig:
         return self._resolve_log_config(image.configs.get(ConfigResourceType.TOPIC, topic))
@@ -512,9 +550,9 @@ class ReplicaManager:
                     sync=False,
                 )
             except (OSError, KafkaError) as error:  # e.g. out of descriptors: not served
-                log.error("broker %d cannot create the log of %s-%d, which it does not serve: "
-                          "%s", self.node_id, topic, index, error)
+                self._not_created(topic, index, error)
                 return
+            self._unplaced.discard(key)
             partition = Partition(topic, topic_id, index, partition_log, NO_LEADER, -1, (), (),
                                   changes=self.changes)
             self._partitions[key] = partition
@@ -796,14 +834,29 @@ class ReplicaManager:
         return proposed
 
     async def run_isr_checks(self) -> None:
-        """Every replica.lag.time.max.ms / 2, as Kafka's isr-expiration task."""
-        interval_s = max(0.01, self.replica_lag_time_max_ms / 2000)
+        """Every replica.lag.time.max.ms / 2, as Kafka's isr-expiration task; and while a
+        log could not be created (a full disk), it is tried again every
+        LOG_CREATION_RETRY_MS and `on_created` hears of each one made."""
+        interval_ms = max(10, self.replica_lag_time_max_ms // 2)
+        waited_ms = 0
         while True:
-            await asyncio.sleep(interval_s)
+            # woken more often only while a log waits to be created again
+            wait_ms = min(interval_ms - waited_ms, LOG_CREATION_RETRY_MS) if self._unplaced \
+                else interval_ms - waited_ms
+            await asyncio.sleep(wait_ms / 1000)
+            waited_ms += wait_ms
+            if waited_ms >= interval_ms:
+                waited_ms = 0
+                try:
+                    self.maybe_shrink_isr()
+                except Exception:
+                    log.exception("ISR check failed")
             try:
-                self.maybe_shrink_isr()
+                for partition in self.retry_unplaced():
+                    for listener in self.on_created:
+                        listener(partition)
             except Exception:
-                log.exception("ISR check failed")
+                log.exception("creating a log again failed")
 
     def _propose_isr(self, partition: Partition, new_isr: tuple[int, ...]) -> None:
         if self.alter_partition is None or self.now_ms() < partition.quiet_until_ms:

@@ -74,6 +74,7 @@ class GroupCoordinatorShell:
         self._futures: dict[int, asyncio.Future[Any]] = {}
         self._pending_loads: dict[int, int] = {}  # partition -> leader epoch to load at
         self._wake = asyncio.Event()
+        replicas.on_created.append(self.on_partition_created)
         self._waits: set[asyncio.Task[None]] = set()
 
     # -- requests -----------------------------------------------------------------------
@@ -185,6 +186,13 @@ class GroupCoordinatorShell:
         return any(known.get(topic.name) is None
                    or known[topic.name].partition_count != len(topic.partitions)
                    for topic in delta.changed_topics.values())
+
+    def on_partition_created(self, partition: Partition) -> None:
+        """A log created late (its creation failed on a full disk when the metadata placed
+        it here, and the replica manager made it since): load it if we lead it."""
+        if partition.topic == CONSUMER_OFFSETS_TOPIC and partition.leader_id == self.node_id:
+            self._pending_loads[partition.index] = partition.leader_epoch
+            self._wake.set()
 
     def is_loading(self, index: int) -> bool:
         return index in self._pending_loads

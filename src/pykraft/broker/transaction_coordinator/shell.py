@@ -25,7 +25,7 @@ from typing import Any, Final, Protocol
 from kio.schema.errors import ErrorCode
 
 from pykraft.broker.metadata_cache import MetadataCache
-from pykraft.broker.replica_manager import ReplicaManager
+from pykraft.broker.replica_manager import Partition, ReplicaManager
 from pykraft.broker.transaction_coordinator.core import (
     Append,
     MarkerRequest,
@@ -74,6 +74,7 @@ class TransactionCoordinatorShell:
         self._futures: dict[int, asyncio.Future[Any]] = {}
         self._pending_loads: dict[int, int] = {}  # partition -> leader epoch to load at
         self._wake = asyncio.Event()
+        replicas.on_created.append(self.on_partition_created)
         self._tasks: set[asyncio.Task[None]] = set()
 
     # -- requests -----------------------------------------------------------------------
@@ -176,6 +177,13 @@ class TransactionCoordinatorShell:
                 changed = True
         if changed:
             self._drain()
+
+    def on_partition_created(self, partition: Partition) -> None:
+        """A log created late (its creation failed on a full disk when the metadata placed
+        it here, and the replica manager made it since): load it if we lead it."""
+        if partition.topic == TRANSACTION_STATE_TOPIC and partition.leader_id == self.node_id:
+            self._pending_loads[partition.index] = partition.leader_epoch
+            self._wake.set()
 
     def is_loading(self, index: int) -> bool:
         return index in self._pending_loads or self.core.is_loading(index)

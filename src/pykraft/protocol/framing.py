@@ -26,6 +26,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.serial.readers import read_unsigned_varint
 
 from pykraft.errors import InvalidRequest
+from pykraft.protocol.bounds import check_lengths
 
 API_VERSIONS_KEY: Final = 18
 _HEADER_FIXED: Final = struct.Struct(">hhih")
@@ -126,6 +127,9 @@ def is_flexible(api_key: int, api_version: int) -> bool:
 def decode_request(header: RequestHeader, frame: bytes | memoryview) -> Any:
     """Decode the body of a request whose header was parsed (and tags skipped if flexible)."""
     entity_type = request_type(header.api_key, header.api_version)
+    # before kio sees it: kio reserves an array's claimed count up front, and a failed
+    # reservation aborts the process (protocol.bounds)
+    check_lengths(entity_type, frame, header.body_offset)
     try:
         entity, size = _reader(entity_type)(frame, header.body_offset)
     except Exception as error:

@@ -28,7 +28,7 @@ from pykraft.broker.group_coordinator.core import Append, GroupCoordinator, Repl
 from pykraft.broker.group_coordinator.records import decode_record, encode_record
 from pykraft.broker.metadata_cache import MetadataCache
 from pykraft.broker.replica_manager import Partition, ReplicaManager
-from pykraft.errors import CorruptRecord, KafkaError, NotLeaderOrFollower
+from pykraft.errors import CorruptRecord, KafkaError, KafkaStorageError, NotLeaderOrFollower
 from pykraft.metadata.image import MetadataDelta, MetadataImage
 from pykraft.records.record import (
     ControlRecordType,
@@ -122,8 +122,11 @@ class GroupCoordinatorShell:
                                 is_transactional=append.producer_id >= 0)
             info = self.replicas.append(partition, batch, acks=-1, from_coordinator=True)
         except KafkaError as error:
-            log.warning("cannot write group state to %s-%d (%s); reloading it",
-                        CONSUMER_OFFSETS_TOPIC, append.partition, error)
+            # a storage error was logged by the replica manager, once per interval: a full
+            # disk fails every commit, and a line each would flood the log
+            log.log(logging.DEBUG if isinstance(error, KafkaStorageError) else logging.WARNING,
+                    "cannot write group state to %s-%d (%s); reloading it",
+                    CONSUMER_OFFSETS_TOPIC, append.partition, error)
             for reply in append.replies:
                 self._resolve(reply, NotCoordinator(str(error)))
             self._reload(append.partition)

@@ -35,7 +35,7 @@ from pykraft.broker.transaction_coordinator.core import (
 from pykraft.broker.transaction_coordinator.producer_ids import ProducerIdManager
 from pykraft.broker.transaction_coordinator.records import decode_record, encode_record
 from pykraft.controller.producer_ids import ProducerIdsBlock
-from pykraft.errors import CorruptRecord, KafkaError, NotLeaderOrFollower
+from pykraft.errors import CorruptRecord, KafkaError, KafkaStorageError, NotLeaderOrFollower
 from pykraft.metadata.image import MetadataDelta, MetadataImage
 from pykraft.records.record import build_batch, iter_records
 
@@ -123,8 +123,10 @@ class TransactionCoordinatorShell:
             batch = build_batch([(*encode_record(append.record), (), self.now_ms())])
             info = self.replicas.append(partition, batch, acks=-1, from_coordinator=True)
         except KafkaError as error:
-            log.warning("cannot write transaction state to %s-%d: %s",
-                        TRANSACTION_STATE_TOPIC, append.partition, error)
+            # a storage error was logged by the replica manager, once per interval
+            log.log(logging.DEBUG if isinstance(error, KafkaStorageError) else logging.WARNING,
+                    "cannot write transaction state to %s-%d: %s",
+                    TRANSACTION_STATE_TOPIC, append.partition, error)
             self.core.append_done(append.append_id, error.code, self.now_ms())
             return True
         end = info.last_offset + 1

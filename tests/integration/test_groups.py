@@ -499,7 +499,7 @@ def test_cli_describes_lag_and_resets_an_inactive_group_only(cluster: LocalClust
             if line.startswith(f"{group} ")]
     assert [(r[2], r[3], r[4], r[5]) for r in rows] == [
         (str(p), str(40 + p), "100", str(60 - p)) for p in range(PARTITIONS)]
-    assert "has no active members" in described.stdout
+    assert f"Consumer group '{group}' has no active members." in described.stderr
 
     active = confluent_consumer(bootstrap, group)
     active.subscribe([TOPIC])

@@ -551,7 +551,7 @@ def test_transactions_tool_lists_describes_and_aborts(pykraft_cluster: LocalClus
 
     assert main(["transactions", "--bootstrap-server", bootstrap, "describe",
                  "--transactional-id", unique("unknown")]) == 1
-    assert "TRANSACTIONAL_ID_NOT_FOUND" in capsys.readouterr().err
+    assert "The transactionalId could not be found." in capsys.readouterr().err
 
     with WireClient(bootstrap) as client:
         assert latest_offset(client, topic, 1) == 0  # held by the open transaction
@@ -756,7 +756,7 @@ def test_transactions_tool_describes_producers_and_aborts_at_a_start_offset(
 
     assert main(["transactions", "--bootstrap-server", bootstrap, "abort", "--topic", topic,
                  "--partition", "0", "--start-offset", "7"]) == 1
-    assert "no open transaction" in capsys.readouterr().err
+    assert "Could not find any open transactions starting at offset 7" in capsys.readouterr().err
     with WireClient(bootstrap) as client:
         assert latest_offset(client, topic, 1) == 3  # held by the open transaction
         assert main(["transactions", "--bootstrap-server", bootstrap, "abort", "--topic",

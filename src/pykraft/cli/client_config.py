@@ -11,22 +11,32 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Mapping
-from typing import Any, Final, TextIO
+from concurrent.futures import Future
+from typing import Any, Final, TextIO, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient
 
 from pykraft.cli.args import UsageError, parse_bootstrap_servers
 
 __all__ = [
     "DEFAULT_API_TIMEOUT_MS",
     "ErrorReporter",
+    "admin_client",
     "client_config",
+    "producer_defaults",
+    "result_of",
     "kafka_error_message",
     "timeout_seconds",
     "warn",
 ]
 
+T = TypeVar("T")
+
 DEFAULT_API_TIMEOUT_MS: Final = 30_000
+# An admin call is given the request timeout; waiting a little longer for its future lets
+# librdkafka's own error (which says what timed out) arrive before a bare TimeoutError.
+RESULT_GRACE_S: Final = 5.0
 
 # Settings of the Java clients that mean nothing to librdkafka (serialisation is the tool's
 # business here; blocking and batching limits are librdkafka's own).
@@ -71,6 +81,19 @@ def client_config(
     return config
 
 
+# Kafka's producer gives up on a record after delivery.timeout.ms (2 minutes); librdkafka's
+# message.timeout.ms (the same setting) defaults to 5 minutes. The tools keep Kafka's bound,
+# so a producer tool facing an unreachable cluster reports it as Kafka's would.
+KAFKA_DELIVERY_TIMEOUT_MS: Final = 120_000
+
+
+def producer_defaults(config: dict[str, Any]) -> dict[str, Any]:
+    """`config` with Kafka's producer defaults where librdkafka's differ and none is set."""
+    if "delivery.timeout.ms" not in config and "message.timeout.ms" not in config:
+        config["message.timeout.ms"] = KAFKA_DELIVERY_TIMEOUT_MS
+    return config
+
+
 def timeout_seconds(properties: Mapping[str, str]) -> float:
     """How long an admin or metadata call may take: Kafka's `default.api.timeout.ms`."""
     raw = properties.get("default.api.timeout.ms")
@@ -109,6 +132,24 @@ class ErrorReporter:
 
     def describe_last(self) -> str:
         return "" if self.last is None else f" (last client error: {self.last.str()})"
+
+
+def admin_client(config: Mapping[str, Any]) -> tuple[AdminClient, ErrorReporter]:
+    """An AdminClient whose connection errors reach the user once each, as WARN lines.
+
+    Without `error_cb` and `log_level` 0, librdkafka logs every failed reconnect (one line a
+    second) until the call's timeout: thirty lines for one unreachable bootstrap server.
+    """
+    errors = ErrorReporter()
+    settings = dict(config)
+    settings["error_cb"] = errors
+    settings.setdefault("log_level", 0)
+    return AdminClient(settings), errors
+
+
+def result_of(future: Future[T], timeout_s: float) -> T:
+    """An admin call's result, waiting past its request timeout of `timeout_s`."""
+    return future.result(timeout_s + RESULT_GRACE_S)
 
 
 def kafka_error_message(exception: KafkaException) -> str:

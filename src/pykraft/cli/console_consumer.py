@@ -339,16 +339,20 @@ def _start(consumer: Consumer, options: ConsumerOptions, errors: ErrorReporter) 
     if options.group is not None:
         consumer.subscribe([options.topic])
         return
+    partitions = wait_for_partitions(
+        consumer,
+        options.topic,
+        wait_ms=options.timeout_ms,
+        metadata_timeout_s=timeout_seconds(dict(options.properties)),
+        errors=errors,
+    )
     if options.partition is not None:
+        # without this check an unknown partition would be waited on in silence until
+        # --timeout-ms (or for ever): the topic exists, so the partition never will
+        if options.partition not in partitions:
+            raise CommandError(f"Partition {options.topic}-{options.partition} does not exist "
+                               f"(topic {options.topic} has partitions 0-{max(partitions)})")
         partitions = [options.partition]
-    else:
-        partitions = wait_for_partitions(
-            consumer,
-            options.topic,
-            wait_ms=options.timeout_ms,
-            metadata_timeout_s=timeout_seconds(dict(options.properties)),
-            errors=errors,
-        )
     consumer.assign([TopicPartition(options.topic, p, options.offset) for p in partitions])
 
 

@@ -27,7 +27,13 @@ from pykraft.cli.args import (
     parse_bool,
     parse_key_values,
 )
-from pykraft.cli.client_config import ErrorReporter, client_config, kafka_error_message, warn
+from pykraft.cli.client_config import (
+    ErrorReporter,
+    client_config,
+    kafka_error_message,
+    producer_defaults,
+    warn,
+)
 
 __all__ = ["LineReader", "ProducerRecord", "add_parser", "line_reader", "run"]
 
@@ -209,7 +215,7 @@ def run(
     lines: Iterable[bytes] | None = None,
 ) -> int:
     errors = ErrorReporter()
-    config = client_config(bootstrap_servers, properties, warn=warn)
+    config = producer_defaults(client_config(bootstrap_servers, properties, warn=warn))
     config["error_cb"] = errors
     config.setdefault("log_level", 0)  # errors reach the user through error_cb, once each
     try:

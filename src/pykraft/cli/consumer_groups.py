@@ -12,24 +12,39 @@ The tool speaks the Kafka protocol through confluent-kafka's AdminClient. Descri
 per partition, the committed offset, the log end offset and the lag between them, and the
 member that owns the partition. Offsets are reset only while the group has no active
 members, as Kafka requires; new offsets are clamped to the partition's [log start, log end].
+
+A group that does not exist is described with Kafka's "Error: Consumer group 'G' does not
+exist." (on stderr, and exit code 1; Kafka's tool prints it on stdout and exits 0); an
+empty one with "Consumer group 'G' has no active members." on stderr, then its committed
+offsets if it has any. A failed admin call ends as Kafka's "Error: Executing consumer group
+command failed due to ..." and exit code 1.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported, not in __all__
     AdminClient,
     OffsetSpec,
 )
 
 from pykraft.cli.args import ArgumentParser, CommandError, UsageError, load_properties
-from pykraft.cli.client_config import client_config, kafka_error_message, timeout_seconds, warn
+from pykraft.cli.client_config import (
+    ErrorReporter,
+    admin_client,
+    client_config,
+    kafka_error_message,
+    result_of,
+    timeout_seconds,
+    warn,
+)
 
 __all__ = ["OffsetRow", "ResetSpec", "add_parser", "format_table", "parse_topic_partitions",
            "reset_target", "run"]
@@ -37,6 +52,8 @@ __all__ = ["OffsetRow", "ResetSpec", "add_parser", "format_table", "parse_topic_
 ACTIONS: Final = ("list", "describe", "reset-offsets", "delete")
 RESET_SPECS: Final = ("to-earliest", "to-latest", "to-offset", "shift-by", "to-datetime")
 INACTIVE_STATES: Final = frozenset({"EMPTY", "DEAD", "UNKNOWN"})
+REBALANCING_STATES: Final = frozenset(
+    {"PreparingRebalance", "CompletingRebalance", "Assigning", "Reconciling"})
 _EARLIEST: Final[Any] = OffsetSpec.earliest  # confluent-kafka leaves these untyped
 _LATEST: Final[Any] = OffsetSpec.latest
 
@@ -91,6 +108,22 @@ class OffsetRow:
 
 
 def _run_args(args: argparse.Namespace) -> int:
+    connections: list[tuple[AdminClient, ErrorReporter]] = []
+    try:
+        return _run_action(args, connections)
+    except KafkaException as exception:
+        # librdkafka's own error ("Local: Timed out") does not say why; the connection errors
+        # it reported meanwhile (served by poll) do: "Connection refused"
+        last = ""
+        for admin, errors in connections:
+            admin.poll(0)
+            last = errors.describe_last()
+        raise CommandError("Executing consumer group command failed due to "
+                           f"{kafka_error_message(exception)}{last}") from None
+
+
+def _run_action(args: argparse.Namespace,
+                connections: list[tuple[AdminClient, ErrorReporter]]) -> int:
     actions = [a for a in ACTIONS if getattr(args, a.replace("-", "_"))]
     if len(actions) != 1:
         raise UsageError("Command must include exactly one action: --list, --describe, "
@@ -103,14 +136,14 @@ def _run_args(args: argparse.Namespace) -> int:
             action == "describe" and args.all_groups):
         raise UsageError(f"Option [{action}] takes one of these options: [all-groups], [group]"
                          if action == "describe" else f"Option [{action}] needs --group")
-    admin = AdminClient(config)
+    admin, errors = admin_client(config)
+    connections.append((admin, errors))
     timeout_s = timeout_seconds(properties)
     if action == "list":
         return run_list(admin, args.state, timeout_s)
     if action == "describe":
         if args.all_groups:
-            groups = sorted(g.group_id for g in admin.list_consumer_groups(
-                request_timeout=timeout_s).result(timeout_s).valid)
+            groups = sorted(g.group_id for g in _list_groups(admin, timeout_s))
         view = "members" if args.members else "state" if args.state is not None else "offsets"
         return run_describe(admin, groups, view, timeout_s)
     if action == "delete":
@@ -199,7 +232,7 @@ def reset_target(spec: ResetSpec, current: int | None, earliest: int, latest: in
 
 def format_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
     cells = [[("-" if c is None else str(c)) for c in row] for row in rows]
-    widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(header)]
+    widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(header)]
     return [" ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip()
             for line in [list(header), *cells]]
 
@@ -207,9 +240,17 @@ def format_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[s
 # -- actions -------------------------------------------------------------------------------
 
 
+def _list_groups(admin: AdminClient, timeout_s: float) -> list[Any]:
+    """Every group; confluent-kafka reports an unreachable cluster (or a broker's refusal)
+    in the result's `errors` rather than raising, so they are raised here."""
+    result = result_of(admin.list_consumer_groups(request_timeout=timeout_s), timeout_s)
+    if result.errors:
+        raise KafkaException(result.errors[0])
+    return list(result.valid)
+
+
 def run_list(admin: AdminClient, states: str | None, timeout_s: float) -> int:
-    result = admin.list_consumer_groups(request_timeout=timeout_s).result(timeout_s)
-    listed = sorted(result.valid, key=lambda g: g.group_id)
+    listed = sorted(_list_groups(admin, timeout_s), key=lambda g: g.group_id)
     if states is None:
         for group in listed:
             print(group.group_id)
@@ -229,25 +270,50 @@ def _state_name(state: Any) -> str:
     return names.get(raw, raw.title().replace("_", ""))
 
 
-def _describe(admin: AdminClient, groups: Sequence[str], timeout_s: float) -> dict[str, Any]:
+def _describe(admin: AdminClient, groups: Sequence[str],
+              timeout_s: float) -> dict[str, Any | None]:
+    """Each group's description; None for a group that does not exist (Kafka's brokers
+    answer it as state Dead, or since KIP-848 as GROUP_ID_NOT_FOUND)."""
+    if not groups:
+        return {}  # confluent-kafka refuses an empty list
     futures = admin.describe_consumer_groups(list(groups), request_timeout=timeout_s)
-    described = {}
+    described: dict[str, Any | None] = {}
     for group, future in futures.items():
         try:
-            described[group] = future.result(timeout_s)
+            description = result_of(future, timeout_s)
         except KafkaException as exception:
+            if exception.args and getattr(exception.args[0], "code", lambda: None)() == (
+                    KafkaError.GROUP_ID_NOT_FOUND):
+                described[group] = None
+                continue
             raise CommandError(f"cannot describe group '{group}': "
                                f"{kafka_error_message(exception)}") from None
+        described[group] = None if _state_name(description.state) == "Dead" else description
     return described
 
 
+def _print_state(group: str, state: str) -> None:
+    """Kafka's notes on a group's state, on stderr before its table."""
+    if state == "Empty":
+        print(f"\nConsumer group '{group}' has no active members.", file=sys.stderr)
+    elif state in REBALANCING_STATES:
+        print(f"\nWarning: Consumer group '{group}' is rebalancing.", file=sys.stderr)
+
+
 def run_describe(admin: AdminClient, groups: Sequence[str], view: str, timeout_s: float) -> int:
+    """Describe each group; exit code 1 if any does not exist (all are still described)."""
     described = _describe(admin, groups, timeout_s)
     rows: list[tuple[Any, ...]]
     header: tuple[str, ...]
+    missing = 0
     for group in groups:
         description = described[group]
+        if description is None:
+            print(f"\nError: Consumer group '{group}' does not exist.", file=sys.stderr)
+            missing += 1
+            continue
         state = _state_name(description.state)
+        _print_state(group, state)
         if view == "state":
             coordinator = description.coordinator
             rows = [(group, f"{coordinator.host}:{coordinator.port} ({coordinator.id})",
@@ -263,19 +329,19 @@ def run_describe(admin: AdminClient, groups: Sequence[str], view: str, timeout_s
                     for r in offset_rows(admin, group, description, timeout_s)]
             header = ("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
                       "CONSUMER-ID", "HOST", "CLIENT-ID")
-        if state.upper() in INACTIVE_STATES and view != "state":
-            print(f"\nConsumer group '{group}' has no active members.")
+        if not rows:  # as Kafka: nothing to show beyond the note above
+            continue
         print()
         for line in format_table(header, rows):
             print(line)
-    return 0
+    return 1 if missing else 0
 
 
 def committed_offsets(admin: AdminClient, group: str, timeout_s: float) -> dict[
         tuple[str, int], int]:
     request = [ConsumerGroupTopicPartitions(group)]
     result = admin.list_consumer_group_offsets(request, request_timeout=timeout_s)[group]
-    found = result.result(timeout_s)
+    found = result_of(result, timeout_s)
     return {(tp.topic, tp.partition): tp.offset for tp in found.topic_partitions
             if tp.offset >= 0}
 
@@ -286,7 +352,7 @@ def log_offsets(admin: AdminClient, partitions: Sequence[tuple[str, int]], spec:
         return {}
     futures = admin.list_offsets({TopicPartition(t, p): spec for t, p in partitions},
                                  request_timeout=timeout_s)
-    return {(tp.topic, tp.partition): future.result(timeout_s).offset
+    return {(tp.topic, tp.partition): result_of(future, timeout_s).offset
             for tp, future in futures.items()}
 
 
@@ -312,7 +378,7 @@ def offset_rows(admin: AdminClient, group: str, description: Any,
 def run_reset(admin: AdminClient, group: str, topics: Mapping[str, list[int] | None],
               spec: ResetSpec, execute: bool, timeout_s: float) -> int:
     description = _describe(admin, [group], timeout_s)[group]
-    state = _state_name(description.state)
+    state = "Dead" if description is None else _state_name(description.state)
     if state.upper() not in INACTIVE_STATES:
         raise CommandError(f"Assignments can only be reset if the group '{group}' is "
                            f"inactive, but the current state is {state}.")
@@ -327,12 +393,12 @@ def run_reset(admin: AdminClient, group: str, topics: Mapping[str, list[int] | N
     for line in format_table(("GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"),
                              [(group, t, p, o) for (t, p), o in sorted(targets.items())]):
         print(line)
-    if execute:
+    if execute and targets:  # a group without offsets on --all-topics: nothing to reset
         request = [ConsumerGroupTopicPartitions(group, [TopicPartition(t, p, o) for (t, p), o
                                                         in sorted(targets.items())])]
         future = admin.alter_consumer_group_offsets(request, request_timeout=timeout_s)[group]
         try:
-            future.result(timeout_s)
+            result_of(future, timeout_s)
         except KafkaException as exception:
             raise CommandError(f"resetting the offsets of group '{group}' failed: "
                                f"{kafka_error_message(exception)}") from None
@@ -363,7 +429,7 @@ def run_delete(admin: AdminClient, groups: Sequence[str], timeout_s: float) -> i
     failed = {}
     for group, future in futures.items():
         try:
-            future.result(timeout_s)
+            result_of(future, timeout_s)
         except KafkaException as exception:
             failed[group] = kafka_error_message(exception)
     deleted = [g for g in groups if g not in failed]

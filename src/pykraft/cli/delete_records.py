@@ -15,15 +15,25 @@ import argparse
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from pykraft.cli.args import ArgumentParser, CommandError, UsageError, load_properties
-from pykraft.cli.client_config import client_config, kafka_error_message, timeout_seconds, warn
+from pykraft.cli.client_config import (
+    admin_client,
+    client_config,
+    kafka_error_message,
+    result_of,
+    timeout_seconds,
+    warn,
+)
 
 __all__ = ["add_parser", "parse_offset_json", "run"]
+
+UNKNOWN_PARTITION: Final = ("UNKNOWN_TOPIC_OR_PARTITION: "
+                            "This server does not host this topic-partition.")
 
 
 def add_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
@@ -86,20 +96,41 @@ def _partition(entry: Any) -> TopicPartition:
 
 
 def run(config: dict[str, Any], partitions: Sequence[TopicPartition], timeout_s: float) -> int:
-    admin = AdminClient(config)
+    admin, _ = admin_client(config)
     print("Executing records delete operation")
-    futures = admin.delete_records(list(partitions), request_timeout=timeout_s)
+    # librdkafka reports a partition it finds no leader for as "No leaders found"; Kafka's
+    # admin client says the partition does not exist, so ask the metadata first
+    unknown = _unknown_partitions(admin, partitions, timeout_s)
+    known = [tp for tp in partitions if (tp.topic, tp.partition) not in unknown]
+    futures = admin.delete_records(known, request_timeout=timeout_s) if known else {}
     print("Records delete operation completed:")
     failed = False
     for wanted in partitions:
         name = f"{wanted.topic}-{wanted.partition}"
+        if (wanted.topic, wanted.partition) in unknown:
+            failed = True
+            print(f"partition: {name}\terror: {UNKNOWN_PARTITION}")
+            continue
         future = next(f for tp, f in futures.items()
                       if (tp.topic, tp.partition) == (wanted.topic, wanted.partition))
         try:
-            deleted = future.result(timeout_s)
+            deleted = result_of(future, timeout_s)
         except KafkaException as exception:
             failed = True
             print(f"partition: {name}\terror: {kafka_error_message(exception)}")
             continue
         print(f"partition: {name}\tlow_watermark: {deleted.low_watermark}")
     return 1 if failed else 0
+
+
+def _unknown_partitions(admin: AdminClient, partitions: Sequence[TopicPartition],
+                        timeout_s: float) -> set[tuple[str, int]]:
+    if not partitions:
+        return set()
+    metadata = admin.list_topics(timeout=timeout_s)
+    unknown = set()
+    for tp in partitions:
+        topic = metadata.topics.get(tp.topic)
+        if topic is None or topic.error is not None or tp.partition not in topic.partitions:
+            unknown.add((tp.topic, tp.partition))
+    return unknown

@@ -112,6 +112,10 @@ def run(paths: list[str], *, print_data: bool, deep_iteration: bool, metadata: b
     for path in paths:
         print(f"Dumping {path}")
         problems = _Problems()
+        if not Path(path).exists():  # before its name is parsed: that is not the problem
+            print(f"Error: cannot read {path}: No such file or directory", file=sys.stderr)
+            status = 1
+            continue
         try:
             dumped = dump_file(
                 Path(path), sys.stdout, print_data, deep_iteration, metadata, problems

@@ -22,10 +22,16 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import ElectionType, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient
 
 from pykraft.cli.args import ArgumentParser, CommandError, UsageError, load_properties
-from pykraft.cli.client_config import client_config, kafka_error_message, timeout_seconds, warn
+from pykraft.cli.client_config import (
+    admin_client,
+    client_config,
+    kafka_error_message,
+    result_of,
+    timeout_seconds,
+    warn,
+)
 
 __all__ = ["add_parser", "parse_partitions_json", "run"]
 
@@ -118,11 +124,16 @@ def _name(tp: TopicPartition) -> str:
 
 def run(config: dict[str, Any], election: ElectionType,
         partitions: Sequence[TopicPartition] | None, timeout_s: float) -> int:
-    admin = AdminClient(config)
+    admin, errors = admin_client(config)
     # confluent-kafka 2.16 refuses request_timeout / operation_timeout here (its C function
     # takes no keywords): the client's own timeouts apply, the wait below bounds the call
     future = admin.elect_leaders(election, None if partitions is None else list(partitions))
-    results: dict[TopicPartition, Any] = future.result(timeout_s)
+    try:
+        results: dict[TopicPartition, Any] = result_of(future, timeout_s)
+    except TimeoutError:
+        admin.poll(0)  # serves the connection errors, which say why nothing came
+        raise CommandError("Timed out waiting for the leader election results"
+                           f"{errors.describe_last()}") from None
     kind = "PREFERRED" if election == ElectionType.PREFERRED else "UNCLEAN"
     succeeded, noop, failed = [], [], []
     for tp, outcome in sorted(results.items(), key=lambda item: (item[0].topic,

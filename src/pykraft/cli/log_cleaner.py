@@ -53,6 +53,8 @@ def _run_args(args: argparse.Namespace) -> int:
             text = response.read().decode("utf-8")
     except (urllib.error.URLError, OSError, ValueError) as error:
         reason = getattr(error, "reason", error)
+        if isinstance(reason, OSError) and reason.strerror:
+            reason = reason.strerror  # "Connection refused", not "[Errno 111] ..."
         raise CommandError(f"cannot read metrics from {url}: {reason}") from None
     rows = [row for row in cleaner_rows(text) if args.topic is None or row[0] == args.topic]
     if args.topic is not None and not rows:

@@ -132,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         _silence_stdout()  # the reader (say `head`) has gone: not an error
         return 0
+    except TimeoutError:  # a client future's wait ran out (an OSError, but no strerror)
+        return _fail("timed out waiting for an answer from the cluster")
     except OSError as error:
         where = f": {error.filename}" if error.filename else ""
         return _fail(f"{error.strerror or error}{where}")

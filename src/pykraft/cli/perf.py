@@ -58,6 +58,7 @@ from pykraft.cli.client_config import (
     ErrorReporter,
     client_config,
     kafka_error_message,
+    producer_defaults,
     timeout_seconds,
     warn,
 )
@@ -272,7 +273,8 @@ def make_payload(record_size: int, rng: random.Random) -> bytes:
 def run_produce(options: ProduceOptions, out: TextIO | None = None) -> int:
     stream = out if out is not None else sys.stdout
     errors = ErrorReporter()
-    config = client_config(options.bootstrap_servers, dict(options.properties), warn=warn)
+    config = producer_defaults(
+        client_config(options.bootstrap_servers, dict(options.properties), warn=warn))
     config["error_cb"] = errors
     config.setdefault("log_level", 0)  # errors reach the user through error_cb, once each
     try:

@@ -21,7 +21,7 @@ from kio.schema.errors import ErrorCode
 from pykraft.cli.args import CommandError
 from pykraft.protocol.framing import decode_response, encode_request, request_type
 
-__all__ = ["ProtocolClient", "error_name", "request_module"]
+__all__ = ["ProtocolClient", "error_message", "error_name", "request_module"]
 
 API_VERSIONS: Final = 18
 _API_VERSIONS_VERSION: Final = 3
@@ -41,6 +41,28 @@ def error_name(code: int) -> str:
         return ErrorCode(code).name.upper()
     except ValueError:
         return f"error code {code}"
+
+
+# Kafka's own descriptions of the errors the tools report most (its Errors enum), so a tool
+# says what Kafka's would; other codes are reported by name.
+_MESSAGES: Final = {
+    ErrorCode.unknown_topic_or_partition: "This server does not host this topic-partition.",
+    ErrorCode.transactional_id_not_found: "The transactionalId could not be found.",
+    ErrorCode.group_id_not_found: "The group id does not exist.",
+    ErrorCode.coordinator_not_available: "The coordinator is not available.",
+    ErrorCode.not_coordinator: "This is not the correct coordinator.",
+    ErrorCode.leader_not_available: "There is no leader for this topic-partition as we are "
+                                    "in the middle of a leadership election.",
+    ErrorCode.broker_id_not_registered: "The given broker ID was not registered.",
+}
+
+
+def error_message(code: int) -> str:
+    """Kafka's description of an error code where the tools know it, else its name."""
+    try:
+        return _MESSAGES.get(ErrorCode(code)) or error_name(code)
+    except ValueError:
+        return error_name(code)
 
 
 class _WithoutError:

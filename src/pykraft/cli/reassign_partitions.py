@@ -31,7 +31,7 @@ from kio.schema.errors import ErrorCode
 
 from pykraft.cli.args import ArgumentParser, CommandError, UsageError, load_properties
 from pykraft.cli.client_config import timeout_seconds
-from pykraft.cli.protocol_client import ProtocolClient, error_name
+from pykraft.cli.protocol_client import ProtocolClient, error_message, error_name
 
 __all__ = ["add_parser", "parse_reassignment_json", "parse_topics_json", "propose", "run"]
 
@@ -191,7 +191,7 @@ def _current(client: ProtocolClient, topics: Sequence[str] | None) -> tuple[Assi
     assignment: Assignment = {}
     for topic in answer.topics:
         if topic.error_code != ErrorCode.none:
-            raise CommandError(f"Topic {topic.name}: {error_name(topic.error_code)}")
+            raise CommandError(f"Topic {topic.name}: {error_message(topic.error_code)}")
         for partition in topic.partitions:
             assignment[(str(topic.name), int(partition.partition_index))] = tuple(
                 int(r) for r in partition.replica_nodes)

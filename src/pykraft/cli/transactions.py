@@ -34,7 +34,7 @@ from kio.schema.types import TransactionalId
 from pykraft.cli.args import ArgumentParser, CommandError, UsageError, load_properties
 from pykraft.cli.client_config import timeout_seconds
 from pykraft.cli.consumer_groups import format_table
-from pykraft.cli.protocol_client import ProtocolClient, error_name
+from pykraft.cli.protocol_client import ProtocolClient, error_message, error_name
 
 __all__ = ["add_parser", "parse_describe_transactions"]
 
@@ -171,9 +171,9 @@ def run_describe(bootstrap: str, txn_id: str, timeout_s: float) -> int:
 
         _, found = client.request(FIND_COORDINATOR, "FindCoordinator", (4, 6), find)
     coordinator = found.coordinators[0]
+    failure = f"Failed to describe transaction state of transactional-id `{txn_id}`"
     if coordinator.error_code != ErrorCode.none:
-        raise CommandError(f"cannot find the coordinator of {txn_id!r}: "
-                           f"{error_name(coordinator.error_code)}")
+        raise CommandError(f"{failure}: {error_message(coordinator.error_code)}")
     address = f"{coordinator.host}:{coordinator.port}"
     broker = _Client(address, timeout_s=timeout_s, client_id=CLIENT_ID)
     try:
@@ -181,9 +181,12 @@ def run_describe(bootstrap: str, txn_id: str, timeout_s: float) -> int:
             transactional_ids=(TransactionalId(txn_id),)))
     finally:
         broker.close()
-    (state,) = parse_describe_transactions(frame)
+    states = parse_describe_transactions(frame)
+    if len(states) != 1:
+        raise CommandError(f"{failure}: {address} answered {len(states)} ids for one")
+    (state,) = states
     if state["error_code"] != ErrorCode.none:
-        raise CommandError(f"cannot describe {txn_id!r}: {error_name(state['error_code'])}")
+        raise CommandError(f"{failure}: {error_message(state['error_code'])}")
     start = state["start_ms"]
     now_ms = int(time.time() * 1000)
     partitions = ",".join(f"{topic}-{index}" for topic, indexes in state["topics"]
@@ -259,43 +262,51 @@ def parse_describe_transactions(frame: bytes) -> list[dict[str, Any]]:
 # -- abort ---------------------------------------------------------------------------------
 
 
-def _leader_address(bootstrap: str, topic: str, partition: int, timeout_s: float) -> str:
+def _leader_address(bootstrap: str, topic: str, partition: int, timeout_s: float,
+                    failure: str) -> str:
+    """The partition leader's host:port; CommandError "`failure`: reason" if there is none."""
     with ProtocolClient(bootstrap, timeout_s=timeout_s, client_id=CLIENT_ID) as client:
         answer = _metadata(client, [topic])
-    (found,) = answer.topics
-    if found.error_code != ErrorCode.none:
-        raise CommandError(f"Topic {topic}: {error_name(found.error_code)}")
+    found = next((t for t in answer.topics if t.name == topic), None)
+    code = ErrorCode.unknown_topic_or_partition if found is None else found.error_code
+    if code != ErrorCode.none:
+        raise CommandError(f"{failure}: {error_message(code)}")
+    assert found is not None
     leader = next((p.leader_id for p in found.partitions if p.partition_index == partition),
                   None)
     if leader is None:
-        raise CommandError(f"Topic {topic} has no partition {partition}")
+        raise CommandError(f"{failure}: {error_message(ErrorCode.unknown_topic_or_partition)}")
     if leader < 0:
-        raise CommandError(f"{topic}-{partition} has no leader")
+        raise CommandError(f"{failure}: {error_message(ErrorCode.leader_not_available)}")
     return _address(answer, leader)
 
 
-def _producers(address: str, topic: str, partition: int, timeout_s: float) -> list[Any]:
+def _producers(address: str, topic: str, partition: int, timeout_s: float,
+               failure: str) -> list[Any]:
     def build(module: Any, version: int) -> Any:
         return module.DescribeProducersRequest(topics=(module.TopicRequest(
             name=topic, partition_indexes=(partition,)),))
 
     with ProtocolClient(address, timeout_s=timeout_s, client_id=CLIENT_ID) as broker:
         _, answer = broker.request(DESCRIBE_PRODUCERS, "DescribeProducers", (0, 0), build)
-    (found,) = answer.topics[0].partitions
+    found = next((p for t in answer.topics if t.name == topic for p in t.partitions
+                  if p.partition_index == partition), None)
+    if found is None:
+        raise CommandError(f"{failure}: {address} did not answer for the partition")
     if found.error_code != ErrorCode.none:
-        raise CommandError(f"cannot describe the producers of {topic}-{partition}: "
-                           f"{error_name(found.error_code)}")
+        raise CommandError(f"{failure}: {error_message(found.error_code)}")
     return list(found.active_producers)
 
 
 def run_describe_producers(bootstrap: str, topic: str, partition: int,
                            timeout_s: float) -> int:
-    address = _leader_address(bootstrap, topic, partition, timeout_s)
+    failure = f"Failed to describe producers for partition {topic}-{partition} on leader"
+    address = _leader_address(bootstrap, topic, partition, timeout_s, failure)
     rows = [[p.producer_id, p.producer_epoch,
              "None" if p.coordinator_epoch < 0 else p.coordinator_epoch, p.last_sequence,
              p.last_timestamp,
              "None" if p.current_txn_start_offset < 0 else p.current_txn_start_offset]
-            for p in _producers(address, topic, partition, timeout_s)]
+            for p in _producers(address, topic, partition, timeout_s, failure)]
     for line in format_table(["ProducerId", "ProducerEpoch", "LatestCoordinatorEpoch",
                               "LastSequence", "LastTimestamp",
                               "CurrentTransactionStartOffset"], sorted(rows)):
@@ -306,20 +317,23 @@ def run_describe_producers(bootstrap: str, topic: str, partition: int,
 def run_abort_at(bootstrap: str, topic: str, partition: int, start_offset: int,
                  timeout_s: float) -> int:
     """Abort the open transaction of `topic`-`partition` that starts at `start_offset`."""
-    address = _leader_address(bootstrap, topic, partition, timeout_s)
-    found = [p for p in _producers(address, topic, partition, timeout_s)
+    failure = f"Failed to validate producer state for partition {topic}-{partition}"
+    address = _leader_address(bootstrap, topic, partition, timeout_s, failure)
+    found = [p for p in _producers(address, topic, partition, timeout_s, failure)
              if p.current_txn_start_offset == start_offset]
     if not found:
-        raise CommandError(f"no open transaction of {topic}-{partition} starts at offset "
-                           f"{start_offset}")
-    (producer,) = found
+        raise CommandError(f"Could not find any open transactions starting at offset "
+                           f"{start_offset} on partition {topic}-{partition}")
+    producer = found[0]  # as Kafka's tool: one transaction starts at an offset
     return run_abort(bootstrap, topic, partition, producer.producer_id,
                      producer.producer_epoch, max(producer.coordinator_epoch, 0), timeout_s)
 
 
 def run_abort(bootstrap: str, topic: str, partition: int, producer_id: int,
               producer_epoch: int, coordinator_epoch: int, timeout_s: float) -> int:
-    address = _leader_address(bootstrap, topic, partition, timeout_s)
+    failure = (f"Failed to abort transaction of producer {producer_id} (epoch "
+               f"{producer_epoch}) on partition {topic}-{partition}")
+    address = _leader_address(bootstrap, topic, partition, timeout_s, failure)
 
     def build(module: Any, version: int) -> Any:
         return module.WriteTxnMarkersRequest(markers=(module.WritableTxnMarker(
@@ -331,6 +345,5 @@ def run_abort(bootstrap: str, topic: str, partition: int, producer_id: int,
         _, written = broker.request(WRITE_TXN_MARKERS, "WriteTxnMarkers", (1, 1), build)
     code = written.markers[0].topics[0].partitions[0].error_code
     if code != ErrorCode.none:
-        raise CommandError(f"cannot abort the transaction of producer {producer_id} on "
-                           f"{topic}-{partition}: {error_name(code)}")
+        raise CommandError(f"{failure}: {error_message(code)}")
     return 0

@@ -338,3 +338,29 @@ def test_dump_log_reads_the_segment_the_broker_wrote(bootstrap: str, pykraft_clu
     assert records[0].startswith("| offset: 0 CreateTime: ")
     assert records[0].endswith("key: key-a payload: payload-a")
     assert records[1].endswith("key: key-b payload: payload-b")
+
+
+def test_replica_assignment_creates_and_grows_a_topic(bootstrap: str, pykraft_cluster: Any) -> None:
+    """--replica-assignment gives every partition's replicas (it once failed in the client:
+    confluent-kafka refuses an assignment without a partition count); --alter lists them all
+    and only the new ones are sent, so a list of the wrong length is Kafka's error."""
+    name = new_topic_name("cli-assigned")
+    node = str(pykraft_cluster.node_id)
+    created = pykraft("topics", "--bootstrap-server", bootstrap, "--create", "--topic", name,
+                      "--replica-assignment", f"{node},{node}")
+    assert (created.returncode, created.stdout) == (0, f"Created topic {name}.\n"), created.stderr
+
+    short = pykraft("topics", "--bootstrap-server", bootstrap, "--alter", "--topic", name,
+                    "--partitions", "4", "--replica-assignment", node)
+    assert (short.returncode, short.stderr) == (1, f"{TOPIC_ERROR}Attempted to add 2 additional "
+                                                   "partition(s), but only 0 assignment(s) "
+                                                   "were specified.\n")
+    grown = pykraft("topics", "--bootstrap-server", bootstrap, "--alter", "--topic", name,
+                    "--partitions", "3", "--replica-assignment", ",".join([node] * 3))
+    assert grown.returncode == 0, grown.stderr
+
+    def three_partitions() -> None:
+        result = pykraft("topics", "--bootstrap-server", bootstrap, "--describe", "--topic", name)
+        assert "\tPartitionCount: 3\t" in result.stdout.splitlines()[0]
+
+    eventually(three_partitions)

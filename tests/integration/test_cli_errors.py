@@ -257,6 +257,14 @@ def test_an_unknown_group_does_not_exist(node: Node) -> None:
     assert (reset.returncode, reset.stdout) == (0, "GROUP TOPIC PARTITION NEW-OFFSET\n")
 
 
+def test_an_unknown_group_state_is_a_usage_error(node: Node) -> None:
+    result = tool("consumer-groups", "--bootstrap-server", node.bootstrap, "--list", "--state",
+                  "Stable,Sleeping")
+    assert (result.returncode, result.stderr) == (
+        1, "Error: Invalid state list 'Stable,Sleeping'. Valid states are: PreparingRebalance, "
+        "CompletingRebalance, Stable, Dead, Empty, Assigning, Reconciling\n")
+
+
 def test_an_unknown_transactional_id(node: Node) -> None:
     txn_id = unique("no-such-txn")
     result = tool("transactions", "--bootstrap-server", node.bootstrap, "describe",

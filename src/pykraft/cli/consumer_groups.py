@@ -52,6 +52,9 @@ __all__ = ["OffsetRow", "ResetSpec", "add_parser", "format_table", "parse_topic_
 ACTIONS: Final = ("list", "describe", "reset-offsets", "delete")
 RESET_SPECS: Final = ("to-earliest", "to-latest", "to-offset", "shift-by", "to-datetime")
 INACTIVE_STATES: Final = frozenset({"EMPTY", "DEAD", "UNKNOWN"})
+# the states a consumer group (classic or KIP-848) can be in, as Kafka's --state accepts them
+GROUP_STATES: Final = ("PreparingRebalance", "CompletingRebalance", "Stable", "Dead", "Empty",
+                       "Assigning", "Reconciling")
 REBALANCING_STATES: Final = frozenset(
     {"PreparingRebalance", "CompletingRebalance", "Assigning", "Reconciling"})
 _EARLIEST: Final[Any] = OffsetSpec.earliest  # confluent-kafka leaves these untyped
@@ -256,6 +259,10 @@ def run_list(admin: AdminClient, states: str | None, timeout_s: float) -> int:
             print(group.group_id)
         return 0
     wanted = {s.strip().upper() for s in states.split(",") if s.strip()}
+    valid = {state.upper() for state in GROUP_STATES}
+    if not wanted <= valid:
+        raise UsageError(f"Invalid state list '{states}'. Valid states are: "
+                         + ", ".join(GROUP_STATES))
     rows = [(g.group_id, _state_name(g.state)) for g in listed
             if not wanted or _state_name(g.state).upper() in wanted]
     for line in format_table(("GROUP", "STATE"), rows):

@@ -394,6 +394,9 @@ def _create(session: _Session, options: TopicsOptions) -> None:
     if options.replica_assignment is not None:
         new_topic = NewTopic(
             name,
+            # confluent-kafka refuses an assignment with its default count (-1): give the
+            # count the assignment implies
+            num_partitions=len(options.replica_assignment),
             replica_assignment=[list(replicas) for replicas in options.replica_assignment],
             config=dict(options.configs),
         )
@@ -468,10 +471,15 @@ def _alter(session: _Session, options: TopicsOptions) -> None:
 
 def _new_partitions(name: str, options: TopicsOptions, current_count: int) -> NewPartitions:
     total_count = current_count if options.partitions is None else options.partitions
-    if options.replica_assignment is None:
-        return NewPartitions(name, total_count)
+    if options.replica_assignment is None or total_count <= current_count:
+        return NewPartitions(name, total_count)  # no new partition: the broker refuses it
     # The assignment lists every partition; only the ones being added are sent.
     added = [list(replicas) for replicas in options.replica_assignment[current_count:]]
+    if len(added) != total_count - current_count:
+        # Kafka's controller answers INVALID_REPLICA_ASSIGNMENT with these words;
+        # confluent-kafka would refuse the request before it is sent, with a ValueError
+        raise CommandError(f"Attempted to add {total_count - current_count} additional "
+                           f"partition(s), but only {len(added)} assignment(s) were specified.")
     return NewPartitions(name, total_count, replica_assignment=added)
 
 

@@ -239,15 +239,21 @@ class _MappedIndex:
     def _write(self, first: int, second: int) -> None:
         """Write one entry at the end of the file; an OSError (ENOSPC, EIO) leaves the
         entry uncounted, so the next write goes to the same place."""
-        invariant(self._writable and self._buffer is not None, f"{self.path} is not writable")
-        assert self._buffer is not None
-        invariant(self.entries < self._max_entries, f"{self.path} is full")
+        buffer, count = self._buffer, self._entries
+        if buffer is None or count >= self._max_entries:  # messages built only on failure
+            invariant(buffer is not None, f"{self.path} is not writable")
+            invariant(False, f"{self.path} is full")
+        assert buffer is not None
         entry = self.ENTRY.pack(first, second)
-        if self._fd is None:  # the deferred part of open_for_append(empty=True)
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-        _pwrite_all(self._fd, entry, self._entries * self.ENTRY.size)
-        self._buffer += entry
-        self._entries += 1
+        fd = self._fd
+        if fd is None:  # the deferred part of open_for_append(empty=True)
+            fd = self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        position = count * self.ENTRY.size
+        written = os.pwrite(fd, entry, position)
+        if written != len(entry):  # a short write: the rest, or the error saying why not
+            _pwrite_all(fd, entry[written:], position + written)
+        buffer += entry
+        self._entries = count + 1
 
     def _search(self, key: int, key_at: int) -> int:
         """Slot of the last entry whose search key is <= `key`, or -1 if none is."""
@@ -293,7 +299,8 @@ class _MappedIndex:
 
     def _relative(self, offset: int) -> int:
         relative = offset - self.base_offset
-        invariant(0 <= relative <= _RELATIVE_MAX, f"offset {offset} out of {self.path}'s range")
+        if not 0 <= relative <= _RELATIVE_MAX:
+            invariant(False, f"offset {offset} out of {self.path}'s range")
         return relative
 
 
@@ -303,10 +310,9 @@ class OffsetIndex(_MappedIndex):
     def append(self, offset: int, position: int) -> None:
         if self.entries > 0:
             last_offset, last_position = self.last_entry
-            invariant(
-                offset > last_offset and position > last_position,
-                f"index entry ({offset}, {position}) after ({last_offset}, {last_position})",
-            )
+            if not (offset > last_offset and position > last_position):
+                invariant(False, f"index entry ({offset}, {position}) after "
+                                 f"({last_offset}, {last_position})")
         self._write(self._relative(offset), position)
 
     def lookup(self, offset: int) -> tuple[int, int]:
@@ -342,10 +348,8 @@ class TimeIndex(_MappedIndex):
         last_timestamp, last_offset = self.last_entry
         if timestamp <= last_timestamp:
             return
-        invariant(
-            self.entries == 0 or offset >= last_offset,
-            f"time index offset {offset} before {last_offset} in {self.path}",
-        )
+        if not (self.entries == 0 or offset >= last_offset):
+            invariant(False, f"time index offset {offset} before {last_offset} in {self.path}")
         if not final and self.is_full:
             return
         if self.entries >= self._max_entries:

@@ -7,11 +7,14 @@ import errno
 import logging
 import os
 import random
+import tempfile
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pykraft.storage import leader_epoch
 from pykraft.storage.checkpoint import write_atomically, write_checkpoint
@@ -346,3 +349,67 @@ def test_a_leader_epoch_checkpoint_that_cannot_be_written_is_written_at_the_next
     on_disk = leader_epoch.LeaderEpochCache.load(log.leader_epoch_cache.path).entries
     assert on_disk == log.leader_epoch_cache.entries
     log.close()
+
+
+class FlakyDisk:
+    """os.pwrite and the creation of files fail with ENOSPC at chosen calls: `fail_at` holds
+    the numbers (counting from 0) of the calls that fail; a failing pwrite first writes part
+    of its data, as a filesystem running out mid-write does."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.real_pwrite, self.real_open = os.pwrite, os.open
+        self.calls = 0
+        self.fail_at: set[int] = set()
+        monkeypatch.setattr(os, "pwrite", self.pwrite)
+        monkeypatch.setattr(os, "open", self.open)
+
+    def _fails(self) -> bool:
+        self.calls += 1
+        return self.calls - 1 in self.fail_at
+
+    def pwrite(self, fd: int, data: bytes | memoryview, position: int) -> int:
+        if self._fails():
+            self.real_pwrite(fd, memoryview(data)[: len(data) // 2], position)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return self.real_pwrite(fd, data, position)
+
+    def open(self, path: str | os.PathLike[str], flags: int, mode: int = 0o777,
+             **kwargs: int) -> int:
+        if flags & os.O_CREAT and not os.path.exists(path) and self._fails():
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return self.real_open(path, flags, mode, **kwargs)
+
+
+@settings(max_examples=40, deadline=None)
+@given(appends=st.lists(st.tuples(st.integers(1, 6), st.integers(1, 300),
+                                  st.sets(st.integers(0, 5), max_size=2)),
+                        min_size=1, max_size=30))
+def test_appends_and_rolls_failing_anywhere_keep_exactly_the_acknowledged_batches(
+    appends: list[tuple[int, int, set[int]]],
+) -> None:
+    """Whatever write of an append (its batch, an index entry, the roll's new files or the
+    old segment's last time entry) fails: the log holds exactly the appends that returned,
+    in order, before and after an unclean restart, and its invariants hold throughout."""
+    with tempfile.TemporaryDirectory() as directory, pytest.MonkeyPatch.context() as patch:
+        log = open_log(Path(directory) / "t-0",
+                       small_config(segment_bytes=4_000, index_interval_bytes=100))
+        disk = FlakyDisk(patch)
+        acknowledged: list[bytes] = []
+        for count, value_size, failing_calls in appends:
+            disk.fail_at = {disk.calls + call for call in failing_calls}
+            batch = make_batch(count, timestamp=1_000 + log.log_end_offset,
+                               value_size=value_size)
+            try:
+                log.append_as_leader(batch, leader_epoch=0, now_ms=1_000)
+            except OSError:
+                pass
+            else:
+                acknowledged.append(all_batches(log)[-1])
+            assert all_batches(log) == acknowledged
+            log.check_invariants()
+        disk.fail_at = set()
+        log.close()
+        reopened = open_log(log.dir, log.config, recovery_point=0)
+        assert all_batches(reopened) == acknowledged
+        reopened.check_invariants()
+        reopened.close()

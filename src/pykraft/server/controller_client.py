@@ -88,8 +88,8 @@ class ActiveControllerClient:
 
     async def _exchange(self, destination: int, api_key: int, api_version: int,
                         request: Any) -> Any:
-        if self._destination != destination:
-            self._close()
+        if self._destination != destination or (self._reader and self._reader.at_eof()):
+            self._close()  # (or the controller closed it: idle for connections.max.idle.ms)
         if self._writer is None:
             host, port = self.voters[destination]
             self._reader, self._writer = await asyncio.open_connection(host, port)

@@ -301,3 +301,26 @@ async def test_a_request_then_the_end_of_the_stream_is_still_answered(
         await _until(lambda: limits.quotas.total == 0 and limits.pool.reserved_bytes == 0)
     finally:
         await listener.close()
+
+
+async def test_the_controller_client_reconnects_after_an_idle_close() -> None:
+    from kio.schema.api_versions.v0.request import ApiVersionsRequest as ApiVersionsV0
+
+    from pykraft.server.controller_client import ActiveControllerClient
+
+    class _EchoV0(_Echo):
+        apis = {18: (0, 0)}
+
+    limits = NetworkLimits(MemoryPool(4 * MIB), connections_max_idle_ms=200)
+    listener = await _serve(limits, _EchoV0(), name="CONTROLLER")
+    client = ActiveControllerClient(2, {1: ("127.0.0.1", listener.port)}, lambda: 1,
+                                    request_timeout_ms=2000)
+    try:
+        assert (await client.send(18, 0, ApiVersionsV0()))[0] == 1
+        await _until(lambda: limits.quotas.total == 0)  # closed as idle by the listener
+        await asyncio.sleep(0.05)
+        # a forwarded request that is not idempotent must not meet the dead connection
+        assert (await client.send(18, 0, ApiVersionsV0()))[0] == 1
+    finally:
+        await client.close()
+        await listener.close()

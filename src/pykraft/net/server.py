@@ -309,8 +309,8 @@ class _Connection(asyncio.BufferedProtocol):
     # -- called by the group -----------------------------------------------------------
 
     def memory_granted(self, reservation: Reservation) -> None:
-        if self.closing:
-            self.limits.release(reservation)
+        if self.closing:  # (the group's grant loop is running: it goes on to the next)
+            self.limits.pool.release(reservation)
             return
         self._start_body(reservation)
         self._sync_reading()
@@ -323,6 +323,7 @@ class _Connection(asyncio.BufferedProtocol):
         log.info("closing connection from %s:%d on listener %s: %s", self.host, self.port,
                  self.listener.name, reason)
         self.closing = True
+        self.limits.forget(self)
         self._uncount()  # now, so that close_excess sees the room it made
         self._transport().abort()
 

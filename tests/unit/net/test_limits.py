@@ -8,6 +8,7 @@ from pykraft.net.limits import (
     SMALL_REQUEST_BYTES,
     ConnectionQuotas,
     MemoryPool,
+    Reservation,
     TooManyConnections,
     normalize_address,
     parse_per_ip_overrides,
@@ -142,3 +143,32 @@ def test_addresses_and_overrides_parse() -> None:
     for bad in ("127.0.0.1", "127.0.0.1:x", ":5", "a:-1", "a:99999999999"):
         with pytest.raises(ValueError, match="max.connections.per.ip.overrides"):
             parse_per_ip_overrides(bad)
+
+
+class _Waiter:
+    def __init__(self, limits: object) -> None:
+        self.limits = limits
+        self.granted: list[Reservation] = []
+
+    def memory_granted(self, reservation: Reservation) -> None:
+        self.granted.append(reservation)
+
+
+def test_waiting_connections_get_memory_in_arrival_order() -> None:
+    from pykraft.net.server import NetworkLimits
+
+    limits = NetworkLimits(MemoryPool(8 * MIB))
+    hog = limits.pool.try_allocate(8 * MIB)
+    assert hog is not None
+    large, small, later = _Waiter(limits), _Waiter(limits), _Waiter(limits)
+    assert limits.reserve(large, 4 * MIB) is None  # type: ignore[arg-type]
+    # a small frame behind it queues too, but the reserve lets it through at once
+    assert limits.reserve(small, 100) is None  # type: ignore[arg-type]
+    limits.grant_waiting()
+    assert small.granted and small.granted[0].from_reserve and not large.granted
+    assert limits.reserve(later, 2 * MIB) is None  # type: ignore[arg-type]
+    limits.release(hog)
+    # memory is back: the first in line gets it, and the next too while any is left
+    assert [r.size for r in large.granted] == [4 * MIB]
+    assert [r.size for r in later.granted] == [2 * MIB]
+    assert limits.reserve(_Waiter(limits), MIB) is not None  # type: ignore[arg-type]

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+import pytest
+
 # the long run's split of PYKRAFT_FUZZ_CASES: most cases in process, where they are cheap
 LONG_SHARES: Final = {"decode": 0.80, "batches": 0.15, "live": 0.05}
 LONG_TOTAL_DEFAULT: Final = 1_000_000
@@ -64,14 +66,19 @@ def rss_kib(pid: int | str = "self") -> int:
 class Rate:
     """Counts cases and prints the rate at the end (the long run's figure for BENCHMARKS.md)."""
 
-    def __init__(self, run: Run) -> None:
+    def __init__(self, run: Run, capsys: pytest.CaptureFixture[str]) -> None:
         self.run = run
+        self.capsys = capsys
         self.started = time.perf_counter()
 
-    def report(self, done: int, extra: str = "") -> float:
+    def report(self, done: int, extra: str = "", details: str = "") -> float:
+        """Print the rate past pytest's capture: the long run shows it without -s."""
         elapsed = time.perf_counter() - self.started
         rate = done / elapsed if elapsed > 0 else 0.0
-        print(f"\nfuzz {self.run.layer}: {done} cases in {elapsed:.1f} s, {rate:.0f} cases/s "
-              f"(seed {self.run.seed}, cases {self.run.first}..{self.run.first + done - 1})"
-              f"{extra}")
+        with self.capsys.disabled():
+            print(f"\nfuzz {self.run.layer}: {done} cases in {elapsed:.1f} s, {rate:.0f} "
+                  f"cases/s (seed {self.run.seed}, cases {self.run.first}.."
+                  f"{self.run.first + done - 1}){extra}")
+            if details:
+                print("  " + details)
         return rate

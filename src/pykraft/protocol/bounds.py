@@ -95,24 +95,39 @@ def _skip_varint(data: bytes | memoryview, offset: int, end: int) -> int:
     return _uvarint(data, offset, end)[1]
 
 
-def _variable(flexible: bool, width: int) -> Walker:
+def _null(size: int, nullable: bool, offset: int) -> None:
+    """A length of -1 is null, which only a nullable field may be (kio would hand a handler
+    None where the schema promises a value; Kafka refuses it as this does); below -1 is
+    nothing."""
+    if size < -1 or not nullable:
+        what = "a negative length" if size < -1 else "null in a non-nullable field"
+        raise InvalidRequest(f"{what} at byte {offset}")
+
+
+def _variable(flexible: bool, width: int, nullable: bool) -> Walker:
     read = _length_reader(flexible, width)
 
     def walk(data: bytes | memoryview, offset: int, end: int) -> int:
         size, offset = read(data, offset, end)
         if size > end - offset:
             raise _fail("a length", size, offset, end)
-        return offset + max(size, 0)
+        if size < 0:
+            _null(size, nullable, offset)
+            return offset
+        return offset + size
     return walk
 
 
-def _array(flexible: bool, item: Walker | int) -> Walker:
+def _array(flexible: bool, item: Walker | int, nullable: bool) -> Walker:
     read = _length_reader(flexible, 4)
 
     def walk(data: bytes | memoryview, offset: int, end: int) -> int:
         count, offset = read(data, offset, end)
         if count > end - offset:  # every element takes at least one byte
             raise _fail("an array", count, offset, end)
+        if count < 0:
+            _null(count, nullable, offset)
+            return offset
         if isinstance(item, int):
             return offset + max(count, 0) * item
         for _ in range(count):
@@ -121,23 +136,27 @@ def _array(flexible: bool, item: Walker | int) -> Walker:
     return walk
 
 
-def _unwrap(hint: Any) -> Any:
+def _unwrap(hint: Any) -> tuple[Any, bool]:
+    """The type of a field, and whether it is nullable (`X | None`)."""
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        return next(arg for arg in typing.get_args(hint) if arg is not type(None))
-    return hint
+        return next(arg for arg in typing.get_args(hint) if arg is not type(None)), True
+    return hint, False
 
 
 def _step(hint: Any, kafka_type: str | None, flexible: bool) -> Walker | int:
     """How to move past one field: a fixed size, or a walker."""
-    hint = _unwrap(hint)
+    hint, nullable = _unwrap(hint)
     if typing.get_origin(hint) is tuple:
-        return _array(flexible, _step(typing.get_args(hint)[0], kafka_type, flexible))
+        item = _step(typing.get_args(hint)[0], kafka_type, flexible)
+        return _array(flexible, item, nullable)
     if dataclasses.is_dataclass(hint):
+        if nullable:  # a presence byte precedes it on the wire: not walked here yet
+            raise TypeError(f"no length check for a nullable struct {hint!r}")
         return _walker(typing.cast(type, hint))
     if kafka_type in _FIXED_SIZES:
         return _FIXED_SIZES[kafka_type]
     if kafka_type in _LENGTH_WIDTH:
-        return _variable(flexible, _LENGTH_WIDTH[kafka_type])
+        return _variable(flexible, _LENGTH_WIDTH[kafka_type], nullable)
     if kafka_type in _VARINTS:
         return _skip_varint
     raise TypeError(f"no length check for field type {hint!r} ({kafka_type})")

@@ -1,0 +1,37 @@
+"""Frames the live fuzz (test_live.py) found mishandled, each sent as it was to a real node."""
+
+from __future__ import annotations
+
+import socket
+
+from kio.schema.errors import ErrorCode
+
+from pykraft.protocol.api import ApiKey
+from pykraft.testing import LocalCluster
+from pykraft.testing.wire import WireClient
+from tests.fuzz.test_decode import BROKER_REGISTRATION_NULL_LISTENERS
+
+# Metadata v11 asking for a topic by id, its name null: the error entry for it had a null
+# name, which v11 cannot encode; the node closed the connection with a traceback (case 1215)
+METADATA_V11_BY_ID = bytes.fromhex(
+    "000000240003000b3e0437a6ffff0002a54c8eb0fdffcb8a9f90691fa1f05f950000010100000100")
+
+
+def test_metadata_v11_by_topic_id_is_answered(pykraft_cluster: LocalCluster) -> None:
+    with WireClient(pykraft_cluster.bootstrap_servers) as client:
+        client.send_raw(METADATA_V11_BY_ID)
+        correlation_id, response = client.receive(ApiKey.METADATA, 11)
+    assert correlation_id == 0x3E0437A6
+    assert [(topic.name, topic.error_code) for topic in response.topics] == [
+        ("", ErrorCode.invalid_request)]
+
+
+def test_null_in_a_non_nullable_field_closes_the_connection(
+        pykraft_cluster: LocalCluster) -> None:
+    address = ("127.0.0.1", pykraft_cluster.controller_port)
+    with socket.create_connection(address, timeout=5) as sock:
+        sock.sendall(BROKER_REGISTRATION_NULL_LISTENERS)
+        assert sock.recv(1) == b""
+    log = pykraft_cluster.log_path.read_text(errors="replace")
+    assert "null in a non-nullable field" in log
+    assert "TypeError: 'NoneType' object is not iterable" not in log

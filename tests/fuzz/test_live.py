@@ -59,6 +59,7 @@ from pykraft.testing.fuzz import (
     Seed,
     case_rng,
     decode_like_listener,
+    fresh_seed,
     mutate,
     seed_frames,
 )
@@ -73,6 +74,7 @@ WAITING_SECONDS = 60.0  # a JoinGroup or SyncGroup parked longer than this is gi
 WAITING_MAX = 16  # parked connections at once; further waiting requests are not sent
 CONNECTIONS = {"broker": 3, "controller": 1}
 RSS_GROWTH_MAX_KIB = 128 << 10
+FRESH_SHARE = 0.4  # cases that are new random requests (most reach a handler), not mutants
 LIVENESS_EVERY = 500  # cases between checks that the process lives, and RSS samples
 NODE_CONFIGS = {
     "auto.create.topics.enable": "false",  # mutated names must not become topics
@@ -226,7 +228,11 @@ def _one_case(node: Node, run: Run, index: int, cluster_id: str) -> str:
     rng = case_rng(run.seed, run.layer, index)
     listener = "broker" if rng.random() < 0.85 else "controller"
     seeds: list[Seed] = SEEDS[listener]
-    seed, kind, frame = mutate(rng, seeds)
+    if rng.random() < FRESH_SHARE:
+        seed = fresh_seed(LISTENER_APIS[listener], rng)
+        kind, frame = "fresh", seed.frame
+    else:
+        seed, kind, frame = mutate(rng, seeds)
     slot = rng.randrange(CONNECTIONS[listener])
     node.current = (f"{kind} of api {seed.api_key} v{seed.api_version} to the {listener} "
                     f"listener: {frame.hex()}")
@@ -329,7 +335,8 @@ def _real_client_round_trip(bootstrap: str) -> None:
     marker = uuid.uuid4().hex.encode()
     producer = Producer({"bootstrap.servers": bootstrap})
     for number in range(10):
-        producer.produce("fuzz-final", marker, b"after-fuzz-%d" % number, partition=0)
+        producer.produce("fuzz-final", key=marker, value=b"after-fuzz-%d" % number,
+                         partition=0)
     assert producer.flush(30) == 0
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "fuzz-check",
                          "enable.auto.commit": False})

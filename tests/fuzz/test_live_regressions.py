@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import datetime
 import socket
 
 from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v15.request import FetchPartition, FetchRequest, FetchTopic
 
 from pykraft.protocol.api import ApiKey
 from pykraft.testing import LocalCluster
@@ -35,3 +37,18 @@ def test_null_in_a_non_nullable_field_closes_the_connection(
     log = pykraft_cluster.log_path.read_text(errors="replace")
     assert "null in a non-nullable field" in log
     assert "TypeError: 'NoneType' object is not iterable" not in log
+
+
+def test_fetch_of_the_zero_topic_id_is_answered(pykraft_cluster: LocalCluster) -> None:
+    """Fetch v13+ naming the zero topic id, which kio reads as None: the handler took it for
+    a topic named by name, which those versions lack (AttributeError, case 2738 of the live
+    fuzz). Kafka answers UNKNOWN_TOPIC_ID."""
+    request = FetchRequest(
+        max_wait=datetime.timedelta(milliseconds=10), min_bytes=1,
+        topics=(FetchTopic(topic_id=None, partitions=(FetchPartition(
+            partition=0, fetch_offset=0, partition_max_bytes=1 << 20),)),),
+        forgotten_topics_data=(), rack_id="")
+    with WireClient(pykraft_cluster.bootstrap_servers) as client:
+        response = client.request(ApiKey.FETCH, 15, request)
+    assert [[p.error_code for p in topic.partitions] for topic in response.responses] == [
+        [ErrorCode.unknown_topic_id]]

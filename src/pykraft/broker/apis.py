@@ -21,6 +21,7 @@ from kio.schema.errors import ErrorCode
 
 from pykraft.broker.fetch_sessions import (
     NO_SESSION,
+    ZERO_TOPIC_ID,
     FetchContext,
     FetchSession,
     FetchSessionCache,
@@ -452,9 +453,9 @@ class BrokerApis:
             for first, partitions in topics)
 
     def _fetch_topic_name(self, topic: Any, image: Any) -> tuple[str, uuid.UUID | None]:
-        topic_id = field(topic, "topic_id")
-        if topic_id is None:
+        if not hasattr(topic, "topic_id"):  # by name, before Fetch v13
             return topic.topic, None
+        topic_id = topic.topic_id if topic.topic_id is not None else ZERO_TOPIC_ID
         return _topic_name(image, topic_id), topic_id
 
     def _fetch_partition(

@@ -42,6 +42,8 @@ from kio.schema.errors import ErrorCode
 
 from pykraft.protocol.entities import field
 
+ZERO_TOPIC_ID: Final = uuid.UUID(int=0)  # no topic: what kio reads as None
+
 INITIAL_EPOCH: Final = 0
 FINAL_EPOCH: Final = -1
 NO_SESSION: Final = 0
@@ -239,6 +241,9 @@ def next_epoch(epoch: int) -> int:
 
 
 def topic_key(topic: Any) -> Any:
-    """How a request's topic (or forgotten topic) is keyed: by id from Fetch v13, else name."""
-    topic_id = field(topic, "topic_id")
-    return topic_id if topic_id is not None else topic.topic
+    """How a request's topic (or forgotten topic) is keyed: by id from Fetch v13, else name.
+    kio reads the zero id as None: it stays the zero id (unknown), it does not mean "by name"
+    (those versions have no name; found by tests/fuzz)."""
+    if hasattr(topic, "topic_id"):
+        return topic.topic_id if topic.topic_id is not None else ZERO_TOPIC_ID
+    return topic.topic

@@ -59,6 +59,7 @@ __all__ = [
     "build_entity",
     "case_rng",
     "decode_like_listener",
+    "fresh_seed",
     "mutate",
     "seed_frames",
 ]
@@ -166,6 +167,18 @@ class Seed:
     api_version: int
     entity: Any
     frame: bytes  # with its size prefix, as on the wire
+
+
+def fresh_seed(apis: Mapping[int, tuple[int, int]], rng: random.Random) -> Seed:
+    """A new random request of any served API and version: most of them decode, and reach
+    the handler with values no fixed seed has."""
+    api_key = rng.choice(sorted(apis))
+    low, high = apis[api_key]
+    version = rng.randint(low, high)
+    entity = build_entity(request_type(api_key, version), rng)
+    frame = encode_request(api_key, version, rng.randint(0, 2**31 - 1),
+                           rng.choice(("fuzz", None, "")), entity)
+    return Seed(api_key, version, entity, frame)
 
 
 def seed_frames(apis: Mapping[int, tuple[int, int]], rng: random.Random,

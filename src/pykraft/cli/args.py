@@ -10,19 +10,24 @@ from __future__ import annotations
 
 import argparse
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import NoReturn
 
 __all__ = [
+    "INT16",
+    "INT32",
+    "INT64",
     "ArgumentParser",
     "CommandError",
     "UsageError",
+    "check_int",
     "load_properties",
     "merge_properties",
     "parse_bool",
     "parse_bootstrap_servers",
     "parse_key_values",
+    "read_text_file",
 ]
 
 
@@ -39,6 +44,49 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{self.prog}: {message} (see '{self.prog} --help')")
+
+
+def _int_of_bits(bits: int) -> Callable[[str], int]:
+    """An argparse `type` for a signed integer of the protocol's width: a partition (32
+    bits), an offset (64), an epoch (16). A larger value would be refused by the client
+    library with an OverflowError, or silently wrapped (a broker id 2^31 became -2^31)."""
+    low, high = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"invalid integer '{text}'") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value} is out of range [{low}, {high}]")
+        return value
+
+    parse.__name__ = f"int{bits}"
+    return parse
+
+
+INT16 = _int_of_bits(16)
+INT32 = _int_of_bits(32)
+INT64 = _int_of_bits(64)
+
+
+def check_int(value: int, bits: int, what: str) -> int:
+    """`value` if it fits a signed integer of `bits` bits; else CommandError naming `what`."""
+    low, high = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    if not low <= value <= high:
+        raise CommandError(f"{what} {value} is out of range [{low}, {high}]")
+    return value
+
+
+def read_text_file(path: str, what: str = "") -> str:
+    """A UTF-8 file's text; CommandError "cannot read [what ]PATH: reason" otherwise."""
+    label = f"{what} {path}" if what else path
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except OSError as error:
+        raise CommandError(f"cannot read {label}: {error.strerror or error}") from error
+    except UnicodeDecodeError as error:
+        raise CommandError(f"cannot read {label}: not UTF-8 text (byte {error.start})") from None
 
 
 def parse_key_values(
@@ -107,11 +155,7 @@ def load_properties(path: str) -> dict[str, str]:
     Enough of the format for client configuration files: continuation lines ending in a
     backslash are joined; Unicode escapes are not interpreted.
     """
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as error:
-        raise CommandError(f"cannot read properties file {path}: {error.strerror}") from error
-    return parse_properties(text)
+    return parse_properties(read_text_file(path, "properties file"))
 
 
 def parse_properties(text: str) -> dict[str, str]:

@@ -19,6 +19,7 @@ from typing import Any, Final
 from kio.schema.errors import ErrorCode
 
 from pykraft.cli.args import (
+    INT32,
     ArgumentParser,
     CommandError,
     add_bootstrap_options,
@@ -45,7 +46,7 @@ def add_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
     for action in (cluster_id_, unregister):
         add_bootstrap_options(action, short=True)
         action.add_argument("--config", "-c", metavar="FILE", help="ignored (PLAINTEXT only)")
-    unregister.add_argument("--id", "-i", type=int, required=True, metavar="ID",
+    unregister.add_argument("--id", "-i", type=INT32, required=True, metavar="ID",
                             help="the ID of the broker to unregister")
     cluster_id_.set_defaults(handler=_cluster_id_args)
     unregister.set_defaults(handler=_unregister_args)

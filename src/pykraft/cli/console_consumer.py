@@ -37,6 +37,7 @@ from confluent_kafka import (
 )
 
 from pykraft.cli.args import (
+    INT32,
     ArgumentParser,
     CommandError,
     UsageError,
@@ -214,7 +215,7 @@ def add_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
     parser.add_argument("--topic", required=True)
     parser.add_argument("--group", help="consume as this consumer group (subscribe)")
     parser.add_argument("--from-beginning", action="store_true")
-    parser.add_argument("--partition", type=int, metavar="P")
+    parser.add_argument("--partition", type=INT32, metavar="P")
     parser.add_argument(
         "--offset",
         metavar="OFFSET",
@@ -285,7 +286,7 @@ def parse_offset(text: str) -> int:
         offset = int(lowered)
     except ValueError:
         offset = -1
-    if offset < 0:
+    if not 0 <= offset < 1 << 63:  # "a non-negative long"
         raise UsageError(
             f"The provided offset value '{text}' is incorrect. Valid values are "
             "'earliest', 'latest', or a non-negative long."

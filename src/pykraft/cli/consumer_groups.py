@@ -35,7 +35,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
     OffsetSpec,
 )
 
-from pykraft.cli.args import ArgumentParser, CommandError, UsageError, load_properties
+from pykraft.cli.args import INT64, ArgumentParser, CommandError, UsageError, load_properties
 from pykraft.cli.client_config import (
     ErrorReporter,
     admin_client,
@@ -78,8 +78,8 @@ def add_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
     parser.add_argument("--all-topics", action="store_true")
     parser.add_argument("--to-earliest", action="store_true")
     parser.add_argument("--to-latest", action="store_true")
-    parser.add_argument("--to-offset", type=int, metavar="N")
-    parser.add_argument("--shift-by", type=int, metavar="N")
+    parser.add_argument("--to-offset", type=INT64, metavar="N")
+    parser.add_argument("--shift-by", type=INT64, metavar="N")
     parser.add_argument("--to-datetime", metavar="YYYY-MM-DDTHH:mm:SS.sss")
     parser.add_argument("--dry-run", action="store_true")
     parser.add_argument("--execute", action="store_true")

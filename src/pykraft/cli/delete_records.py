@@ -14,13 +14,19 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, Final
 
 from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from pykraft.cli.args import ArgumentParser, CommandError, UsageError, load_properties
+from pykraft.cli.args import (
+    ArgumentParser,
+    CommandError,
+    UsageError,
+    check_int,
+    load_properties,
+    read_text_file,
+)
 from pykraft.cli.client_config import (
     admin_client,
     client_config,
@@ -49,10 +55,7 @@ def _run_args(args: argparse.Namespace) -> int:
     if not args.offset_json_file:
         raise UsageError("Missing required argument \"[offset-json-file]\"")
     properties = load_properties(args.command_config) if args.command_config else {}
-    try:
-        text = Path(args.offset_json_file).read_text(encoding="utf-8")
-    except OSError as error:
-        raise CommandError(f"cannot read {args.offset_json_file}: {error.strerror}") from error
+    text = read_text_file(args.offset_json_file)
     partitions = parse_offset_json(text)
     config = client_config(args.bootstrap_server, properties, warn=warn)
     return run(config, partitions, timeout_seconds(properties))
@@ -92,7 +95,8 @@ def _partition(entry: Any) -> TopicPartition:
         if not isinstance(value, int) or isinstance(value, bool):
             raise CommandError(f"partition entry {entry!r} needs an integer '{name}'")
     assert isinstance(partition, int) and isinstance(offset, int)
-    return TopicPartition(topic, partition, offset)
+    return TopicPartition(topic, check_int(partition, 32, "partition"),
+                          check_int(offset, 64, "offset"))
 
 
 def run(config: dict[str, Any], partitions: Sequence[TopicPartition], timeout_s: float) -> int:

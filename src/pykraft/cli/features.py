@@ -115,6 +115,9 @@ def _wanted_levels(args: argparse.Namespace) -> dict[str, int]:
         if name.strip() in levels:
             raise UsageError(f"{name.strip()} is given more than once")
         levels[name.strip()] = int(value)
+        if not -(1 << 15) <= levels[name.strip()] < 1 << 15:  # a level is an int16
+            raise UsageError(f"--feature {name.strip()}: level {value.strip()} is out of "
+                             "range [-32768, 32767]")
     if not levels:
         raise UsageError(f"{args.features_command} needs --metadata or at least one --feature")
     return levels

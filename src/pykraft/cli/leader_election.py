@@ -18,12 +18,19 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from confluent_kafka import ElectionType, KafkaError, KafkaException, TopicPartition
 
-from pykraft.cli.args import ArgumentParser, CommandError, UsageError, load_properties
+from pykraft.cli.args import (
+    INT32,
+    ArgumentParser,
+    CommandError,
+    UsageError,
+    check_int,
+    load_properties,
+    read_text_file,
+)
 from pykraft.cli.client_config import (
     admin_client,
     client_config,
@@ -49,7 +56,7 @@ def add_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
     parser.add_argument("--all-topic-partitions", action="store_true",
                         help="every partition of every topic")
     parser.add_argument("--topic", metavar="TOPIC", help="one topic (needs --partition)")
-    parser.add_argument("--partition", type=int, metavar="P", help="the partition of --topic")
+    parser.add_argument("--partition", type=INT32, metavar="P", help="the partition of --topic")
     parser.add_argument("--path-to-json-file", metavar="FILE",
                         help="the partitions, as {\"partitions\": [{\"topic\": ..., "
                              "\"partition\": ...}]}")
@@ -78,12 +85,7 @@ def _run_args(args: argparse.Namespace) -> int:
             raise UsageError("Missing required option(s) [partition]")
         partitions = [TopicPartition(args.topic, args.partition)]
     elif args.path_to_json_file:
-        try:
-            text = Path(args.path_to_json_file).read_text(encoding="utf-8")
-        except OSError as error:
-            raise CommandError(
-                f"cannot read {args.path_to_json_file}: {error.strerror}") from error
-        partitions = parse_partitions_json(text)
+        partitions = parse_partitions_json(read_text_file(args.path_to_json_file))
     properties = load_properties(args.admin_config) if args.admin_config else {}
     config = client_config(args.bootstrap_server, properties, warn=warn)
     return run(config, election, partitions, timeout_seconds(properties))
@@ -107,7 +109,7 @@ def parse_partitions_json(text: str) -> list[TopicPartition]:
                 or isinstance(partition, bool):
             raise CommandError(f"partition entry {entry!r} needs a 'topic' string and an "
                                "integer 'partition'")
-        result.append(TopicPartition(topic, partition))
+        result.append(TopicPartition(topic, check_int(partition, 32, "partition")))
     keys = [(tp.topic, tp.partition) for tp in result]
     duplicates = sorted({f"{t}-{p}" for t, p in keys if keys.count((t, p)) > 1})
     if duplicates:

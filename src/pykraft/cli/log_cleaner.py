@@ -23,6 +23,7 @@ from pykraft.cli.args import ArgumentParser, CommandError, UsageError
 __all__ = ["CleanerRow", "add_parser", "cleaner_rows", "format_rows"]
 
 _PREFIX = "pykraft_log_cleaner_"
+_RESPONSE_BYTES_MAX = 64 * 1024 * 1024  # a node's /metrics is far smaller
 CleanerRow = tuple[str, int, dict[str, float]]
 
 
@@ -50,7 +51,10 @@ def _run_args(args: argparse.Namespace) -> int:
         url += "/metrics"
     try:
         with urllib.request.urlopen(url, timeout=args.timeout_ms / 1000) as response:
-            text = response.read().decode("utf-8")
+            body = response.read(_RESPONSE_BYTES_MAX + 1)  # a bound: any URL can be given
+        if len(body) > _RESPONSE_BYTES_MAX:
+            raise CommandError(f"{url} answered more than {_RESPONSE_BYTES_MAX} bytes")
+        text = body.decode("utf-8")
     except (urllib.error.URLError, OSError, ValueError) as error:
         reason = getattr(error, "reason", error)
         if isinstance(reason, OSError) and reason.strerror:

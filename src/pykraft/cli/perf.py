@@ -83,6 +83,7 @@ REPORT_INTERVAL_S: Final = 5.0
 DEFAULT_PRODUCER_PROPERTIES: Final = {"batch.size": "1048576", "linger.ms": "5"}
 _QUEUE_FULL_WAIT_S: Final = 0.01
 _FLUSH_TIMEOUT_S: Final = 600.0
+LIBRDKAFKA_MESSAGE_MAX_BYTES: Final = 1_000_000  # its default for message.max.bytes
 CONSUME_HEADER: Final = (
     "start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec, "
     "rebalance.time.ms, fetch.time.ms, fetch.MB.sec, fetch.nMsg.sec"
@@ -155,6 +156,14 @@ def produce_options(args: argparse.Namespace) -> ProduceOptions:
         load_properties(args.producer_config) if args.producer_config else {},
         parse_key_values(args.producer_props, "--producer-props"),
     )
+    # librdkafka refuses a record larger than message.max.bytes before sending it; checked
+    # here, a mistyped size fails at once instead of building a payload of many gigabytes
+    message_max_bytes = properties.get("message.max.bytes", str(LIBRDKAFKA_MESSAGE_MAX_BYTES))
+    if not message_max_bytes.strip().isdigit():
+        raise UsageError(f"message.max.bytes must be an integer, got '{message_max_bytes}'")
+    if args.record_size > int(message_max_bytes):
+        raise UsageError(f"--record-size {args.record_size} is larger than message.max.bytes "
+                         f"({int(message_max_bytes)}): every record would be refused")
     return ProduceOptions(
         bootstrap_servers=args.bootstrap_server,
         topic=args.topic,

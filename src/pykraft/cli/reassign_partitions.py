@@ -24,12 +24,18 @@ import datetime
 import json
 import random
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
 
-from pykraft.cli.args import ArgumentParser, CommandError, UsageError, load_properties
+from pykraft.cli.args import (
+    ArgumentParser,
+    CommandError,
+    UsageError,
+    check_int,
+    load_properties,
+    read_text_file,
+)
 from pykraft.cli.client_config import timeout_seconds
 from pykraft.cli.protocol_client import ProtocolClient, error_message, error_name
 
@@ -80,10 +86,7 @@ def _run_args(args: argparse.Namespace) -> int:
 
 
 def _read(path: str) -> Any:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as error:
-        raise CommandError(f"cannot read {path}: {error.strerror}") from error
+    text = read_text_file(path)
     try:
         return json.loads(text)
     except json.JSONDecodeError as error:
@@ -131,7 +134,8 @@ def parse_reassignment_json(document: Any) -> Assignment:
             raise CommandError(f"Duplicate partition in the reassignment: {topic}-{partition}")
         if len(set(replicas)) != len(replicas):
             raise CommandError(f"Duplicate replica assignment found for {topic}-{partition}")
-        result[(topic, partition)] = tuple(replicas)
+        check_int(partition, 32, "partition")
+        result[(topic, partition)] = tuple(check_int(r, 32, "broker id") for r in replicas)
     return result
 
 
@@ -255,16 +259,18 @@ def _names(keys: Sequence[tuple[str, int]] | Any) -> str:
 def run(action: str, bootstrap: str, timeout_s: float, *, topics_file: str | None = None,
         broker_list: str | None = None, reassignment_file: str | None = None,
         rng: random.Random | None = None) -> int:
+    # the files are read before connecting: a bad file is the error, whatever the cluster
+    topics = parse_topics_json(_read(topics_file)) if action == "generate" and topics_file \
+        else []
+    wanted = parse_reassignment_json(_read(reassignment_file)) \
+        if action not in ("generate", "list") and reassignment_file else {}
     with ProtocolClient(bootstrap, timeout_s=timeout_s,
                         client_id="pykraft-reassign-partitions") as client:
         if action == "generate":
-            assert topics_file is not None and broker_list is not None
-            return _generate(client, parse_topics_json(_read(topics_file)), broker_list,
-                             rng or random.Random())
+            assert broker_list is not None
+            return _generate(client, topics, broker_list, rng or random.Random())
         if action == "list":
             return _list(client, timeout_s)
-        assert reassignment_file is not None
-        wanted = parse_reassignment_json(_read(reassignment_file))
         if action == "execute":
             return _execute(client, wanted, timeout_s)
         if action == "verify":
@@ -275,7 +281,8 @@ def run(action: str, bootstrap: str, timeout_s: float, *, topics_file: str | Non
 def _generate(client: ProtocolClient, topics: list[str], broker_list: str,
               rng: random.Random) -> int:
     try:
-        brokers = [int(b) for b in broker_list.split(",") if b.strip()]
+        brokers = [check_int(int(b), 32, "broker id") for b in broker_list.split(",")
+                   if b.strip()]
     except ValueError:
         raise UsageError(f"--broker-list must be broker ids separated by commas, got "
                          f"{broker_list!r}") from None

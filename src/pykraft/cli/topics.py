@@ -31,9 +31,11 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
 )
 
 from pykraft.cli.args import (
+    INT32,
     ArgumentParser,
     CommandError,
     UsageError,
+    check_int,
     load_properties,
     parse_key_values,
 )
@@ -128,7 +130,7 @@ def add_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
     for action in ACTIONS:
         parser.add_argument(f"--{action}", action="store_true")
     parser.add_argument("--topic", help="a topic name; a regular expression except for --create")
-    parser.add_argument("--partitions", type=int, metavar="N")
+    parser.add_argument("--partitions", type=INT32, metavar="N")
     parser.add_argument("--replication-factor", type=int, metavar="N")
     parser.add_argument("--replica-assignment", metavar="B1:B2,B3:B4,...")
     parser.add_argument("--config", action="append", metavar="NAME=VALUE")
@@ -236,7 +238,8 @@ def parse_replica_assignment(text: str) -> tuple[tuple[int, ...], ...]:
     assignment: list[tuple[int, ...]] = []
     for index, part in enumerate(text.split(",")):
         try:
-            brokers = tuple(int(broker.strip()) for broker in part.split(":"))
+            brokers = tuple(check_int(int(broker.strip()), 32, "broker id")
+                            for broker in part.split(":"))
         except ValueError:
             raise UsageError(
                 f"invalid --replica-assignment '{text}': broker ids are integers"

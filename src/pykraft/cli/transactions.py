@@ -31,7 +31,15 @@ from kio.schema.describe_transactions.v0.request import DescribeTransactionsRequ
 from kio.schema.errors import ErrorCode
 from kio.schema.types import TransactionalId
 
-from pykraft.cli.args import ArgumentParser, CommandError, UsageError, load_properties
+from pykraft.cli.args import (
+    INT16,
+    INT32,
+    INT64,
+    ArgumentParser,
+    CommandError,
+    UsageError,
+    load_properties,
+)
 from pykraft.cli.client_config import timeout_seconds
 from pykraft.cli.consumer_groups import format_table
 from pykraft.cli.protocol_client import ProtocolClient, error_message, error_name
@@ -59,16 +67,16 @@ def add_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
     describe.add_argument("--transactional-id", metavar="ID", help="REQUIRED")
     abort = actions.add_parser("abort", help="abort a hanging transaction on a partition")
     abort.add_argument("--topic", metavar="TOPIC", help="REQUIRED")
-    abort.add_argument("--partition", type=int, metavar="P", help="REQUIRED")
-    abort.add_argument("--producer-id", type=int, metavar="PID", help="REQUIRED")
-    abort.add_argument("--producer-epoch", type=int, metavar="E", help="REQUIRED")
-    abort.add_argument("--coordinator-epoch", type=int, metavar="C", help="REQUIRED")
-    abort.add_argument("--start-offset", type=int, metavar="OFFSET",
+    abort.add_argument("--partition", type=INT32, metavar="P", help="REQUIRED")
+    abort.add_argument("--producer-id", type=INT64, metavar="PID", help="REQUIRED")
+    abort.add_argument("--producer-epoch", type=INT16, metavar="E", help="REQUIRED")
+    abort.add_argument("--coordinator-epoch", type=INT32, metavar="C", help="REQUIRED")
+    abort.add_argument("--start-offset", type=INT64, metavar="OFFSET",
                        help="the first offset of the open transaction (instead of the ids)")
     producers = actions.add_parser("describe-producers",
                                    help="a partition's active idempotent producers")
     producers.add_argument("--topic", metavar="TOPIC", help="REQUIRED")
-    producers.add_argument("--partition", type=int, metavar="P", help="REQUIRED")
+    producers.add_argument("--partition", type=INT32, metavar="P", help="REQUIRED")
     parser.set_defaults(handler=_run_args)
 
 

@@ -17,7 +17,7 @@ from typing import Final
 import pytest
 
 # the long run's split of PYKRAFT_FUZZ_CASES: most cases in process, where they are cheap
-LONG_SHARES: Final = {"decode": 0.80, "batches": 0.15, "live": 0.05}
+LONG_SHARES: Final = {"decode": 0.60, "batches": 0.20, "live": 0.20}
 LONG_TOTAL_DEFAULT: Final = 1_000_000
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,7 @@ from pykraft.testing.fuzz import batch_case, case_rng
 from tests.fuzz.runs import Rate, Run, rss_kib, run_for
 
 NOW_MS = 1_700_000_000_000
+CASE_SECONDS_MAX = 5.0  # a batch of a few hundred bytes appends in well under a millisecond
 CASES_PER_LOG = 2_000  # then the log is checked whole, re-opened, and a new one begun
 RSS_GROWTH_MAX_KIB = 64 << 10
 
@@ -78,6 +80,7 @@ def _fuzz(run: Run, capsys: pytest.CaptureFixture[str]) -> None:
             rng = case_rng(run.seed, run.layer, index)
             kind, codec, batch = batch_case(rng, NOW_MS)
             end_before, size_before = log.log_end_offset, log.size_bytes
+            began = time.perf_counter()
             try:
                 try:
                     info = log.append_as_leader(bytearray(batch), leader_epoch=0,
@@ -89,6 +92,8 @@ def _fuzz(run: Run, capsys: pytest.CaptureFixture[str]) -> None:
                 else:
                     _check_stored(log, info.first_offset, info.last_offset)
                     outcomes[(kind, "appended")] += 1
+                elapsed = time.perf_counter() - began
+                assert elapsed < CASE_SECONDS_MAX, f"case took {elapsed:.1f} s"
             except BaseException as failure:
                 failure.add_note(f"case {index}: {kind} batch, codec {codec}, "
                                  f"{'compact' if compact else 'delete'} policy: {batch.hex()}")

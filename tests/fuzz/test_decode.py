@@ -25,6 +25,7 @@ from pykraft.testing.fuzz import (
     DECODE_ERRORS,
     case_rng,
     decode_like_listener,
+    fresh_seed,
     mutate,
     seed_frames,
 )
@@ -33,6 +34,7 @@ from tests.fuzz.runs import Rate, Run, rss_kib, run_for
 CASE_SECONDS_MAX = 1.0  # a small frame decodes in microseconds; a second is a hang
 VM_PEAK_GROWTH_MAX_KIB = 1 << 20  # 1 GiB of address space, reserved or not
 RSS_GROWTH_MAX_KIB = 64 << 10  # over the second half of a run
+FRESH_SHARE = 0.1
 
 LISTENERS = {"broker": BROKER_LISTENER_APIS, "controller": CONTROLLER_LISTENER_APIS}
 SEEDS = {name: seed_frames(apis, random.Random(f"seeds:{name}"))
@@ -136,7 +138,10 @@ def _fuzz(run: Run, capsys: pytest.CaptureFixture[str]) -> None:
     for index in run.indexes:
         rng = case_rng(run.seed, run.layer, index)
         listener = rng.choice(names)
-        seed, kind, frame = mutate(rng, SEEDS[listener])
+        # now and then a new random request mutated, for values no fixed seed has
+        seeds = ([fresh_seed(LISTENERS[listener], rng)] if rng.random() < FRESH_SHARE
+                 else SEEDS[listener])
+        seed, kind, frame = mutate(rng, seeds)
         began = time.perf_counter()
         try:
             decode_like_listener(frame, LISTENERS[listener])

@@ -19,7 +19,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from pykraft.testing import LocalCluster
 from pykraft.testing.ports import free_port
-from tests.integration.tool_helpers import pykraft
+from tests.integration.tool_helpers import eventually, pykraft
 
 TOPIC_ERROR = "Error while executing topic command : "
 
@@ -130,6 +130,33 @@ def test_a_group_without_members_is_described_with_kafkas_note(node: Node) -> No
     state = tool(*base, "--state")
     assert (state.returncode, state.stderr) == (0, note)
     assert state.stdout.strip().splitlines()[1].split()[-2:] == ["Empty", "0"]
+
+
+def test_offsets_of_a_deleted_topic_are_described_without_an_end(node: Node) -> None:
+    """A group keeps its committed offsets when their topic is deleted: describe shows "-"
+    for the log end offset and lag there (the whole describe failed), and a reset that
+    would need the missing partition's offsets is an error naming it."""
+    name, group = unique("deleted-topic"), unique("orphan-group")
+    create_topic(node, name)
+    committer = Consumer({"bootstrap.servers": node.bootstrap, "group.id": group})
+    committer.commit(offsets=[TopicPartition(name, 0, 0)], asynchronous=False)
+    committer.close()
+    deleted = tool("topics", "--bootstrap-server", node.bootstrap, "--delete", "--topic", name)
+    assert deleted.returncode == 0, deleted.stderr
+    base = ("consumer-groups", "--bootstrap-server", node.bootstrap)
+
+    def described() -> list[str]:
+        result = tool(*base, "--describe", "--group", group)
+        assert result.returncode == 0, result.stderr
+        return result.stdout.strip().splitlines()[1].split()
+
+    assert eventually(described) == [group, name, "0", "0", "-", "-", "-", "-", "-"]
+    reset = tool(*base, "--reset-offsets", "--group", group, "--all-topics", "--to-earliest")
+    assert reset.returncode == 1
+    # the reason is librdkafka's, which depends on its metadata cache (unknown topic, or
+    # no leader found)
+    assert reset.stderr.splitlines()[-1].startswith(
+        f"Error: cannot read the offsets of {name}-0: ")
 
 
 # -- unknown names ---------------------------------------------------------------------------

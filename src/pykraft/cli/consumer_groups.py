@@ -354,13 +354,23 @@ def committed_offsets(admin: AdminClient, group: str, timeout_s: float) -> dict[
 
 
 def log_offsets(admin: AdminClient, partitions: Sequence[tuple[str, int]], spec: OffsetSpec,
-                timeout_s: float) -> dict[tuple[str, int], int]:
+                timeout_s: float, *, strict: bool = True) -> dict[tuple[str, int], int]:
+    """Each partition's offset for `spec`. A partition that cannot answer (its topic was
+    deleted since the group committed to it) is an error when `strict`, else left out: a
+    describe shows "-" for it, as Kafka's tool does."""
     if not partitions:
         return {}
     futures = admin.list_offsets({TopicPartition(t, p): spec for t, p in partitions},
                                  request_timeout=timeout_s)
-    return {(tp.topic, tp.partition): result_of(future, timeout_s).offset
-            for tp, future in futures.items()}
+    offsets = {}
+    for tp, future in futures.items():
+        try:
+            offsets[(tp.topic, tp.partition)] = result_of(future, timeout_s).offset
+        except KafkaException as exception:
+            if strict:
+                raise CommandError(f"cannot read the offsets of {tp.topic}-{tp.partition}: "
+                                   f"{kafka_error_message(exception)}") from None
+    return offsets
 
 
 def offset_rows(admin: AdminClient, group: str, description: Any,
@@ -371,7 +381,7 @@ def offset_rows(admin: AdminClient, group: str, description: Any,
         for tp in member.assignment.topic_partitions:
             owners[(tp.topic, tp.partition)] = member
     partitions = sorted(set(committed) | set(owners))
-    ends = log_offsets(admin, partitions, _LATEST(), timeout_s)
+    ends = log_offsets(admin, partitions, _LATEST(), timeout_s, strict=False)
     rows = []
     for topic, partition in partitions:
         owner = owners.get((topic, partition))

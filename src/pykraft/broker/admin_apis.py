@@ -114,16 +114,22 @@ class AdminApis:
         server_configs: Mapping[str, str],
         quorum: QuorumInfo,
         forward_describe_quorum: QuorumForward | None = None,
+        *,
+        clients_listener: bool = True,
     ) -> None:
         """`forward_describe_quorum` is the broker listener's: a DescribeQuorum that this
         node cannot answer (it does not lead) goes to the active controller, as Kafka's
-        brokers forward it; the controller listener answers NOT_LEADER_OR_FOLLOWER."""
+        brokers forward it; the controller listener answers NOT_LEADER_OR_FOLLOWER.
+        `clients_listener` is False for the controller listener's: the CreateTopics it takes
+        come from brokers (their clients' were checked there) and from the coordinators,
+        which create the internal topics through it."""
         self.node_id = node_id
         self.cache = cache
         self.controller = controller
         self.server_configs = server_configs
         self.quorum = quorum
         self.forward_describe_quorum = forward_describe_quorum
+        self.refused_topics = RESERVED_TOPICS if clients_listener else frozenset()
 
     @property
     def versions(self) -> Mapping[int, tuple[int, int]]:
@@ -160,7 +166,7 @@ class AdminApis:
             )
             for topic in request.topics
         ]
-        reserved = {topic.name for topic in topics if topic.name in RESERVED_TOPICS}
+        reserved = {topic.name for topic in topics if topic.name in self.refused_topics}
         results = list(await self.controller.create_topics(
             [topic for topic in topics if topic.name not in reserved],
             validate_only=field(request, "validate_only", False)

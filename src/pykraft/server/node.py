@@ -427,7 +427,8 @@ class Node:
 
         assert self.controller is not None and self.raft is not None
         local = QuorumControllerChannel(self.controller, None, timeout_ms=0)
-        admin = AdminApis(self.node_id, self.cache, local, self.config.values, self)
+        admin = AdminApis(self.node_id, self.cache, local, self.config.values, self,
+                          clients_listener=False)
         return ControllerApis(admin, [RaftApis(self.raft, self.cluster_id),
                                       LifecycleApis(self.controller)])
 

@@ -7,8 +7,10 @@ true of it: the first test runs before any group, transaction or user topic exis
 
 from __future__ import annotations
 
+import datetime
 import json
 import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -16,9 +18,13 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
+from kio.schema.errors import ErrorCode
+from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 
+from pykraft.records.record import build_batch
 from pykraft.testing import LocalCluster
 from pykraft.testing.ports import free_port
+from pykraft.testing.wire import WireClient
 from tests.integration.tool_helpers import eventually, pykraft
 
 TOPIC_ERROR = "Error while executing topic command : "
@@ -157,6 +163,37 @@ def test_offsets_of_a_deleted_topic_are_described_without_an_end(node: Node) -> 
     # no leader found)
     assert reset.stderr.splitlines()[-1].startswith(
         f"Error: cannot read the offsets of {name}-0: ")
+
+
+def test_console_tools_take_bytes_that_are_not_utf8(node: Node) -> None:
+    """A record whose header key is not UTF-8 (librdkafka and the wire allow it) is printed
+    with UNDECODABLE_HEADERS, where confluent-kafka's headers() raised and ended the
+    consumer; a separator given as a non-UTF-8 byte is that byte, in and out."""
+    name = unique("raw-bytes")
+    create_topic(node, name)
+    batch = build_batch([(b"key", b"value", (("\udcffk", b"v"),), 0)])  # key bytes ff 6b
+    request = ProduceRequest(acks=1, timeout=datetime.timedelta(seconds=5), topic_data=(
+        TopicProduceData(name=name, partition_data=(
+            PartitionProduceData(index=0, records=batch),)),))
+    with WireClient(node.bootstrap) as client:
+        answer = client.request(0, 9, request).responses[0].partition_responses[0]
+    assert answer.error_code == ErrorCode.none
+    separator = "\udcff"  # the byte 0xff on the command line
+    produced = subprocess.run(
+        [sys.executable, "-m", "pykraft", "console-producer", "--bootstrap-server",
+         node.bootstrap, "--topic", name, "--property", "parse.key=true", "--property",
+         f"key.separator={separator}"], input=b"k2\xffv2\n", capture_output=True, timeout=60)
+    assert produced.returncode == 0, produced.stderr
+    consumed = subprocess.run(
+        [sys.executable, "-m", "pykraft", "console-consumer", "--bootstrap-server",
+         node.bootstrap, "--topic", name, "--from-beginning", "--max-messages", "2",
+         "--timeout-ms", "10000", "--property", "print.headers=true", "--property",
+         "print.key=true", "--property", f"key.separator={separator}"],
+        capture_output=True, timeout=60)
+    assert consumed.returncode == 0, consumed.stderr
+    assert b"Traceback" not in consumed.stderr
+    assert consumed.stdout.splitlines() == [b"UNDECODABLE_HEADERS\xffkey\xffvalue",
+                                            b"NO_HEADERS\xffk2\xffv2"]
 
 
 # -- unknown names ---------------------------------------------------------------------------

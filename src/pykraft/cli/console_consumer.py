@@ -22,7 +22,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import FrameType
-from typing import BinaryIO, Final
+from typing import Any, BinaryIO, Final
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -80,6 +80,7 @@ _FORMATTER_PROPERTIES: Final = frozenset(
         "null.literal",
     }
 )
+UNDECODABLE_HEADERS: Final = b"UNDECODABLE_HEADERS"  # a header key that is not UTF-8
 _POLL_BATCH_MAX: Final = 500
 _POLL_INTERVAL_S: Final = 0.2
 _TOPIC_WAIT_INTERVAL_S: Final = 0.5
@@ -105,7 +106,7 @@ class MessageFormatter:
         timestamp: tuple[int, int],
         partition: int,
         offset: int,
-        headers: Sequence[tuple[str, str | bytes | None]] | None,
+        headers: Sequence[tuple[str, str | bytes | None]] | bytes | None,
         key: bytes | None,
         value: bytes | None,
     ) -> bytes:
@@ -128,7 +129,7 @@ class MessageFormatter:
         return self.key_separator.join(columns) + self.line_separator
 
     def format_message(self, message: Message) -> bytes:
-        headers = message.headers()
+        headers = self._headers_of(message) if self.print_headers else None
         return self.format(
             timestamp=message.timestamp(),
             partition=message.partition() or 0,
@@ -138,7 +139,20 @@ class MessageFormatter:
             value=message.value(),
         )
 
-    def _headers_column(self, headers: Sequence[tuple[str, str | bytes | None]] | None) -> bytes:
+    def _headers_of(self, message: Message) -> Any:
+        try:
+            return message.headers()
+        except (SystemError, UnicodeDecodeError):
+            # confluent-kafka decodes header keys as UTF-8 and fails on any other bytes
+            # (a SystemError from its C code); the raw keys are out of reach, so the record
+            # is printed with this marker for its headers instead of ending the consumer
+            return UNDECODABLE_HEADERS
+
+    def _headers_column(
+        self, headers: Sequence[tuple[str, str | bytes | None]] | bytes | None
+    ) -> bytes:
+        if isinstance(headers, bytes):
+            return headers
         if not headers:
             return b"NO_HEADERS"
         return self.headers_separator.join(
@@ -172,7 +186,8 @@ def message_formatter(properties: Mapping[str, str]) -> MessageFormatter:
 
     def text(name: str, default: bytes) -> bytes:
         value = properties.get(name)
-        return default if value is None else _unescape(value).encode()
+        # surrogateescape: the bytes given in argv, even those that are not UTF-8
+        return default if value is None else _unescape(value).encode("utf-8", "surrogateescape")
 
     return MessageFormatter(
         print_timestamp=flag("print.timestamp", False),

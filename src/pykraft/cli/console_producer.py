@@ -127,7 +127,7 @@ def line_reader(properties: Mapping[str, str]) -> LineReader:
             return default
         if not value:
             raise UsageError(f"--property {name} must not be empty")
-        return value.encode()
+        return _argument_bytes(value)
 
     null_marker = properties.get("null.marker")
     if null_marker == "":
@@ -140,7 +140,7 @@ def line_reader(properties: Mapping[str, str]) -> LineReader:
         headers_delimiter=separator("headers.delimiter", b"\t"),
         headers_separator=separator("headers.separator", b","),
         headers_key_separator=separator("headers.key.separator", b":"),
-        null_marker=None if null_marker is None else null_marker.encode(),
+        null_marker=None if null_marker is None else _argument_bytes(null_marker),
     )
 
 
@@ -291,6 +291,13 @@ def _strip_line_ending(line: bytes) -> bytes:
         if line.endswith(b"\r"):
             line = line[:-1]
     return line
+
+
+def _argument_bytes(value: str) -> bytes:
+    """The bytes a command-line argument was given as: Python decodes argv with
+    surrogateescape, so a byte that is not UTF-8 (a separator of 0xff) survives, and plain
+    encode() would fail on it."""
+    return value.encode("utf-8", "surrogateescape")
 
 
 def _text(data: bytes) -> str:

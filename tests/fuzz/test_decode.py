@@ -14,15 +14,25 @@ import random
 import struct
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from pykraft.errors import InvalidRequest
-from pykraft.protocol.framing import is_flexible, parse_request_header, skip_header_tags
+from pykraft.protocol.api import ApiKey
+from pykraft.protocol.framing import (
+    decode_response,
+    encode_response,
+    is_flexible,
+    parse_request_header,
+    response_type,
+    skip_header_tags,
+)
 from pykraft.testing.fuzz import (
     BROKER_LISTENER_APIS,
     CONTROLLER_LISTENER_APIS,
     DECODE_ERRORS,
+    build_entity,
     case_rng,
     decode_like_listener,
     fresh_seed,
@@ -176,3 +186,52 @@ def test_decode_fuzz(capsys: pytest.CaptureFixture[str]) -> None:
 def test_decode_fuzz_long(capsys: pytest.CaptureFixture[str]) -> None:
     _fuzz(run_for("decode", "tests/fuzz/test_decode.py::test_decode_fuzz_long",
                   ci_cases=0, slow=True), capsys)
+
+
+# -- responses: what a node decodes of its peers' answers (Raft, replica fetcher, the
+# controller channel), as hostile as any request; their callers close on any exception
+
+ALL_APIS = {**BROKER_LISTENER_APIS, **CONTROLLER_LISTENER_APIS}
+
+
+def _random_responses(rng: random.Random, per_version: int) -> list[tuple[int, int, Any, bytes]]:
+    out = []
+    for api_key, (low, high) in sorted(ALL_APIS.items()):
+        for version in range(low, high + 1):
+            for _ in range(per_version):
+                entity = build_entity(response_type(api_key, version), rng)
+                out.append((api_key, version, entity, encode_response(7, entity)[4:]))
+    return out
+
+
+def test_every_served_response_decodes_to_what_was_sent() -> None:
+    for api_key, version, entity, frame in _random_responses(random.Random("responses"), 10):
+        correlation_id, decoded = decode_response(api_key, version, frame)
+        assert (correlation_id, decoded) == (7, entity), (api_key, version)
+
+
+def test_every_length_field_of_a_response_lying_fails_fast() -> None:
+    before = _vm_peak_kib()
+    for api_key, version, _, frame in _random_responses(random.Random("lying"), 1):
+        for at in range(4, len(frame)):
+            for lie in LIES:
+                body = bytearray(frame)
+                body[at:at + len(lie)] = lie
+                began = time.perf_counter()
+                try:
+                    decode_response(api_key, version, bytes(body))
+                except Exception:  # their callers close the connection on any exception
+                    pass
+                assert time.perf_counter() - began < CASE_SECONDS_MAX, body.hex()
+    assert _vm_peak_kib() - before < VM_PEAK_GROWTH_MAX_KIB
+
+
+def test_a_response_claiming_a_huge_array_is_refused_before_it_is_reserved() -> None:
+    entity = build_entity(response_type(ApiKey.METADATA, 12), random.Random(1))
+    frame = bytearray(encode_response(7, entity)[4:])
+    # correlation id, header tags, throttle time: then the brokers' compact array length
+    frame[9:10] = b"\xff\xff\xff\xff\x0f"
+    before = _vm_peak_kib()
+    with pytest.raises(InvalidRequest, match="an array of 4294967294"):
+        decode_response(ApiKey.METADATA, 12, bytes(frame))
+    assert _vm_peak_kib() - before < VM_PEAK_GROWTH_MAX_KIB

@@ -54,7 +54,7 @@ Walker = Callable[[bytes | memoryview, int, int], int]
 
 def _fail(what: str, claimed: int, offset: int, end: int) -> LengthClaimError:
     return LengthClaimError(f"{what} of {claimed} at byte {offset}, but only "
-                            f"{max(end - offset, 0)} bytes remain in the request", claimed)
+                            f"{max(end - offset, 0)} bytes remain in the frame", claimed)
 
 
 def _uvarint(data: bytes | memoryview, offset: int, end: int) -> tuple[int, int]:
@@ -65,7 +65,7 @@ def _uvarint(data: bytes | memoryview, offset: int, end: int) -> tuple[int, int]
     value, shift = 0, 0
     while True:
         if offset >= end or shift > 63:
-            raise InvalidRequest(f"varint at byte {offset} runs past the request")
+            raise InvalidRequest(f"varint at byte {offset} runs past the frame")
         byte = data[offset]
         offset += 1
         value |= (byte & 0x7F) << shift
@@ -86,7 +86,7 @@ def _length_reader(flexible: bool, width: int) -> Callable[[bytes | memoryview, 
 
     def legacy(data: bytes | memoryview, offset: int, end: int) -> tuple[int, int]:
         if offset + width > end:
-            raise InvalidRequest(f"length at byte {offset} runs past the request")
+            raise InvalidRequest(f"length at byte {offset} runs past the frame")
         return int(unpack(data, offset)[0]), offset + width
     return legacy
 
@@ -136,6 +136,19 @@ def _array(flexible: bool, item: Walker | int, nullable: bool) -> Walker:
     return walk
 
 
+def _nullable_struct(walker: Walker | int) -> Walker:
+    """A nullable struct: an int8 marker, -1 for null, else 1 and the struct."""
+
+    def walk(data: bytes | memoryview, offset: int, end: int) -> int:
+        if offset >= end:
+            raise InvalidRequest(f"struct marker at byte {offset} runs past the frame")
+        if data[offset] == 0xFF:
+            return offset + 1
+        offset += 1
+        return offset + walker if isinstance(walker, int) else walker(data, offset, end)
+    return walk
+
+
 def _unwrap(hint: Any) -> tuple[Any, bool]:
     """The type of a field, and whether it is nullable (`X | None`)."""
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
@@ -150,9 +163,8 @@ def _step(hint: Any, kafka_type: str | None, flexible: bool) -> Walker | int:
         item = _step(typing.get_args(hint)[0], kafka_type, flexible)
         return _array(flexible, item, nullable)
     if dataclasses.is_dataclass(hint):
-        if nullable:  # a presence byte precedes it on the wire: not walked here yet
-            raise TypeError(f"no length check for a nullable struct {hint!r}")
-        return _walker(typing.cast(type, hint))
+        struct_walker = _walker(typing.cast(type, hint))
+        return _nullable_struct(struct_walker) if nullable else struct_walker
     if kafka_type in _FIXED_SIZES:
         return _FIXED_SIZES[kafka_type]
     if kafka_type in _LENGTH_WIDTH:
@@ -188,7 +200,7 @@ def _walker(entity_type: type) -> Walker | int:
         if offset >= end:
             if offset == end and not flexible:
                 return offset
-            raise InvalidRequest(f"{name} runs past the request")
+            raise InvalidRequest(f"{name} runs past the frame")
         if flexible:
             if data[offset] == 0:  # the common case: no tagged fields
                 return offset + 1
@@ -215,10 +227,11 @@ def _tags(tagged: dict[int, Walker | int], data: bytes | memoryview, offset: int
 
 
 def check_lengths(entity_type: type, data: bytes | memoryview, offset: int) -> None:
-    """Raise InvalidRequest if a length or count in the body at `offset` claims more than
-    the frame holds (what kio would otherwise try to allocate)."""
+    """Raise InvalidRequest if a length or count in the body at `offset` (a request's, or a
+    response's from a peer) claims more than the frame holds (what kio would otherwise try
+    to allocate), or is null where the schema has no null."""
     walk = _walker(entity_type)
     end = len(data)
     offset = offset + walk if isinstance(walk, int) else walk(data, offset, end)
     if offset > end:
-        raise InvalidRequest(f"{entity_type.__name__} runs past the request")
+        raise InvalidRequest(f"{entity_type.__name__} runs past the frame")

@@ -209,5 +209,6 @@ def decode_response(api_key: int, api_version: int, frame: bytes | memoryview) -
     if entity_type.__flexible__ and api_key != API_VERSIONS_KEY:
         header = skip_header_tags(RequestHeader(0, 0, 0, None, offset), frame)
         offset = header.body_offset
+    check_lengths(entity_type, frame, offset)  # a peer's answer may be hostile too
     entity, _ = _reader(entity_type)(frame, offset)
     return correlation_id, entity

@@ -27,6 +27,7 @@ from typing import Any, Final
 
 import crc32c
 from kio.index import UnknownAPIKey, UnknownEntity
+from kio.schema.errors import ErrorCode
 
 from pykraft.broker.group_apis import GROUP_APIS
 from pykraft.broker.records_apis import RECORDS_APIS
@@ -85,6 +86,8 @@ _INT_RANGES: Final = {"int8": (-(2**7), 2**7 - 1), "int16": (-(2**15), 2**15 - 1
                       "uint16": (0, 2**16 - 1)}
 _SMALL_INTS: Final = (0, 0, 1, 1, -1, 2, 3, 1000)
 _MILLIS: Final = (0, 1, 10, 100, 1000, 30_000)
+_ERROR_CODES: Final = tuple(ErrorCode)
+_EPOCH: Final = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
 
 def case_rng(seed: int, layer: str, index: int) -> random.Random:
@@ -125,6 +128,10 @@ def _primitive(rng: random.Random, kafka_type: str) -> Any:
         return _valid_records(rng) if rng.random() < 0.8 else rng.randbytes(rng.randint(0, 80))
     if kafka_type == "uuid":
         return uuid.UUID(int=rng.getrandbits(128))  # the zero uuid is None, drawn above
+    if kafka_type == "datetime_i64":
+        return _EPOCH + datetime.timedelta(milliseconds=rng.randint(0, 2**41))
+    if kafka_type == "error_code":
+        return rng.choice(_ERROR_CODES)
     if kafka_type in ("timedelta_i32", "timedelta_i64"):
         return datetime.timedelta(milliseconds=rng.choice(_MILLIS))
     raise TypeError(f"no generator for kafka type {kafka_type!r}")

@@ -3,7 +3,8 @@
 CI runs a few thousand cases per layer; `./scripts/test-long` runs the `slow` tests, whose
 total comes from PYKRAFT_FUZZ_CASES (default 1,000,000), split across the layers by
 `LONG_SHARES`. PYKRAFT_FUZZ_SEED picks the run (default 0); PYKRAFT_FUZZ_FROM skips to a case,
-so `PYKRAFT_FUZZ_FROM=<index> PYKRAFT_FUZZ_CASES=1` replays one failure alone.
+so `PYKRAFT_FUZZ_FROM=<index> PYKRAFT_FUZZ_CASES=1` replays one failure alone (for the live
+node and the log, whose state earlier cases shape, the failure also prints the run up to it).
 """
 
 from __future__ import annotations
@@ -36,8 +37,14 @@ class Run:
 
     def replay(self, index: int) -> str:
         marker = " -m slow" if self.slow else ""
-        return (f"replay: PYKRAFT_FUZZ_SEED={self.seed} PYKRAFT_FUZZ_FROM={index} "
-                f"PYKRAFT_FUZZ_CASES=1 .venv/bin/python -m pytest '{self.test}'{marker}")
+        command = f".venv/bin/python -m pytest '{self.test}'{marker}"
+        line = (f"replay: PYKRAFT_FUZZ_SEED={self.seed} PYKRAFT_FUZZ_FROM={index} "
+                f"PYKRAFT_FUZZ_CASES=1 {command}")
+        if self.layer in ("live", "batches"):  # the failure may need the state cases left
+            line += (f"\nwith the cases before it: PYKRAFT_FUZZ_SEED={self.seed} "
+                     f"PYKRAFT_FUZZ_FROM={self.first} "
+                     f"PYKRAFT_FUZZ_CASES={index - self.first + 1} {command}")
+        return line
 
 
 def run_for(layer: str, test: str, *, ci_cases: int, slow: bool) -> Run:

@@ -8,7 +8,8 @@ cases on two cores need microseconds a case, and hypothesis spends milliseconds.
 Seeds are real requests: one kio entity per (api key, version) that a listener serves, built
 from the entity's own field types (`build_entity`), with names from a small pool so that many
 of them reach a handler. Mutations (`mutate`) then flip bits, cut, splice and lie in size and
-length fields, as a hostile or broken client would.
+length fields, as a hostile or broken client would. Record batches (`batch_case`) are valid
+ones of every codec, the same mutated, and garbage records under a valid CRC.
 """
 
 from __future__ import annotations

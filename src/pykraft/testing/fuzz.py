@@ -134,6 +134,8 @@ def _primitive(rng: random.Random, kafka_type: str) -> Any:
     if kafka_type == "error_code":
         return rng.choice(_ERROR_CODES)
     if kafka_type in ("timedelta_i32", "timedelta_i64"):
+        if rng.random() < 0.1:  # none, or longer than anything waits
+            return datetime.timedelta(milliseconds=rng.choice((-1, 2**31 - 1)))
         return datetime.timedelta(milliseconds=rng.choice(_MILLIS))
     raise TypeError(f"no generator for kafka type {kafka_type!r}")
 

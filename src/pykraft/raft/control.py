@@ -23,6 +23,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i16, i32, i64
 
 from pykraft.errors import CorruptRecord
+from pykraft.protocol.bounds import check_lengths
 from pykraft.records.record import ControlRecordType, control_record_key
 
 __all__ = [
@@ -73,8 +74,10 @@ def decode_leader_change(value: bytes) -> LeaderChangeMessage | LeaderChangeMess
     try:
         if version == 0:
             message: LeaderChangeMessage | LeaderChangeMessageV1
+            check_lengths(LeaderChangeMessage, value, 0)  # before kio reserves a claimed count
             message, size = _read_leader_change(value, 0)
         elif version == 1:
+            check_lengths(LeaderChangeMessageV1, value, 0)
             message, size = _read_leader_change_v1(value, 0)
         else:
             raise CorruptRecord(f"LeaderChangeMessage version {version}")
@@ -108,16 +111,18 @@ def snapshot_footer_record() -> tuple[bytes, bytes]:
 
 
 def decode_snapshot_header(value: bytes | None) -> SnapshotHeaderRecord:
-    message: SnapshotHeaderRecord = _decode_whole(value, _read_snapshot_header, "SnapshotHeader")
+    message: SnapshotHeaderRecord = _decode_whole(
+        value, SnapshotHeaderRecord, _read_snapshot_header, "SnapshotHeader")
     return message
 
 
 def decode_snapshot_footer(value: bytes | None) -> SnapshotFooterRecord:
-    message: SnapshotFooterRecord = _decode_whole(value, _read_snapshot_footer, "SnapshotFooter")
+    message: SnapshotFooterRecord = _decode_whole(
+        value, SnapshotFooterRecord, _read_snapshot_footer, "SnapshotFooter")
     return message
 
 
-def _decode_whole(value: bytes | None, reader: Any, name: str) -> Any:
+def _decode_whole(value: bytes | None, entity_type: type, reader: Any, name: str) -> Any:
     """A version 0 record body that fills `value` exactly; anything else is corruption."""
     if value is None or len(value) < _VERSION.size:
         raise CorruptRecord(f"{name} record value {value!r}")
@@ -125,6 +130,7 @@ def _decode_whole(value: bytes | None, reader: Any, name: str) -> Any:
     if version != 0:
         raise CorruptRecord(f"{name} record version {version}")
     try:
+        check_lengths(entity_type, value, 0)  # before kio reserves a claimed count
         message, size = reader(value, 0)
     except Exception as error:  # kio raises assorted errors on malformed input
         raise CorruptRecord(f"malformed {name} record: {error}") from error

@@ -34,6 +34,7 @@ from pykraft.errors import CorruptRecord
 from pykraft.metadata.codec import decode_metadata_record_and_version
 from pykraft.metadata.records import MetadataRecord
 from pykraft.metadata.schema import FieldSpec
+from pykraft.protocol.bounds import check_lengths
 from pykraft.records.record import ControlRecordType
 from pykraft.storage.checkpoint import kafka_uuid_string
 
@@ -161,6 +162,7 @@ def control_record_json(control_type: ControlRecordType, value: bytes | None) ->
     # only add tagged fields, which the reader skips
     cls = classes[min(version, len(classes) - 1)]
     try:
+        check_lengths(cls, value, 0)  # a file's count must not make kio reserve gigabytes
         message, size = _reader(cls)(value, 0)
     except Exception as error:  # kio raises assorted errors on malformed input
         raise CorruptRecord(f"malformed {name} control record: {error}") from error

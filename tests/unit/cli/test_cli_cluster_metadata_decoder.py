@@ -309,3 +309,22 @@ def test_bootstrap_checkpoint_is_named_as_kafka_does(
     code, lines, _ = dump(capsys, "--cluster-metadata-decoder", "--files", str(path))
     assert code == 0
     assert lines[1] == "KRaft bootstrap snapshot"
+
+
+def test_a_control_record_claiming_billions_of_voters_is_reported_as_damage() -> None:
+    """dump-log reads files anyone may hand it: a count must not make kio reserve 32 GiB,
+    which aborts the process (run in a child, so a regression fails one test, not all)."""
+    import subprocess
+    import sys
+
+    hostile = b"\x00\x00" + b"\x00\x00\x00\x01" + b"\xff\xff\xff\xff\x0f" + b"\x00"
+    code = ("from pykraft.cli.metadata_decoder import control_record_json\n"
+            "from pykraft.errors import CorruptRecord\n"
+            "from pykraft.records.record import ControlRecordType\n"
+            "try:\n"
+            f"    control_record_json(ControlRecordType.LEADER_CHANGE, {hostile!r})\n"
+            "except CorruptRecord as error:\n    print('damage:', error)\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.startswith("damage: malformed LEADER_CHANGE control record")

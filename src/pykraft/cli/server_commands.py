@@ -16,6 +16,7 @@ from types import FrameType
 from pykraft.errors import KafkaError
 from pykraft.server.config import ConfigError, ServerConfig
 from pykraft.server.gc_pauses import GcPauses
+from pykraft.server.malloc_tuning import tune_malloc
 from pykraft.server.storage_tool import (
     StorageToolError,
     check_storage,
@@ -63,6 +64,7 @@ def _run_server(config_path: str | None, overrides: list[str]) -> int:
         return _fail(str(error))
     _raise_open_files_limit()
     GcPauses().install()
+    tune_malloc()
     try:
         import uvloop
 

@@ -1,8 +1,8 @@
-"""The broker's own cost of a produce, without a client's: raw Produce requests of one
-prebuilt batch of just under 1 MiB (100-byte records), acks=1, sent back to back over one connection to a
-real node process. Reports requests/s, MB/s and the node's CPU seconds per GB of batch bytes
-(from /proc), per codec. Built to measure what checking every record (records/validate.py)
-costs the produce path: run it against two checkouts and compare.
+"""The broker's own cost of a produce, without a client's: raw Produce requests of one prebuilt
+batch of just under 1 MiB (100-byte records), acks=1, sent back to back over one connection
+to a real node process. Reports requests/s, MB/s and the node's CPU seconds per GB of batch
+bytes (from /proc), per codec. Built to measure what checking every record
+(records/validate.py) costs the produce path: run it against two checkouts and compare.
 
     .venv/bin/python benchmarks/produce_path.py [--seconds 10] [--codecs none,lz4,zstd]
 
@@ -18,7 +18,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+if not os.environ.get("PYTHONPATH"):  # else the checkout it names is the one measured
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from kio.schema.create_topics.v7.request import CreatableTopic, CreateTopicsRequest  # noqa: E402
 from kio.schema.errors import ErrorCode  # noqa: E402

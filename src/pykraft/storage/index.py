@@ -44,15 +44,23 @@ from typing import ClassVar, Final
 
 from pykraft.errors import invariant
 
-__all__ = ["OffsetIndex", "TimeIndex", "INDEX_SUFFIX", "TIME_INDEX_SUFFIX"]
+__all__ = ["OffsetIndex", "TimeIndex", "INDEX_SUFFIX", "TIME_INDEX_SUFFIX", "pread_exact",
+           "pwrite_all"]
 
 INDEX_SUFFIX: Final = ".index"
 TIME_INDEX_SUFFIX: Final = ".timeindex"
 _RELATIVE_MAX: Final = (1 << 31) - 1
 
 
-def _pread_exact(fd: int, size: int, position: int) -> bytes:
-    parts, got = [], 0
+# Whole reads and writes at a position, for the segments' batches and the indexes' entries:
+# a short pwrite is continued until all is written (or it raises), a short pread until the
+# size asked for or the end of the file.
+def pread_exact(fd: int, size: int, position: int) -> bytes:
+    data = os.pread(fd, size, position)
+    if len(data) == size:
+        return data
+    parts = [data]
+    got = len(data)
     while got < size:
         more = os.pread(fd, size - got, position + got)
         if not more:
@@ -62,7 +70,7 @@ def _pread_exact(fd: int, size: int, position: int) -> bytes:
     return b"".join(parts)
 
 
-def _pwrite_all(fd: int, data: bytes, position: int) -> None:
+def pwrite_all(fd: int, data: bytes | bytearray | memoryview, position: int) -> None:
     view = memoryview(data)
     while view:
         written = os.pwrite(fd, view, position)
@@ -108,7 +116,7 @@ class _MappedIndex:
         else:
             fd = self._open_fd()
             length = self.entries * self.ENTRY.size
-            self._buffer = bytearray(_pread_exact(fd, length, 0))
+            self._buffer = bytearray(pread_exact(fd, length, 0))
             invariant(len(self._buffer) == length, f"{self.path} shrank while being opened")
             # a preallocated zero tail (a crash, or Kafka's file) goes; shrinking needs no space
             if os.fstat(fd).st_size != length:
@@ -251,7 +259,7 @@ class _MappedIndex:
         position = count * self.ENTRY.size
         written = os.pwrite(fd, entry, position)
         if written != len(entry):  # a short write: the rest, or the error saying why not
-            _pwrite_all(fd, entry[written:], position + written)
+            pwrite_all(fd, entry[written:], position + written)
         buffer += entry
         self._entries = count + 1
 

@@ -22,7 +22,8 @@ re-read unless the tail's framing is broken.
 Appends validate every batch before writing anything, so an error leaves the log untouched.
 The leader path checks every record of a producer's batch (records.validate: a compressed
 batch is decompressed for that, under a bound, and still stored as it came), then stamps
-offsets and epoch in place (neither is under the CRC). Time is an argument (`now_ms`); the log reads no clock.
+offsets and epoch in place (neither is under the CRC). Time is an argument (`now_ms`); the
+log reads no clock.
 
 Deleted segments are renamed `*.deleted` at once and their files removed by
 `delete_pending(now_ms)` once `file.delete.delay.ms` has passed, as Kafka does

@@ -31,7 +31,14 @@ from pykraft.records.batch import (
     check_batch,
     read_header,
 )
-from pykraft.storage.index import INDEX_SUFFIX, TIME_INDEX_SUFFIX, OffsetIndex, TimeIndex
+from pykraft.storage.index import (
+    INDEX_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    OffsetIndex,
+    TimeIndex,
+    pread_exact,
+    pwrite_all,
+)
 from pykraft.storage.log_config import LogConfig
 
 __all__ = [
@@ -53,28 +60,6 @@ _INT32: Final = struct.Struct(">i")
 
 def segment_base_name(base_offset: int) -> str:
     return f"{base_offset:020d}"
-
-
-def _pread_exact(fd: int, size: int, position: int) -> bytes:
-    data = os.pread(fd, size, position)
-    if len(data) == size:
-        return data
-    parts = [data]
-    got = len(data)
-    while got < size:
-        more = os.pread(fd, size - got, position + got)
-        if not more:
-            break
-        parts.append(more)
-        got += len(more)
-    return b"".join(parts)
-
-
-def _pwrite_all(fd: int, data: bytes | bytearray | memoryview, position: int) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.pwrite(fd, view, position)
-        view, position = view[written:], position + written
 
 
 class LogSegment:
@@ -245,7 +230,7 @@ class LogSegment:
     def first_batch_timestamp(self) -> int | None:
         if self._first_batch_timestamp is None and self.size >= HEADER_SIZE:
             self._first_batch_timestamp = read_header(
-                _pread_exact(self.fd, HEADER_SIZE, 0)
+                pread_exact(self.fd, HEADER_SIZE, 0)
             ).max_timestamp
         return self._first_batch_timestamp
 
@@ -289,7 +274,7 @@ class LogSegment:
                 self.time_index.entries)
         position = start
         try:
-            _pwrite_all(self.fd, data, position)
+            pwrite_all(self.fd, data, position)
             self._dirty = True
             for size, last_offset, max_timestamp in batches:
                 self._index_batch(position, size, last_offset, max_timestamp)
@@ -330,7 +315,7 @@ class LogSegment:
             if offset_in_chunk + HEADER_SIZE > len(chunk):
                 chunk_at = position
                 want = min(_SCAN_CHUNK_BYTES, self.size - position)
-                chunk, offset_in_chunk = _pread_exact(self.fd, want, position), 0
+                chunk, offset_in_chunk = pread_exact(self.fd, want, position), 0
             header = read_header(chunk, offset_in_chunk)
             too_short = header.batch_length < HEADER_SIZE - LOG_OVERHEAD
             if too_short or position + header.size > self.size:
@@ -359,7 +344,7 @@ class LogSegment:
         want = min(budget, self.size - position)
         if want < first_size:
             return b"", -1
-        data = _pread_exact(self.fd, want, position)
+        data = pread_exact(self.fd, want, position)
         end, next_offset, length = 0, -1, len(data)
         while end + _PREFIX.size <= length:
             base_offset, batch_length, last_offset_delta = _PREFIX.unpack_from(data, end)
@@ -372,7 +357,7 @@ class LogSegment:
         return (data if end == length else data[:end]), next_offset
 
     def read_batch(self, position: int, size: int) -> bytes:
-        return _pread_exact(self.fd, size, position)
+        return pread_exact(self.fd, size, position)
 
     def read_next_offset(self) -> tuple[int, int]:
         """(next offset after the last batch, end of the last whole batch) by scanning the tail."""
@@ -426,7 +411,7 @@ class LogSegment:
         while position + LOG_OVERHEAD <= file_size:
             if position + LOG_OVERHEAD > chunk_at + len(chunk):
                 chunk_at = position
-                chunk = _pread_exact(
+                chunk = pread_exact(
                     self.fd, min(_RECOVERY_CHUNK_BYTES, file_size - position), position
                 )
             (batch_length,) = _INT32.unpack_from(chunk, position - chunk_at + 8)
@@ -435,7 +420,7 @@ class LogSegment:
                 return  # a torn tail, or garbage where a header should be
             if position + size > chunk_at + len(chunk):
                 chunk_at = position
-                chunk = _pread_exact(
+                chunk = pread_exact(
                     self.fd, max(size, min(_RECOVERY_CHUNK_BYTES, file_size - position)), position
                 )
             try:
@@ -483,7 +468,7 @@ class LogSegment:
         """Used by tests: both indexes agree with the batches they point at."""
         for slot in range(self.offset_index.entries):
             offset, position = self.offset_index._entry(slot)
-            header = read_header(_pread_exact(self.fd, HEADER_SIZE, position))
+            header = read_header(pread_exact(self.fd, HEADER_SIZE, position))
             invariant(
                 header.last_offset == self.base_offset + offset,
                 f"index slot {slot} of {self.log_path} says {offset}, batch says "

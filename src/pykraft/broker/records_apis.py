@@ -9,8 +9,8 @@ UNKNOWN_TOPIC_OR_PARTITION otherwise); the topic's cleanup.policy must include `
 -1 means the high watermark, any other negative offset or one above the high watermark is
 OFFSET_OUT_OF_RANGE. The log start moves, segments wholly below it are deleted at once, and
 the log-start-offset checkpoint is written before the answer, so the new low watermark
-survives a crash. The answer carries each partition's low watermark: with one replica per
-partition (all this node has), the leader's log start offset.
+survives a crash. The answer carries each partition's low watermark: the leader's log start
+offset, without waiting for the followers (docs/deviations.md).
 
 DescribeProducers lists a led partition's active idempotent producers (storage.producer_state):
 epoch, last sequence, last timestamp, coordinator epoch and the first offset of an open

@@ -16,6 +16,11 @@ from typing import Any, Final, Protocol
 
 from kio.schema.errors import ErrorCode
 
+from pykraft.broker.internal_topics import (
+    COORDINATED_TOPICS,
+    InternalTopicRefused,
+    internal_topic,
+)
 from pykraft.broker.metadata_cache import MetadataCache
 from pykraft.controller.features import FeatureUpdate, UpdateFeaturesResult, UpgradeType
 from pykraft.controller.requests import (
@@ -166,15 +171,26 @@ class AdminApis:
             )
             for topic in request.topics
         ]
-        reserved = {topic.name for topic in topics if topic.name in self.refused_topics}
+        refused: list[CreateTopicResult] = []
+        wanted: list[CreatableTopic] = []
+        for topic in topics:
+            if topic.name in self.refused_topics and topic.name in COORDINATED_TOPICS:
+                try:  # made with the settings its coordinator relies on
+                    wanted.append(internal_topic(
+                        topic.name, self.server_configs,
+                        len(self.cache.live_brokers(context.listener_name)), topic))
+                except InternalTopicRefused as error:
+                    refused.append(CreateTopicResult(name=topic.name, error_code=error.code,
+                                                     error_message=error.message))
+            elif topic.name in self.refused_topics:
+                refused.append(CreateTopicResult(
+                    name=topic.name, error_code=ErrorCode.invalid_request,
+                    error_message=f"Creation of internal topic {topic.name} is prohibited."))
+            else:
+                wanted.append(topic)
         results = list(await self.controller.create_topics(
-            [topic for topic in topics if topic.name not in reserved],
-            validate_only=field(request, "validate_only", False)
-        )) if len(reserved) < len(topics) else []
-        results += [CreateTopicResult(  # the coordinators create their own, as they need them
-            name=name, error_code=ErrorCode.invalid_request,
-            error_message=f"Creation of internal topic {name} is prohibited.")
-            for name in sorted(reserved)]
+            wanted, validate_only=field(request, "validate_only", False))) if wanted else []
+        results += refused
         return make(
             module.CreateTopicsResponse,
             throttle_time=NO_THROTTLE,

@@ -28,6 +28,7 @@ from pykraft.broker.fetch_sessions import (
     SessionPartition,
     topic_key,
 )
+from pykraft.broker.internal_topics import UNCREATABLE_TOPICS
 from pykraft.broker.metadata_cache import MetadataCache
 from pykraft.broker.replica_manager import Partition, ReplicaManager, unpark
 from pykraft.controller.features import api_versions_features
@@ -133,7 +134,7 @@ class BrokerApis:
         replicas: ReplicaManager,
         groups: Sequence[ApiGroup],
         *,
-        auto_create_topics: Callable[[list[str]], Awaitable[None]] | None,
+        auto_create_topics: Callable[[list[str], str], Awaitable[None]] | None,
         fetch_sessions: FetchSessionCache | None = None,
     ) -> None:
         self.node_id = node_id
@@ -187,11 +188,11 @@ class BrokerApis:
         requested = field(request, "topics")
         if requested is not None and self.auto_create_topics is not None:
             known = self.cache.image.topics.by_name
-            missing = [topic.name for topic in requested  # coordinators make their own
+            missing = [topic.name for topic in requested  # internal ones with their settings
                        if topic.name is not None and known.get(topic.name) is None
-                       and topic.name not in RESERVED_TOPICS]
+                       and topic.name not in UNCREATABLE_TOPICS]
             if missing and field(request, "allow_auto_topic_creation", True):
-                await self.auto_create_topics(missing)
+                await self.auto_create_topics(missing, context.listener_name)
         if requested is None:  # all topics: spliced from each topic's cached encoding
             return self.cache.all_topics_body(version, context.listener_name)
         return self.cache.metadata_response(version, context.listener_name, requested)

@@ -32,8 +32,8 @@ from pykraft.broker.group_coordinator.core import (
     SyncResult,
 )
 from pykraft.broker.group_coordinator.shell import CONSUMER_OFFSETS_TOPIC, GroupCoordinatorShell
+from pykraft.broker.internal_topics import internal_topic
 from pykraft.broker.metadata_cache import MetadataCache
-from pykraft.controller.requests import CreatableTopic
 from pykraft.errors import KafkaError
 from pykraft.net.server import RequestContext
 from pykraft.protocol.api import ApiKey
@@ -76,8 +76,6 @@ GROUP_APIS: Final[dict[int, tuple[int, int]]] = {
 MEMBER_TYPE_CONSUMER: Final = 1  # ConsumerGroupDescribe v1: a member of the new protocol
 KEY_TYPE_GROUP: Final = 0
 KEY_TYPE_TRANSACTION: Final = 1
-OFFSETS_TOPIC_CONFIGS: Final = {"cleanup.policy": "compact", "compression.type": "producer",
-                                "segment.bytes": "104857600"}
 
 Handler = Callable[[RequestContext, Any], Awaitable[Any]]
 
@@ -157,7 +155,7 @@ class GroupApis:
                     else ErrorCode.invalid_request)
             return code, message, -1, "", -1
         if self.cache.image.topics.by_name.get(CONSUMER_OFFSETS_TOPIC) is None:
-            await self._create_offsets_topic(listener)
+            await self.ensure_offsets_topic(listener)
         topic = self.cache.image.topics.by_name.get(CONSUMER_OFFSETS_TOPIC)
         registration = None if topic is None else topic.partitions.get(
             self.core.partition_for(key))
@@ -168,18 +166,12 @@ class GroupApis:
         return (ErrorCode.coordinator_not_available, "the group coordinator is not available",
                 -1, "", -1)
 
-    async def _create_offsets_topic(self, listener: str) -> None:
+    async def ensure_offsets_topic(self, listener: str) -> None:
         async with self._creating:
             if self.cache.image.topics.by_name.get(CONSUMER_OFFSETS_TOPIC) is not None:
                 return
-            live = len(self.cache.live_brokers(listener)) or 1
-            wanted = int(self.server_configs.get("offsets.topic.replication.factor", "3"))
-            topic = CreatableTopic(
-                name=CONSUMER_OFFSETS_TOPIC,
-                num_partitions=self.core.config.partition_count,
-                replication_factor=max(1, min(wanted, live)),
-                configs=dict(OFFSETS_TOPIC_CONFIGS),
-            )
+            topic = internal_topic(CONSUMER_OFFSETS_TOPIC, self.server_configs,
+                                   len(self.cache.live_brokers(listener)))
             results = await self.controller.create_topics([topic], validate_only=False)
             for result in results:
                 if result.error_code not in (ErrorCode.none, ErrorCode.topic_already_exists):

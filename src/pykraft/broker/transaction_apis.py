@@ -29,6 +29,7 @@ from typing import Any, Final
 from kio.schema.errors import ErrorCode
 
 from pykraft.broker.admin_apis import ControllerChannel
+from pykraft.broker.internal_topics import internal_topic
 from pykraft.broker.metadata_cache import MetadataCache
 from pykraft.broker.replica_fetcher import BrokerConnection
 from pykraft.broker.replica_manager import ReplicaManager
@@ -46,7 +47,6 @@ from pykraft.broker.transaction_coordinator.shell import (
     TransactionCoordinatorShell,
 )
 from pykraft.broker.txn_markers import Marker, MarkerSender, MarkerWriter
-from pykraft.controller.requests import CreatableTopic
 from pykraft.net.server import RequestContext
 from pykraft.protocol.api import ApiKey
 from pykraft.protocol.entities import NO_THROTTLE, field, make, millis, response_module
@@ -68,9 +68,6 @@ TRANSACTION_APIS: Final[dict[int, tuple[int, int]]] = {
 # the first version of each API that knows PRODUCER_FENCED (KIP-588)
 _FENCED_FROM: Final[dict[int, int]] = {ApiKey.INIT_PRODUCER_ID: 4, ApiKey.ADD_PARTITIONS_TO_TXN: 2,
                        ApiKey.ADD_OFFSETS_TO_TXN: 2, ApiKey.END_TXN: 2}
-TRANSACTION_STATE_CONFIGS: Final = {"cleanup.policy": "compact",
-                                    "compression.type": "uncompressed",
-                                    "unclean.leader.election.enable": "false"}
 
 Handler = Callable[[RequestContext, Any], Awaitable[Any]]
 Coordinator = tuple[ErrorCode, str | None, int, str, int]  # code, message, node, host, port
@@ -126,7 +123,7 @@ class TransactionApis:
         if not key:
             return (ErrorCode.invalid_request, "an empty transactional id", -1, "", -1)
         if self.cache.image.topics.by_name.get(TRANSACTION_STATE_TOPIC) is None:
-            await self._create_state_topic(listener)
+            await self.ensure_state_topic(listener)
         topic = self.cache.image.topics.by_name.get(TRANSACTION_STATE_TOPIC)
         registration = None if topic is None else topic.partitions.get(
             self.core.partition_for(key))
@@ -137,25 +134,12 @@ class TransactionApis:
         return (ErrorCode.coordinator_not_available,
                 "the transaction coordinator is not available", -1, "", -1)
 
-    async def _create_state_topic(self, listener: str) -> None:
+    async def ensure_state_topic(self, listener: str) -> None:
         async with self._creating:
             if self.cache.image.topics.by_name.get(TRANSACTION_STATE_TOPIC) is not None:
                 return
-            live = len(self.cache.live_brokers(listener)) or 1
-            configs = self.server_configs
-            wanted = int(configs.get("transaction.state.log.replication.factor", "3"))
-            replication = max(1, min(wanted, live))
-            # capped by the replication factor (a deviation: Kafka keeps 2 and a one-broker
-            # cluster cannot write transaction state until the key is lowered)
-            min_isr = min(int(configs.get("transaction.state.log.min.isr", "2")), replication)
-            topic = CreatableTopic(
-                name=TRANSACTION_STATE_TOPIC,
-                num_partitions=self.core.config.partition_count,
-                replication_factor=replication,
-                configs={**TRANSACTION_STATE_CONFIGS, "min.insync.replicas": str(min_isr),
-                         "segment.bytes": configs.get("transaction.state.log.segment.bytes",
-                                                      "104857600")},
-            )
+            topic = internal_topic(TRANSACTION_STATE_TOPIC, self.server_configs,
+                                   len(self.cache.live_brokers(listener)))
             results = await self.controller.create_topics([topic], validate_only=False)
             for result in results:
                 if result.error_code not in (ErrorCode.none, ErrorCode.topic_already_exists):

@@ -27,7 +27,7 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -87,6 +87,7 @@ from pykraft.server.metrics import CleanerMetrics, LogMetrics, MetricsServer, No
 from pykraft.server.storage_tool import StorageToolError, check_storage
 from pykraft.storage.cleaner import CleanerConfig, LogCleaner, SwapFailed
 from pykraft.storage.log_manager import LogManager
+from pykraft.topic_names import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 
 log = logging.getLogger("pykraft.server")
 
@@ -379,8 +380,10 @@ class Node:
             self.node_id, self.cache, self.replicas,
             [self._admin_apis(), RecordsApis(self.cache, self.replicas, self._checkpoint_logs),
              group_apis, transactions],
-            auto_create_topics=self._auto_create_topics
-            if self.config.get_bool("auto.create.topics.enable") else None,
+            auto_create_topics=functools.partial(self._auto_create_topics, {
+                CONSUMER_OFFSETS_TOPIC: group_apis.ensure_offsets_topic,
+                TRANSACTION_STATE_TOPIC: transactions.ensure_state_topic,
+            }) if self.config.get_bool("auto.create.topics.enable") else None,
             fetch_sessions=FetchSessionCache(
                 slots=self.config.get_int("max.incremental.fetch.session.cache.slots"),
                 eviction_ms=self.config.get_int("min.incremental.fetch.session.eviction.ms")),
@@ -461,9 +464,20 @@ class Node:
                 raise NodeStartError(str(error)) from None
         return self._network_limits[side]
 
-    async def _auto_create_topics(self, names: list[str]) -> None:
+    async def _auto_create_topics(
+        self, internal: Mapping[str, Callable[[str], Awaitable[None]]], names: list[str],
+        listener: str,
+    ) -> None:
+        """Metadata's auto-creation: an internal topic is made by its coordinator's own
+        path, with its settings (Kafka's AutoTopicCreationManager), the rest with the
+        cluster defaults."""
         assert self.channel is not None
-        await self.channel.auto_create_topics(names)
+        for name in names:
+            if name in internal:
+                await internal[name](listener)
+        ordinary = [name for name in names if name not in internal]
+        if ordinary:
+            await self.channel.auto_create_topics(ordinary)
 
     # -- broker lifecycle (KIP-631), in-process for the combined node ----------------------
 

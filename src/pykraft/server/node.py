@@ -39,6 +39,7 @@ from pykraft.broker.group_apis import GroupApis
 from pykraft.broker.group_coordinator.core import GroupConfig, GroupCoordinator
 from pykraft.broker.group_coordinator.shell import GroupCoordinatorShell
 from pykraft.broker.metadata_cache import MetadataCache
+from pykraft.broker.partition_apis import PartitionApis
 from pykraft.broker.records_apis import RecordsApis
 from pykraft.broker.replica_fetcher import FetcherConfig, ReplicaFetcherManager
 from pykraft.broker.replica_manager import (
@@ -379,6 +380,7 @@ class Node:
         apis = BrokerApis(
             self.node_id, self.cache, self.replicas,
             [self._admin_apis(), RecordsApis(self.cache, self.replicas, self._checkpoint_logs),
+             PartitionApis(self.cache, self.replicas, self.config.values),
              group_apis, transactions],
             auto_create_topics=functools.partial(self._auto_create_topics, {
                 CONSUMER_OFFSETS_TOPIC: group_apis.ensure_offsets_topic,

@@ -31,6 +31,7 @@ from kio.index import UnknownAPIKey, UnknownEntity
 from kio.schema.errors import ErrorCode
 
 from pykraft.broker.group_apis import GROUP_APIS
+from pykraft.broker.partition_apis import PARTITION_APIS
 from pykraft.broker.records_apis import RECORDS_APIS
 from pykraft.broker.transaction_apis import TRANSACTION_APIS
 from pykraft.errors import InvalidRequest
@@ -69,7 +70,7 @@ __all__ = [
 # What each listener of a combined node serves (the node's ApiVersions answers; the live
 # fuzz test checks that they agree, so an API added later is fuzzed or the test fails).
 BROKER_LISTENER_APIS: Final[Mapping[int, tuple[int, int]]] = {
-    **BROKER_APIS, **GROUP_APIS, **TRANSACTION_APIS, **RECORDS_APIS,
+    **BROKER_APIS, **GROUP_APIS, **TRANSACTION_APIS, **RECORDS_APIS, **PARTITION_APIS,
 }
 CONTROLLER_LISTENER_APIS: Final[Mapping[int, tuple[int, int]]] = {
     **CONTROLLER_APIS, **LIFECYCLE_APIS, **RAFT_APIS,

@@ -347,6 +347,7 @@ class GroupApis:
             group_instance_id=field(request, "group_instance_id"),
             partitions=tuple(wanted),
             retention_ms=-1 if retention is None else millis(retention),
+            api_version=context.header.api_version,
         )
         try:
             codes: list[ErrorCode] = await self.shell.call(
@@ -403,7 +404,8 @@ class GroupApis:
         module = response_module(OFFSET_FETCH, version)
         stable = bool(field(request, "require_stable", False))
         if version >= 8:
-            groups = [self._fetch_group(module, g.group_id, g.topics, version, stable)
+            groups = [self._fetch_group(module, g.group_id, g.topics, version, stable,
+                                        field(g, "member_id"), field(g, "member_epoch", -1))
                       for g in request.groups]
             return make(module.OffsetFetchResponse, throttle_time=NO_THROTTLE,
                         groups=tuple(make(module.OffsetFetchResponseGroup, group_id=g,
@@ -416,14 +418,15 @@ class GroupApis:
         return make(module.OffsetFetchResponse, throttle_time=NO_THROTTLE, topics=topics,
                     error_code=code)
 
-    def _fetch_group(self, module: Any, group_id: str, requested: Any,
-                     version: int, stable: bool = False) -> tuple[str, tuple[Any, ...], ErrorCode]:
+    def _fetch_group(self, module: Any, group_id: str, requested: Any, version: int,
+                     stable: bool = False, member_id: str | None = None,
+                     member_epoch: int = -1) -> tuple[str, tuple[Any, ...], ErrorCode]:
         names = ("OffsetFetchResponseTopics", "OffsetFetchResponsePartitions") if version >= 8 \
             else ("OffsetFetchResponseTopic", "OffsetFetchResponsePartition")
         topic_type, partition_type = getattr(module, names[0]), getattr(module, names[1])
         wanted = None if requested is None else [
             (t.name, index) for t in requested for index in t.partition_indexes]
-        code, found = self.core.fetch_offsets(group_id, wanted)
+        code, found = self.core.fetch_offsets(group_id, wanted, member_id, member_epoch)
         if code != ErrorCode.none:
             return group_id, (), code
         if wanted is None:

@@ -117,12 +117,14 @@ class Harness:
         return self.results[token]
 
     def commit(self, generation: int = -1, member_id: str = "", *, metadata: str = "m",
-               offsets: dict[tuple[str, int], int] | None = None, group: str = GROUP) -> Any:
+               offsets: dict[tuple[str, int], int] | None = None, group: str = GROUP,
+               version: int = 9) -> Any:
         token = self.token()
         partitions = tuple(CommitPartition(t, p, o, 3, metadata)
                            for (t, p), o in (offsets or {("t", 0): 42}).items())
         self.core.commit_offsets(token, CommitRequest(group, generation, member_id, None,
-                                                      partitions), self.now_ms)
+                                                      partitions, api_version=version),
+                                 self.now_ms)
         self.drain()
         return self.results[token]
 
@@ -369,7 +371,8 @@ def test_commit_validation_errors_write_nothing() -> None:
     assert h.commit(1, "stranger") == [ErrorCode.unknown_member_id]
     assert h.commit(-1, "") == [ErrorCode.unknown_member_id]  # simple commit, active group
     assert h.commit(1, member, metadata="x" * 11) == [ErrorCode.offset_metadata_too_large]
-    assert h.commit(5, "m", group="no-such-group") == [ErrorCode.illegal_generation]
+    assert h.commit(5, "m", group="no-such-group", version=8) == [ErrorCode.illegal_generation]
+    assert h.commit(5, "m", group="no-such-group") == [ErrorCode.group_id_not_found]  # v9+
     assert len(h.log) == written
     assert h.core.fetch_offsets(GROUP, None) == (ErrorCode.none, {})
     assert h.commit(1, member) == [ErrorCode.none]

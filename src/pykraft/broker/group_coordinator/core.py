@@ -274,6 +274,7 @@ class CommitRequest:
     group_instance_id: str | None
     partitions: tuple[CommitPartition, ...]
     retention_ms: int = -1  # OffsetCommit v2-v4's retention_time_ms; -1: the broker's
+    api_version: int = 9  # OffsetCommit's (errors for an unknown group and old versions)
 
 
 @dataclass(frozen=True, slots=True)
@@ -810,36 +811,51 @@ class GroupCoordinator:
 
     def _rejoin_static_member(self, state: PartitionState, group: Group, token: int,
                               request: JoinRequest, now_ms: int) -> None:
-        """A static member came back without its member id: it takes over the old one's
-        place under a new id; the old id is fenced (its waiting requests are answered
-        FENCED_INSTANCE_ID and it gets UNKNOWN_MEMBER_ID / FENCED_INSTANCE_ID hereafter)."""
+        """A static member came back without its member id (KIP-345): it takes over the old
+        one's place under a new id, keeping its assignment; the old id is fenced (its
+        waiting requests are answered FENCED_INSTANCE_ID, and FENCED_INSTANCE_ID or
+        UNKNOWN_MEMBER_ID hereafter). As Kafka's updateStaticMemberThenRebalanceOrCompleteJoin:
+        in a stable group it is answered from the current generation unless the protocol the
+        group would select changes, whether it led the group or not; during a rebalance it
+        joins it, and after the join phase (the leader may hold the old id) it restarts it."""
         instance = request.group_instance_id
         assert instance is not None
+        current_leader = group.leader
         old_id = group.static_members[instance]
         old = group.members.pop(old_id)
         self._fail_waiting(old, ErrorCode.fenced_instance_id)
         self._cancel_timer(("heartbeat", state.index, group.group_id, old_id))
         group.pending_sync.discard(old_id)
         new_id = self._new_member_id(instance)
-        member = Member(new_id, instance, request.client_id, request.client_host,
+        member = Member(new_id, instance, old.client_id, old.client_host,
                         request.rebalance_timeout_ms, request.session_timeout_ms,
-                        request.protocol_type, request.protocols, assignment=old.assignment)
+                        old.protocol_type, request.protocols, assignment=old.assignment,
+                        join_token=token)
         group.members[new_id] = member
         group.static_members[instance] = new_id
         if group.leader == old_id:
             group.leader = new_id
-        # As Kafka: new metadata alone does not rebalance a stable group; a change of the
-        # protocol the group would select does (and a leader that cannot skip assignment).
-        if group.state is GroupState.STABLE and group.select_protocol() == group.protocol and (
-                group.leader != new_id or request.supports_skip_assignment):
-            self._schedule_heartbeat(state.index, group, member, now_ms)
-            result = self._join_result(group, member, request.supports_skip_assignment)
+        self._schedule_heartbeat(state.index, group, member, now_ms)
+        if group.state is GroupState.STABLE:
+            if group.select_protocol() != group.protocol:
+                self._maybe_prepare_rebalance(
+                    state, group, now_ms, f"static member {instance} rejoined as {new_id} with "
+                    "a change of the group's protocol")
+                return
+            member.join_token = None
+            if request.supports_skip_assignment:  # v9+: a leader learns the members, no more
+                result = self._join_result(group, member, True)
+            else:
+                # Before v9 a leader told it leads would compute a new assignment the group
+                # never asked for: it is named the old leader id and syncs as a follower.
+                result = JoinResult(_NONE, new_id, group.generation_id, group.protocol_type,
+                                    group.protocol, current_leader or "")
             self._append(state.index, [self._group_record(group, now_ms)], [Reply(token, result)])
-            return
-        member.join_token = token
-        member.join_skip_assignment = False
-        self._maybe_prepare_rebalance(state, group, now_ms,
-                                      f"static member {instance} rejoined as {new_id}")
+        elif group.state is GroupState.COMPLETING_REBALANCE:
+            self._prepare_rebalance(state, group, now_ms,
+                                    f"static member {instance} rejoined as {new_id}")
+        else:
+            self._try_complete_join(state, group, now_ms)
 
     def _add_member_and_rebalance(self, state: PartitionState, group: Group, member_id: str,
                                   token: int, request: JoinRequest, now_ms: int) -> None:
@@ -926,6 +942,20 @@ class GroupCoordinator:
                 log.info("member %s of group %s did not rejoin in time; removed",
                          member.member_id, group.group_id)
                 self._remove_member(state, group, member)
+        leader = group.members.get(group.leader or "")
+        if group.members and (leader is None or leader.join_token is None):
+            # The leader did not rejoin (a static one stays a member): a member that did
+            # leads; if none did, wait another rebalance timeout (Kafka's
+            # maybeElectNewJoinedLeader) until their sessions expire or they come back.
+            joined = next((m.member_id for m in group.members.values()
+                           if m.join_token is not None), None)
+            if joined is None:
+                log.warning("group %s could not complete its rebalance: no member rejoined",
+                            group.group_id)
+                self._set_timer(("join", state.index, group.group_id),
+                                now_ms + group.rebalance_timeout_ms())
+                return
+            group.leader = joined
         group.generation_id += 1
         if not group.members:
             group.protocol = None
@@ -934,9 +964,6 @@ class GroupCoordinator:
             self._append(state.index, [self._group_record(group, now_ms)], [])
             return
         group.protocol = group.select_protocol()
-        if group.leader not in group.members:
-            group.leader = next((m.member_id for m in group.members.values()
-                                 if m.join_token is not None), next(iter(group.members)))
         group.transition(GroupState.COMPLETING_REBALANCE, now_ms)
         log.info("stabilized group %s generation %d with %d member(s), leader %s",
                  group.group_id, group.generation_id, len(group.members), group.leader)
@@ -1167,9 +1194,7 @@ class GroupCoordinator:
             self._reply(token, [error] * len(request.partitions))
             return
         group = state.groups.get(request.group_id)
-        error = (self._validate_consumer_commit(group.consumer, request)
-                 if group is not None and group.consumer is not None
-                 else self._validate_commit(group, request))
+        error = validate_offset_commit(group, request, transactional=False)
         if error is not _NONE:
             self._reply(token, [error] * len(request.partitions))
             return
@@ -1202,30 +1227,6 @@ class GroupCoordinator:
         else:
             self._reply(token, results)
 
-    @staticmethod
-    def _validate_commit(group: Group | None, request: CommitRequest) -> ErrorCode:
-        simple = (request.generation_id < 0 and not request.member_id
-                  and request.group_instance_id is None)
-        if group is None:
-            return _NONE if request.generation_id < 0 else ErrorCode.illegal_generation
-        if group.state is GroupState.DEAD:
-            return ErrorCode.coordinator_not_available
-        if simple:
-            return _NONE if group.state is GroupState.EMPTY else ErrorCode.unknown_member_id
-        if request.group_instance_id is not None:
-            known = group.static_members.get(request.group_instance_id)
-            if known is None:
-                return ErrorCode.unknown_member_id
-            if known != request.member_id:
-                return ErrorCode.fenced_instance_id
-        elif request.member_id not in group.members:
-            return ErrorCode.unknown_member_id
-        if request.generation_id != group.generation_id:
-            return ErrorCode.illegal_generation
-        if group.state is GroupState.COMPLETING_REBALANCE:
-            return ErrorCode.rebalance_in_progress
-        return _NONE
-
     def _replay_offset(self, state: PartitionState, key: OffsetCommitKey,
                        value: CoordinatorValue | None) -> None:
         group = state.groups.get(key.group)
@@ -1253,14 +1254,10 @@ class GroupCoordinator:
             self._reply(token, [error] * len(request.partitions))
             return
         group = state.groups.get(request.group_id)
-        unchecked = request.generation_id < 0 and not request.member_id  # pre-KIP-447 client
-        if not unchecked:
-            error = (self._validate_consumer_commit(group.consumer, request)
-                     if group is not None and group.consumer is not None
-                     else self._validate_commit(group, request))
-            if error is not _NONE:
-                self._reply(token, [error] * len(request.partitions))
-                return
+        error = validate_offset_commit(group, request, transactional=True)
+        if error is not _NONE:
+            self._reply(token, [error] * len(request.partitions))
+            return
         if group is None:
             group = state.groups[request.group_id] = Group(request.group_id,
                                                            state_timestamp_ms=now_ms)
@@ -1318,16 +1315,25 @@ class GroupCoordinator:
         return {each for pending in group.pending_txn_offsets.values() for each in pending}
 
     def fetch_offsets(
-        self, group_id: str, partitions: Sequence[tuple[str, int]] | None
+        self, group_id: str, partitions: Sequence[tuple[str, int]] | None,
+        member_id: str | None = None, member_epoch: int = -1,
     ) -> tuple[ErrorCode, dict[tuple[str, int], CommittedOffset]]:
         """Committed offsets of `partitions` (all of the group's when None); a partition
-        without one is absent from the result."""
+        without one is absent from the result. `member_id`/`member_epoch`: OffsetFetch v9's,
+        checked against a consumer group's member as Kafka's validateOffsetFetch does (an
+        admin sends neither; a classic group checks nothing)."""
         state, error = self._active(group_id)
         if state is None:
             return error, {}
         group = state.groups.get(group_id)
         if group is None:
             return _NONE, {}
+        if group.consumer is not None and (member_id is not None or member_epoch >= 0):
+            member = group.consumer.members.get(member_id or "")
+            if member is None:
+                return ErrorCode.unknown_member_id, {}
+            if member.member_epoch != member_epoch:
+                return ErrorCode.stale_member_epoch, {}
         wanted: Iterable[tuple[str, int]] = (
             group.offsets.keys() if partitions is None else partitions)
         found = {}
@@ -1827,21 +1833,6 @@ class GroupCoordinator:
         if records:
             self._append(state.index, records, [])
 
-    @staticmethod
-    def _validate_consumer_commit(consumer: ConsumerGroup, request: CommitRequest) -> ErrorCode:
-        """Kafka's ConsumerGroup.validateOffsetCommit: generation id is the member epoch."""
-        if request.generation_id < 0 and not request.member_id and not consumer.members:
-            return _NONE  # an admin or a consumer without group management, on an empty group
-        member = consumer.members.get(request.member_id)
-        if member is None:
-            return ErrorCode.unknown_member_id
-        if request.group_instance_id is not None and (
-                member.instance_id != request.group_instance_id):
-            return ErrorCode.fenced_instance_id
-        if request.generation_id != member.member_epoch:
-            return ErrorCode.stale_member_epoch
-        return _NONE
-
     def consumer_group_describe(self, group_id: str) -> ConsumerGroupDescription:
         state, error = self._active(group_id)
         group = None if state is None else state.groups.get(group_id)
@@ -1905,6 +1896,65 @@ class GroupCoordinator:
                                    leader=group.leader, current_state_timestamp=now_ms,
                                    members=members)
         return CoordinatorRecord(GroupMetadataKey(group=group.group_id), value)
+
+
+def validate_offset_commit(group: Group | None, request: CommitRequest, *,
+                           transactional: bool) -> ErrorCode:
+    """Kafka's OffsetMetadataManager.validate(Transactional)OffsetCommit: who may commit
+    offsets of `group` (None: no such group) with this generation (a member epoch for a
+    consumer group). Generation -1 is an admin or a consumer without group management
+    (assign()): it may commit to an empty group, whatever member id it sends."""
+    generation = request.generation_id
+    if group is None:
+        if generation < 0:
+            return _NONE  # a "simple" group is created
+        if not transactional and request.api_version >= 9:
+            return ErrorCode.group_id_not_found
+        return ErrorCode.illegal_generation
+    if group.consumer is not None:
+        return _validate_consumer_commit(group.consumer, request, transactional)
+    if group.state is GroupState.DEAD:
+        return ErrorCode.coordinator_not_available
+    if generation < 0 and group.state is GroupState.EMPTY:
+        return _NONE
+    if generation >= 0 or request.member_id or request.group_instance_id is not None:
+        if request.group_instance_id is not None:
+            known = group.static_members.get(request.group_instance_id)
+            if known is None:
+                return ErrorCode.unknown_member_id
+            if known != request.member_id:
+                return ErrorCode.fenced_instance_id
+        if request.member_id not in group.members:
+            return ErrorCode.unknown_member_id
+        if generation != group.generation_id:
+            return ErrorCode.illegal_generation
+    elif not transactional and group.state is not GroupState.EMPTY:
+        return ErrorCode.unknown_member_id  # a v0-style commit to a group in use
+    # A member with a valid generation that has not synced yet: it should retry once it has
+    # its assignment. TxnOffsetCommit does not look at the group's state.
+    if not transactional and group.state is GroupState.COMPLETING_REBALANCE:
+        return ErrorCode.rebalance_in_progress
+    return _NONE
+
+
+def _validate_consumer_commit(consumer: ConsumerGroup, request: CommitRequest,
+                              transactional: bool) -> ErrorCode:
+    """Kafka's ConsumerGroup.validateOffsetCommit: the generation is the member epoch."""
+    if request.generation_id < 0 and not consumer.members:
+        return _NONE
+    # TxnOffsetCommit does not require the member fields: checked only when one is given.
+    if transactional and request.generation_id == NO_GENERATION and not request.member_id \
+            and request.group_instance_id is None:
+        return _NONE
+    member = consumer.members.get(request.member_id)
+    if member is None:
+        return ErrorCode.unknown_member_id
+    if not transactional and request.api_version < 9:
+        return ErrorCode.unsupported_version  # KIP-848 members commit with v9+
+    if request.generation_id != member.member_epoch:
+        # TxnOffsetCommit has no STALE_MEMBER_EPOCH: producers understand ILLEGAL_GENERATION
+        return ErrorCode.illegal_generation if transactional else ErrorCode.stale_member_epoch
+    return _NONE
 
 
 def _string(text: str) -> bytes:

@@ -1,0 +1,227 @@
+"""Group semantics to the letter of Kafka 4.0's coordinator, without I/O: who may commit
+offsets in which group state (ClassicGroup / ConsumerGroup.validateOffsetCommit, the
+transactional variant), OffsetFetch's member epoch, a static member rejoining (KIP-345:
+leader or not, any JoinGroup version), and a rebalance no member rejoined."""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+
+from pykraft.broker.group_coordinator.core import (
+    CommitPartition,
+    CommitRequest,
+    JoinResult,
+    LeaveMember,
+)
+from pykraft.broker.group_coordinator.state import GroupState
+from tests.unit.groups.test_consumer_group_core import GROUP as CONSUMER_GROUP
+from tests.unit.groups.test_consumer_group_core import Harness as ConsumerHarness
+from tests.unit.groups.test_group_core import GROUP, REBALANCE_MS, Harness, subscription
+
+
+def commit(h: Harness | ConsumerHarness, group: str, generation: int, member_id: str, *,
+           instance: str | None = None, version: int = 9) -> ErrorCode:
+    h.tokens += 1
+    h.core.commit_offsets(h.tokens, CommitRequest(
+        group, generation, member_id, instance, (CommitPartition("t", 0, 7, -1, ""),),
+        api_version=version), h.now_ms)
+    h.drain()
+    codes = h.results[h.tokens]
+    assert isinstance(codes, list)
+    return codes[0]  # type: ignore[no-any-return]
+
+
+def txn_commit(h: Harness | ConsumerHarness, group: str, generation: int, member_id: str,
+               instance: str | None = None) -> ErrorCode:
+    h.tokens += 1
+    h.core.txn_commit_offsets(h.tokens, CommitRequest(
+        group, generation, member_id, instance, (CommitPartition("t", 0, 7, -1, ""),)),
+        producer_id=5, producer_epoch=0, now_ms=h.now_ms)
+    h.drain()
+    codes = h.results[h.tokens]
+    assert isinstance(codes, list)
+    return codes[0]  # type: ignore[no-any-return]
+
+
+# -- OffsetCommit on classic groups ---------------------------------------------------------
+
+
+def test_generation_minus_one_commits_to_an_empty_group_whatever_member_id_it_sends() -> None:
+    """Kafka accepts generation -1 on an Empty group with or without a member id or an
+    instance id (an assign() consumer: librdkafka with group.protocol=consumer sends its
+    member id on the second commit)."""
+    h = Harness()
+    assert commit(h, GROUP, -1, "") == ErrorCode.none  # creates the simple group
+    assert h.state() is GroupState.EMPTY
+    assert commit(h, GROUP, -1, "rdkafka-member-1") == ErrorCode.none
+    assert commit(h, GROUP, -1, "", instance="i-1") == ErrorCode.none
+    assert commit(h, GROUP, 3, "rdkafka-member-1") == ErrorCode.unknown_member_id
+
+
+def test_commits_to_a_group_in_use_need_a_member_and_its_generation() -> None:
+    """A group with members: generation -1 with a member id is checked as a member (unknown
+    here), without one it is a v0-style commit, refused; a member of the right generation
+    commits; a stale instance id is fenced."""
+    h = Harness()
+    token = h.join(instance="i-1")
+    h.advance(200)
+    member = h.results[token].member_id
+    generation = h.results[h.sync(member, 1, {member: b"a"}, instance="i-1")]
+    assert generation.error == ErrorCode.none and h.state() is GroupState.STABLE
+    assert commit(h, GROUP, -1, "stranger") == ErrorCode.unknown_member_id
+    assert commit(h, GROUP, -1, "") == ErrorCode.unknown_member_id
+    assert commit(h, GROUP, 1, "stranger", instance="i-1") == ErrorCode.fenced_instance_id
+    assert commit(h, GROUP, 1, member, instance="i-2") == ErrorCode.unknown_member_id
+    assert commit(h, GROUP, 0, member, instance="i-1") == ErrorCode.illegal_generation
+    assert commit(h, GROUP, 1, member, instance="i-1") == ErrorCode.none
+
+
+def test_txn_offset_commit_ignores_the_group_state_and_checks_only_what_is_given() -> None:
+    """TxnOffsetCommit: no REBALANCE_IN_PROGRESS while the group completes a rebalance; no
+    member fields (a pre-KIP-447 producer) pass on a group in use; given fields are
+    checked; an unknown group with a generation is ILLEGAL_GENERATION."""
+    h = Harness(initial_delay_ms=0)
+    member = h.results[h.join_new()].member_id
+    assert h.state() is GroupState.COMPLETING_REBALANCE
+    assert commit(h, GROUP, 1, member) == ErrorCode.rebalance_in_progress
+    assert txn_commit(h, GROUP, 1, member) == ErrorCode.none
+    assert txn_commit(h, GROUP, -1, "") == ErrorCode.none
+    assert txn_commit(h, GROUP, -1, "stranger") == ErrorCode.unknown_member_id
+    assert txn_commit(h, GROUP, 2, member) == ErrorCode.illegal_generation
+    assert txn_commit(h, "no-such-group", 4, "m") == ErrorCode.illegal_generation
+    assert txn_commit(h, "no-such-group", -1, "") == ErrorCode.none
+
+
+# -- OffsetCommit / OffsetFetch on KIP-848 consumer groups ----------------------------------
+
+
+def test_consumer_group_commits_check_epoch_version_and_transactions() -> None:
+    """ConsumerGroup.validateOffsetCommit: a member commits with its epoch over OffsetCommit
+    v9 (older: UNSUPPORTED_VERSION); another epoch is STALE_MEMBER_EPOCH, or
+    ILLEGAL_GENERATION in a TxnOffsetCommit, where no member fields at all pass."""
+    h = ConsumerHarness()
+    h.beat("a", 0)
+    assert commit(h, CONSUMER_GROUP, 1, "a") == ErrorCode.none
+    assert commit(h, CONSUMER_GROUP, 1, "a", version=8) == ErrorCode.unsupported_version
+    assert commit(h, CONSUMER_GROUP, 2, "a") == ErrorCode.stale_member_epoch
+    assert commit(h, CONSUMER_GROUP, -1, "a") == ErrorCode.stale_member_epoch
+    assert commit(h, CONSUMER_GROUP, -1, "") == ErrorCode.unknown_member_id
+    assert txn_commit(h, CONSUMER_GROUP, 2, "a") == ErrorCode.illegal_generation
+    assert txn_commit(h, CONSUMER_GROUP, 1, "a") == ErrorCode.none
+    assert txn_commit(h, CONSUMER_GROUP, -1, "") == ErrorCode.none
+    h.beat("a", -1)
+    assert commit(h, CONSUMER_GROUP, -1, "gone") == ErrorCode.none  # empty: anyone with -1
+
+
+def test_offset_fetch_checks_a_consumer_members_epoch() -> None:
+    """OffsetFetch v9: an admin (no member id, epoch -1) reads; a member must give its own
+    epoch (STALE_MEMBER_EPOCH) and be known (UNKNOWN_MEMBER_ID); classic groups check
+    nothing."""
+    h = ConsumerHarness()
+    h.beat("a", 0)
+    assert h.commit("a", 1) == ErrorCode.none
+    assert h.core.fetch_offsets(CONSUMER_GROUP, None)[1][("t", 0)].offset == 5
+    assert h.core.fetch_offsets(CONSUMER_GROUP, None, "a", 1)[0] == ErrorCode.none
+    assert h.core.fetch_offsets(CONSUMER_GROUP, None, "a", 0) == (
+        ErrorCode.stale_member_epoch, {})
+    assert h.core.fetch_offsets(CONSUMER_GROUP, None, "b", 1) == (
+        ErrorCode.unknown_member_id, {})
+    classic = Harness()
+    commit(classic, GROUP, -1, "")
+    assert classic.core.fetch_offsets(GROUP, None, "whoever", 9)[0] == ErrorCode.none
+
+
+# -- static membership (KIP-345) ---------------------------------------------------------------
+
+
+def static_leader_group(h: Harness) -> tuple[str, str]:
+    """A stable group: static leader i-1 (assignment b"L") and a dynamic follower."""
+    leader_token = h.join(instance="i-1")
+    follower_token = h.join_new(client_id="dyn")
+    h.advance(200)
+    leader = h.results[leader_token].member_id
+    follower = h.results[follower_token].member_id
+    assert h.results[leader_token].leader == leader
+    h.sync(leader, 1, {leader: b"L", follower: b"F"}, instance="i-1")
+    h.sync(follower, 1)
+    assert h.state() is GroupState.STABLE
+    return leader, follower
+
+
+def test_a_static_leader_rejoining_below_v9_gets_no_rebalance() -> None:
+    """JoinGroup v5 (librdkafka) from a restarted static leader: answered from generation 1
+    at once, named the old leader id so it syncs as a follower and gets its assignment; the
+    old id is fenced; the group never leaves Stable."""
+    h = Harness()
+    leader, follower = static_leader_group(h)
+    again: JoinResult = h.results[h.join(instance="i-1", version=5)]
+    assert again.error == ErrorCode.none and again.member_id != leader
+    assert (again.generation_id, again.leader, again.members) == (1, leader, ())
+    assert not again.skip_assignment and h.state() is GroupState.STABLE
+    synced = h.results[h.sync(again.member_id, 1, instance="i-1")]
+    assert synced.error == ErrorCode.none and synced.assignment == b"L"
+    assert h.heartbeat(follower, 1) == ErrorCode.none  # no rebalance for the follower
+    assert h.heartbeat(leader, 1, "i-1") == ErrorCode.fenced_instance_id
+    assert h.core.partitions[0].groups[GROUP].leader == again.member_id
+
+
+def test_a_static_leader_rejoining_with_v9_skips_the_assignment() -> None:
+    """JoinGroup v9: the rejoining leader learns it leads, with the members, and is told to
+    skip the assignment (KIP-814)."""
+    h = Harness()
+    static_leader_group(h)
+    again: JoinResult = h.results[h.join(instance="i-1", version=9)]
+    assert again.leader == again.member_id and again.skip_assignment
+    assert {m[0] for m in again.members} == set(h.core.partitions[0].groups[GROUP].members)
+    assert h.state() is GroupState.STABLE
+
+
+def test_a_static_member_changing_the_groups_protocol_rebalances() -> None:
+    """A rejoin whose protocols change what the group would select starts a rebalance."""
+    h = Harness()
+    token = h.join(instance="i-1")
+    h.advance(200)
+    h.sync(h.results[token].member_id, 1, {h.results[token].member_id: b"L"}, instance="i-1")
+    h.join(instance="i-1", version=5, protocols=(("range", subscription("t", "u")),
+                                                 ("roundrobin", subscription("t"))))
+    assert h.state() is GroupState.STABLE  # new metadata alone: range is still the choice
+    changed = h.results[h.join(instance="i-1", version=5, protocols=(
+        ("roundrobin", subscription("t")), ("range", subscription("t"))))]
+    assert (changed.generation_id, changed.protocol_name) == (2, "roundrobin")
+    assert changed.leader == changed.member_id  # the only member: it joined, so it leads
+
+
+def test_leave_by_instance_id_and_a_fenced_duplicate() -> None:
+    """LeaveGroup v3+ names a static member by instance id alone (an admin removing it);
+    an old member id under that instance id is FENCED_INSTANCE_ID."""
+    h = Harness()
+    leader, _ = static_leader_group(h)
+    h.join(instance="i-1", version=5)
+    token = h.token()
+    h.core.leave_group(token, GROUP, [LeaveMember(leader, "i-1"), LeaveMember("", "i-1"),
+                                      LeaveMember("", "i-9")], h.now_ms)
+    h.drain()
+    assert h.results[token] == (ErrorCode.none, [ErrorCode.fenced_instance_id, ErrorCode.none,
+                                                 ErrorCode.unknown_member_id])
+    assert h.state() is GroupState.PREPARING_REBALANCE
+    assert "i-1" not in h.core.partitions[0].groups[GROUP].static_members
+
+
+def test_a_rebalance_no_member_rejoined_waits_for_one() -> None:
+    """Only static members, none rejoined by the rebalance timeout: the generation does not
+    move on without a leader that joined (Kafka's maybeElectNewJoinedLeader); a member
+    rejoining then leads it."""
+    h = Harness()
+    leader, follower = static_leader_group(h)
+    token = h.token()
+    h.core.leave_group(token, GROUP, [LeaveMember(follower, None)], h.now_ms)
+    h.drain()
+    assert h.state() is GroupState.PREPARING_REBALANCE
+    for _ in range(12):  # heartbeats keep the static leader, which does not rejoin
+        h.advance(REBALANCE_MS // 10)
+        assert h.heartbeat(leader, 1, "i-1") == ErrorCode.rebalance_in_progress
+    assert h.state() is GroupState.PREPARING_REBALANCE
+    assert h.core.partitions[0].groups[GROUP].generation_id == 1
+    rejoined: JoinResult = h.results[h.join(leader, instance="i-1")]
+    assert rejoined.error == ErrorCode.none and rejoined.generation_id == 2
+    assert rejoined.leader == leader

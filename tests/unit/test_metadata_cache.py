@@ -21,7 +21,7 @@ def image_with_topics(count: int, partitions: int = 3) -> tuple[Harness, Any]:
     return harness, harness.controller.image
 
 
-@pytest.mark.parametrize("version", range(13))
+@pytest.mark.parametrize("version", range(14))
 def test_the_spliced_all_topics_response_is_the_entitys_encoding(version: int) -> None:
     _, image = image_with_topics(12)
     cache = MetadataCache(0, "cluster")  # node 0 is a live broker: the controller id shown

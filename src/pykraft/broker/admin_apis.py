@@ -471,6 +471,10 @@ class AdminApis:
                         error_message="only broker endpoints are described",
                         cluster_id=self.cache.cluster_id, brokers=())
         brokers = self.cache.live_brokers(context.listener_name)
+        fenced = (self.cache.fenced_brokers(context.listener_name)
+                  if field(request, "include_fenced_brokers", False) else [])
+        described = sorted([(broker, False) for broker in brokers]
+                           + [(broker, True) for broker in fenced])
         return make(
             module.DescribeClusterResponse,
             throttle_time=NO_THROTTLE,
@@ -479,8 +483,9 @@ class AdminApis:
             endpoint_type=1,
             cluster_id=self.cache.cluster_id,
             controller_id=self.cache.controller_id(brokers),
-            brokers=tuple(make(module.DescribeClusterBroker, broker_id=i, host=h, port=p, rack=r)
-                          for i, h, p, r in brokers),
+            brokers=tuple(make(module.DescribeClusterBroker, broker_id=i, host=h, port=p, rack=r,
+                               is_fenced=is_fenced)
+                          for (i, h, p, r), is_fenced in described),
         )
 
     async def unregister_broker(self, context: RequestContext, request: Any) -> Any:

@@ -68,6 +68,16 @@ class MetadataCache:
                 found.append((broker.id, endpoint.host, endpoint.port, broker.rack))
         return sorted(found)
 
+    def fenced_brokers(self, listener_name: str) -> list[tuple[int, str, int, str | None]]:
+        """(id, host, port, rack) of the fenced brokers with an endpoint for this listener
+        (DescribeCluster v2's include_fenced_brokers, KIP-1073)."""
+        found = []
+        for broker in self.image.cluster.brokers.values():
+            endpoint = broker.listeners.get(listener_name)
+            if broker.fenced and endpoint is not None:
+                found.append((broker.id, endpoint.host, endpoint.port, broker.rack))
+        return sorted(found)
+
     def controller_id(self, brokers: list[tuple[int, str, int, str | None]]) -> int:
         """KRaft convention: clients are shown a random live broker as "the controller";
         admin requests sent there are forwarded to the active controller."""
@@ -95,8 +105,10 @@ class MetadataCache:
         module = response_module(ApiKey.METADATA, version)
         flexible = version >= FIRST_FLEXIBLE_METADATA
         shell = encode_entity(self._response(module, listener_name, ()))
-        # after the topics array: ClusterAuthorizedOperations (v8-v10), the tagged fields
-        tail = (4 if 8 <= version <= 10 else 0) + (1 if flexible else 0)
+        # after the topics array: ClusterAuthorizedOperations (v8-v10), ErrorCode (v13+),
+        # the tagged fields
+        tail = ((4 if 8 <= version <= 10 else 0) + (2 if version >= 13 else 0)
+                + (1 if flexible else 0))
         empty = b"\x01" if flexible else b"\0\0\0\0"  # the empty array's length
         cut = len(shell) - tail - len(empty)
         invariant(shell[cut:cut + len(empty)] == empty,
@@ -146,6 +158,7 @@ class MetadataCache:
             cluster_id=self.cluster_id,
             controller_id=self.controller_id(brokers),
             topics=topics,
+            error_code=ErrorCode.none,  # v13+ (KIP-1102): Kafka 4.0's brokers answer NONE too
         )
 
     def _requested_topic(self, module: Any, wanted: Any) -> Any:

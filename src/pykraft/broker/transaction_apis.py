@@ -57,9 +57,12 @@ log = logging.getLogger(__name__)
 
 TRANSACTION_APIS: Final[dict[int, tuple[int, int]]] = {
     ApiKey.INIT_PRODUCER_ID: (0, 5),
-    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 4),  # v5 is KIP-890 part 2 (transaction version 2)
+    # v5 may carry TRANSACTION_ABORTABLE (KIP-890), which this coordinator never answers
+    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 5),
     ApiKey.ADD_OFFSETS_TO_TXN: (0, 4),
-    ApiKey.END_TXN: (0, 4),  # v5 bumps the epoch on every transaction (KIP-890 part 2)
+    # v5 is KIP-890 part 2 (transaction.version 2, which is never finalized here, so no client
+    # sends it): answered as v4, with the producer id and epoch unchanged (docs/deviations.md)
+    ApiKey.END_TXN: (0, 5),
     ApiKey.WRITE_TXN_MARKERS: (1, 1),
     ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
     ApiKey.LIST_TRANSACTIONS: (0, 1),
@@ -266,8 +269,14 @@ class TransactionApis:
             lambda token, now: self.core.end_txn(
                 token, request.transactional_id, request.producer_id, request.producer_epoch,
                 request.committed, now))
+        # v5 tells the producer id and epoch to use next; without transaction.version 2 the
+        # end of a transaction bumps neither, so they are the request's (-1 on an error, as
+        # Kafka answers a failed EndTxn)
+        ended = error == ErrorCode.none
         return make(module.EndTxnResponse, throttle_time=NO_THROTTLE,
-                    error_code=_for_version(error, ApiKey.END_TXN, version))
+                    error_code=_for_version(error, ApiKey.END_TXN, version),
+                    producer_id=request.producer_id if ended else -1,
+                    producer_epoch=request.producer_epoch if ended else -1)
 
     # -- WriteTxnMarkers (the partition leader's side) ----------------------------------
 

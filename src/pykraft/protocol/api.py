@@ -51,9 +51,9 @@ class ApiKey(IntEnum):
 # brings its own table with its handlers (see broker.apis.ApiGroup).
 DATA_APIS: Final[dict[int, tuple[int, int]]] = {
     ApiKey.PRODUCE: (3, 12),  # v13 addresses topics by id (Kafka 4.1); not yet
-    ApiKey.FETCH: (4, 16),
-    ApiKey.LIST_OFFSETS: (1, 9),
-    ApiKey.METADATA: (0, 12),
+    ApiKey.FETCH: (4, 17),  # v17: a follower's directory id (KIP-853), used by KRaft only
+    ApiKey.LIST_OFFSETS: (1, 10),  # v10: a timeout for tiered reads (KIP-1075); none here
+    ApiKey.METADATA: (0, 13),  # v13: a top-level error code (KIP-1102)
     ApiKey.API_VERSIONS: (0, 4),
 }
 
@@ -65,7 +65,7 @@ ADMIN_APIS: Final[dict[int, tuple[int, int]]] = {
     ApiKey.CREATE_PARTITIONS: (0, 3),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
     ApiKey.DESCRIBE_QUORUM: (0, 2),
-    ApiKey.DESCRIBE_CLUSTER: (0, 1),
+    ApiKey.DESCRIBE_CLUSTER: (0, 2),  # v2: fenced brokers on request (KIP-1073)
     ApiKey.ELECT_LEADERS: (0, 2),
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 1),
     ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),

@@ -24,6 +24,7 @@ from pykraft.broker.group_coordinator.core import GroupConfig
 from pykraft.controller.configs import DYNAMIC_BROKER_CONFIGS
 from pykraft.errors import InvalidConfig
 from pykraft.net.limits import parse_per_ip_overrides
+from pykraft.server.kafka_keys import KAFKA_KEYS, check_kafka_value, listener_prefixed_key
 from pykraft.storage import log_config
 from pykraft.storage.log_config import ConfigType
 from pykraft.storage.meta_properties import parse_java_properties
@@ -60,8 +61,7 @@ SERVER_KEYS: Final[dict[str, ServerKey]] = {
         ServerKey(
             "listener.security.protocol.map",
             "list",
-            "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,"
-            "SASL_SSL:SASL_SSL",
+            "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
         ),
         ServerKey("inter.broker.listener.name", "string", None),
         ServerKey("controller.quorum.voters", "list", ""),
@@ -158,6 +158,21 @@ SERVER_KEYS: Final[dict[str, ServerKey]] = {
 }
 
 _ROLES: Final = ("broker", "controller")
+_SECURITY_PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+# Keys this module declares (or that `controller.configs` accepts dynamically) that pykraft
+# does not act on: threads and socket buffers of the JVM's network layer, fetcher threads,
+# plug-ins. Like every other Kafka key pykraft ignores, each gets one warning.
+_NOT_ACTED_ON: Final = frozenset({
+    "num.network.threads", "num.io.threads", "num.recovery.threads.per.data.dir",
+    "socket.send.buffer.bytes", "socket.receive.buffer.bytes", "background.threads",
+    "num.replica.fetchers", "metric.reporters", "max.connection.creation.rate",
+    "transaction.partition.verification.enable", "log.cleaner.io.buffer.size",
+    "leader.replication.throttled.rate", "follower.replication.throttled.rate",
+})
+# Prefixes Kafka hands to plug-ins (config providers, tiered storage's managers): Kafka
+# knows them, pykraft has no such plug-ins.
+_PLUGIN_PREFIXES: Final = ("config.providers", "rlmm.config.", "rsm.config.",
+                           "remote.log.metadata.", "remote.log.storage.")
 # Kafka's connection.failed.authentication.delay.ms default (pykraft has no SASL yet), which
 # KafkaConfig requires to be below connections.max.idle.ms
 _FAILED_AUTHENTICATION_DELAY_MS: Final = 100
@@ -169,8 +184,12 @@ _TOPIC_SYNONYMS: Final = {
 }
 _LISTENER: Final = re.compile(r"^([A-Za-z0-9_]+)://(\[[0-9a-fA-F:]+\]|[^:\[\]]*):(\d+)$")
 _VOTER: Final = re.compile(r"^(\d+)@(\[[0-9a-fA-F:]+\]|[^:@\[\]]+):(\d+)$")
-_NON_ROUTABLE_HOSTS: Final = ("0.0.0.0", "::")
+_NON_ROUTABLE_HOSTS: Final = ("0.0.0.0", "::")  # Kafka checks 0.0.0.0; "::" is as bad
 _ADDRESS: Final = re.compile(r"^(\[[0-9a-fA-F:]+\]|[^:\[\]]+):(\d+)$")
+_IGNORED_WARNING: Final = ("The configuration '{}' is a Kafka config that pykraft does not use; "
+                           "it is ignored")
+_UNKNOWN_WARNING: Final = ("The configuration '{}' was supplied but isn't a known config; "
+                           "it is ignored")
 _LISTENER_MAX_CONNECTIONS: Final = re.compile(r"^listener\.name\.[^.]+\.max\.connections$")
 
 
@@ -194,7 +213,9 @@ def read_properties(text: str) -> dict[str, str]:
     return parse_java_properties(text)
 
 
-def parse_endpoints(value: str, key: str) -> list[Endpoint]:
+def parse_endpoints(value: str, key: str, *, distinct: bool = True) -> list[Endpoint]:
+    """`NAME://host:port,...`; every name once and, unless `distinct` is False (Kafka's
+    advertised.listeners), every host:port once."""
     endpoints = []
     for item in (part.strip() for part in value.split(",")):
         if not item:
@@ -212,7 +233,7 @@ def parse_endpoints(value: str, key: str) -> list[Endpoint]:
     if len(set(names)) != len(names):
         raise ConfigError(f"Each listener must have a different name in {key}: {value}")
     addresses = [(endpoint.host, endpoint.port) for endpoint in endpoints if endpoint.port]
-    if len(set(addresses)) != len(addresses):
+    if distinct and len(set(addresses)) != len(addresses):
         raise ConfigError(f"Each listener must have a different host:port in {key}: {value}")
     return endpoints
 
@@ -232,6 +253,28 @@ def parse_voters(value: str) -> dict[int, tuple[str, int]]:
                               f"controller.quorum.voters: voter {voter_id} is named twice")
         voters[voter_id] = (match.group(2).strip("[]"), int(match.group(3)))
     return voters
+
+
+def parse_quorum_bootstrap_servers(value: str) -> list[tuple[str, int]]:
+    """controller.quorum.bootstrap.servers: `host:port,...`."""
+    servers = []
+    for item in (part.strip() for part in value.split(",")):
+        if not item:
+            continue
+        try:
+            address = parse_address("controller.quorum.bootstrap.servers", item)
+        except InvalidConfig as error:
+            raise ConfigError(str(error)) from None
+        if address is not None:
+            servers.append(address)
+    return servers
+
+
+def _routable_name(endpoint: Endpoint) -> Endpoint:
+    """An empty listener host is advertised as this machine's canonical host name."""
+    if endpoint.host:
+        return endpoint
+    return Endpoint(endpoint.listener_name, _canonical_host_name(), endpoint.port)
 
 
 def _check_value(name: str, value: str) -> None:
@@ -256,6 +299,11 @@ def _check_value(name: str, value: str) -> None:
             log_config.server_default(_TOPIC_SYNONYMS[name], {name: value})
         elif name in DYNAMIC_BROKER_CONFIGS and key is None:
             DYNAMIC_BROKER_CONFIGS[name].check(value)
+        elif key is None and name in KAFKA_KEYS:  # a key Kafka types, even if we ignore it
+            check_kafka_value(name, KAFKA_KEYS[name], value)
+        prefixed = listener_prefixed_key(name)
+        if prefixed is not None and prefixed[1] in KAFKA_KEYS:
+            check_kafka_value(name, KAFKA_KEYS[prefixed[1]], value)
     except (InvalidConfig, ValueError) as error:
         raise ConfigError(str(error)) from None
 
@@ -272,8 +320,26 @@ def parse_address(name: str, value: str) -> tuple[str, int] | None:
 
 
 def is_known_key(name: str) -> bool:
+    """Whether Kafka knows the key (pykraft may still ignore it: `is_used_key`)."""
     return (name in SERVER_KEYS or name in _TOPIC_SYNONYMS or name in DYNAMIC_BROKER_CONFIGS
-            or name.startswith("listener.name."))
+            or name in KAFKA_KEYS or listener_prefixed_key(name) is not None
+            or name.startswith(_PLUGIN_PREFIXES))
+
+
+def is_used_key(name: str) -> bool:
+    """Whether pykraft acts on the key (the topic defaults count: they are what a topic
+    created without its own value gets, and what DescribeConfigs reports)."""
+    if _LISTENER_MAX_CONNECTIONS.match(name):
+        return True
+    known = name in SERVER_KEYS or name in _TOPIC_SYNONYMS or name in DYNAMIC_BROKER_CONFIGS
+    return known and name not in _NOT_ACTED_ON
+
+
+def key_warning(name: str) -> str | None:
+    """The one warning line a key gets: Kafka's but ignored, unknown, or none (used)."""
+    if is_used_key(name):
+        return None
+    return (_IGNORED_WARNING if is_known_key(name) else _UNKNOWN_WARNING).format(name)
 
 
 @functools.cache
@@ -288,11 +354,12 @@ class ServerConfig:
     def __init__(self, values: Mapping[str, str]) -> None:
         self.values = {name.strip(): value.strip() for name, value in values.items()}
         self.warnings: list[str] = []
+        self._bootstrap_voters: dict[int, tuple[str, int]] = {}
         for name, value in self.values.items():
             _check_value(name, value)
-            if not is_known_key(name):
-                self.warnings.append(f"The configuration '{name}' was supplied but isn't a "
-                                     "known config; it is ignored")
+            warning = key_warning(name)
+            if warning is not None:
+                self.warnings.append(warning)
         self._apply_broker_id_synonym()
         try:  # cross-key rules of the topic defaults (min.compaction.lag.ms <= max...)
             log_config.LogConfig.from_configs({}, self.values)
@@ -397,18 +464,34 @@ class ServerConfig:
     def listeners(self) -> list[Endpoint]:
         return parse_endpoints(self.get("listeners") or "", "listeners")
 
+    def _advertised_or_listeners(self) -> list[Endpoint]:
+        """advertised.listeners when the key is given (even empty), else listeners."""
+        given = self.get("advertised.listeners")
+        if given is None:
+            return self.listeners
+        return parse_endpoints(given, "advertised.listeners", distinct=False)
+
     @property
     def advertised_listeners(self) -> list[Endpoint]:
-        """advertised.listeners, or the non-controller listeners; an empty host means this
-        machine's canonical host name."""
-        given = self.get("advertised.listeners")
-        if given:
-            endpoints = parse_endpoints(given, "advertised.listeners")
-        else:
-            controllers = self.controller_listeners
-            endpoints = [e for e in self.listeners if e.listener_name not in controllers]
-        return [e if e.host else Endpoint(e.listener_name, _canonical_host_name(), e.port)
-                for e in endpoints]
+        """The broker's advertised listeners (Kafka's effectiveAdvertisedBrokerListeners):
+        advertised.listeners, or listeners, without the controller listeners; an empty host
+        means this machine's canonical host name."""
+        controllers = self.controller_listeners
+        return [_routable_name(e) for e in self._advertised_or_listeners()
+                if e.listener_name not in controllers]
+
+    @property
+    def advertised_controller_listeners(self) -> list[Endpoint]:
+        """Per controller listener name: its advertised.listeners entry, else its listener."""
+        advertised = self._advertised_or_listeners()
+        listeners = self.listeners
+        found = []
+        for name in self.controller_listeners:
+            endpoint = next((e for e in advertised if e.listener_name == name), None) or next(
+                (e for e in listeners if e.listener_name == name), None)
+            if endpoint is not None:
+                found.append(_routable_name(endpoint))
+        return found
 
     @property
     def controller_listeners(self) -> list[str]:
@@ -416,109 +499,195 @@ class ServerConfig:
 
     @property
     def security_protocols(self) -> dict[str, str]:
+        """Kafka's effectiveListenerSecurityProtocolMap: the map as given; when it is not
+        given, the default one plus PLAINTEXT for each controller listener name (unless a
+        listener or controller name is an SSL or SASL one)."""
         mapping = {}
         for item in self.get_list("listener.security.protocol.map"):
             name, _, protocol = item.partition(":")
             mapping[name.strip().upper()] = protocol.strip().upper()
+        if "listener.security.protocol.map" not in self.values:
+            names = [*self.controller_listeners,
+                     *(item.partition(":")[0].strip().upper()
+                       for item in self.get_list("listeners"))]
+            if not any(name in _SECURITY_PROTOCOLS[1:] for name in names):
+                for name in self.controller_listeners:
+                    mapping.setdefault(name, "PLAINTEXT")
         return mapping
 
     @property
     def voters(self) -> dict[int, tuple[str, int]]:
-        return parse_voters(self.get("controller.quorum.voters") or "")
+        """controller.quorum.voters, or the voters `storage format --standalone` /
+        `--initial-controllers` wrote (set by `adopt_bootstrap_voters` at start-up)."""
+        static = parse_voters(self.get("controller.quorum.voters") or "")
+        return static or dict(self._bootstrap_voters)
+
+    def adopt_bootstrap_voters(self, voters: Mapping[int, tuple[str, int]]) -> None:
+        """The voter set formatted into the metadata log dir, for a node configured with
+        controller.quorum.bootstrap.servers only (pykraft's quorum is static; see
+        storage_tool.py)."""
+        self._bootstrap_voters = dict(voters)
+
+    @property
+    def quorum_bootstrap_servers(self) -> list[tuple[str, int]]:
+        return parse_quorum_bootstrap_servers(
+            self.get("controller.quorum.bootstrap.servers") or "")
 
     @property
     def inter_broker_listener(self) -> str:
+        """inter.broker.listener.name, else the listener named after
+        security.inter.broker.protocol (PLAINTEXT), as Kafka picks it."""
         given = self.get("inter.broker.listener.name")
         if given:
             return given.upper()
-        brokers = [e for e in self.listeners if e.listener_name not in self.controller_listeners]
-        return brokers[0].listener_name if brokers else "PLAINTEXT"
+        return (self.get("security.inter.broker.protocol") or "PLAINTEXT").upper()
 
     # -- the shape of the node, checked as Kafka's KafkaConfig checks it -------------------
+    #
+    # KafkaConfig.validateValues checks each role only for what that role uses: a key meant
+    # for brokers (inter.broker.listener.name, advertised.listeners' broker entries) is not
+    # checked on a controller-only node, so the templates that set it on every node work.
 
     def _validate_shape(self) -> None:
         if self.get("node.id") is None:
             raise ConfigError("Missing required configuration node.id which has no default "
                               "value")
         self._validate_roles()
-        names = self._validate_listeners()
-        self._validate_advertised(names)
-        self._validate_quorum(names)
+        self._validate_listeners()
+        self._validate_inter_broker_protocol()
+        roles = self.roles
+        self._validate_quorum_servers()
+        if self.get("control.plane.listener.name"):
+            raise ConfigError("control.plane.listener.name is not supported in KRaft mode.")
+        if roles == {"broker"}:
+            self._validate_broker_only()
+        else:
+            self._validate_controller_role(controller_only=roles == {"controller"})
+        if "broker" in roles:
+            self._validate_broker_role()
+        self._validate_routable()
 
     def _validate_roles(self) -> None:
         raw = self.get("process.roles")
         if raw is None or not raw.strip():
-            raise ConfigError("Missing required configuration process.roles "
-                              "(pykraft runs in KRaft mode only: broker, controller or both)")
+            raise ConfigError("Missing required configuration process.roles which has no "
+                              "default value (pykraft runs in KRaft mode only: broker, "
+                              "controller or both)")
         roles = [role.strip() for role in raw.split(",")]
         for role in roles:
             if role not in _ROLES:
-                raise ConfigError(f"Invalid value {raw} for configuration process.roles: "
-                                  f"unknown role {role!r} (expected broker, controller or both)")
+                raise ConfigError(f"Unknown process role '{role}' (only 'broker' and "
+                                  "'controller' are allowed roles)")
         if len(set(roles)) != len(roles):
-            raise ConfigError(f"Invalid value {raw} for configuration process.roles: "
-                              "duplicate role names")
+            raise ConfigError(f"Duplicate role names found in `process.roles`: {raw}")
 
-    def _validate_listeners(self) -> set[str]:
+    def _validate_listeners(self) -> None:
         listeners = self.listeners
-        names = {e.listener_name for e in listeners}
         protocols = self.security_protocols
-        for name in sorted(names):
-            if name not in protocols:
-                raise ConfigError(f"listener {name} (in listeners) has no entry in "
-                                  "listener.security.protocol.map")
-            if protocols[name] != "PLAINTEXT":
-                raise ConfigError(f"listener {name} uses {protocols[name]}; "
-                                  "only PLAINTEXT listeners are supported yet")
-        controller_names = self.controller_listeners
-        if not controller_names:
-            raise ConfigError("controller.listener.names must be set in KRaft mode")
-        if "controller" in self.roles and not names & set(controller_names):
-            raise ConfigError("controller.listener.names: the controller role needs one of "
-                              f"{', '.join(controller_names)} in listeners")
-        if "broker" in self.roles and not names - set(controller_names):
-            raise ConfigError("listeners: the broker role needs a listener that is not in "
-                              "controller.listener.names")
-        if "controller" not in self.roles and names & set(controller_names):
-            raise ConfigError("controller.listener.names must not name a listener in listeners "
-                              "on a broker-only node (process.roles=broker): "
-                              f"{', '.join(sorted(names & set(controller_names)))}")
-        if "broker" not in self.roles and names - set(controller_names):
-            raise ConfigError("listeners: a controller-only node may only have the listeners "
-                              "named in controller.listener.names")
-        inter_broker = self.get("inter.broker.listener.name")
-        if inter_broker and inter_broker.upper() not in names - set(controller_names):
-            raise ConfigError(f"inter.broker.listener.name {inter_broker} must be a "
-                              "non-controller listener in listeners")
-        return names
-
-    def _validate_advertised(self, names: set[str]) -> None:
+        for endpoint in listeners:
+            if endpoint.listener_name not in protocols:
+                raise ConfigError(f"Error creating broker listeners from "
+                                  f"'{self.get('listeners')}': No security protocol defined "
+                                  f"for listener {endpoint.listener_name}")
+            protocol = protocols[endpoint.listener_name]
+            if protocol != "PLAINTEXT":  # docs/deviations.md: no SSL or SASL yet
+                raise ConfigError(f"listener {endpoint.listener_name} uses {protocol}; only "
+                                  "PLAINTEXT listeners are supported yet")
         given = self.get("advertised.listeners")
-        advertised = parse_endpoints(given, "advertised.listeners") if given else []
-        unknown = sorted({e.listener_name for e in advertised} - names)
-        if unknown:
-            raise ConfigError(f"advertised.listeners names {', '.join(unknown)}, which "
-                              f"listeners does not define (it has {', '.join(sorted(names))})")
-        controllers = set(self.controller_listeners)
-        if "broker" in self.roles and {e.listener_name for e in advertised} & controllers:
-            raise ConfigError("advertised.listeners must not contain the controller listeners "
-                              "(controller.listener.names): clients only talk to brokers")
-        effective = advertised or [e for e in self.listeners if e.listener_name not in controllers]
-        for endpoint in effective:
-            if endpoint.host in _NON_ROUTABLE_HOSTS:
-                raise ConfigError(
-                    f"advertised.listeners cannot use the non-routable address {endpoint.host} "
-                    f"(listener {endpoint.listener_name}): advertise a routable host")
+        if given:
+            for endpoint in parse_endpoints(given, "advertised.listeners", distinct=False):
+                if endpoint.listener_name not in protocols:
+                    raise ConfigError(f"Error creating broker listeners from '{given}': No "
+                                      "security protocol defined for listener "
+                                      f"{endpoint.listener_name}")
 
-    def _validate_quorum(self, names: set[str]) -> None:
+    def _validate_inter_broker_protocol(self) -> None:
+        """Kafka resolves the inter-broker listener's protocol on every role."""
+        name = self.get("inter.broker.listener.name")
+        if name and "security.inter.broker.protocol" in self.values:
+            raise ConfigError("Only one of inter.broker.listener.name and "
+                              "security.inter.broker.protocol should be set.")
+        if name and name.upper() not in self.security_protocols:
+            raise ConfigError(f"Listener with name {name.upper()} defined in "
+                              "inter.broker.listener.name not found in "
+                              "listener.security.protocol.map.")
+        protocol = self.get("security.inter.broker.protocol") or "PLAINTEXT"
+        if not name and protocol not in _SECURITY_PROTOCOLS:
+            raise ConfigError(f"Invalid security protocol `{protocol}` defined in "
+                              "security.inter.broker.protocol")
+
+    def _validate_quorum_servers(self) -> None:
+        # both parsed: a malformed entry is an error whatever the role
+        parse_voters(self.get("controller.quorum.voters") or "")
+        parse_quorum_bootstrap_servers(self.get("controller.quorum.bootstrap.servers") or "")
+        if not self.get_list("controller.quorum.voters") and not self.get_list(
+                "controller.quorum.bootstrap.servers"):
+            raise ConfigError("If using process.roles, either "
+                              "controller.quorum.bootstrap.servers must contain the set of "
+                              "bootstrap controllers or controller.quorum.voters must contain "
+                              "a parseable set of controllers.")
+
+    def _voter_ids_text(self) -> str:
+        return "Set(" + ", ".join(str(voter) for voter in sorted(self.voters)) + ")"
+
+    def _validate_broker_only(self) -> None:
+        if self.node_id in self.voters:
+            raise ConfigError("If process.roles contains just the 'broker' role, the node id "
+                              f"{self.node_id} must not be included in the set of voters "
+                              f"controller.quorum.voters={self._voter_ids_text()}")
+        names = self.controller_listeners
+        if not names:
+            raise ConfigError("controller.listener.names must contain at least one value "
+                              "when running KRaft with just the broker role")
+        if any(e.listener_name in names for e in self.listeners):
+            raise ConfigError("controller.listener.names must not contain a value appearing "
+                              "in the 'listeners' configuration when running KRaft with just "
+                              "the broker role")
+        for name in names:
+            if name not in self.security_protocols:
+                raise ConfigError(f"Controller listener with name {name} defined in "
+                                  "controller.listener.names not found in "
+                                  "listener.security.protocol.map")
+
+    def _validate_controller_role(self, *, controller_only: bool) -> None:
+        names = self.controller_listeners
+        listener_names = {e.listener_name for e in self.listeners}
+        if controller_only and any(e.listener_name not in names for e in self.listeners):
+            raise ConfigError("The listeners config must only contain KRaft controller "
+                              "listeners from controller.listener.names when "
+                              "process.roles=controller")
         voters = self.voters
-        if not voters:
-            raise ConfigError("controller.quorum.voters must name at least one voter "
-                              "(controller.quorum.bootstrap.servers, the dynamic quorum, is "
-                              "not supported yet)")
-        if "controller" in self.roles and self.node_id not in voters:
-            raise ConfigError(f"node.id {self.node_id} has the controller role but is not "
-                              "in controller.quorum.voters")
-        if "controller" not in self.roles and self.node_id in voters:
-            raise ConfigError(f"node.id {self.node_id} is in controller.quorum.voters but "
-                              "process.roles does not contain controller")
+        if voters and self.node_id not in voters:
+            raise ConfigError("If process.roles contains the 'controller' role, the node id "
+                              f"{self.node_id} must be included in the set of voters "
+                              f"controller.quorum.voters={self._voter_ids_text()}")
+        if not any(name in listener_names for name in names):
+            raise ConfigError("controller.listener.names must contain at least one value "
+                              "appearing in the 'listeners' configuration when running the "
+                              "KRaft controller role")
+        if any(name not in listener_names for name in names):
+            raise ConfigError("controller.listener.names must only contain values appearing "
+                              "in the 'listeners' configuration when running the KRaft "
+                              "controller role")
+
+    def _validate_broker_role(self) -> None:
+        advertised = [e.listener_name for e in self.advertised_listeners]
+        if not advertised:
+            raise ConfigError("There must be at least one broker advertised listener. Perhaps "
+                              "all listeners appear in controller.listener.names?")
+        if self.inter_broker_listener not in advertised:
+            raise ConfigError("inter.broker.listener.name must be a listener name defined in "
+                              "advertised.listeners. The valid options based on currently "
+                              f"configured listeners are {','.join(advertised)}")
+        listener_names = [e.listener_name for e in self.listeners]
+        if not set(advertised) <= set(listener_names):
+            raise ConfigError("advertised.listeners listener names must be equal to or a "
+                              "subset of the ones defined in listeners. Found "
+                              f"{','.join(advertised)}. The valid options based on the current "
+                              f"configuration are {','.join(listener_names)}")
+
+    def _validate_routable(self) -> None:
+        for endpoint in [*self.advertised_listeners, *self.advertised_controller_listeners]:
+            if endpoint.host in _NON_ROUTABLE_HOSTS:
+                raise ConfigError("advertised.listeners cannot use the nonroutable "
+                                  f"meta-address {endpoint.host}. Use a routable IP address.")

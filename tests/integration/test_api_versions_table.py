@@ -375,3 +375,29 @@ def test_end_txn_v5_answers_the_producer_id_and_epoch_to_go_on_with(client: Wire
     ended = _end(client, producer_id, epoch)
     assert ended.error_code == ErrorCode.none
     assert (ended.producer_id, ended.producer_epoch) == (producer_id, epoch)
+
+
+# -- KIP-430 authorized operations, seen by a real client -----------------------------------
+
+
+def test_admin_client_sees_every_operation_allowed(node: LocalCluster) -> None:
+    """librdkafka's describe_cluster / describe_topics with include_authorized_operations:
+    with no authorizer every operation the resource type supports is allowed, as Kafka
+    answers (KIP-430); without the option no operations are reported."""
+    from confluent_kafka import TopicCollection
+    from confluent_kafka.admin import AclOperation, AdminClient
+
+    admin = AdminClient({"bootstrap.servers": node.bootstrap_servers})
+    cluster = admin.describe_cluster(include_authorized_operations=True).result(timeout=30)
+    assert set(cluster.authorized_operations) == {
+        AclOperation.CREATE, AclOperation.CLUSTER_ACTION, AclOperation.DESCRIBE_CONFIGS,
+        AclOperation.ALTER_CONFIGS, AclOperation.IDEMPOTENT_WRITE, AclOperation.ALTER,
+        AclOperation.DESCRIBE}
+    topic = admin.describe_topics(TopicCollection([TOPIC]), include_authorized_operations=True)[
+        TOPIC].result(timeout=30)
+    assert set(topic.authorized_operations) == {
+        AclOperation.READ, AclOperation.WRITE, AclOperation.CREATE, AclOperation.DESCRIBE,
+        AclOperation.DELETE, AclOperation.ALTER, AclOperation.DESCRIBE_CONFIGS,
+        AclOperation.ALTER_CONFIGS}
+    unasked = admin.describe_cluster().result(timeout=30)
+    assert not unasked.authorized_operations

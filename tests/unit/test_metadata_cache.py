@@ -37,14 +37,14 @@ def test_after_a_change_only_the_changed_topic_is_encoded_again() -> None:
     cache = MetadataCache(0, "cluster")
     cache.publish(None, image)  # type: ignore[arg-type]
     before = cache.all_topics_body(12, "PLAINTEXT")
-    encodings = {name: entry[3] for (_, name), entry in cache._topics.items()}
+    encodings = {name: entry[3] for (_, name, _), entry in cache._topics.items()}
     harness.create("t999", partitions=2, replication_factor=3)
     changed = harness.controller.image  # made by a delta: unchanged topics are shared
     assert changed.topics.by_name["t000"] is image.topics.by_name["t000"]
     cache.publish(None, changed)  # type: ignore[arg-type]
     after = cache.all_topics_body(12, "PLAINTEXT")
     assert after != before
-    for (_, name), entry in cache._topics.items():
+    for (_, name, _), entry in cache._topics.items():
         if name in encodings:
             assert entry[3] is encodings[name]  # the same bytes object: not encoded again
     assert encode_response(1, after) == encode_response(

@@ -45,7 +45,12 @@ from pykraft.controller.requests import (
     TopicElectionResult,
 )
 from pykraft.net.server import RequestContext
-from pykraft.protocol.api import ADMIN_APIS, ApiKey
+from pykraft.protocol.api import (
+    ADMIN_APIS,
+    AUTHORIZED_OPERATIONS_OMITTED,
+    CLUSTER_OPERATIONS,
+    ApiKey,
+)
 from pykraft.protocol.entities import NO_THROTTLE, field, make, response_module
 from pykraft.storage import log_config
 from pykraft.topic_names import RESERVED_TOPICS
@@ -483,6 +488,9 @@ class AdminApis:
             endpoint_type=1,
             cluster_id=self.cache.cluster_id,
             controller_id=self.cache.controller_id(brokers),
+            # KIP-430, as with no authorizer: every cluster operation; the sentinel unasked
+            cluster_authorized_operations=CLUSTER_OPERATIONS
+            if request.include_cluster_authorized_operations else AUTHORIZED_OPERATIONS_OMITTED,
             brokers=tuple(make(module.DescribeClusterBroker, broker_id=i, host=h, port=p, rack=r,
                                is_fenced=is_fenced)
                           for (i, h, p, r), is_fenced in described),

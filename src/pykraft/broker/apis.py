@@ -43,7 +43,13 @@ from pykraft.errors import (
 )
 from pykraft.metadata.image import MetadataImage
 from pykraft.net.server import RequestContext
-from pykraft.protocol.api import DATA_APIS, ApiKey
+from pykraft.protocol.api import (
+    AUTHORIZED_OPERATIONS_OMITTED,
+    CLUSTER_OPERATIONS,
+    DATA_APIS,
+    TOPIC_OPERATIONS,
+    ApiKey,
+)
 from pykraft.protocol.entities import NO_THROTTLE, field, make, millis, response_module
 from pykraft.records.batch import HEADER_SIZE as BATCH_HEADER_SIZE
 from pykraft.records.batch import LOG_OVERHEAD as BATCH_LOG_OVERHEAD
@@ -193,9 +199,18 @@ class BrokerApis:
                        and topic.name not in UNCREATABLE_TOPICS]
             if missing and field(request, "allow_auto_topic_creation", True):
                 await self.auto_create_topics(missing, context.listener_name)
+        # KIP-430: with no authorizer, each topic and the cluster allow every operation
+        # their resource type supports, as Kafka answers; the sentinel when not asked
+        topic_ops = (TOPIC_OPERATIONS if field(request, "include_topic_authorized_operations")
+                     else AUTHORIZED_OPERATIONS_OMITTED)
+        cluster_ops = (CLUSTER_OPERATIONS
+                       if field(request, "include_cluster_authorized_operations")
+                       else AUTHORIZED_OPERATIONS_OMITTED)
         if requested is None:  # all topics: spliced from each topic's cached encoding
-            return self.cache.all_topics_body(version, context.listener_name)
-        return self.cache.metadata_response(version, context.listener_name, requested)
+            return self.cache.all_topics_body(version, context.listener_name,
+                                              topic_ops=topic_ops, cluster_ops=cluster_ops)
+        return self.cache.metadata_response(version, context.listener_name, requested,
+                                            topic_ops=topic_ops, cluster_ops=cluster_ops)
 
     # -- Produce ----------------------------------------------------------------------
 

@@ -25,7 +25,7 @@ from kio.schema.errors import ErrorCode
 from pykraft.errors import invariant
 from pykraft.metadata.codec import write_unsigned_varint
 from pykraft.metadata.image import MetadataDelta, MetadataImage, TopicImage
-from pykraft.protocol.api import ApiKey
+from pykraft.protocol.api import AUTHORIZED_OPERATIONS_OMITTED, ApiKey
 from pykraft.protocol.entities import NO_THROTTLE, make, response_module
 from pykraft.protocol.framing import EncodedBody, encode_entity
 
@@ -43,11 +43,12 @@ class MetadataCache:
         self.node_id = node_id
         self.cluster_id = cluster_id
         self.image = MetadataImage.EMPTY
-        self._all_topics: dict[tuple[int, str], Any] = {}
-        # (response module, topic name) -> [its TopicImage, the brokers map, its entity,
-        # the entity's encoding once asked for]
-        self._topics: dict[tuple[Any, str], list[Any]] = {}
-        self._all_bodies: dict[tuple[int, str], EncodedBody] = {}
+        # keyed by (version, listener, topic operations, cluster operations)
+        self._all_topics: dict[tuple[int, str, int, int], Any] = {}
+        # (response module, topic name, topic operations) -> [its TopicImage, the brokers
+        # map, its entity, the entity's encoding once asked for]
+        self._topics: dict[tuple[Any, str, int], list[Any]] = {}
+        self._all_bodies: dict[tuple[int, str, int, int], EncodedBody] = {}
         self._rng = random.Random()
 
     def publish(self, delta: MetadataDelta, image: MetadataImage) -> None:
@@ -86,25 +87,32 @@ class MetadataCache:
         ids = [broker[0] for broker in brokers]
         return self.node_id if self.node_id in ids else self._rng.choice(ids)
 
-    def metadata_response(self, version: int, listener_name: str, requested: Any) -> Any:
+    def metadata_response(self, version: int, listener_name: str, requested: Any, *,
+                          topic_ops: int = AUTHORIZED_OPERATIONS_OMITTED,
+                          cluster_ops: int = AUTHORIZED_OPERATIONS_OMITTED) -> Any:
+        """`topic_ops` / `cluster_ops`: the KIP-430 authorized operations each topic / the
+        cluster is shown with (the sentinel when the request did not ask)."""
         if requested is None:
-            key = (version, listener_name)
+            key = (version, listener_name, topic_ops, cluster_ops)
             cached = self._all_topics.get(key)
             if cached is None:
-                cached = self._all_topics[key] = self._build(version, listener_name, None)
+                cached = self._all_topics[key] = self._build(
+                    version, listener_name, None, topic_ops, cluster_ops)
             return cached
-        return self._build(version, listener_name, requested)
+        return self._build(version, listener_name, requested, topic_ops, cluster_ops)
 
-    def all_topics_body(self, version: int, listener_name: str) -> EncodedBody:
+    def all_topics_body(self, version: int, listener_name: str, *,
+                        topic_ops: int = AUTHORIZED_OPERATIONS_OMITTED,
+                        cluster_ops: int = AUTHORIZED_OPERATIONS_OMITTED) -> EncodedBody:
         """The encoded Metadata response for all topics (what `metadata_response` gives for
         `requested` None), spliced from the topics' cached encodings."""
-        key = (version, listener_name)
+        key = (version, listener_name, topic_ops, cluster_ops)
         cached = self._all_bodies.get(key)
         if cached is not None:
             return cached
         module = response_module(ApiKey.METADATA, version)
         flexible = version >= FIRST_FLEXIBLE_METADATA
-        shell = encode_entity(self._response(module, listener_name, ()))
+        shell = encode_entity(self._response(module, listener_name, (), cluster_ops=cluster_ops))
         # after the topics array: ClusterAuthorizedOperations (v8-v10), ErrorCode (v13+),
         # the tagged fields
         tail = ((4 if 8 <= version <= 10 else 0) + (2 if version >= 13 else 0)
@@ -114,7 +122,7 @@ class MetadataCache:
         invariant(shell[cut:cut + len(empty)] == empty,
                   f"no empty topics array where Metadata v{version} has it")
         names = sorted(self.image.topics.by_name.keys())
-        parts = [self._topic_encoding(module, name) for name in names]
+        parts = [self._topic_encoding(module, name, topic_ops) for name in names]
         length = bytearray()
         if flexible:
             write_unsigned_varint(length, len(parts) + 1)
@@ -125,27 +133,30 @@ class MetadataCache:
         self._all_bodies[key] = body
         return body
 
-    def _topic_encoding(self, module: Any, name: str) -> bytes:
-        self._topic(module, name, None)  # built or found current
-        entry = self._topics[(module, name)]
+    def _topic_encoding(self, module: Any, name: str, ops: int) -> bytes:
+        self._topic(module, name, None, ops)  # built or found current
+        entry = self._topics[(module, name, ops)]
         if entry[3] is None:
             entry[3] = encode_entity(entry[2])
         encoded: bytes = entry[3]
         return encoded
 
-    def _build(self, version: int, listener_name: str, requested: Any) -> Any:
+    def _build(self, version: int, listener_name: str, requested: Any, topic_ops: int,
+               cluster_ops: int) -> Any:
         module = response_module(ApiKey.METADATA, version)
         brokers = self.live_brokers(listener_name)
         image = self.image
         if requested is None:
             names = sorted(image.topics.by_name.keys())
-            topics = [self._topic(module, name, None) for name in names]
+            topics = [self._topic(module, name, None, topic_ops) for name in names]
         else:
-            topics = [self._requested_topic(module, wanted) for wanted in requested]
-        return self._response(module, listener_name, tuple(topics), brokers)
+            topics = [self._requested_topic(module, wanted, topic_ops) for wanted in requested]
+        return self._response(module, listener_name, tuple(topics), brokers,
+                              cluster_ops=cluster_ops)
 
     def _response(self, module: Any, listener_name: str, topics: tuple[Any, ...],
-                  brokers: list[tuple[int, str, int, str | None]] | None = None) -> Any:
+                  brokers: list[tuple[int, str, int, str | None]] | None = None, *,
+                  cluster_ops: int = AUTHORIZED_OPERATIONS_OMITTED) -> Any:
         if brokers is None:
             brokers = self.live_brokers(listener_name)
         return make(
@@ -158,40 +169,42 @@ class MetadataCache:
             cluster_id=self.cluster_id,
             controller_id=self.controller_id(brokers),
             topics=topics,
+            cluster_authorized_operations=cluster_ops,  # v8-v10
             error_code=ErrorCode.none,  # v13+ (KIP-1102): Kafka 4.0's brokers answer NONE too
         )
 
-    def _requested_topic(self, module: Any, wanted: Any) -> Any:
+    def _requested_topic(self, module: Any, wanted: Any, ops: int) -> Any:
         name = wanted.name
         topic_id = getattr(wanted, "topic_id", None)
         if name is None and not _names_nullable(module):
             # v10-v11 have topic ids in requests but not yet their lookup (Kafka: "Topic
             # IDs are not supported in requests for version 11")
-            return self._topic_error(module, None, topic_id, ErrorCode.invalid_request)
+            return self._topic_error(module, None, topic_id, ErrorCode.invalid_request, ops)
         if name is None and topic_id is not None:
             found = self.image.topics.by_id.get(topic_id)
             if found is None:
-                return self._topic_error(module, None, topic_id, ErrorCode.unknown_topic_id)
+                return self._topic_error(module, None, topic_id, ErrorCode.unknown_topic_id,
+                                         ops)
             name = found.name
         if name is None:
-            return self._topic_error(module, None, topic_id, ErrorCode.invalid_request)
-        return self._topic(module, name, topic_id)
+            return self._topic_error(module, None, topic_id, ErrorCode.invalid_request, ops)
+        return self._topic(module, name, topic_id, ops)
 
-    def _topic(self, module: Any, name: str, topic_id: Any) -> Any:
+    def _topic(self, module: Any, name: str, topic_id: Any, ops: int) -> Any:
         topic = self.image.topics.by_name.get(name)
         if topic is None:
             code = (ErrorCode.invalid_topic_exception if not legal_topic_name(name)
                     else ErrorCode.unknown_topic_or_partition)
-            return self._topic_error(module, name, topic_id, code)
+            return self._topic_error(module, name, topic_id, code, ops)
         brokers = self.image.cluster.brokers
-        cached = self._topics.get((module, name))
+        cached = self._topics.get((module, name, ops))
         if cached is not None and cached[0] is topic and cached[1] is brokers:
             return cached[2]
-        entity = self._build_topic(module, topic)
-        self._topics[(module, name)] = [topic, brokers, entity, None]
+        entity = self._build_topic(module, topic, ops)
+        self._topics[(module, name, ops)] = [topic, brokers, entity, None]
         return entity
 
-    def _build_topic(self, module: Any, topic: TopicImage) -> Any:
+    def _build_topic(self, module: Any, topic: TopicImage, ops: int) -> Any:
         name = topic.name
         partitions = []
         for index in sorted(topic.partitions.keys()):
@@ -215,20 +228,23 @@ class MetadataCache:
             topic_id=topic.topic_id,
             is_internal=name in INTERNAL_TOPICS,
             partitions=tuple(partitions),
+            topic_authorized_operations=ops,  # v8+
         )
 
     def _offline(self, replicas: Any) -> list[int]:
         brokers = self.image.cluster.brokers
         return [r for r in replicas if r not in brokers or brokers[r].fenced]
 
-    def _topic_error(self, module: Any, name: str | None, topic_id: Any, code: ErrorCode) -> Any:
+    def _topic_error(self, module: Any, name: str | None, topic_id: Any, code: ErrorCode,
+                     ops: int) -> Any:
         if name is None and not _names_nullable(module):
             # a topic asked for by id only, in v10-v11 (whose requests have ids, but whose
             # responses cannot carry a null name): answered with an empty one, not a
             # response that cannot be encoded (found by tests/fuzz)
             name = ""
         return make(module.MetadataResponseTopic, error_code=code, name=name,
-                    topic_id=topic_id or uuid.UUID(int=0), is_internal=False, partitions=())
+                    topic_id=topic_id or uuid.UUID(int=0), is_internal=False, partitions=(),
+                    topic_authorized_operations=ops)
 
 
 @cache

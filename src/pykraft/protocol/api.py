@@ -87,3 +87,22 @@ CONTROLLER_APIS: Final[dict[int, tuple[int, int]]] = {
 def supports(table: dict[int, tuple[int, int]], api_key: int, api_version: int) -> bool:
     versions = table.get(api_key)
     return versions is not None and versions[0] <= api_version <= versions[1]
+
+
+# KIP-430 authorized operations: a bit field of Kafka's AclOperation codes. With no authorizer
+# configured Kafka allows each resource type every operation it supports
+# (AclEntry.supportedOperations); a response whose request did not ask carries the sentinel.
+AUTHORIZED_OPERATIONS_OMITTED: Final = -2147483648
+_READ, _WRITE, _CREATE, _DELETE, _ALTER, _DESCRIBE = 3, 4, 5, 6, 7, 8
+_CLUSTER_ACTION, _DESCRIBE_CONFIGS, _ALTER_CONFIGS, _IDEMPOTENT_WRITE = 9, 10, 11, 12
+
+
+def operations_bit_field(codes: frozenset[int]) -> int:
+    return sum(1 << code for code in codes)
+
+
+TOPIC_OPERATIONS: Final = operations_bit_field(frozenset({
+    _READ, _WRITE, _CREATE, _DESCRIBE, _DELETE, _ALTER, _DESCRIBE_CONFIGS, _ALTER_CONFIGS}))
+CLUSTER_OPERATIONS: Final = operations_bit_field(frozenset({
+    _CREATE, _CLUSTER_ACTION, _DESCRIBE_CONFIGS, _ALTER_CONFIGS, _IDEMPOTENT_WRITE, _ALTER,
+    _DESCRIBE}))

@@ -2,16 +2,22 @@
 like kafka-consumer-groups.sh.
 
     --list [--state [STATE,...]]
-    --describe (--group G | --all-groups) [--offsets | --members | --state]
+    --describe (--group G | --all-groups) [--offsets | --members [--verbose] | --state]
     --reset-offsets --group G (--topic T[:P,...] | --all-topics)
-        (--to-earliest | --to-latest | --to-offset N | --shift-by N | --to-datetime T)
-        [--dry-run | --execute]
+        (--to-earliest | --to-latest | --to-current | --to-offset N | --shift-by N
+         | --to-datetime T | --by-duration PnDTnHnMnS) [--dry-run | --execute] [--export]
+    --reset-offsets --group G --from-file CSV [--dry-run | --execute]
     --delete --group G [--group G2 ...]
+    --delete-offsets --group G --topic T[:P,...] [--topic ...]
 
 The tool speaks the Kafka protocol through confluent-kafka's AdminClient. Describe shows,
 per partition, the committed offset, the log end offset and the lag between them, and the
 member that owns the partition. Offsets are reset only while the group has no active
 members, as Kafka requires; new offsets are clamped to the partition's [log start, log end].
+--export prints the plan as Kafka's CSV (`topic,partition,offset`), which --from-file reads
+back (as does the `group,topic,partition,offset` form). --delete-offsets sends OffsetDelete
+(api 47, which confluent-kafka does not offer) to the group's coordinator and prints Kafka's
+TOPIC / PARTITION / STATUS table.
 
 A group that does not exist is described with Kafka's "Error: Consumer group 'G' does not
 exist." (on stderr, and exit code 1; Kafka's tool prints it on stdout and exits 0); an
@@ -24,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -34,8 +41,17 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
     AdminClient,
     OffsetSpec,
 )
+from kio.schema.errors import ErrorCode
 
-from pykraft.cli.args import INT64, ArgumentParser, CommandError, UsageError, load_properties
+from pykraft.cli.args import (
+    INT64,
+    ArgumentParser,
+    CommandError,
+    UsageError,
+    check_int,
+    load_properties,
+    read_text_file,
+)
 from pykraft.cli.client_config import (
     ErrorReporter,
     admin_client,
@@ -45,12 +61,30 @@ from pykraft.cli.client_config import (
     timeout_seconds,
     warn,
 )
+from pykraft.cli.protocol_client import (
+    ProtocolClient,
+    error_message,
+    error_name,
+    find_coordinator,
+    topic_partition_counts,
+)
 
 __all__ = ["OffsetRow", "ResetSpec", "add_parser", "format_table", "parse_topic_partitions",
            "reset_target", "run"]
 
-ACTIONS: Final = ("list", "describe", "reset-offsets", "delete")
-RESET_SPECS: Final = ("to-earliest", "to-latest", "to-offset", "shift-by", "to-datetime")
+ACTION_HELP: Final = {
+    "list": "list all consumer groups",
+    "describe": "describe consumer groups and their offset lag",
+    "reset-offsets": "reset the offsets of an inactive consumer group (a dry run unless "
+                     "--execute)",
+    "delete": "delete consumer groups and their committed offsets",
+    "delete-offsets": "delete some committed offsets of a consumer group",
+}
+ACTIONS: Final = tuple(ACTION_HELP)
+# in Kafka's order, as its messages list them
+RESET_SPECS: Final = ("to-datetime", "by-duration", "to-earliest", "to-latest", "shift-by",
+                      "from-file", "to-current", "to-offset")
+OFFSET_DELETE: Final = 47
 INACTIVE_STATES: Final = frozenset({"EMPTY", "DEAD", "UNKNOWN"})
 # the states a consumer group (classic or KIP-848) can be in, as Kafka's --state accepts them
 GROUP_STATES: Final = ("PreparingRebalance", "CompletingRebalance", "Stable", "Dead", "Empty",
@@ -64,25 +98,56 @@ _LATEST: Final[Any] = OffsetSpec.latest
 def add_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
     parser = commands.add_parser(
         "consumer-groups", help="list, describe, reset or delete consumer groups "
-        "(kafka-consumer-groups.sh)")
-    parser.add_argument("--bootstrap-server", metavar="HOST:PORT", help="REQUIRED")
-    parser.add_argument("--command-config", metavar="FILE", help="admin client properties")
-    for action in ACTIONS:
-        parser.add_argument(f"--{action}", action="store_true")
-    parser.add_argument("--group", action="append", metavar="GROUP")
-    parser.add_argument("--all-groups", action="store_true")
-    parser.add_argument("--members", action="store_true")
-    parser.add_argument("--offsets", action="store_true")
-    parser.add_argument("--state", nargs="?", const="", default=None, metavar="STATES")
-    parser.add_argument("--topic", action="append", metavar="TOPIC[:P,...]")
-    parser.add_argument("--all-topics", action="store_true")
-    parser.add_argument("--to-earliest", action="store_true")
-    parser.add_argument("--to-latest", action="store_true")
-    parser.add_argument("--to-offset", type=INT64, metavar="N")
-    parser.add_argument("--shift-by", type=INT64, metavar="N")
-    parser.add_argument("--to-datetime", metavar="YYYY-MM-DDTHH:mm:SS.sss")
-    parser.add_argument("--dry-run", action="store_true")
-    parser.add_argument("--execute", action="store_true")
+        "(kafka-consumer-groups.sh)",
+        description="This tool helps to list all consumer groups, describe a consumer group, "
+        "delete consumer group info, or reset consumer group offsets.")
+    parser.add_argument("--bootstrap-server", metavar="HOST:PORT",
+                        help="REQUIRED: the server(s) to connect to")
+    parser.add_argument("--command-config", metavar="FILE",
+                        help="a properties file of admin client configs")
+    for action, text in ACTION_HELP.items():
+        parser.add_argument(f"--{action}", action="store_true", help=text)
+    parser.add_argument("--group", action="append", metavar="GROUP",
+                        help="the consumer group to act on (repeat --group for --delete)")
+    parser.add_argument("--all-groups", action="store_true",
+                        help="apply to all consumer groups (--describe)")
+    parser.add_argument("--members", action="store_true",
+                        help="with --describe: the group's members")
+    parser.add_argument("--offsets", action="store_true",
+                        help="with --describe: each partition's committed offset and lag "
+                        "(the default)")
+    parser.add_argument("--verbose", action="store_true",
+                        help="with --describe --members: each member's assignment too")
+    parser.add_argument("--state", nargs="?", const="", default=None, metavar="STATES",
+                        help="with --describe: the group's state; with --list: each group's "
+                        "state, or only the groups in STATES (comma-separated)")
+    parser.add_argument("--topic", action="append", metavar="TOPIC[:P,...]",
+                        help="a topic (or some of its partitions) to reset or delete offsets of")
+    parser.add_argument("--all-topics", action="store_true",
+                        help="with --reset-offsets: every topic the group has offsets for")
+    parser.add_argument("--to-earliest", action="store_true",
+                        help="reset offsets to the earliest offset")
+    parser.add_argument("--to-latest", action="store_true",
+                        help="reset offsets to the latest offset")
+    parser.add_argument("--to-current", action="store_true",
+                        help="reset offsets to the committed offset (the latest where none)")
+    parser.add_argument("--to-offset", type=INT64, metavar="N",
+                        help="reset offsets to offset N")
+    parser.add_argument("--shift-by", type=INT64, metavar="N",
+                        help="reset offsets to the committed offset plus N (N may be negative)")
+    parser.add_argument("--to-datetime", metavar="YYYY-MM-DDTHH:mm:SS.sss",
+                        help="reset offsets to the first record at or after this time")
+    parser.add_argument("--by-duration", metavar="PnDTnHnMnS",
+                        help="reset offsets to the first record at or after now minus this "
+                        "ISO-8601 duration")
+    parser.add_argument("--from-file", metavar="FILE",
+                        help="reset offsets to those of a CSV file (topic,partition,offset "
+                        "lines, or group,topic,partition,offset)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="only show the new offsets (the default)")
+    parser.add_argument("--execute", action="store_true", help="reset the offsets")
+    parser.add_argument("--export", action="store_true",
+                        help="print the reset plan as CSV, for a later --from-file")
     parser.set_defaults(handler=_run_args)
 
 
@@ -90,6 +155,8 @@ def add_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
 class ResetSpec:
     kind: str  # one of RESET_SPECS
     value: int = 0  # the offset, the shift, or the timestamp in ms
+    # --from-file: group -> (topic, partition) -> offset
+    plan: Mapping[str, Mapping[tuple[str, int], int]] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +197,7 @@ def _run_action(args: argparse.Namespace,
     actions = [a for a in ACTIONS if getattr(args, a.replace("-", "_"))]
     if len(actions) != 1:
         raise UsageError("Command must include exactly one action: --list, --describe, "
-                         "--delete, --reset-offsets")
+                         "--delete, --reset-offsets, --delete-offsets")
     action = actions[0]
     properties = load_properties(args.command_config) if args.command_config else {}
     config = client_config(args.bootstrap_server, properties, warn=warn)
@@ -139,6 +206,13 @@ def _run_action(args: argparse.Namespace,
             action == "describe" and args.all_groups):
         raise UsageError(f"Option [{action}] takes one of these options: [all-groups], [group]"
                          if action == "describe" else f"Option [{action}] needs --group")
+    if action == "delete-offsets" and (len(groups) != 1 or not args.topic):
+        raise UsageError("Option [delete-offsets] takes the following options: [group], "
+                         "[topic] (one group)")
+    if args.verbose and action != "describe":
+        raise UsageError("Option [verbose] can be used only with [describe]")
+    if args.export and action != "reset-offsets":
+        raise UsageError("Option [export] can be used only with [reset-offsets]")
     admin, errors = admin_client(config)
     connections.append((admin, errors))
     timeout_s = timeout_seconds(properties)
@@ -148,20 +222,29 @@ def _run_action(args: argparse.Namespace,
         if args.all_groups:
             groups = sorted(g.group_id for g in _list_groups(admin, timeout_s))
         view = "members" if args.members else "state" if args.state is not None else "offsets"
-        return run_describe(admin, groups, view, timeout_s)
+        return run_describe(admin, groups, view, timeout_s, verbose=args.verbose)
     if action == "delete":
         return run_delete(admin, groups, timeout_s)
+    if action == "delete-offsets":
+        return run_delete_offsets(args.bootstrap_server, groups[0], args.topic, properties,
+                                  timeout_s)
     if len(groups) != 1:
         raise UsageError("--reset-offsets takes exactly one --group")
+    if args.dry_run and args.execute:
+        raise UsageError("Option [reset-offsets] only accepts one of [execute] and [dry-run]")
     spec = reset_spec(args)
-    if not args.topic and not args.all_topics:
-        raise UsageError("--reset-offsets needs --topic or --all-topics")
+    if not args.topic and not args.all_topics and spec.kind != "from-file":
+        raise UsageError("One of the reset scopes should be defined: --all-topics, --topic.")
     if not args.dry_run and not args.execute:
         warn("WARN: No action will be performed as the --execute option is missing. "
              "In a future major release, the default behavior of this command will be to "
-             "prompt the user before executing the reset rather than doing a dry run.")
+             "prompt the user before executing the reset rather than doing a dry run. You "
+             "should add the --dry-run option explicitly if you are scripting this command "
+             "and want to keep the current default behavior without prompting.")
     topics = parse_topic_partitions(args.topic or ())
-    return run_reset(admin, groups[0], topics, spec, args.execute, timeout_s)
+    scoped = bool(args.topic or args.all_topics)
+    return run_reset(admin, groups[0], topics if scoped else None, spec, args.execute,
+                     timeout_s, export=args.export)
 
 
 def run(argv: Sequence[str]) -> int:
@@ -182,7 +265,58 @@ def reset_spec(args: argparse.Namespace) -> ResetSpec:
         return ResetSpec(kind, args.shift_by)
     if kind == "to-datetime":
         return ResetSpec(kind, parse_datetime_ms(args.to_datetime))
+    if kind == "by-duration":  # the same lookup as --to-datetime, from now minus the duration
+        now_ms = int(datetime.datetime.now(datetime.UTC).timestamp() * 1000)
+        return ResetSpec("to-datetime", now_ms - parse_duration_ms(args.by_duration))
+    if kind == "from-file":
+        return ResetSpec(kind, plan=parse_reset_plan(
+            read_text_file(args.from_file, "reset plan"), args.group or ()))
     return ResetSpec(kind)
+
+
+_DURATION: Final = re.compile(
+    r"([-+]?)P(?:([-+]?\d+)D)?(?:T(?:([-+]?\d+)H)?(?:([-+]?\d+)M)?"
+    r"(?:([-+]?\d+)(?:[.,](\d{0,9}))?S)?)?", re.IGNORECASE)
+
+
+def parse_duration_ms(text: str) -> int:
+    """An ISO-8601 duration as Java's Duration.parse reads it (PnDTnHnMn.nS, signs allowed),
+    in milliseconds."""
+    match = _DURATION.fullmatch(text.strip())
+    if match is None or text.strip().upper().endswith("T") or not any(match.groups()[1:]):
+        raise UsageError(f"Error parsing duration '{text}': Text cannot be parsed to a "
+                         "Duration (use PnDTnHnMnS, e.g. PT1H30M)")
+    sign, days, hours, minutes, seconds, fraction = match.groups()
+    millis = (int(days or 0) * 86_400_000 + int(hours or 0) * 3_600_000
+              + int(minutes or 0) * 60_000 + int(seconds or 0) * 1000)
+    if fraction:
+        part = int(fraction.ljust(9, "0")[:3])
+        millis += -part if (seconds or "").startswith("-") else part
+    return -millis if sign == "-" else millis
+
+
+def parse_reset_plan(text: str, groups: Sequence[str]) -> dict[str, dict[tuple[str, int], int]]:
+    """Kafka's reset-plan CSV: `topic,partition,offset` lines for the one --group given, or
+    `group,topic,partition,offset` lines (what --export prints)."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    plan: dict[str, dict[tuple[str, int], int]] = {}
+    without_group = len(groups) == 1 and bool(lines) and len(lines[0].split(",")) == 3
+    for number, line in enumerate(lines, start=1):
+        fields = [field.strip() for field in line.split(",")]
+        try:
+            if without_group and len(fields) == 3:
+                group, (topic, partition, offset) = groups[0], fields
+            elif not without_group and len(fields) == 4:
+                group, topic, partition, offset = fields
+            else:
+                raise ValueError
+            key = (topic, check_int(int(partition), 32, "partition"))
+            plan.setdefault(group, {})[key] = check_int(int(offset), 64, "offset")
+        except (ValueError, CommandError):
+            shape = "topic,partition,offset" if without_group else "group,topic,partition,offset"
+            raise CommandError(f"invalid reset plan line {number} '{line}': expected "
+                               f"{shape}") from None
+    return plan
 
 
 def parse_datetime_ms(text: str) -> int:
@@ -216,17 +350,22 @@ def parse_topic_partitions(values: Sequence[str]) -> dict[str, list[int] | None]
 
 
 def reset_target(spec: ResetSpec, current: int | None, earliest: int, latest: int,
-                 by_time: int | None) -> int:
-    """The offset a partition is reset to, clamped to [earliest, latest] as Kafka does."""
+                 by_time: int | None, *, partition: str = "") -> int:
+    """The offset a partition is reset to, clamped to [earliest, latest] as Kafka does
+    (--to-earliest, --to-latest and the time lookups need no clamping; --to-current takes
+    the committed offset as it is, or the log end where there is none)."""
     if spec.kind == "to-earliest":
         wanted = earliest
     elif spec.kind == "to-latest":
         wanted = latest
+    elif spec.kind == "to-current":
+        return latest if current is None else current
     elif spec.kind == "to-offset":
         wanted = spec.value
     elif spec.kind == "shift-by":
         if current is None:
-            raise CommandError("Cannot shift offset for a partition with no committed offset")
+            raise CommandError(f"Cannot shift offset for partition {partition} since there "
+                               "is no current committed offset")
         wanted = current + spec.value
     else:
         wanted = latest if by_time is None or by_time < 0 else by_time
@@ -307,7 +446,8 @@ def _print_state(group: str, state: str) -> None:
         print(f"\nWarning: Consumer group '{group}' is rebalancing.", file=sys.stderr)
 
 
-def run_describe(admin: AdminClient, groups: Sequence[str], view: str, timeout_s: float) -> int:
+def run_describe(admin: AdminClient, groups: Sequence[str], view: str, timeout_s: float, *,
+                 verbose: bool = False) -> int:
     """Describe each group; exit code 1 if any does not exist (all are still described)."""
     described = _describe(admin, groups, timeout_s)
     rows: list[tuple[Any, ...]]
@@ -327,9 +467,13 @@ def run_describe(admin: AdminClient, groups: Sequence[str], view: str, timeout_s
                      description.partition_assignor or "", state, len(description.members))]
             header = ("GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS")
         elif view == "members":
-            rows = [(group, m.member_id, m.host, m.client_id,
-                     len(m.assignment.topic_partitions)) for m in description.members]
-            header = ("GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS")
+            instances = _has_instance_ids(description)  # a column only when some member has
+            rows = [(group, m.member_id, *((m.group_instance_id or "",) if instances else ()),
+                     m.host, m.client_id, len(m.assignment.topic_partitions),
+                     *((assignment_text(m.assignment.topic_partitions),) if verbose else ()))
+                    for m in description.members]
+            header = ("GROUP", "CONSUMER-ID", *(("GROUP-INSTANCE-ID",) if instances else ()),
+                      "HOST", "CLIENT-ID", "#PARTITIONS", *(("ASSIGNMENT",) if verbose else ()))
         else:
             rows = [(r.group, r.topic, r.partition, r.current_offset, r.log_end_offset, r.lag,
                      r.consumer_id or None, r.host or None, r.client_id or None)
@@ -342,6 +486,19 @@ def run_describe(admin: AdminClient, groups: Sequence[str], view: str, timeout_s
         for line in format_table(header, rows):
             print(line)
     return 1 if missing else 0
+
+
+def _has_instance_ids(description: Any) -> bool:
+    return any(getattr(m, "group_instance_id", None) for m in description.members)
+
+
+def assignment_text(partitions: Sequence[Any]) -> str:
+    """Kafka's --verbose ASSIGNMENT cell: `t1(0,1), t2(0)`, or "-" for none."""
+    by_topic: dict[str, list[int]] = {}
+    for tp in partitions:
+        by_topic.setdefault(tp.topic, []).append(tp.partition)
+    return ", ".join(sorted(f"{topic}({','.join(str(p) for p in sorted(found))})"
+                            for topic, found in by_topic.items())) or "-"
 
 
 def committed_offsets(admin: AdminClient, group: str, timeout_s: float) -> dict[
@@ -392,24 +549,43 @@ def offset_rows(admin: AdminClient, group: str, description: Any,
     return rows
 
 
-def run_reset(admin: AdminClient, group: str, topics: Mapping[str, list[int] | None],
-              spec: ResetSpec, execute: bool, timeout_s: float) -> int:
+def run_reset(admin: AdminClient, group: str, topics: Mapping[str, list[int] | None] | None,
+              spec: ResetSpec, execute: bool, timeout_s: float, *, export: bool = False) -> int:
+    """Plan (and with `execute`, commit) the group's new offsets. `topics` None: the
+    partitions of the --from-file plan; empty: --all-topics."""
     description = _describe(admin, [group], timeout_s)[group]
     state = "Dead" if description is None else _state_name(description.state)
     if state.upper() not in INACTIVE_STATES:
         raise CommandError(f"Assignments can only be reset if the group '{group}' is "
                            f"inactive, but the current state is {state}.")
     committed = committed_offsets(admin, group, timeout_s)
-    partitions = _reset_partitions(admin, topics, committed, timeout_s)
+    from_file: Mapping[tuple[str, int], int] = {}
+    if spec.kind == "from-file":
+        assert spec.plan is not None
+        if group not in spec.plan:
+            raise CommandError(f"No reset plan for group {group} found")
+        from_file = spec.plan[group]
+        partitions = sorted(from_file)
+        _check_partitions_exist(admin, partitions, timeout_s)
+    else:
+        partitions = _reset_partitions(admin, topics or {}, committed, timeout_s)
     earliest = log_offsets(admin, partitions, _EARLIEST(), timeout_s)
     latest = log_offsets(admin, partitions, _LATEST(), timeout_s)
     by_time = (log_offsets(admin, partitions, OffsetSpec.for_timestamp(spec.value), timeout_s)
                if spec.kind == "to-datetime" else {})
-    targets = {tp: reset_target(spec, committed.get(tp), earliest[tp], latest[tp],
-                                by_time.get(tp)) for tp in partitions}
-    for line in format_table(("GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"),
-                             [(group, t, p, o) for (t, p), o in sorted(targets.items())]):
-        print(line)
+    targets = {}
+    for tp in partitions:
+        wanted = spec if spec.kind != "from-file" else ResetSpec("to-offset", from_file[tp])
+        targets[tp] = reset_target(wanted, committed.get(tp), earliest[tp], latest[tp],
+                                   by_time.get(tp), partition=f"{tp[0]}-{tp[1]}")
+    if export:  # Kafka's CSV, which --from-file reads back
+        for (topic, partition), offset in sorted(targets.items()):
+            print(f"{topic},{partition},{offset}")
+        print()
+    else:
+        for line in format_table(("GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"),
+                                 [(group, t, p, o) for (t, p), o in sorted(targets.items())]):
+            print(line)
     if execute and targets:  # a group without offsets on --all-topics: nothing to reset
         request = [ConsumerGroupTopicPartitions(group, [TopicPartition(t, p, o) for (t, p), o
                                                         in sorted(targets.items())])]
@@ -441,6 +617,17 @@ def _reset_partitions(admin: AdminClient, topics: Mapping[str, list[int] | None]
     return partitions
 
 
+def _check_partitions_exist(admin: AdminClient, partitions: Sequence[tuple[str, int]],
+                            timeout_s: float) -> None:
+    metadata = admin.list_topics(timeout=timeout_s)
+    for topic, partition in partitions:
+        found = metadata.topics.get(topic)
+        if found is None or found.error is not None:
+            raise CommandError(f"Topic '{topic}' does not exist")
+        if partition not in found.partitions:
+            raise CommandError(f"Partition {topic}-{partition} does not exist")
+
+
 def run_delete(admin: AdminClient, groups: Sequence[str], timeout_s: float) -> int:
     futures = admin.delete_consumer_groups(list(groups), request_timeout=timeout_s)
     failed = {}
@@ -459,3 +646,78 @@ def run_delete(admin: AdminClient, groups: Sequence[str], timeout_s: float) -> i
             print(f"* Group '{group}' could not be deleted due to: {message}")
         return 1
     return 0
+
+
+def run_delete_offsets(bootstrap: str, group: str, topics: Sequence[str],
+                       properties: Mapping[str, str], timeout_s: float) -> int:
+    """OffsetDelete (api 47) to the group's coordinator, as Kafka's --delete-offsets: a topic
+    without partitions means all of its partitions; an unknown one is reported as such."""
+    wanted = parse_topic_partitions(topics)
+    client_id = properties.get("client.id", "pykraft-consumer-groups")
+    results: dict[tuple[str, int], int] = {}
+    partitions: list[tuple[str, int]] = []
+    with ProtocolClient(bootstrap, timeout_s=timeout_s, client_id=client_id) as client:
+        whole = [topic for topic, chosen in wanted.items() if chosen is None]
+        counts = topic_partition_counts(client, whole) if whole else {}
+        for topic, chosen in wanted.items():
+            if chosen is not None:
+                partitions += [(topic, p) for p in chosen]
+            elif (count := counts.get(topic)) is None:
+                results[(topic, -1)] = ErrorCode.unknown_topic_or_partition
+            else:
+                partitions += [(topic, p) for p in range(count)]
+        address = find_coordinator(client, group, key_type=0)
+    top_level = ErrorCode.none
+    if partitions:
+        with ProtocolClient(address, timeout_s=timeout_s, client_id=client_id) as coordinator:
+            top_level, answered = _offset_delete(coordinator, group, partitions)
+        results.update(answered)
+    if top_level == ErrorCode.none:  # as Kafka's admin client: a partition's error fails all
+        top_level = next((ErrorCode(code) for code in results.values()
+                          if code != ErrorCode.none), ErrorCode.none)
+    message = _DELETE_OFFSETS_ERRORS.get(top_level)
+    if top_level == ErrorCode.none:
+        print(f"Request succeed for deleting offsets with topic {', '.join(topics)} group "
+              f"{group}")
+    else:
+        text = (message or "Encounter some unknown error: {name}").format(
+            group=group, name=error_name(top_level))
+        print(f"\nError: {text}")
+    rows = [(topic, partition if partition >= 0 else "Not Provided",
+             "Successful" if code == ErrorCode.none else f"Error: :{error_message(code)}")
+            for (topic, partition), code in sorted(results.items())]
+    print()
+    for line in format_table(("TOPIC", "PARTITION", "STATUS"), rows):
+        print(line)
+    return 0 if top_level == ErrorCode.none else 1
+
+
+_PARTITION_LEVEL: Final = "Encounter some partition level error, see the follow-up details:"
+_DELETE_OFFSETS_ERRORS: Final = {
+    ErrorCode.invalid_group_id: "'{group}' is not valid.",
+    ErrorCode.group_id_not_found: "'{group}' does not exist.",
+    ErrorCode.group_authorization_failed: "Access to '{group}' is not authorized.",
+    ErrorCode.non_empty_group: "Deleting offsets of a consumer group '{group}' is forbidden "
+                               "if the group is not empty.",
+    ErrorCode.group_subscribed_to_topic: _PARTITION_LEVEL,
+    ErrorCode.topic_authorization_failed: _PARTITION_LEVEL,
+    ErrorCode.unknown_topic_or_partition: _PARTITION_LEVEL,
+}
+
+
+def _offset_delete(client: ProtocolClient, group: str, partitions: Sequence[tuple[str, int]]
+                   ) -> tuple[ErrorCode, dict[tuple[str, int], int]]:
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in partitions:
+        by_topic.setdefault(topic, []).append(partition)
+
+    def build(module: Any, version: int) -> Any:
+        return module.OffsetDeleteRequest(group_id=group, topics=tuple(
+            module.OffsetDeleteRequestTopic(name=topic, partitions=tuple(
+                module.OffsetDeleteRequestPartition(partition_index=p) for p in chosen))
+            for topic, chosen in by_topic.items()))
+
+    _, answer = client.request(OFFSET_DELETE, "OffsetDelete", (0, 0), build)
+    results = {(topic.name, int(p.partition_index)): int(p.error_code)
+               for topic in answer.topics for p in topic.partitions}
+    return ErrorCode(answer.error_code), results

@@ -48,7 +48,8 @@ def add_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
         "features", help="describe and change feature levels (kafka-features.sh)",
         description="This tool manages feature flags in Kafka.")
     add_bootstrap_options(parser)
-    parser.add_argument("--command-config", metavar="FILE", help="ignored (PLAINTEXT only)")
+    parser.add_argument("--command-config", metavar="FILE",
+                        help="admin client properties (ignored: PLAINTEXT only)")
     actions = parser.add_subparsers(dest="features_command", required=True,
                                     metavar="{describe,upgrade,downgrade,disable}")
     actions.add_parser("describe", help="describes the current active feature flags")
@@ -85,12 +86,14 @@ def _run_args(args: argparse.Namespace) -> int:
                     else UpgradeType.SAFE_DOWNGRADE)
     error = update_features(servers, levels, upgrade_type, validate_only=args.dry_run)
     verb = {"upgrade": "upgraded", "downgrade": "downgraded", "disable": "disabled"}[command]
-    for name, level in levels.items():
+    for name, level in sorted(levels.items()):  # as Kafka: by feature name
+        target = "" if command == "disable" else f" to {level}"
         if error is None:
             done = "can be" if args.dry_run else "was"
-            print(f"{name} {done} {verb} to {level}.")
+            print(f"{name} {done} {verb}{target}.")
         else:
-            print(f"Could not {command} {name} to {level}. {error}")
+            helper = "Can not" if args.dry_run else "Could not"
+            print(f"{helper} {command} {name}{target}. {error}")
     if error is not None:
         raise CommandError(f"{len(levels)} out of {len(levels)} operation(s) failed.")
     return 0

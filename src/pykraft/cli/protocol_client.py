@@ -21,8 +21,17 @@ from kio.schema.errors import ErrorCode
 from pykraft.cli.args import CommandError
 from pykraft.protocol.framing import decode_response, encode_request, request_type
 
-__all__ = ["ProtocolClient", "error_message", "error_name", "request_module"]
+__all__ = [
+    "ProtocolClient",
+    "error_message",
+    "error_name",
+    "find_coordinator",
+    "request_module",
+    "topic_partition_counts",
+]
 
+METADATA: Final = 3
+FIND_COORDINATOR: Final = 10
 API_VERSIONS: Final = 18
 _API_VERSIONS_VERSION: Final = 3
 _SIZE: Final = struct.Struct(">i")
@@ -54,6 +63,13 @@ _MESSAGES: Final = {
     ErrorCode.leader_not_available: "There is no leader for this topic-partition as we are "
                                     "in the middle of a leadership election.",
     ErrorCode.broker_id_not_registered: "The given broker ID was not registered.",
+    ErrorCode.group_subscribed_to_topic: "The consumer group is actively subscribed to the "
+                                         "topic.",
+    ErrorCode.non_empty_group: "The group is not empty.",
+    ErrorCode.invalid_group_id: "The configured groupId is invalid.",
+    ErrorCode.group_authorization_failed: "Group authorization failed.",
+    ErrorCode.topic_authorization_failed: "Topic authorization failed.",
+    ErrorCode.not_controller: "This is not the correct controller for this cluster.",
 }
 
 
@@ -218,3 +234,34 @@ class ProtocolClient:
         traceback: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def find_coordinator(client: ProtocolClient, key: str, *, key_type: int) -> str:
+    """The `host:port` of the coordinator of a group (key type 0) or transactional id (1)."""
+    def build(module: ModuleType, version: int) -> Any:
+        if version >= 4:
+            return module.FindCoordinatorRequest(key_type=key_type, coordinator_keys=(key,))
+        return module.FindCoordinatorRequest(key=key, key_type=key_type)
+
+    version, answer = client.request(FIND_COORDINATOR, "FindCoordinator", (1, 6), build)
+    found = answer.coordinators[0] if version >= 4 else answer
+    if found.error_code != ErrorCode.none:
+        raise CommandError(f"cannot find the coordinator of '{key}': "
+                           f"{error_message(found.error_code)}")
+    return f"{found.host}:{found.port}"
+
+
+def topic_partition_counts(client: ProtocolClient, topics: list[str]) -> dict[str, int | None]:
+    """How many partitions each topic has; None for one that does not exist."""
+    def build(module: ModuleType, version: int) -> Any:
+        return module.MetadataRequest(
+            topics=tuple(module.MetadataRequestTopic(topic_id=None, name=name)
+                         for name in topics),
+            allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+
+    _, answer = client.request(METADATA, "Metadata", (12, 12), build)
+    counts: dict[str, int | None] = dict.fromkeys(topics)
+    for topic in answer.topics:
+        if topic.error_code == ErrorCode.none and topic.name in counts:
+            counts[topic.name] = len(topic.partitions)
+    return counts

@@ -265,6 +265,8 @@ def _check_update(feature: str, level: int, upgrade_type: UpgradeType, current: 
                        "setting the upgrade type to either safe or unsafe downgrade.")
     if level > current and upgrade_type is not UpgradeType.UPGRADE:
         raise _invalid(feature, level, "Can't downgrade to a newer version.")
+    if feature not in SUPPORTED_FEATURES:  # level 0 is "supported" by all: name it unknown
+        raise _invalid(feature, level, f"Feature {feature} not found.")
     if feature != METADATA_VERSION_FEATURE:
         return
     if level < MINIMUM_BOOTSTRAP_METADATA_VERSION:

@@ -9,6 +9,8 @@ from pykraft.cli.consumer_groups import (
     ResetSpec,
     format_table,
     parse_datetime_ms,
+    parse_duration_ms,
+    parse_reset_plan,
     parse_topic_partitions,
     reset_target,
     run,
@@ -35,8 +37,9 @@ def test_a_datetime_after_the_last_record_resets_to_the_end() -> None:
 
 
 def test_shifting_needs_a_committed_offset() -> None:
-    with pytest.raises(CommandError, match="no committed offset"):
-        reset_target(ResetSpec("shift-by", 1), None, 0, 9, None)
+    with pytest.raises(CommandError, match="Cannot shift offset for partition t-0 since "
+                       "there is no current committed offset"):
+        reset_target(ResetSpec("shift-by", 1), None, 0, 9, None, partition="t-0")
 
 
 def test_topic_partitions_and_datetimes_parse() -> None:
@@ -47,6 +50,28 @@ def test_topic_partitions_and_datetimes_parse() -> None:
     assert parse_datetime_ms("1970-01-01T01:00:00+01:00") == 0
     with pytest.raises(UsageError, match="Error parsing timestamp"):
         parse_datetime_ms("yesterday")
+
+
+@pytest.mark.parametrize(("text", "millis"), [
+    ("PT1H", 3_600_000), ("P1DT2M", 86_520_000), ("pt1.5s", 1500), ("-PT10S", -10_000),
+    ("PT-1.5S", -1500),
+])
+def test_durations_parse_as_java_reads_them(text: str, millis: int) -> None:
+    assert parse_duration_ms(text) == millis
+
+
+@pytest.mark.parametrize("text", ["", "P", "PT", "1H", "PT1X", "P1DT"])
+def test_bad_durations_are_refused(text: str) -> None:
+    with pytest.raises(UsageError, match="Text cannot be parsed to a Duration"):
+        parse_duration_ms(text)
+
+
+def test_reset_plans_read_with_or_without_the_group() -> None:
+    assert parse_reset_plan("t,0,5\nt,1,7\n", ["g"]) == {"g": {("t", 0): 5, ("t", 1): 7}}
+    assert parse_reset_plan("g,t,0,5\nh,t,0,1\n", ["g"]) == {
+        "g": {("t", 0): 5}, "h": {("t", 0): 1}}
+    with pytest.raises(CommandError, match="line 2 't,x,1'"):
+        parse_reset_plan("t,0,5\nt,x,1\n", ["g"])
 
 
 def test_tables_align_columns_and_show_missing_values_as_dashes() -> None:
@@ -60,7 +85,13 @@ def test_tables_align_columns_and_show_missing_values_as_dashes() -> None:
     (["--describe"], "all-groups"),
     (["--delete"], "needs --group"),
     (["--reset-offsets", "--group", "g", "--topic", "t"], "exactly one of"),
-    (["--reset-offsets", "--group", "g", "--to-latest"], "--topic or --all-topics"),
+    (["--reset-offsets", "--group", "g", "--to-latest"], "--all-topics, --topic"),
+    (["--delete-offsets", "--group", "g"], "delete-offsets"),
+    (["--reset-offsets", "--group", "g", "--all-topics", "--to-latest", "--by-duration",
+      "PT1H"], "exactly one of"),
+    (["--reset-offsets", "--group", "g", "--all-topics", "--by-duration", "1h"],
+     "Text cannot be parsed to a Duration"),
+    (["--list", "--export"], "export"),
 ])
 def test_bad_option_combinations_are_refused(argv: list[str], message: str) -> None:
     with pytest.raises(UsageError, match=message):

@@ -245,6 +245,12 @@ def _not_supported(level: int, what: str, supported: tuple[int, int]) -> str | N
     return f"{what} only supports versions [min_version:{low}, max_version:{high}]"
 
 
+# the features Kafka 4.x knows besides metadata.version (its Feature enum)
+KAFKA_FEATURES: Final = frozenset({"kraft.version", "transaction.version", "group.version",
+                                   "eligible.leader.replicas.version", "share.version",
+                                   "streams.version"})
+
+
 def _check_update(feature: str, level: int, upgrade_type: UpgradeType, current: int,
                   node_id: int,
                   brokers: Iterable[tuple[int, Mapping[str, tuple[int, int]]]]) -> None:
@@ -265,7 +271,9 @@ def _check_update(feature: str, level: int, upgrade_type: UpgradeType, current: 
                        "setting the upgrade type to either safe or unsafe downgrade.")
     if level > current and upgrade_type is not UpgradeType.UPGRADE:
         raise _invalid(feature, level, "Can't downgrade to a newer version.")
-    if feature not in SUPPORTED_FEATURES:  # level 0 is "supported" by all: name it unknown
+    if feature != METADATA_VERSION_FEATURE and feature not in KAFKA_FEATURES:
+        # level 0 is "supported" by every node; Kafka's controller then looks the name up in
+        # its Feature enum, which knows what this build does not support yet
         raise _invalid(feature, level, f"Feature {feature} not found.")
     if feature != METADATA_VERSION_FEATURE:
         return

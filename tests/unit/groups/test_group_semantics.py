@@ -225,3 +225,58 @@ def test_a_rebalance_no_member_rejoined_waits_for_one() -> None:
     rejoined: JoinResult = h.results[h.join(leader, instance="i-1")]
     assert rejoined.error == ErrorCode.none and rejoined.generation_id == 2
     assert rejoined.leader == leader
+
+
+# -- KIP-848 regex subscriptions ---------------------------------------------------------------
+
+
+def test_a_new_regex_is_resolved_after_the_heartbeat_that_brought_it() -> None:
+    """As Kafka 4.0: the heartbeat that brings a regex is answered without its partitions
+    (the group resolves it in the background); the resolution bumps the group epoch and the
+    next heartbeat carries the assignment. A second member with the same, resolved regex
+    needs no new resolution."""
+    h = ConsumerHarness()
+    first = h.beat("a", 0, regex="t.*")
+    assert first.error == ErrorCode.none
+    assert first.member_epoch == 1 and first.assignment == {}
+    assert h.core.wake_at_ms() == h.now_ms  # the resolution is due at once
+    h.advance(0)
+    second = h.beat("a", 1, owned={})
+    assert second.member_epoch == 2 and second.assignment is not None
+    assert set(second.assignment[next(iter(second.assignment))]) == set(range(6))
+    joined = h.beat("b", 0, regex="t.*")
+    assert joined.member_epoch == 3 and h.core.wake_at_ms() != h.now_ms
+
+
+def test_a_member_leaving_while_its_regex_is_pending_leaves_nothing_behind() -> None:
+    """The only member leaves before its regex is resolved: the group is deleted and the
+    resolution finds nothing to do; the same member id joining again with the regex gets
+    its partitions after a fresh resolution (no group left deleted under a waiting
+    client)."""
+    h = ConsumerHarness()
+    h.beat("a", 0, regex="t.*")
+    left = h.beat("a", -1)
+    assert left.error == ErrorCode.none and left.member_epoch == -1
+    assert CONSUMER_GROUP not in h.core.partitions[0].groups
+    h.advance(0)
+    assert CONSUMER_GROUP not in h.core.partitions[0].groups
+    again = h.beat("a", 0, regex="t.*")
+    assert again.error == ErrorCode.none and again.assignment == {}
+    h.advance(0)
+    given = h.beat("a", again.member_epoch, owned={})
+    assert given.member_epoch == again.member_epoch + 1
+    assert given.assignment is not None and sum(len(p) for p in given.assignment.values()) == 6
+
+
+def test_a_regex_no_member_uses_any_more_is_dropped_without_a_new_epoch() -> None:
+    """A member switches from a pending regex to topic names before the resolution: the
+    resolution bumps nothing."""
+    h = ConsumerHarness()
+    h.beat("a", 0, topics=("t",))
+    h.beat("a", 1, owned={}, regex="t.*")
+    h.beat("a", 1, owned={}, regex="")
+    consumer = h.core.partitions[0].groups[CONSUMER_GROUP].consumer
+    assert consumer is not None
+    epoch = consumer.group_epoch
+    h.advance(0)
+    assert consumer.group_epoch == epoch and not consumer.pending_regexes

@@ -113,6 +113,9 @@ class ConsumerGroup:
     assignor: str = ""
     # the latest value per record key in the log (written or replayed): see consumer_records
     persisted: dict[Any, Any] = field(default_factory=dict)
+    # Regexes a member brought that the group has not resolved yet: as Kafka, resolution
+    # runs after the heartbeat (the "cregex" timer), so they match nothing until then.
+    pending_regexes: set[str] = field(default_factory=set)
 
     def state(self) -> ConsumerGroupState:
         if not self.members:
@@ -130,8 +133,9 @@ class ConsumerGroup:
         patterns = []
         for member in self.members.values():
             names.update(member.subscribed_topic_names)
-            if member.subscribed_topic_regex:
-                patterns.append(member.subscribed_topic_regex)
+            regex = member.subscribed_topic_regex
+            if regex and regex not in self.pending_regexes:
+                patterns.append(regex)
         for pattern in patterns:
             compiled = compile_regex(pattern)
             if compiled is not None:

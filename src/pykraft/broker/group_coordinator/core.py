@@ -1163,6 +1163,8 @@ class GroupCoordinator:
             return
         if kind in ("csession", "crevoke"):
             self._consumer_timer(state, group, kind, key[3], now_ms)
+        elif kind == "cregex":
+            self._resolve_regexes(state, group)
         elif kind == "heartbeat":
             member = group.members.get(key[3])
             if member is not None and member.join_token is None:
@@ -1658,7 +1660,23 @@ class GroupCoordinator:
                             member: ConsumerMember, request: ConsumerHeartbeat, token: int,
                             now_ms: int) -> None:
         before = (dict(member.assigned), member.member_epoch)
+        regex_before = member.subscribed_topic_regex
+        before_names = member.subscribed_topic_names
+        assignor_changed = (request.server_assignor is not None
+                            and request.server_assignor != member.server_assignor)
         changed = self._update_member(member, request)
+        regex = member.subscribed_topic_regex
+        if regex != regex_before and regex and not any(
+                m.subscribed_topic_regex == regex and m is not member
+                for m in consumer.members.values()):
+            # A regex the group has not resolved: Kafka resolves it in the background and
+            # bumps the group epoch when done; the member gets those partitions in a later
+            # heartbeat. Until then it matches nothing (and alone changes no epoch).
+            consumer.pending_regexes.add(regex)
+            self._set_timer(("cregex", state.index, consumer.group_id), now_ms)
+            changed = (request.subscribed_topic_names is not None
+                       and tuple(sorted(set(request.subscribed_topic_names)))
+                       != before_names) or assignor_changed
         changed |= self._refresh_subscription(consumer)
         if changed and consumer.group_epoch == consumer.assignment_epoch:
             consumer.group_epoch += 1  # (a join has bumped it already)
@@ -1748,7 +1766,8 @@ class GroupCoordinator:
         subscriptions = {}
         for member in consumer.members.values():
             topics = set(member.subscribed_topic_names)
-            if member.subscribed_topic_regex:
+            if member.subscribed_topic_regex and (
+                    member.subscribed_topic_regex not in consumer.pending_regexes):
                 compiled = compile_regex(member.subscribed_topic_regex)
                 if compiled is not None:
                     topics.update(n for n in consumer.subscription_metadata
@@ -1823,6 +1842,25 @@ class GroupCoordinator:
                                         "timeout")
         else:
             return
+        self._persist_consumer(state, group)
+
+    def _resolve_regexes(self, state: PartitionState, group: Group) -> None:
+        """The background resolution of the regexes members brought since the last one: a
+        new group epoch (and target) if a member still uses one, whose next heartbeat
+        then carries the partitions."""
+        consumer = group.consumer
+        if consumer is None or not consumer.pending_regexes:
+            return
+        used = {m.subscribed_topic_regex for m in consumer.members.values()}
+        resolved = consumer.pending_regexes & used
+        consumer.pending_regexes.clear()
+        if not resolved:
+            return
+        self._refresh_subscription(consumer)
+        consumer.group_epoch += 1
+        log.info("consumer group %s: resolved regex(es) %s; group epoch %d", consumer.group_id,
+                 sorted(r for r in resolved if r), consumer.group_epoch)
+        self._compute_target(consumer)
         self._persist_consumer(state, group)
 
     def _drop_consumer_group(self, state: PartitionState, group: Group) -> None:

@@ -1,7 +1,7 @@
 """The `pykraft` command: the node's own commands and Kafka's client tools, as subcommands.
 
     pykraft server start [CONFIG] [--override key=value ...]
-    pykraft storage random-uuid | format --config FILE --cluster-id ID [--ignore-formatted]
+    pykraft storage info -c FILE | format -c FILE -t ID [...] | version-mapping | random-uuid
     pykraft topics | console-producer | console-consumer | dump-log | perf produce|consume
     pykraft consumer-groups --bootstrap-server H:P --list | --describe | --reset-offsets | --delete
     pykraft delete-records --bootstrap-server H:P --offset-json-file FILE
@@ -47,6 +47,7 @@ from pykraft.cli import (
 )
 from pykraft.cli.args import ArgumentParser, CommandError, UsageError
 from pykraft.cli.client_config import kafka_error_message
+from pykraft.server import storage_cli
 
 __all__ = ["build_parser", "main"]
 
@@ -83,36 +84,13 @@ def _add_server_parsers(commands: argparse._SubParsersAction[ArgumentParser]) ->
     start.add_argument("config", nargs="?", metavar="CONFIG", help="server.properties file")
     start.add_argument("--override", action="append", default=[], metavar="KEY=VALUE")
     start.set_defaults(handler=_server_start)
-
-    storage = commands.add_parser("storage", help="format log directories (kafka-storage.sh)")
-    storage_commands = storage.add_subparsers(
-        dest="storage_command", required=True, metavar="{random-uuid,format}"
-    )
-    uuid = storage_commands.add_parser("random-uuid", help="print a new cluster id")
-    uuid.set_defaults(handler=_storage_random_uuid)
-    format_ = storage_commands.add_parser("format", help="format the node's log directories")
-    format_.add_argument("--config", "-c", required=True, metavar="FILE")
-    format_.add_argument("--cluster-id", "-t", required=True, metavar="ID")
-    format_.add_argument("--ignore-formatted", "-g", action="store_true")
-    format_.set_defaults(handler=_storage_format)
+    storage_cli.add_parser(commands)  # kafka-storage.sh: info, format, version-mapping, ...
 
 
 def _server_start(args: argparse.Namespace) -> int:
     from pykraft.cli import server_commands
 
     return server_commands.run_server(args.config, list(args.override))
-
-
-def _storage_random_uuid(args: argparse.Namespace) -> int:
-    from pykraft.cli import server_commands
-
-    return server_commands.storage_random_uuid()
-
-
-def _storage_format(args: argparse.Namespace) -> int:
-    from pykraft.cli import server_commands
-
-    return server_commands.storage_format(args.config, args.cluster_id, args.ignore_formatted)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -528,6 +528,17 @@ class ServerConfig:
         storage_tool.py)."""
         self._bootstrap_voters = dict(voters)
 
+    def validate_voters(self) -> None:
+        """The role checks that depend on the voter set, again after adopting one."""
+        if "controller" in self.roles and self.node_id not in self.voters:
+            raise ConfigError("If process.roles contains the 'controller' role, the node id "
+                              f"{self.node_id} must be included in the set of voters "
+                              f"controller.quorum.voters={self._voter_ids_text()}")
+        if self.roles == {"broker"} and self.node_id in self.voters:
+            raise ConfigError("If process.roles contains just the 'broker' role, the node id "
+                              f"{self.node_id} must not be included in the set of voters "
+                              f"controller.quorum.voters={self._voter_ids_text()}")
+
     @property
     def quorum_bootstrap_servers(self) -> list[tuple[str, int]]:
         return parse_quorum_bootstrap_servers(

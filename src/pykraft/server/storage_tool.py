@@ -1,8 +1,17 @@
-"""`pykraft storage format` / `random-uuid`, and the start-up check of formatted dirs.
+"""`pykraft storage format` / `info` / `random-uuid`, and the start-up check of formatted dirs.
 
 Kafka's rule: every log dir (and the metadata log dir) holds a `meta.properties` naming the
 cluster id and this node's id; a node refuses to start on an unformatted dir (unless it was
 asked to format it) or on one formatted for another cluster or node.
+
+Formatting also writes, as Kafka's Formatter does, `bootstrap.checkpoint` into every dir: a
+snapshot-format file holding the FeatureLevelRecord of the metadata.version the cluster starts
+at (`--release-version`, else the bootstrap level). KIP-853's dynamic quorum bootstrap
+(`--standalone`, `--initial-controllers`) is mapped onto pykraft's static quorum: the initial
+voter set is written to `bootstrap.voters` in the metadata log dir (Kafka writes it as a
+VotersRecord in the 0-0 snapshot), and a node configured with
+controller.quorum.bootstrap.servers only takes that set as its static voters at start-up.
+Voters cannot be added or removed later (docs/deviations.md).
 """
 
 from __future__ import annotations
@@ -10,22 +19,43 @@ from __future__ import annotations
 import base64
 import re
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final
 
-from pykraft.errors import InconsistentClusterId
-from pykraft.server.config import ServerConfig
+from pykraft.controller.features import (
+    BOOTSTRAP_METADATA_VERSION,
+    LATEST_METADATA_VERSION,
+    METADATA_VERSION_FEATURE,
+    MINIMUM_BOOTSTRAP_METADATA_VERSION,
+    bootstrap_records,
+    metadata_version_level,
+    metadata_version_name,
+)
+from pykraft.errors import CorruptRecord, InconsistentClusterId
+from pykraft.metadata.codec import decode_metadata_record, encode_metadata_record
+from pykraft.metadata.records import FeatureLevelRecord
+from pykraft.raft.messages import SnapshotId
+from pykraft.raft.snapshot import build_snapshot, snapshot_values
+from pykraft.server.config import ConfigError, ServerConfig, read_properties
+from pykraft.storage.checkpoint import kafka_uuid_string, parse_kafka_uuid, write_atomically
 from pykraft.storage.meta_properties import (
     META_PROPERTIES_FILE,
     MetaProperties,
     MetaPropertiesError,
+    format_java_properties,
     read_meta_properties,
     verify_ensemble,
     write_meta_properties,
 )
 
 _CLUSTER_ID: Final = re.compile(r"[A-Za-z0-9_-]{22}(==)?")
+BOOTSTRAP_CHECKPOINT_FILE: Final = "bootstrap.checkpoint"
+BOOTSTRAP_VOTERS_FILE: Final = "bootstrap.voters"  # pykraft's: the KIP-853 initial voters
+_BOOTSTRAP_SNAPSHOT: Final = SnapshotId(end_offset=0, epoch=0)  # Kafka's bootstrap id
+_BOOTSTRAP_FILE_BYTES_MAX: Final = 1024 * 1024  # a handful of records; more is not ours
+_VOTER: Final = re.compile(r"^(-?\d+)@(\[[0-9a-fA-F:]+\]|[^:@\[\]]+):(\d+):([A-Za-z0-9_-]+)$")
 
 
 class StorageToolError(Exception):
@@ -47,6 +77,77 @@ def _valid_cluster_id(cluster_id: str) -> bool:
     return _CLUSTER_ID.fullmatch(cluster_id) is not None
 
 
+@dataclass(frozen=True, slots=True)
+class InitialVoter:
+    """One voter of KIP-853's initial quorum: `id@host:port:directory-id`."""
+
+    node_id: int
+    host: str
+    port: int
+    directory_id: uuid.UUID
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.node_id}@{host}:{self.port}:{kafka_uuid_string(self.directory_id)}"
+
+
+def parse_initial_controllers(text: str) -> dict[int, InitialVoter]:
+    """`--initial-controllers id@host:port:dirid,...` (Kafka's DynamicVoters.parse)."""
+    voters: dict[int, InitialVoter] = {}
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        match = _VOTER.match(item)
+        if match is None:
+            raise StorageToolError(f"Invalid --initial-controllers entry '{item}': expected "
+                                   "id@hostname:port:directory-id")
+        node_id, port = int(match.group(1)), int(match.group(3))
+        if node_id < 0:
+            raise StorageToolError(f"Invalid negative node id {node_id} in dynamic voter "
+                                   "string.")
+        if port > 65535:
+            raise StorageToolError(f"Invalid port {port} in dynamic voter string.")
+        try:
+            directory_id = parse_kafka_uuid(match.group(4))
+        except ValueError:
+            raise StorageToolError("Failed to parse directory ID in dynamic voter string: "
+                                   f"{match.group(4)}") from None
+        if node_id in voters:
+            raise StorageToolError(f"Node id {node_id} was specified more than once.")
+        voters[node_id] = InitialVoter(node_id, match.group(2).strip("[]"), port, directory_id)
+    if not voters:
+        raise StorageToolError("No voters given.")
+    return voters
+
+
+def standalone_voter(config: ServerConfig) -> dict[int, InitialVoter]:
+    """`--standalone`: this controller alone, at its first advertised controller listener."""
+    if "controller" not in config.roles:
+        raise StorageToolError("You can only use --standalone on a controller.")
+    listeners = config.advertised_controller_listeners
+    if not listeners:
+        raise StorageToolError("No controller listeners found.")
+    voter = InitialVoter(config.node_id, listeners[0].host or "localhost", listeners[0].port,
+                         uuid.uuid4())
+    return {voter.node_id: voter}
+
+
+def release_version_level(text: str) -> int:
+    """`--release-version 3.9` / `3.9-IV0` / `3.9.1` -> the metadata.version level, or the
+    refusal in Kafka's words when pykraft cannot bootstrap at that level."""
+    release = text.strip()
+    numbers = release.split("-")[0].split(".")
+    level = metadata_version_level(release)
+    if level is None and len(numbers) == 3 and "-" not in release:  # 3.9.1: the 3.9 line
+        level = metadata_version_level(".".join(numbers[:2]))
+    if level is None or not MINIMUM_BOOTSTRAP_METADATA_VERSION <= level <= LATEST_METADATA_VERSION:
+        raise StorageToolError(
+            f"Unknown release version '{text}'. Supported versions are: "
+            f"{metadata_version_name(MINIMUM_BOOTSTRAP_METADATA_VERSION)} to "
+            f"{metadata_version_name(LATEST_METADATA_VERSION)}")
+    return level
+
+
 def all_dirs(config: ServerConfig) -> list[Path]:
     dirs = list(config.log_dirs)
     if config.metadata_log_dir not in dirs:
@@ -56,13 +157,17 @@ def all_dirs(config: ServerConfig) -> list[Path]:
 
 def format_storage(
     config: ServerConfig, *, cluster_id: str | None, ignore_formatted: bool,
-    quiet: bool = False,
+    quiet: bool = False, release_version: int | None = None,
+    initial_voters: Mapping[int, InitialVoter] | None = None,
 ) -> str:
-    """Write meta.properties into every unformatted dir; return the cluster id used.
+    """Write meta.properties (and bootstrap.checkpoint) into every unformatted dir; return
+    the cluster id used.
 
     With `cluster_id=None` (auto-format of the quick start) an already formatted dir's id is
-    reused, so restarting `pykraft server start` keeps its data.
+    reused, so restarting `pykraft server start` keeps its data. `initial_voters` is the
+    KIP-853 initial quorum (`--standalone`, `--initial-controllers`).
     """
+    level = BOOTSTRAP_METADATA_VERSION if release_version is None else release_version
     existing = {d: _read(d) for d in all_dirs(config)}
     formatted = {d: p for d, p in existing.items() if p is not None}
     if cluster_id is not None and not _valid_cluster_id(cluster_id):
@@ -79,17 +184,111 @@ def format_storage(
         cluster_id = ids[0] if ids else random_uuid()
     unformatted = [d for d, p in existing.items() if p is None]
     for directory in unformatted:
+        kind = _directory_kind(config, directory, initial_voters)
+        voter = (initial_voters or {}).get(config.node_id)
+        is_voter_dir = kind == "dynamic metadata voter directory" and voter is not None
+        directory_id = voter.directory_id if is_voter_dir and voter else uuid.uuid4()
+        if not quiet:
+            print(f"Formatting {kind} {directory} with {METADATA_VERSION_FEATURE} "
+                  f"{metadata_version_name(level)}.")
         try:
+            directory.mkdir(parents=True, exist_ok=True)
+            write_atomically(directory / BOOTSTRAP_CHECKPOINT_FILE, _bootstrap_checkpoint(level))
+            if initial_voters is not None and directory == config.metadata_log_dir:
+                write_atomically(directory / BOOTSTRAP_VOTERS_FILE,
+                                 _voters_text(initial_voters))
             write_meta_properties(directory, MetaProperties(
                 version=1, cluster_id=cluster_id, node_id=config.node_id,
-                directory_id=uuid.uuid4()))
+                directory_id=directory_id))
         except OSError as error:
-            raise StorageToolError(f"cannot format {directory}: {error.strerror}") from error
-        if not quiet:
-            print(f"Formatting {directory} for cluster {cluster_id} (node {config.node_id})")
+            raise StorageToolError(f"Error while writing meta.properties file {directory}: "
+                                   f"{error.strerror or error}") from error
     if not unformatted and not quiet:
         print("All of the log directories are already formatted.")
     return cluster_id
+
+
+def _directory_kind(config: ServerConfig, directory: Path,
+                    initial_voters: Mapping[int, InitialVoter] | None) -> str:
+    """Kafka's words for what a formatted dir is (Formatter.DirectoryType)."""
+    if directory != config.metadata_log_dir:
+        return "data directory"
+    if initial_voters is None:
+        return "metadata directory"
+    if config.node_id in initial_voters:
+        return "dynamic metadata voter directory"
+    return "dynamic metadata directory"
+
+
+def _bootstrap_checkpoint(level: int) -> bytes:
+    values = [encode_metadata_record(record, 0) for record in bootstrap_records(level)]
+    return b"".join(build_snapshot(_BOOTSTRAP_SNAPSHOT, values, last_contained_log_timestamp=0,
+                                   timestamp_ms=0))
+
+
+def read_bootstrap_metadata_version(directory: Path) -> int | None:
+    """The metadata.version `storage format` wrote into `directory`, if it wrote one."""
+    path = directory / BOOTSTRAP_CHECKPOINT_FILE
+    try:
+        with open(path, "rb") as stream:
+            data = stream.read(_BOOTSTRAP_FILE_BYTES_MAX + 1)
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        raise StorageToolError(f"cannot read {path}: {error.strerror or error}") from error
+    if len(data) > _BOOTSTRAP_FILE_BYTES_MAX:
+        raise StorageToolError(f"{path} is larger than a bootstrap checkpoint can be")
+    try:
+        for value in snapshot_values([data]):
+            record = decode_metadata_record(value)
+            if isinstance(record, FeatureLevelRecord) and record.name == METADATA_VERSION_FEATURE:
+                return record.feature_level
+    except (CorruptRecord, ValueError) as error:
+        raise StorageToolError(f"{path} is not a bootstrap checkpoint: {error}") from error
+    raise StorageToolError(f"{path} holds no {METADATA_VERSION_FEATURE}")
+
+
+def _voters_text(voters: Mapping[int, InitialVoter]) -> str:
+    listed = ",".join(str(voters[node_id]) for node_id in sorted(voters))
+    return format_java_properties({"version": "0", "initial.controllers": listed})
+
+
+def read_bootstrap_voters(directory: Path) -> dict[int, InitialVoter] | None:
+    """The initial voters `storage format --standalone/--initial-controllers` wrote."""
+    path = directory / BOOTSTRAP_VOTERS_FILE
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as error:
+        raise StorageToolError(f"cannot read {path}: {error}") from error
+    properties = read_properties(text)
+    if properties.get("version") != "0" or "initial.controllers" not in properties:
+        raise StorageToolError(f"{path} is not a voters file pykraft wrote")
+    try:
+        return parse_initial_controllers(properties["initial.controllers"])
+    except StorageToolError as error:
+        raise StorageToolError(f"{path}: {error}") from error
+
+
+def _adopt_voters(config: ServerConfig) -> None:
+    """A node configured with controller.quorum.bootstrap.servers only takes its static
+    voter set from the dir `storage format --standalone/--initial-controllers` wrote."""
+    if config.get_list("controller.quorum.voters"):
+        return
+    voters = read_bootstrap_voters(config.metadata_log_dir)
+    if voters is None:
+        raise StorageToolError(
+            f"{config.metadata_log_dir} holds no initial voter set: with "
+            "controller.quorum.bootstrap.servers and no controller.quorum.voters, pykraft "
+            "needs every node formatted with --standalone (one controller) or "
+            "--initial-controllers (the same list on every node), because its quorum is "
+            "static (KIP-853's dynamic quorum is not supported)")
+    config.adopt_bootstrap_voters({v.node_id: (v.host, v.port) for v in voters.values()})
+    try:
+        config.validate_voters()
+    except ConfigError as error:
+        raise StorageToolError(str(error)) from error
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +311,7 @@ def check_storage(config: ServerConfig) -> StorageInfo:
                 "format --config <file> --cluster-id <id>`?)")
         metas[directory] = properties
     _verify(metas, None, config.node_id)
+    _adopt_voters(config)
     for directory, properties in metas.items():
         if properties.directory_id is None:
             properties = replace(properties, directory_id=uuid.uuid4())
@@ -143,3 +343,105 @@ def _verify(metas: dict[Path, MetaProperties], cluster_id: str | None, node_id: 
         verify_ensemble(metas, expected_cluster_id=cluster_id, expected_node_id=node_id)
     except (MetaPropertiesError, InconsistentClusterId) as error:
         raise StorageToolError(str(error)) from error
+
+
+def format_command(
+    config: ServerConfig, *, cluster_id: str, ignore_formatted: bool,
+    release_version: str | None = None, standalone: bool = False,
+    initial_controllers: str | None = None, no_initial_controllers: bool = False,
+) -> str:
+    """`pykraft storage format`: Kafka's StorageTool.runFormatCommand checks, then format."""
+    release = release_version or config.get("inter.broker.protocol.version")
+    level = None if release is None else release_version_level(release)
+    if level is not None and level != BOOTSTRAP_METADATA_VERSION:
+        # the controller writes its own bootstrap level (controller/features.py) and does
+        # not read bootstrap.checkpoint yet: refuse rather than start at another level
+        raise StorageToolError(
+            f"A new pykraft cluster starts at {METADATA_VERSION_FEATURE} "
+            f"{metadata_version_name(BOOTSTRAP_METADATA_VERSION)} only; format without "
+            f"--release-version {release} and set {metadata_version_name(level)} after start "
+            f"with `pykraft features --bootstrap-server HOST:PORT upgrade --metadata {release}` "
+            "(or downgrade)")
+    static = bool(config.get_list("controller.quorum.voters"))
+    initial_voters = None
+    if initial_controllers is not None:
+        initial_voters = parse_initial_controllers(initial_controllers)
+    elif standalone:
+        initial_voters = standalone_voter(config)
+    if initial_voters is not None and static:
+        raise StorageToolError(
+            "You cannot specify controller.quorum.voters and format the node with "
+            "--initial-controllers or --standalone. If you want to use dynamic quorum, please "
+            "remove controller.quorum.voters and specify controller.quorum.bootstrap.servers "
+            "instead.")
+    if "controller" in config.roles and not static and initial_voters is None:
+        if no_initial_controllers:  # it would wait for AddRaftVoter, which pykraft lacks
+            raise StorageToolError(
+                "--no-initial-controllers is not supported on a controller: pykraft's quorum "
+                "is static, so a controller cannot join one later (use --standalone or "
+                "--initial-controllers, or controller.quorum.voters)")
+        raise StorageToolError(
+            "Because controller.quorum.voters is not set on this controller, you must specify "
+            "one of the following: --standalone, --initial-controllers, or "
+            "--no-initial-controllers.")
+    if initial_voters is not None:
+        config.adopt_bootstrap_voters({v.node_id: (v.host, v.port)
+                                       for v in initial_voters.values()})
+        try:
+            config.validate_voters()
+        except ConfigError as error:
+            raise StorageToolError(str(error)) from error
+    return format_storage(config, cluster_id=cluster_id, ignore_formatted=ignore_formatted,
+                          release_version=level, initial_voters=initial_voters)
+
+
+def storage_info(config: ServerConfig) -> tuple[str, bool]:
+    """`pykraft storage info`: Kafka's report of the node's dirs; (text, no problem found)."""
+    problems: list[str] = []
+    found: list[Path] = []
+    first: MetaProperties | None = None
+    for directory in sorted(all_dirs(config), key=str):
+        if not directory.is_dir():
+            what = "is not a directory" if directory.exists() else "does not exist"
+            problems.append(f"{directory} {what}")
+            continue
+        found.append(directory)
+        path = directory / META_PROPERTIES_FILE
+        if not path.exists():
+            problems.append(f"{directory} is not formatted.")
+            continue
+        try:
+            properties = read_meta_properties(directory)
+        except (MetaPropertiesError, OSError) as error:
+            problems.append(f"Error loading {path}: {error}")
+            continue
+        if properties is None:
+            problems.append(f"{directory} is not formatted.")
+        elif first is None:
+            first = properties
+        elif first.cluster_id != properties.cluster_id:
+            problems.append("Mismatched cluster IDs between storage directories.")
+        elif first.node_id != properties.node_id:
+            problems.append("Mismatched node IDs between storage directories.")
+    if first is not None and first.version == 0:
+        problems.append("The kafka configuration file appears to be for a cluster in KRaft "
+                        "mode, but the directories are formatted for legacy mode.")
+    lines = []
+    if found:
+        lines += ["Found log directory:" if len(found) == 1 else "Found log directories:",
+                  *(f"  {d}" for d in found), ""]
+    if first is not None:
+        shown = ", ".join(f"{k}={v}" for k, v in sorted(first.to_properties().items()))
+        lines += [f"Found metadata: {{{shown}}}", ""]
+        try:
+            level = read_bootstrap_metadata_version(config.metadata_log_dir)
+        except StorageToolError as error:
+            problems.append(str(error))
+        else:
+            if level is not None:
+                lines += [f"Found bootstrap metadata.version: {metadata_version_name(level)} "
+                          f"(level {level})", ""]
+    if problems:
+        lines += ["Found problem:" if len(problems) == 1 else "Found problems:",
+                  *(f"  {p}" for p in problems), ""]
+    return "".join(line + "\n" for line in lines), not problems

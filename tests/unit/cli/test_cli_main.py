@@ -101,17 +101,25 @@ def test_server_start_delegates_config_and_overrides(
     ]
 
 
-def test_storage_commands_delegate_and_return_their_exit_code(
-    fake_server_commands: list[tuple[object, ...]],
-) -> None:
-    """`storage format` accepts Kafka's short flags too; its exit code is passed through."""
-    assert main(["storage", "random-uuid"]) == 0
-    assert main(["storage", "format", "-c", "f.properties", "-t", "abc", "-g"]) == 3
-    assert main(["storage", "format", "--config", "g", "--cluster-id", "x"]) == 3
-    assert fake_server_commands == [
-        ("storage_random_uuid",),
-        ("storage_format", "f.properties", "abc", True),
-        ("storage_format", "g", "x", False),
+def test_storage_format_takes_kafkas_short_flags(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`storage format` accepts kafka-storage.sh's short flags; the tool gets each one."""
+    from pykraft.server import storage_cli, storage_tool
+
+    calls: list[tuple[object, dict[str, object]]] = []
+    monkeypatch.setattr(storage_cli, "_load", lambda path: path)
+    monkeypatch.setattr(storage_tool, "format_command",
+                        lambda config, **options: calls.append((config, options)))
+    assert main(["storage", "format", "-c", "f.properties", "-t", "abc", "-g", "-s",
+                 "-r", "3.9"]) == 0
+    assert main(["storage", "format", "--config", "g", "--cluster-id", "x",
+                 "-I", "1@h:9093:AAAAAAAAAAAAAAAAAAAAAA"]) == 0
+    assert calls == [
+        ("f.properties", {"cluster_id": "abc", "ignore_formatted": True, "release_version": "3.9",
+                          "standalone": True, "initial_controllers": None,
+                          "no_initial_controllers": False}),
+        ("g", {"cluster_id": "x", "ignore_formatted": False, "release_version": None,
+               "standalone": False, "initial_controllers": "1@h:9093:AAAAAAAAAAAAAAAAAAAAAA",
+               "no_initial_controllers": False}),
     ]
 
 

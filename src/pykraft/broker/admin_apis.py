@@ -140,6 +140,7 @@ class AdminApis:
         self.quorum = quorum
         self.forward_describe_quorum = forward_describe_quorum
         self.refused_topics = RESERVED_TOPICS if clients_listener else frozenset()
+        self.clients_listener = clients_listener
 
     @property
     def versions(self) -> Mapping[int, tuple[int, int]]:
@@ -470,6 +471,8 @@ class AdminApis:
 
     async def describe_cluster(self, context: RequestContext, request: Any) -> Any:
         module = response_module(ApiKey.DESCRIBE_CLUSTER, context.header.api_version)
+        if field(request, "endpoint_type", 1) == 2 and not self.clients_listener:
+            return self._describe_controllers(module)
         if field(request, "endpoint_type", 1) != 1:
             return make(module.DescribeClusterResponse, throttle_time=NO_THROTTLE,
                         error_code=ErrorCode.unsupported_endpoint_type,
@@ -495,6 +498,25 @@ class AdminApis:
                                is_fenced=is_fenced)
                           for (i, h, p, r), is_fenced in described),
         )
+
+    def _describe_controllers(self, module: Any) -> Any:
+        """KIP-919: a controller listener describes the controllers (the quorum's voters, at
+        their controller endpoints) and which one is active (-1: none now), so an admin
+        client bootstrapped from any controller finds the active one."""
+        from pykraft.server.config import parse_voters  # server imports the broker side
+
+        quorum = self.quorum.describe_quorum()
+        voters = parse_voters(self.server_configs.get("controller.quorum.voters", ""))
+        if not voters:  # a quorum formatted with its voters: the leader knows their endpoints
+            voters = {voter: (host, port) for voter, endpoints in quorum.get("nodes", {}).items()
+                      for _, host, port in endpoints[:1]}
+        return make(
+            module.DescribeClusterResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
+            error_message=None, endpoint_type=2, cluster_id=self.cache.cluster_id,
+            controller_id=max(-1, int(quorum.get("leader_id", -1))),
+            brokers=tuple(make(module.DescribeClusterBroker, broker_id=voter, host=host,
+                               port=port, rack=None)
+                          for voter, (host, port) in sorted(voters.items())))
 
     async def unregister_broker(self, context: RequestContext, request: Any) -> Any:
         module = response_module(ApiKey.UNREGISTER_BROKER, context.header.api_version)

@@ -29,7 +29,7 @@ from pykraft.cli.args import (
     add_bootstrap_options,
     bootstrap_of,
 )
-from pykraft.cli.protocol_client import ProtocolClient, error_name
+from pykraft.cli.protocol_client import ProtocolClient, active_controller, error_name
 from pykraft.controller.features import (
     METADATA_VERSION_FEATURE,
     UpgradeType,
@@ -84,7 +84,8 @@ def _run_args(args: argparse.Namespace) -> int:
     upgrade_type = (UpgradeType.UPGRADE if command == "upgrade"
                     else UpgradeType.UNSAFE_DOWNGRADE if args.unsafe
                     else UpgradeType.SAFE_DOWNGRADE)
-    error = update_features(servers, levels, upgrade_type, validate_only=args.dry_run)
+    error = update_features(servers, levels, upgrade_type, validate_only=args.dry_run,
+                            controllers=args.bootstrap_controller is not None)
     verb = {"upgrade": "upgraded", "downgrade": "downgraded", "disable": "disabled"}[command]
     for name, level in sorted(levels.items()):  # as Kafka: by feature name
         target = "" if command == "disable" else f" to {level}"
@@ -154,8 +155,11 @@ def describe_lines(servers: str, *, timeout_s: float = _TIMEOUT_S) -> list[str]:
 
 
 def update_features(servers: str, levels: dict[str, int], upgrade_type: UpgradeType, *,
-                    validate_only: bool, timeout_s: float = _TIMEOUT_S) -> str | None:
-    """UpdateFeatures; None when accepted, else the refusal as one line."""
+                    validate_only: bool, timeout_s: float = _TIMEOUT_S,
+                    controllers: bool = False) -> str | None:
+    """UpdateFeatures; None when accepted, else the refusal as one line. A broker forwards
+    it to the active controller; given `controllers`, the tool finds that one itself (a
+    controller that is not active would refuse it with NOT_CONTROLLER)."""
     def build(module: ModuleType, version: int) -> Any:
         if version == 0:
             updates = tuple(module.FeatureUpdateKey(
@@ -173,7 +177,10 @@ def update_features(servers: str, levels: dict[str, int], upgrade_type: UpgradeT
             raise CommandError("the server does not support --dry-run (UpdateFeatures v0)")
         return module.UpdateFeaturesRequest(**fields)
 
-    with ProtocolClient(servers, timeout_s=timeout_s, client_id="pykraft-features") as client:
+    client = (active_controller(servers, timeout_s=timeout_s, client_id="pykraft-features",
+                                call="updateFeatures") if controllers
+              else ProtocolClient(servers, timeout_s=timeout_s, client_id="pykraft-features"))
+    with client:
         _, response = client.request(UPDATE_FEATURES, "UpdateFeatures", (0, 2), build)
     if response.error_code != ErrorCode.none:
         return f"{error_name(response.error_code)}: {response.error_message or ''}".rstrip(": ")

@@ -10,7 +10,11 @@ prints one row per replica, the leader first, then the other voters, then the ob
 in Kafka's tab-separated table. The quorum is asked with DescribeQuorum (api 55) and the
 cluster id with DescribeCluster (api 60), sent through a small protocol client of our own,
 since no Python client library sends DescribeQuorum. Either bootstrap option reaches the
-same answer: brokers and controllers both serve DescribeQuorum.
+same answer: a broker forwards DescribeQuorum to the active controller; with
+--bootstrap-controller the tool finds the active controller itself from any controller, as
+Kafka's admin client does (KIP-919: DescribeCluster on a controller names the controllers
+and the active one), and waits through an election for at most default.api.timeout.ms
+(60 s) before failing with Kafka's "Timed out waiting for a node assignment".
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from pykraft.cli.args import (
     load_properties,
 )
 from pykraft.cli.client_config import timeout_seconds, warn
-from pykraft.cli.protocol_client import ProtocolClient, error_name
+from pykraft.cli.protocol_client import ProtocolClient, active_controller, error_name
 from pykraft.storage.checkpoint import kafka_uuid_string
 
 __all__ = [
@@ -52,6 +56,8 @@ DESCRIBE_CLUSTER: Final = 60
 _DESCRIBE_QUORUM_VERSIONS: Final = (0, 2)
 _DESCRIBE_CLUSTER_VERSIONS: Final = (0, 1)
 METADATA_TOPIC: Final = "__cluster_metadata"
+_CALL: Final = "describeMetadataQuorum"  # the admin call's name in Kafka's timeout message
+_RETRY_BACKOFF_S: Final = 0.2
 ZERO_UUID: Final = uuid.UUID(int=0)
 # properties of an admin client file that mean something to this tool; the rest are ignored
 _USED_PROPERTIES: Final = frozenset(
@@ -121,7 +127,11 @@ def _run_args(args: argparse.Namespace) -> int:
     properties = load_properties(args.command_config) if args.command_config else {}
     timeout_s, client_id = _client_settings(properties)
     quorum, cluster_id = describe_quorum(
-        servers, timeout_s=timeout_s, client_id=client_id, with_cluster_id=args.status
+        servers,
+        timeout_s=timeout_s,
+        client_id=client_id,
+        with_cluster_id=args.status,
+        controllers=args.bootstrap_controller is not None,
     )
     if args.status:
         lines = status_lines(cluster_id, quorum)
@@ -150,10 +160,19 @@ def _client_settings(properties: dict[str, str]) -> tuple[float, str]:
 
 
 def describe_quorum(
-    servers: str, *, timeout_s: float, client_id: str, with_cluster_id: bool
+    servers: str,
+    *,
+    timeout_s: float,
+    client_id: str,
+    with_cluster_id: bool,
+    controllers: bool = False,
 ) -> tuple[QuorumInfo, str | None]:
-    """Ask each server in turn until one describes the quorum (one may be down, or, as a
-    controller that is not the leader, refuse); also the cluster id when asked."""
+    """The quorum, and the cluster id when asked. Brokers (`controllers` False) are asked in
+    turn until one answers (one may be down; each forwards to the active controller).
+    Controllers are asked as Kafka's admin client asks them (KIP-919): the active one, found
+    from any of them, and again through an election until `timeout_s` has passed."""
+    if controllers:
+        return _describe_from_controllers(servers, timeout_s, client_id, with_cluster_id)
     failures = []
     for server in servers.split(","):
         try:
@@ -164,6 +183,28 @@ def describe_quorum(
         except CommandError as error:  # unreachable, or not the one to ask: try the next
             failures.append(str(error))
     raise CommandError("; ".join(failures))
+
+
+def _describe_from_controllers(
+    servers: str, timeout_s: float, client_id: str, with_cluster_id: bool
+) -> tuple[QuorumInfo, str | None]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        remaining = max(0.1, deadline - time.monotonic())
+        with active_controller(
+            servers, timeout_s=remaining, client_id=client_id, call=_CALL
+        ) as client:
+            try:
+                quorum = _describe_quorum(client)
+            except _NotLeader as error:  # leadership moved since: find the new leader
+                if time.monotonic() + _RETRY_BACKOFF_S >= deadline:
+                    raise CommandError(
+                        f"Timed out waiting for a node assignment. Call: {_CALL} "
+                        f"(last: {error})"
+                    ) from None
+                time.sleep(_RETRY_BACKOFF_S)
+                continue
+            return quorum, _cluster_id(client) if with_cluster_id else None
 
 
 def _describe_quorum(client: ProtocolClient) -> QuorumInfo:
@@ -201,11 +242,16 @@ def _describe_quorum(client: ProtocolClient) -> QuorumInfo:
     )
 
 
+class _NotLeader(CommandError):
+    """A controller that does not lead the quorum (any more) answered DescribeQuorum."""
+
+
 def _check_error(client: ProtocolClient, code: Any, message: str | None) -> None:
     if code == ErrorCode.none:
         return
     detail = f": {message}" if message else ""
-    raise CommandError(
+    kind = _NotLeader if code == ErrorCode.not_leader_or_follower else CommandError
+    raise kind(
         f"{client.address} answered DescribeQuorum with {error_name(int(code))}{detail}"
     )
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import socket
 import struct
 import sys
+import time
 from collections.abc import Callable
 from types import ModuleType, TracebackType
 from typing import Any, Final
@@ -23,6 +24,7 @@ from pykraft.protocol.framing import decode_response, encode_request, request_ty
 
 __all__ = [
     "ProtocolClient",
+    "active_controller",
     "error_message",
     "error_name",
     "find_coordinator",
@@ -32,6 +34,9 @@ __all__ = [
 
 METADATA: Final = 3
 FIND_COORDINATOR: Final = 10
+DESCRIBE_CLUSTER: Final = 60
+_CONTROLLER_ENDPOINTS: Final = 2  # DescribeCluster's endpoint type for controllers (KIP-919)
+_RETRY_BACKOFF_S: Final = 0.2
 API_VERSIONS: Final = 18
 _API_VERSIONS_VERSION: Final = 3
 _SIZE: Final = struct.Struct(">i")
@@ -265,3 +270,72 @@ def topic_partition_counts(client: ProtocolClient, topics: list[str]) -> dict[st
         if topic.error_code == ErrorCode.none and topic.name in counts:
             counts[topic.name] = len(topic.partitions)
     return counts
+
+
+def active_controller(bootstrap: str, *, timeout_s: float, client_id: str,
+                      call: str) -> ProtocolClient:
+    """A client connected to the active controller, found from any of the controllers in
+    `bootstrap` as Kafka's admin client does with bootstrap.controllers (KIP-919): each is
+    asked DescribeCluster for the controllers' endpoints and the active one's id. Through an
+    election (no active controller, or one not reachable yet) it asks again until
+    `timeout_s` has passed, then fails as Kafka's does: "Timed out waiting for a node
+    assignment. Call: `call`". When none of `bootstrap` accepts a connection the error is
+    at once that (a wrong address is not an election). A server that does not describe its
+    controllers (an older one) is used as it is."""
+    servers = [server.strip() for server in bootstrap.split(",") if server.strip()]
+    deadline = time.monotonic() + timeout_s
+    last = ""
+    while True:
+        unreachable = []
+        for server in servers:
+            remaining = max(0.1, deadline - time.monotonic())
+            try:
+                client = ProtocolClient(server, timeout_s=min(timeout_s, remaining),
+                                        client_id=client_id)
+            except CommandError as error:
+                last = str(error)
+                unreachable.append(last)
+                continue
+            try:
+                leader = _controller_address(client)
+            except CommandError as error:
+                client.close()
+                last = str(error)
+                continue
+            if leader is None:  # an older server: it answers what it can itself
+                return client
+            client.close()
+            if leader == "":
+                last = f"{server} knows no active controller"
+                continue
+            try:
+                return ProtocolClient(leader, timeout_s=timeout_s, client_id=client_id)
+            except CommandError as error:
+                last = str(error)
+        if len(unreachable) == len(servers):  # no controller there at all: say so at once
+            raise CommandError("; ".join(unreachable))
+        if time.monotonic() + _RETRY_BACKOFF_S >= deadline:
+            detail = f" (last: {last})" if last else ""
+            raise CommandError(f"Timed out waiting for a node assignment. Call: {call}{detail}")
+        time.sleep(_RETRY_BACKOFF_S)
+
+
+def _controller_address(client: ProtocolClient) -> str | None:
+    """The active controller's host:port as `client`'s server describes it; "" when it knows
+    of none; None when it does not describe controllers."""
+    def build(module: ModuleType, version: int) -> Any:
+        return module.DescribeClusterRequest(include_cluster_authorized_operations=False,
+                                             endpoint_type=_CONTROLLER_ENDPOINTS)
+
+    try:
+        client.version_for(DESCRIBE_CLUSTER, "DescribeCluster", (1, 1))
+    except CommandError:
+        return None
+    _, answer = client.request(DESCRIBE_CLUSTER, "DescribeCluster", (1, 1), build)
+    if answer.error_code != ErrorCode.none or int(answer.endpoint_type) != _CONTROLLER_ENDPOINTS:
+        return None
+    for controller in answer.brokers:
+        if controller.broker_id == answer.controller_id:
+            host = str(controller.host)
+            return f"[{host}]:{controller.port}" if ":" in host else f"{host}:{controller.port}"
+    return ""

@@ -11,6 +11,11 @@
     pykraft log-cleaner --describe --metrics-url URL [--topic T]
     pykraft cluster cluster-id | unregister --bootstrap-server H:P --id N
     pykraft features --bootstrap-server H:P describe | upgrade | downgrade | disable ...
+    pykraft configs --bootstrap-server H:P --describe | --alter --entity-type T ...
+    pykraft get-offsets --bootstrap-server H:P [--topic T] [--time latest|earliest|MS]
+    pykraft broker-api-versions --bootstrap-server H:P
+    pykraft log-dirs --describe --bootstrap-server H:P [--broker-list 1] [--topic-list T]
+    pykraft verifiable-producer | verifiable-consumer --bootstrap-server H:P --topic T ...
 
 Every failure the user can act on ends as one line on stderr and exit code 1 (a usage
 mistake, a broker's refusal, an unreadable file); `--help` and `--version` exit 0. Server
@@ -30,20 +35,25 @@ from confluent_kafka import KafkaException
 
 import pykraft
 from pykraft.cli import (
+    broker_api_versions,
     cluster,
+    configs,
     console_consumer,
     console_producer,
     consumer_groups,
     delete_records,
     dump_log,
     features,
+    get_offsets,
     leader_election,
     log_cleaner,
+    log_dirs,
     metadata_quorum,
     perf,
     reassign_partitions,
     topics,
     transactions,
+    verifiable,
 )
 from pykraft.cli.args import ArgumentParser, CommandError, UsageError
 from pykraft.cli.client_config import kafka_error_message
@@ -74,6 +84,11 @@ def build_parser() -> ArgumentParser:
     transactions.add_parser(commands)
     cluster.add_parser(commands)
     features.add_parser(commands)
+    configs.add_parser(commands)
+    get_offsets.add_parser(commands)
+    broker_api_versions.add_parser(commands)
+    log_dirs.add_parser(commands)
+    verifiable.add_parsers(commands)
     return parser
 
 

@@ -7,6 +7,7 @@ offsets but no members listed, described and fetched as Empty."""
 from __future__ import annotations
 
 import datetime
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -30,7 +31,7 @@ from kio.schema.sync_group.v3.request import SyncGroupRequest, SyncGroupRequestA
 
 from pykraft.testing import LocalCluster
 from pykraft.testing.wire import WireClient
-from tests.integration.group_helpers import poll_until
+from tests.integration.group_helpers import assignments_of, poll_until
 
 TOPIC = "semantics"
 PARTITIONS = 4
@@ -250,3 +251,91 @@ def test_a_group_with_offsets_and_no_members_is_empty_everywhere(
 def _group_partitions(group: str) -> Any:
     from confluent_kafka import ConsumerGroupTopicPartitions
     return ConsumerGroupTopicPartitions(group)
+
+
+def _poll_checking(consumers: list[Consumer], done: Any, timeout_s: float = 20.0) -> None:
+    """Poll until done(), checking after every poll that no partition has two owners."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for consumer in consumers:
+            consumer.poll(0.05)
+            owned = [p for c in consumers for p in {tp.partition for tp in c.assignment()}]
+            assert len(owned) == len(set(owned)), f"a partition with two owners: {owned}"
+        if done():
+            return
+    raise AssertionError(f"not done in {timeout_s}s: {assignments_of(consumers)}")
+
+
+def test_cooperative_sticky_members_move_only_what_they_must(cluster: LocalCluster) -> None:
+    """KIP-429 over the classic protocol: confluent-kafka with cooperative-sticky. A second
+    and a third member join, then one leaves; at no point does a partition have two
+    owners, the first member is never told to give up all it owns (incremental
+    revocation, two rounds), and the partitions end up covered once."""
+    group = "cooperative"
+    revoked: dict[int, list[set[int]]] = {0: [], 1: [], 2: []}
+
+    def member(index: int) -> Consumer:
+        consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": group,
+                             "partition.assignment.strategy": "cooperative-sticky",
+                             "session.timeout.ms": 1000, "heartbeat.interval.ms": 100,
+                             "auto.offset.reset": "earliest", "enable.auto.commit": False})
+        consumer.subscribe([TOPIC], on_revoke=lambda _, parts: revoked[index].append(
+            {tp.partition for tp in parts}))
+        return consumer
+
+    consumers = [member(0)]
+    try:
+        _poll_checking(consumers, lambda: len(consumers[0].assignment()) == PARTITIONS)
+        consumers.append(member(1))
+        _poll_checking(consumers, lambda: [len(o) for o in assignments_of(consumers)] == [2, 2])
+        consumers.append(member(2))
+        _poll_checking(consumers, lambda: sorted(len(o) for o in assignments_of(consumers))
+                       == [1, 1, 2])
+        assert all(0 < len(parts) < PARTITIONS for parts in revoked[0] if parts)
+        assert any(revoked[0]), "the first member gave up partitions incrementally"
+        consumers.pop(1).close()
+        _poll_checking(consumers, lambda: sorted(
+            p for owned in assignments_of(consumers) for p in owned) == list(range(PARTITIONS)))
+        assert all(len(parts) < PARTITIONS for parts in revoked[0])
+    finally:
+        for consumer in consumers:
+            consumer.close()
+
+
+def test_a_member_that_stops_polling_is_gone_after_its_max_poll_interval(
+    cluster: LocalCluster,
+) -> None:
+    """max.poll.interval.ms is the member's rebalance timeout: a kafka-python member that
+    stops polling (its heartbeat thread lives on) does not rejoin the rebalance a new
+    member starts, and within that interval (plus a little) the newcomer owns every
+    partition and the group has one member."""
+    from kafka import KafkaConsumer
+
+    group = "stops-polling"
+    bootstrap = cluster.bootstrap_servers
+    idle = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, session_timeout_ms=1000,
+                         heartbeat_interval_ms=100, max_poll_interval_ms=2000,
+                         enable_auto_commit=False)
+    try:
+        deadline = time.monotonic() + 20
+        while not idle.partitions_for_topic(TOPIC) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        idle.subscribe([TOPIC])
+        while len(idle.assignment()) < PARTITIONS and time.monotonic() < deadline:
+            idle.poll(timeout_ms=200)
+        assert len(idle.assignment()) == PARTITIONS
+        newcomer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                             "session.timeout.ms": 1000, "heartbeat.interval.ms": 100,
+                             "max.poll.interval.ms": 2000, "enable.auto.commit": False})
+        try:
+            newcomer.subscribe([TOPIC])
+            started = time.monotonic()
+            poll_until([newcomer], lambda: len(newcomer.assignment()) == PARTITIONS, 15)
+            assert time.monotonic() - started < 2.0 + 3.0
+            admin = AdminClient({"bootstrap.servers": bootstrap})
+            described = admin.describe_consumer_groups([group])[group].result(10)
+            assert len(described.members) == 1
+        finally:
+            newcomer.close()
+    finally:
+        idle.close(autocommit=False)

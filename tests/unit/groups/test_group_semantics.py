@@ -280,3 +280,23 @@ def test_a_regex_no_member_uses_any_more_is_dropped_without_a_new_epoch() -> Non
     epoch = consumer.group_epoch
     h.advance(0)
     assert consumer.group_epoch == epoch and not consumer.pending_regexes
+
+
+def test_a_member_waiting_for_its_sync_answer_outlives_its_session() -> None:
+    """Kafka's hasSatisfiedHeartbeat: a member awaiting its SyncGroup answer (the leader is
+    slow to assign) is not expired by its session timeout; the sync deadline (the rebalance
+    timeout) rules."""
+    h = Harness(initial_delay_ms=0)
+    leader = h.results[h.join_new(client_id="a")].member_id
+    follower_token = h.join_new(client_id="b")
+    h.join(leader)  # the leader rejoins the rebalance b started
+    follower = h.results[follower_token]
+    assert follower.error == ErrorCode.none and h.state() is GroupState.COMPLETING_REBALANCE
+    waiting = h.sync(follower.member_id, follower.generation_id)
+    assert waiting not in h.results
+    for _ in range(6):  # three of its sessions, within the rebalance timeout
+        h.advance(500)
+        assert h.heartbeat(leader, follower.generation_id) == ErrorCode.none
+    assert waiting not in h.results
+    h.sync(leader, follower.generation_id, {leader: b"A", follower.member_id: b"B"})
+    assert h.results[waiting].error == ErrorCode.none and h.results[waiting].assignment == b"B"

@@ -1167,11 +1167,12 @@ class GroupCoordinator:
             self._resolve_regexes(state, group)
         elif kind == "heartbeat":
             member = group.members.get(key[3])
-            if member is not None and member.join_token is None:
+            if member is not None and member.join_token is None and member.sync_token is None:
                 self._remove_member(state, group, member)
                 self._after_member_removed(state, group, now_ms,
                                            f"member {member.member_id} session expired")
             elif member is not None:  # waiting in a rebalance: the rebalance timeout rules
+                # (Kafka's hasSatisfiedHeartbeat: a member awaiting its join or sync answer)
                 self._schedule_heartbeat(partition, group, member, now_ms)
         elif kind == "pending":
             if key[3] in group.pending_members:

@@ -339,3 +339,46 @@ def test_a_member_that_stops_polling_is_gone_after_its_max_poll_interval(
             newcomer.close()
     finally:
         idle.close(autocommit=False)
+
+
+def test_describe_groups_answers_the_authorized_operations_when_asked(
+    cluster: LocalCluster,
+) -> None:
+    """KIP-430: DescribeGroups and ConsumerGroupDescribe with include_authorized_operations
+    answer the group's operations (no authorizer: every operation a group supports: READ,
+    DELETE, DESCRIBE, DESCRIBE_CONFIGS, ALTER_CONFIGS), else Kafka's sentinel; an unknown
+    group keeps the sentinel. The admin client reads them."""
+    from confluent_kafka.admin import AclOperation
+    from kio.schema.consumer_group_describe.v0.request import ConsumerGroupDescribeRequest
+
+    group = "operations"
+    bootstrap = cluster.bootstrap_servers
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                         "group.protocol": "consumer", "auto.offset.reset": "earliest"})
+    try:
+        consumer.subscribe([TOPIC])
+        poll_until([consumer], lambda: len(consumer.assignment()) == PARTITIONS)
+        every = (1 << 3) | (1 << 6) | (1 << 8) | (1 << 10) | (1 << 11)
+        with WireClient(bootstrap) as client:
+            def described(include: bool, name: str = group) -> int:
+                [result] = client.request(15, 5, DescribeGroupsRequest(
+                    groups=(name,), include_authorized_operations=include)).groups
+                return int(result.authorized_operations)
+
+            def consumer_described(include: bool, name: str = group) -> int:
+                [result] = client.request(69, 0, ConsumerGroupDescribeRequest(
+                    group_ids=(name,), include_authorized_operations=include)).groups
+                return int(result.authorized_operations)
+
+            assert described(True) == every and consumer_described(True) == every
+            assert described(False) == consumer_described(False) == -(1 << 31)
+            assert described(True, "no-such-group") == -(1 << 31)
+            assert consumer_described(True, "no-such-group") == -(1 << 31)
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        result = admin.describe_consumer_groups(
+            [group], include_authorized_operations=True)[group].result(10)
+        assert set(result.authorized_operations) == {
+            AclOperation.READ, AclOperation.DELETE, AclOperation.DESCRIBE,
+            AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS}
+    finally:
+        consumer.close()

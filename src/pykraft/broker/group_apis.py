@@ -36,7 +36,7 @@ from pykraft.broker.internal_topics import internal_topic
 from pykraft.broker.metadata_cache import MetadataCache
 from pykraft.errors import KafkaError
 from pykraft.net.server import RequestContext
-from pykraft.protocol.api import ApiKey
+from pykraft.protocol.api import AUTHORIZED_OPERATIONS_OMITTED, ApiKey, operations_bit_field
 from pykraft.protocol.entities import NO_THROTTLE, field, make, millis, response_module
 
 log = logging.getLogger(__name__)
@@ -76,6 +76,9 @@ GROUP_APIS: Final[dict[int, tuple[int, int]]] = {
 MEMBER_TYPE_CONSUMER: Final = 1  # ConsumerGroupDescribe v1: a member of the new protocol
 KEY_TYPE_GROUP: Final = 0
 KEY_TYPE_TRANSACTION: Final = 1
+# KIP-430: what a group allows with no authorizer (Kafka's AclEntry.supportedOperations for
+# GROUP): READ, DELETE, DESCRIBE, DESCRIBE_CONFIGS, ALTER_CONFIGS (AclOperation codes)
+GROUP_OPERATIONS: Final = operations_bit_field(frozenset({3, 6, 8, 10, 11}))
 
 Handler = Callable[[RequestContext, Any], Awaitable[Any]]
 
@@ -319,7 +322,8 @@ class GroupApis:
                     assignment=assignment(m.assignment),
                     target_assignment=assignment(m.target_assignment),
                     member_type=MEMBER_TYPE_CONSUMER) for m in d.members),
-                authorized_operations=-2147483648))
+                authorized_operations=GROUP_OPERATIONS if request.include_authorized_operations
+                and d.error == ErrorCode.none else AUTHORIZED_OPERATIONS_OMITTED))
         return make(module.ConsumerGroupDescribeResponse, throttle_time=NO_THROTTLE,
                     groups=tuple(groups))
 
@@ -485,7 +489,9 @@ class GroupApis:
                                    client_id=m.client_id, client_host=m.client_host,
                                    member_metadata=m.metadata, member_assignment=m.assignment)
                               for m in d.members),
-                authorized_operations=-2147483648))
+                authorized_operations=GROUP_OPERATIONS
+                if field(request, "include_authorized_operations", False)
+                and d.error == ErrorCode.none else AUTHORIZED_OPERATIONS_OMITTED))
         return make(module.DescribeGroupsResponse, throttle_time=NO_THROTTLE,
                     groups=tuple(described))
 

@@ -1,23 +1,102 @@
-#!/bin/sh
+#!/usr/bin/env bash
 # Format and start a cluster from one of the config sets in this directory, each node in the
-# background with its log in data/<name>.log; Ctrl-C stops them all.
-#   examples/cluster/run.sh combined     # 3 combined nodes: bootstrap 127.0.0.1:9092,9192,9292
-#   examples/cluster/run.sh dedicated    # 3 controllers + 1 broker: bootstrap 127.0.0.1:9092
-set -eu
-shape=${1:?usage: run.sh combined|dedicated}
+# background with its log in $PYKRAFT_DATA/<name>.log; Ctrl-C (or SIGTERM, or any exit) stops
+# every node it started.
+#
+# usage: examples/cluster/run.sh combined|dedicated [PORT_BASE]
+#   combined   3 combined nodes: clients on PORT_BASE, +100, +200; controllers on +10001..+10003
+#   dedicated  3 controllers + 1 broker: clients on PORT_BASE; controllers on +10001..+10003
+# PORT_BASE (or the env var PYKRAFT_PORT_BASE; default 9092) moves every port of the example
+# configs: with 9092 the nodes listen where the configs say (clients 127.0.0.1:9092, 9192,
+# 9292; controllers 127.0.0.1:19093-19095). PYKRAFT_DATA is where the data, logs and the
+# configs actually run go (default ./data); PYKRAFT is the pykraft command (default: this
+# checkout's .venv/bin/pykraft, else pykraft on PATH).
+set -euo pipefail
+usage="usage: examples/cluster/run.sh combined|dedicated [PORT_BASE] (or PYKRAFT_PORT_BASE)"
 here=$(cd "$(dirname "$0")" && pwd)
-pykraft=${PYKRAFT:-pykraft}
-mkdir -p data
+shape=${1:-}
+if [ -z "$shape" ] || [ ! -d "$here/$shape" ] || [ "$#" -gt 2 ]; then
+    echo "$usage" >&2
+    exit 2
+fi
+base=${2:-${PYKRAFT_PORT_BASE:-9092}}
+if ! [[ "$base" =~ ^[0-9]{1,5}$ ]] || [ "$base" -lt 1024 ] || [ "$base" -gt 55532 ]; then
+    echo "run.sh: PORT_BASE must be a number from 1024 to 55532 (the highest port is" \
+        "PORT_BASE+10003), got '$base'" >&2
+    exit 2
+fi
+base=$((10#$base))
+data=${PYKRAFT_DATA:-data}
+pykraft=${PYKRAFT:-}
+if [ -z "$pykraft" ]; then
+    pykraft=pykraft
+    [ -x "$here/../../.venv/bin/pykraft" ] && pykraft="$here/../../.venv/bin/pykraft"
+fi
+
+mkdir -p "$data/$shape-config"
 # one cluster id for every node, kept for restarts
-[ -f "data/$shape.cluster-id" ] || $pykraft storage random-uuid > "data/$shape.cluster-id"
-cluster_id=$(cat "data/$shape.cluster-id")
-pids=""
+[ -s "$data/$shape.cluster-id" ] || "$pykraft" storage random-uuid > "$data/$shape.cluster-id"
+cluster_id=$(cat "$data/$shape.cluster-id")
+
+pids=()   # each node is the leader of its own process group (set -m below)
+names=()
+stop_nodes() {
+    trap - EXIT INT TERM
+    # broker-only nodes first: their controlled shutdown needs the controllers running
+    local i pid left
+    for pass in broker other; do
+        left=()
+        for i in "${!pids[@]}"; do
+            pid=${pids[$i]}
+            case "${names[$i]}" in broker*) [ "$pass" = broker ] || continue ;;
+                *) [ "$pass" = other ] || continue ;; esac
+            kill -TERM -- "-$pid" 2>/dev/null && left+=("$pid")
+        done
+        for pid in "${left[@]}"; do
+            # a node shuts down in seconds; one that hangs is killed after 30 s
+            for _ in $(seq 300); do
+                kill -0 -- "-$pid" 2>/dev/null || break
+                sleep 0.1
+            done
+            kill -KILL -- "-$pid" 2>/dev/null || true
+            wait "$pid" 2>/dev/null || true
+        done
+    done
+    echo "stopped every node"
+}
+trap stop_nodes EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+set -m  # background nodes get process groups of their own: stopped as a whole, and a
+        # Ctrl-C in the terminal reaches this script only, which stops them in order
 for config in "$here/$shape"/*.properties; do
     name=$(basename "$config" .properties)
-    $pykraft storage format --config "$config" --cluster-id "$cluster_id" --ignore-formatted
-    $pykraft server start "$config" > "data/$name.log" 2>&1 &
-    pids="$pids $!"
-    echo "started $name (pid $!), log in data/$name.log"
+    # the config as it runs: the example's ports moved by PORT_BASE, its data under $data
+    run_config="$data/$shape-config/$name.properties"
+    sed -e "s/127\.0\.0\.1:9092\b/127.0.0.1:@0@/g" -e "s/127\.0\.0\.1:9192\b/127.0.0.1:@100@/g" \
+        -e "s/127\.0\.0\.1:9292\b/127.0.0.1:@200@/g" \
+        -e "s/127\.0\.0\.1:19093\b/127.0.0.1:@10001@/g" \
+        -e "s/127\.0\.0\.1:19094\b/127.0.0.1:@10002@/g" \
+        -e "s/127\.0\.0\.1:19095\b/127.0.0.1:@10003@/g" \
+        -e "s/@0@/$base/g" -e "s/@100@/$((base + 100))/g" -e "s/@200@/$((base + 200))/g" \
+        -e "s/@10001@/$((base + 10001))/g" -e "s/@10002@/$((base + 10002))/g" \
+        -e "s/@10003@/$((base + 10003))/g" \
+        -e "s|^log\.dirs=data/|log.dirs=$data/|" "$config" > "$run_config"
+    "$pykraft" storage format --config "$run_config" --cluster-id "$cluster_id" \
+        --ignore-formatted
+    "$pykraft" server start "$run_config" > "$data/$name.log" 2>&1 &
+    pids+=("$!")
+    names+=("$name")
+    echo "started $name (pid $!), log in $data/$name.log"
 done
-trap 'kill $pids 2>/dev/null; wait' INT TERM
-wait
+set +m
+if [ "$shape" = combined ]; then
+    echo "bootstrap.servers=127.0.0.1:$base,127.0.0.1:$((base + 100)),127.0.0.1:$((base + 200))"
+else
+    echo "bootstrap.servers=127.0.0.1:$base"
+fi
+echo "controllers: 127.0.0.1:$((base + 10001))-$((base + 10003)); Ctrl-C stops every node"
+# returns when every node has exited, or at once on Ctrl-C / SIGTERM; the EXIT trap then
+# stops whatever still runs (killing one node, say the active controller, stops only it)
+wait || true

@@ -5,6 +5,9 @@
     pykraft transactions --bootstrap-server H:P abort --topic T --partition P
         (--start-offset OFFSET | --producer-id PID --producer-epoch E --coordinator-epoch C)
     pykraft transactions --bootstrap-server H:P describe-producers --topic T --partition P
+        [--broker-id B]
+    pykraft transactions --bootstrap-server H:P find-hanging (--topic T [--partition P] |
+        --broker-id B) [--max-transaction-timeout MINUTES]
 
 `list` asks every broker (ListTransactions) and prints Kafka's columns TransactionalId,
 Coordinator, ProducerId, TransactionState. `describe` finds the id's coordinator
@@ -17,6 +20,13 @@ with `--start-offset` the producer, its epoch and coordinator epoch are those of
 partition's open transaction that starts there (DescribeProducers). `describe-producers`
 prints a partition's active producers with Kafka's columns ProducerId, ProducerEpoch,
 LatestCoordinatorEpoch, LastSequence, LastTimestamp, CurrentTransactionStartOffset.
+`list --duration-filter MS` lists only transactions running longer (ListTransactions v1).
+`find-hanging` looks, as Kafka's tool does, for open transactions (DescribeProducers) older
+than the longest transaction timeout (15 minutes unless given) whose producer id no
+coordinator lists (ListTransactions) or whose transaction no longer includes the partition
+(DescribeTransactions): Kafka's columns Topic, Partition, ProducerId, ProducerEpoch,
+CoordinatorEpoch, StartOffset, LastTimestamp, Duration(min); `abort --start-offset` ends one.
+With nothing to show, each prints Kafka's header alone.
 """
 
 from __future__ import annotations
@@ -57,26 +67,54 @@ CLIENT_ID: Final = "pykraft-transactions"
 
 def add_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
     parser = commands.add_parser(
-        "transactions", help="list, describe and abort transactions (kafka-transactions.sh)")
-    parser.add_argument("--bootstrap-server", metavar="HOST:PORT", help="REQUIRED")
-    parser.add_argument("--command-config", metavar="FILE", help="admin client properties")
-    actions = parser.add_subparsers(dest="action",
-                                    metavar="{list,describe,abort,describe-producers}")
-    actions.add_parser("list", help="every transaction the brokers coordinate")
-    describe = actions.add_parser("describe", help="one transactional id's transaction")
-    describe.add_argument("--transactional-id", metavar="ID", help="REQUIRED")
-    abort = actions.add_parser("abort", help="abort a hanging transaction on a partition")
-    abort.add_argument("--topic", metavar="TOPIC", help="REQUIRED")
-    abort.add_argument("--partition", type=INT32, metavar="P", help="REQUIRED")
-    abort.add_argument("--producer-id", type=INT64, metavar="PID", help="REQUIRED")
-    abort.add_argument("--producer-epoch", type=INT16, metavar="E", help="REQUIRED")
-    abort.add_argument("--coordinator-epoch", type=INT32, metavar="C", help="REQUIRED")
-    abort.add_argument("--start-offset", type=INT64, metavar="OFFSET",
-                       help="the first offset of the open transaction (instead of the ids)")
+        "transactions", help="list, describe and abort transactions (kafka-transactions.sh)",
+        description="This tool is used to analyze the transactional state of producers in "
+        "the cluster. It can be used to detect and recover from hanging transactions.")
+    parser.add_argument("--bootstrap-server", metavar="HOST:PORT",
+                        help="REQUIRED: the server(s) to connect to")
+    parser.add_argument("--command-config", metavar="FILE",
+                        help="a properties file of admin client configs")
+    actions = parser.add_subparsers(
+        dest="action", metavar="{list,describe,describe-producers,abort,find-hanging}")
+    listing = actions.add_parser("list", help="list transactions")
+    listing.add_argument("--duration-filter", type=INT64, metavar="MS",
+                         help="only transactions running longer than MS milliseconds "
+                         "(all when negative)")
+    describe = actions.add_parser("describe", help="describe the state of an active "
+                                  "transactional-id")
+    describe.add_argument("--transactional-id", metavar="ID",
+                          help="REQUIRED: the transactional id to describe")
     producers = actions.add_parser("describe-producers",
-                                   help="a partition's active idempotent producers")
-    producers.add_argument("--topic", metavar="TOPIC", help="REQUIRED")
-    producers.add_argument("--partition", type=INT32, metavar="P", help="REQUIRED")
+                                   help="describe the states of active producers for a topic "
+                                   "partition")
+    producers.add_argument("--broker-id", type=INT32, metavar="ID",
+                           help="describe the producers on this replica (default: the leader)")
+    producers.add_argument("--topic", metavar="TOPIC", help="REQUIRED: topic name")
+    producers.add_argument("--partition", type=INT32, metavar="P",
+                           help="REQUIRED: partition number")
+    abort = actions.add_parser("abort", help="abort a hanging transaction (requires "
+                               "administrative privileges)")
+    abort.add_argument("--topic", metavar="TOPIC", help="REQUIRED: topic name")
+    abort.add_argument("--partition", type=INT32, metavar="P", help="REQUIRED: partition number")
+    abort.add_argument("--start-offset", type=INT64, metavar="OFFSET",
+                       help="start offset of the transaction to abort")
+    abort.add_argument("--producer-id", type=INT64, metavar="PID",
+                       help="producer id of the transaction to abort (instead of "
+                       "--start-offset)")
+    abort.add_argument("--producer-epoch", type=INT16, metavar="E",
+                       help="producer epoch of the transaction to abort (with --producer-id)")
+    abort.add_argument("--coordinator-epoch", type=INT32, metavar="C",
+                       help="coordinator epoch of the transaction to abort (with "
+                       "--producer-id)")
+    hanging = actions.add_parser("find-hanging", help="find hanging transactions")
+    hanging.add_argument("--broker-id", type=INT32, metavar="ID",
+                         help="broker id to search for hanging transactions")
+    hanging.add_argument("--max-transaction-timeout", type=INT32, default=15, metavar="MIN",
+                         help="maximum transaction timeout in minutes to limit the scope of "
+                         "the search (default 15)")
+    hanging.add_argument("--topic", metavar="TOPIC",
+                         help="topic name to limit the search to (required with --partition)")
+    hanging.add_argument("--partition", type=INT32, metavar="P", help="partition number")
     parser.set_defaults(handler=_run_args)
 
 
@@ -86,7 +124,7 @@ def _run_args(args: argparse.Namespace) -> int:
     properties = load_properties(args.command_config) if args.command_config else {}
     timeout_s = timeout_seconds(properties)
     if args.action == "list":
-        return run_list(args.bootstrap_server, timeout_s)
+        return run_list(args.bootstrap_server, timeout_s, args.duration_filter)
     if args.action == "describe":
         if not args.transactional_id:
             raise UsageError("Missing required argument \"[transactional-id]\"")
@@ -105,8 +143,18 @@ def _run_args(args: argparse.Namespace) -> int:
     if args.action == "describe-producers":
         _require(args, ("topic", "partition"))
         return run_describe_producers(args.bootstrap_server, args.topic, args.partition,
-                                      timeout_s)
-    raise UsageError("name an action: list, describe, abort or describe-producers")
+                                      timeout_s, broker_id=args.broker_id)
+    if args.action == "find-hanging":
+        if args.topic is None and args.broker_id is None:
+            raise UsageError("The `find-hanging` command requires either --topic or "
+                             "--broker-id to limit the scope of the search")
+        if args.partition is not None and args.topic is None:
+            raise UsageError("The --partition argument requires --topic to be provided")
+        return run_find_hanging(args.bootstrap_server, timeout_s, broker_id=args.broker_id,
+                                topic=args.topic, partition=args.partition,
+                                max_timeout_ms=args.max_transaction_timeout * 60_000)
+    raise UsageError("name an action: list, describe, describe-producers, abort or "
+                     "find-hanging")
 
 
 def _require(args: argparse.Namespace, names: Sequence[str]) -> None:
@@ -144,7 +192,10 @@ def _address(answer: Any, broker_id: int) -> str:
 # -- list ----------------------------------------------------------------------------------
 
 
-def run_list(bootstrap: str, timeout_s: float) -> int:
+def _list_transactions(bootstrap: str, timeout_s: float, *, duration_ms: int | None = None,
+                       producer_ids: Sequence[int] = ()) -> tuple[list[list[Any]], bool]:
+    """ListTransactions on every broker: rows of (id, coordinator, producer id, state), and
+    whether some broker failed (reported on stdout as it goes)."""
     with ProtocolClient(bootstrap, timeout_s=timeout_s, client_id=CLIENT_ID) as client:
         brokers = sorted((int(b.node_id), f"{b.host}:{b.port}")
                          for b in _metadata(client, ()).brokers)
@@ -152,7 +203,15 @@ def run_list(bootstrap: str, timeout_s: float) -> int:
     failed = False
     for broker_id, address in brokers:
         def build(module: Any, version: int) -> Any:
-            return module.ListTransactionsRequest(state_filters=(), producer_id_filters=())
+            if version >= 1:
+                return module.ListTransactionsRequest(
+                    state_filters=(), producer_id_filters=tuple(producer_ids),
+                    duration_filter=-1 if duration_ms is None else duration_ms)
+            if duration_ms is not None:
+                raise CommandError("a broker does not support --duration-filter "
+                                   "(ListTransactions v0)")
+            return module.ListTransactionsRequest(state_filters=(),
+                                                  producer_id_filters=tuple(producer_ids))
 
         with ProtocolClient(address, timeout_s=timeout_s, client_id=CLIENT_ID) as broker:
             _, answer = broker.request(LIST_TRANSACTIONS, "ListTransactions", (0, 1), build)
@@ -163,6 +222,11 @@ def run_list(bootstrap: str, timeout_s: float) -> int:
             continue
         rows += [[each.transactional_id, broker_id, each.producer_id, each.transaction_state]
                  for each in answer.transaction_states]
+    return rows, failed
+
+
+def run_list(bootstrap: str, timeout_s: float, duration_ms: int | None = None) -> int:
+    rows, failed = _list_transactions(bootstrap, timeout_s, duration_ms=duration_ms)
     for line in format_table(["TransactionalId", "Coordinator", "ProducerId",
                               "TransactionState"], sorted(rows, key=lambda r: str(r[0]))):
         print(line)
@@ -172,14 +236,16 @@ def run_list(bootstrap: str, timeout_s: float) -> int:
 # -- describe ------------------------------------------------------------------------------
 
 
-def run_describe(bootstrap: str, txn_id: str, timeout_s: float) -> int:
+def _transaction_state(bootstrap: str, txn_id: str, timeout_s: float,
+                       failure: str) -> tuple[int, dict[str, Any]]:
+    """The coordinator's id and its DescribeTransactions answer for `txn_id` (its error
+    code included); CommandError "`failure`: reason" when the coordinator is not found."""
     with ProtocolClient(bootstrap, timeout_s=timeout_s, client_id=CLIENT_ID) as client:
         def find(module: Any, version: int) -> Any:
             return module.FindCoordinatorRequest(key_type=1, coordinator_keys=(txn_id,))
 
         _, found = client.request(FIND_COORDINATOR, "FindCoordinator", (4, 6), find)
     coordinator = found.coordinators[0]
-    failure = f"Failed to describe transaction state of transactional-id `{txn_id}`"
     if coordinator.error_code != ErrorCode.none:
         raise CommandError(f"{failure}: {error_message(coordinator.error_code)}")
     address = f"{coordinator.host}:{coordinator.port}"
@@ -192,7 +258,12 @@ def run_describe(bootstrap: str, txn_id: str, timeout_s: float) -> int:
     states = parse_describe_transactions(frame)
     if len(states) != 1:
         raise CommandError(f"{failure}: {address} answered {len(states)} ids for one")
-    (state,) = states
+    return int(coordinator.node_id), states[0]
+
+
+def run_describe(bootstrap: str, txn_id: str, timeout_s: float) -> int:
+    failure = f"Failed to describe transaction state of transactional-id `{txn_id}`"
+    coordinator_id, state = _transaction_state(bootstrap, txn_id, timeout_s, failure)
     if state["error_code"] != ErrorCode.none:
         raise CommandError(f"{failure}: {error_message(state['error_code'])}")
     start = state["start_ms"]
@@ -203,7 +274,7 @@ def run_describe(bootstrap: str, txn_id: str, timeout_s: float) -> int:
             ["CoordinatorId", "TransactionalId", "ProducerId", "ProducerEpoch",
              "TransactionState", "TransactionTimeoutMs", "CurrentTransactionStartTimeMs",
              "TransactionDurationMs", "TopicPartitions"],
-            [[coordinator.node_id, txn_id, state["producer_id"], state["producer_epoch"],
+            [[coordinator_id, txn_id, state["producer_id"], state["producer_epoch"],
               state["state"], state["timeout_ms"], "None" if start < 0 else start,
               "None" if start < 0 else max(0, now_ms - start), partitions]]):
         print(line)
@@ -306,10 +377,15 @@ def _producers(address: str, topic: str, partition: int, timeout_s: float,
     return list(found.active_producers)
 
 
-def run_describe_producers(bootstrap: str, topic: str, partition: int,
-                           timeout_s: float) -> int:
-    failure = f"Failed to describe producers for partition {topic}-{partition} on leader"
-    address = _leader_address(bootstrap, topic, partition, timeout_s, failure)
+def run_describe_producers(bootstrap: str, topic: str, partition: int, timeout_s: float, *,
+                           broker_id: int | None = None) -> int:
+    replica = "leader" if broker_id is None else f"broker {broker_id}"
+    failure = f"Failed to describe producers for partition {topic}-{partition} on {replica}"
+    if broker_id is None:
+        address = _leader_address(bootstrap, topic, partition, timeout_s, failure)
+    else:
+        with ProtocolClient(bootstrap, timeout_s=timeout_s, client_id=CLIENT_ID) as client:
+            address = _address(_metadata(client, ()), broker_id)
     rows = [[p.producer_id, p.producer_epoch,
              "None" if p.coordinator_epoch < 0 else p.coordinator_epoch, p.last_sequence,
              p.last_timestamp,
@@ -355,3 +431,111 @@ def run_abort(bootstrap: str, topic: str, partition: int, producer_id: int,
     if code != ErrorCode.none:
         raise CommandError(f"{failure}: {error_message(code)}")
     return 0
+
+
+# -- find-hanging --------------------------------------------------------------------------
+
+HANGING_HEADERS: Final = ("Topic", "Partition", "ProducerId", "ProducerEpoch",
+                          "CoordinatorEpoch", "StartOffset", "LastTimestamp", "Duration(min)")
+_BATCH: Final = 500  # partitions per DescribeProducers, as Kafka's tool batches them
+
+
+def run_find_hanging(bootstrap: str, timeout_s: float, *, broker_id: int | None,
+                     topic: str | None, partition: int | None, max_timeout_ms: int) -> int:
+    """Kafka's find-hanging: the open transactions (DescribeProducers) older than the
+    longest transaction timeout whose producer the coordinators do not know, or whose
+    transaction no longer includes the partition: no marker will ever close them."""
+    with ProtocolClient(bootstrap, timeout_s=timeout_s, client_id=CLIENT_ID) as client:
+        answer = _metadata(client, None if topic is None else [topic])
+    addresses = {int(b.node_id): f"{b.host}:{b.port}" for b in answer.brokers}
+    if broker_id is not None and broker_id not in addresses:
+        raise CommandError(f"broker {broker_id} is not in the cluster metadata")
+    # each partition is asked of the broker given, or else of its leader
+    by_broker: dict[int, list[tuple[str, int]]] = {}
+    for found in answer.topics:
+        if found.error_code != ErrorCode.none:
+            raise CommandError(f"Failed to describe 1 topics: {error_message(found.error_code)}")
+        for each in found.partitions:
+            if partition is not None and each.partition_index != partition:
+                continue
+            if broker_id is not None and broker_id not in each.replica_nodes:
+                continue
+            target = broker_id if broker_id is not None else int(each.leader_id)
+            by_broker.setdefault(target, []).append((str(found.name), int(each.partition_index)))
+    now_ms = int(time.time() * 1000)
+    candidates: list[tuple[str, int, Any]] = []
+    for target, partitions in sorted(by_broker.items()):
+        if target not in addresses:
+            reason = error_message(ErrorCode.leader_not_available)
+            raise CommandError(f"Failed to describe producers for {len(partitions)} "
+                               f"partitions on broker {target}: {reason}")
+        for start in range(0, len(partitions), _BATCH):
+            for name, index, producer in _producers_of(addresses[target],
+                                                       partitions[start:start + _BATCH],
+                                                       timeout_s):
+                if (producer.current_txn_start_offset >= 0
+                        and now_ms - producer.last_timestamp > max_timeout_ms):
+                    candidates.append((name, index, producer))
+    hanging = _hanging(bootstrap, timeout_s, candidates)
+    rows = [[name, index, p.producer_id, p.producer_epoch, p.coordinator_epoch,
+             p.current_txn_start_offset, p.last_timestamp,
+             max(0, now_ms - p.last_timestamp) // 60_000] for name, index, p in hanging]
+    for line in format_table(HANGING_HEADERS, rows):
+        print(line)
+    return 0
+
+
+def _producers_of(address: str, partitions: Sequence[tuple[str, int]],
+                  timeout_s: float) -> list[tuple[str, int, Any]]:
+    by_topic: dict[str, list[int]] = {}
+    for name, index in partitions:
+        by_topic.setdefault(name, []).append(index)
+
+    def build(module: Any, version: int) -> Any:
+        return module.DescribeProducersRequest(topics=tuple(
+            module.TopicRequest(name=name, partition_indexes=tuple(indexes))
+            for name, indexes in by_topic.items()))
+
+    with ProtocolClient(address, timeout_s=timeout_s, client_id=CLIENT_ID) as broker:
+        _, answer = broker.request(DESCRIBE_PRODUCERS, "DescribeProducers", (0, 0), build)
+    found = []
+    for topic in answer.topics:
+        for each in topic.partitions:
+            if each.error_code != ErrorCode.none:
+                raise CommandError(f"Failed to describe producers for {len(partitions)} "
+                                   f"partitions on broker {address}: "
+                                   f"{error_message(each.error_code)}")
+            found += [(str(topic.name), int(each.partition_index), producer)
+                      for producer in each.active_producers]
+    return found
+
+
+def _hanging(bootstrap: str, timeout_s: float,
+             candidates: list[tuple[str, int, Any]]) -> list[tuple[str, int, Any]]:
+    if not candidates:
+        return []
+    producer_ids = sorted({producer.producer_id for _, _, producer in candidates})
+    rows, failed = _list_transactions(bootstrap, timeout_s, producer_ids=producer_ids)
+    if failed:
+        raise CommandError(f"Failed to list transactions for {len(producer_ids)} producers")
+    ids = {int(row[2]): str(row[0]) for row in rows if int(row[2]) in producer_ids}
+    included: dict[str, set[tuple[str, int]] | None] = {}
+    for txn_id in sorted(set(ids.values())):
+        failure = f"Failed to describe {len(ids)} transactions"
+        _, state = _transaction_state(bootstrap, txn_id, timeout_s, failure)
+        if state["error_code"] == ErrorCode.transactional_id_not_found:
+            included[txn_id] = None
+        elif state["error_code"] != ErrorCode.none:
+            raise CommandError(f"{failure}: {error_message(state['error_code'])}")
+        else:
+            included[txn_id] = {(name, index) for name, indexes in state["topics"]
+                                for index in indexes}
+    hanging = []
+    for name, index, producer in candidates:
+        known = ids.get(producer.producer_id)
+        partitions = None if known is None else included.get(known)
+        # a producer no coordinator knows, or a transaction that no longer has the
+        # partition (its marker is not coming): hanging
+        if partitions is None or (name, index) not in partitions:
+            hanging.append((name, index, producer))
+    return hanging

@@ -3,6 +3,7 @@ user (or Kafka's system tests) runs them, against the session's real node."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import signal
@@ -222,3 +223,33 @@ def test_broker_api_versions(bootstrap: str, pykraft_cluster: Any) -> None:
     assert re.fullmatch(r"\tProduce\(0\): 3 to \d+ \[usable: \d+\],", body[0])
     assert "\tApiVersions(18): 0 to 4 [usable: 4]," in body
     assert set(keys) >= CLIENT_APIS  # an API the broker does not list is UNSUPPORTED
+
+
+_DOCUMENTED_TOOLS = ("topics", "console-producer", "console-consumer", "delete-records",
+                     "leader-election", "reassign-partitions", "log-cleaner", "perf", "cluster",
+                     "configs", "get-offsets", "broker-api-versions", "log-dirs",
+                     "verifiable-producer", "verifiable-consumer")
+
+
+def _undocumented(parser: argparse.ArgumentParser, path: str) -> list[str]:
+    missing = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                missing += _undocumented(sub, f"{path} {name}")
+        elif not isinstance(action, argparse._HelpAction) and not action.help:
+            missing.append(f"{path} {'/'.join(action.option_strings) or action.dest}")
+    return missing
+
+
+def test_every_option_has_help() -> None:
+    """`pykraft TOOL --help` describes every option of these tools (and exits 0)."""
+    from pykraft.cli.main import build_parser
+
+    commands = next(action for action in build_parser()._actions
+                    if isinstance(action, argparse._SubParsersAction))
+    missing = [line for tool in _DOCUMENTED_TOOLS
+               for line in _undocumented(commands.choices[tool], tool)]
+    assert missing == []
+    result = pykraft("configs", "--help")
+    assert result.returncode == 0 and "--add-config-file" in result.stdout

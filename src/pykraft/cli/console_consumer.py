@@ -226,17 +226,23 @@ def add_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
     parser = commands.add_parser(
         "console-consumer", help="print records of a topic (kafka-console-consumer.sh)"
     )
-    parser.add_argument("--bootstrap-server", metavar="HOST:PORT", help="REQUIRED")
-    parser.add_argument("--topic", required=True)
+    parser.add_argument("--bootstrap-server", metavar="HOST:PORT",
+                        help="REQUIRED: the broker(s) to connect to, host:port[,host:port]")
+    parser.add_argument("--topic", required=True, help="REQUIRED: the topic to consume")
     parser.add_argument("--group", help="consume as this consumer group (subscribe)")
-    parser.add_argument("--from-beginning", action="store_true")
-    parser.add_argument("--partition", type=INT32, metavar="P")
+    parser.add_argument("--from-beginning", action="store_true",
+                        help="start at the earliest offset (with --group: when the group has "
+                             "no committed offset); default: only new records")
+    parser.add_argument("--partition", type=INT32, metavar="P",
+                        help="read only this partition (assigned, without a group)")
     parser.add_argument(
         "--offset",
         metavar="OFFSET",
         help="'earliest', 'latest' (the default) or an offset; needs --partition",
     )
-    parser.add_argument("--max-messages", type=int, metavar="N")
+    parser.add_argument("--max-messages", type=int, metavar="N",
+                        help="exit after printing this many records (default: run until "
+                             "stopped)")
     parser.add_argument(
         "--timeout-ms", type=int, metavar="MS", help="exit when no record arrives for this long"
     )
@@ -249,9 +255,14 @@ def add_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
         "line.separator, headers.separator, headers.key.separator, "
         "null.literal",
     )
-    parser.add_argument("--consumer-property", action="append", metavar="NAME=VALUE")
-    parser.add_argument("--consumer.config", dest="consumer_config", metavar="FILE")
-    parser.add_argument("--isolation-level", choices=("read_committed", "read_uncommitted"))
+    parser.add_argument("--consumer-property", action="append", metavar="NAME=VALUE",
+                        help="a consumer setting (Kafka's Java name; repeatable; overrides "
+                             "--consumer.config)")
+    parser.add_argument("--consumer.config", dest="consumer_config", metavar="FILE",
+                        help="consumer properties file")
+    parser.add_argument("--isolation-level", choices=("read_committed", "read_uncommitted"),
+                        help="read_committed hides records of open and aborted transactions "
+                             "(default: read_uncommitted)")
     parser.set_defaults(handler=lambda args: run(consumer_options(args)))
 
 

@@ -149,8 +149,9 @@ def add_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
         "console-producer",
         help="send lines from standard input as records (kafka-console-producer.sh)",
     )
-    parser.add_argument("--bootstrap-server", metavar="HOST:PORT", help="REQUIRED")
-    parser.add_argument("--topic", required=True)
+    parser.add_argument("--bootstrap-server", metavar="HOST:PORT",
+                        help="REQUIRED: the broker(s) to connect to, host:port[,host:port]")
+    parser.add_argument("--topic", required=True, help="REQUIRED: the topic to produce to")
     parser.add_argument(
         "--property",
         action="append",
@@ -159,9 +160,13 @@ def add_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
         "headers.delimiter, headers.separator, headers.key.separator, "
         "null.marker, ignore.error",
     )
-    parser.add_argument("--producer-property", action="append", metavar="NAME=VALUE")
-    parser.add_argument("--producer.config", dest="producer_config", metavar="FILE")
-    parser.add_argument("--compression-codec", nargs="?", const="gzip", choices=COMPRESSION_CODECS)
+    parser.add_argument("--producer-property", action="append", metavar="NAME=VALUE",
+                        help="a producer setting (Kafka's Java name; repeatable; overrides "
+                             "--producer.config)")
+    parser.add_argument("--producer.config", dest="producer_config", metavar="FILE",
+                        help="producer properties file")
+    parser.add_argument("--compression-codec", nargs="?", const="gzip", choices=COMPRESSION_CODECS,
+                        help="compress batches with this codec (gzip if given without one)")
     parser.add_argument(
         "--request-required-acks",
         metavar="ACKS",

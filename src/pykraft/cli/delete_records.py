@@ -45,9 +45,10 @@ UNKNOWN_PARTITION: Final = ("UNKNOWN_TOPIC_OR_PARTITION: "
 def add_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
     parser = commands.add_parser(
         "delete-records", help="delete records below an offset (kafka-delete-records.sh)")
-    parser.add_argument("--bootstrap-server", metavar="HOST:PORT", help="REQUIRED")
+    parser.add_argument("--bootstrap-server", metavar="HOST:PORT",
+                        help="REQUIRED: the broker(s) to connect to, host:port[,host:port]")
     parser.add_argument("--offset-json-file", metavar="FILE", help="REQUIRED: the offsets")
-    parser.add_argument("--command-config", metavar="FILE", help="admin client properties")
+    parser.add_argument("--command-config", metavar="FILE", help="admin client properties file")
     parser.set_defaults(handler=_run_args)
 
 

@@ -48,9 +48,10 @@ _TYPES = {"preferred": ElectionType.PREFERRED, "unclean": ElectionType.UNCLEAN}
 def add_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
     parser = commands.add_parser(
         "leader-election", help="elect partition leaders (kafka-leader-election.sh)")
-    parser.add_argument("--bootstrap-server", metavar="HOST:PORT", help="REQUIRED")
+    parser.add_argument("--bootstrap-server", metavar="HOST:PORT",
+                        help="REQUIRED: the broker(s) to connect to, host:port[,host:port]")
     parser.add_argument("--admin.config", dest="admin_config", metavar="FILE",
-                        help="admin client properties")
+                        help="admin client properties file")
     parser.add_argument("--election-type", metavar="preferred|unclean",
                         help="REQUIRED: the kind of election")
     parser.add_argument("--all-topic-partitions", action="store_true",

@@ -35,7 +35,8 @@ def add_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
                         help="REQUIRED: the node's metrics endpoint, e.g. "
                              "http://127.0.0.1:9404 (its pykraft.metrics.listener)")
     parser.add_argument("--topic", metavar="TOPIC", help="only this topic")
-    parser.add_argument("--timeout-ms", type=int, default=10_000, metavar="MS")
+    parser.add_argument("--timeout-ms", type=int, default=10_000, metavar="MS",
+                        help="how long to wait for the metrics endpoint (default 10000)")
     parser.set_defaults(handler=_run_args)
 
 

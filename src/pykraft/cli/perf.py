@@ -95,10 +95,14 @@ def add_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
     tests = perf.add_subparsers(dest="perf_test", required=True, metavar="{produce,consume}")
 
     produce = tests.add_parser("produce", help="kafka-producer-perf-test.sh")
-    produce.add_argument("--bootstrap-server", metavar="HOST:PORT")
-    produce.add_argument("--topic", required=True)
-    produce.add_argument("--num-records", type=int, required=True, metavar="N")
-    produce.add_argument("--record-size", type=int, required=True, metavar="BYTES")
+    produce.add_argument("--bootstrap-server", metavar="HOST:PORT",
+                         help="the broker(s) to connect to (or bootstrap.servers in the "
+                              "producer properties)")
+    produce.add_argument("--topic", required=True, help="REQUIRED: the topic to produce to")
+    produce.add_argument("--num-records", type=int, required=True, metavar="N",
+                         help="REQUIRED: how many records to send")
+    produce.add_argument("--record-size", type=int, required=True, metavar="BYTES",
+                         help="REQUIRED: the size of each record's value")
     produce.add_argument(
         "--throughput",
         type=float,
@@ -106,14 +110,20 @@ def add_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
         metavar="RECORDS_PER_SEC",
         help="throttle to this rate; -1 (the default) is unlimited",
     )
-    produce.add_argument("--producer-props", nargs="+", action="extend", metavar="NAME=VALUE")
-    produce.add_argument("--producer.config", dest="producer_config", metavar="FILE")
+    produce.add_argument("--producer-props", nargs="+", action="extend", metavar="NAME=VALUE",
+                         help="producer settings (Kafka's Java names; override "
+                              "--producer.config)")
+    produce.add_argument("--producer.config", dest="producer_config", metavar="FILE",
+                         help="producer properties file")
     produce.set_defaults(handler=lambda args: run_produce(produce_options(args)))
 
     consume = tests.add_parser("consume", help="kafka-consumer-perf-test.sh")
-    consume.add_argument("--bootstrap-server", metavar="HOST:PORT")
-    consume.add_argument("--topic", required=True)
-    consume.add_argument("--messages", type=int, required=True, metavar="N")
+    consume.add_argument("--bootstrap-server", metavar="HOST:PORT",
+                         help="the broker(s) to connect to (or bootstrap.servers in the "
+                              "consumer properties)")
+    consume.add_argument("--topic", required=True, help="REQUIRED: the topic to consume")
+    consume.add_argument("--messages", type=int, required=True, metavar="N",
+                         help="REQUIRED: how many records to consume")
     consume.add_argument(
         "--timeout-ms",
         "--timeout",
@@ -124,10 +134,15 @@ def add_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
         help="the longest wait between records (default 10000)",
     )
     consume.add_argument("--group", help="consume as this consumer group (subscribe)")
-    consume.add_argument("--from-latest", action="store_true")
-    consume.add_argument("--hide-header", action="store_true")
-    consume.add_argument("--consumer-props", nargs="+", action="extend", metavar="NAME=VALUE")
-    consume.add_argument("--consumer.config", dest="consumer_config", metavar="FILE")
+    consume.add_argument("--from-latest", action="store_true",
+                         help="start at the end of the log (default: the beginning)")
+    consume.add_argument("--hide-header", action="store_true",
+                         help="print the statistics line without its header")
+    consume.add_argument("--consumer-props", nargs="+", action="extend", metavar="NAME=VALUE",
+                         help="consumer settings (Kafka's Java names; override "
+                              "--consumer.config)")
+    consume.add_argument("--consumer.config", dest="consumer_config", metavar="FILE",
+                         help="consumer properties file")
     consume.set_defaults(handler=lambda args: run_consume(consume_options(args)))
 
 

@@ -46,18 +46,31 @@ ALTER_REASSIGNMENTS: Final = 45
 LIST_REASSIGNMENTS: Final = 46
 Assignment = dict[tuple[str, int], tuple[int, ...]]
 _ACTIONS: Final = ("generate", "execute", "verify", "cancel", "list")
+_ACTION_HELP: Final = {
+    "generate": "propose a reassignment of --topics-to-move-json-file's topics onto "
+                "--broker-list (prints the current and the proposed assignment)",
+    "execute": "start the reassignment in --reassignment-json-file",
+    "verify": "report whether the reassignment in --reassignment-json-file is done",
+    "cancel": "cancel the reassignment in --reassignment-json-file",
+    "list": "list the partition reassignments in progress",
+}
 
 
 def add_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
     parser = commands.add_parser(
         "reassign-partitions", help="move partition replicas (kafka-reassign-partitions.sh)")
-    parser.add_argument("--bootstrap-server", metavar="HOST:PORT", help="REQUIRED")
-    parser.add_argument("--command-config", metavar="FILE", help="admin client properties")
+    parser.add_argument("--bootstrap-server", metavar="HOST:PORT",
+                        help="REQUIRED: the broker(s) to connect to, host:port[,host:port]")
+    parser.add_argument("--command-config", metavar="FILE", help="admin client properties file")
     for action in _ACTIONS:
-        parser.add_argument(f"--{action}", action="store_true")
-    parser.add_argument("--topics-to-move-json-file", metavar="FILE")
-    parser.add_argument("--broker-list", metavar="1,2,3")
-    parser.add_argument("--reassignment-json-file", metavar="FILE")
+        parser.add_argument(f"--{action}", action="store_true", help=_ACTION_HELP[action])
+    parser.add_argument("--topics-to-move-json-file", metavar="FILE",
+                        help='with --generate: {"topics": [{"topic": "t"}], "version": 1}')
+    parser.add_argument("--broker-list", metavar="1,2,3",
+                        help="with --generate: the brokers to place replicas on")
+    parser.add_argument("--reassignment-json-file", metavar="FILE",
+                        help="with --execute, --verify or --cancel: the partitions and their "
+                             "new replicas, in --generate's output format")
     parser.add_argument("--disable-rack-aware", action="store_true",
                         help="accepted for compatibility: generation ignores racks")
     parser.set_defaults(handler=_run_args)

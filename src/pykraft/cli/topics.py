@@ -121,28 +121,62 @@ class TopicInfo:
     min_insync_replicas: int | None
 
 
+_ACTION_HELP: Final = {
+    "create": "create a new topic",
+    "list": "list the topics (those matching --topic if given)",
+    "describe": "describe the topics (those matching --topic if given)",
+    "alter": "change a topic's partition count or configs",
+    "delete": "delete the topics matching --topic",
+}
+
+
 def add_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
     parser = commands.add_parser(
         "topics", help="create, delete, describe, or change a topic (kafka-topics.sh)"
     )
-    parser.add_argument("--bootstrap-server", metavar="HOST:PORT", help="REQUIRED")
-    parser.add_argument("--command-config", metavar="FILE", help="admin client properties")
-    for action in ACTIONS:
-        parser.add_argument(f"--{action}", action="store_true")
+    parser.add_argument("--bootstrap-server", metavar="HOST:PORT",
+                        help="REQUIRED: the broker(s) to connect to, host:port[,host:port]")
+    parser.add_argument("--command-config", metavar="FILE",
+                        help="admin client properties file")
+    for action, text in _ACTION_HELP.items():
+        parser.add_argument(f"--{action}", action="store_true", help=text)
     parser.add_argument("--topic", help="a topic name; a regular expression except for --create")
-    parser.add_argument("--partitions", type=INT32, metavar="N")
-    parser.add_argument("--replication-factor", type=int, metavar="N")
-    parser.add_argument("--replica-assignment", metavar="B1:B2,B3:B4,...")
-    parser.add_argument("--config", action="append", metavar="NAME=VALUE")
-    parser.add_argument("--delete-config", action="append", metavar="NAME")
-    parser.add_argument("--if-exists", action="store_true")
-    parser.add_argument("--if-not-exists", action="store_true")
-    parser.add_argument("--exclude-internal", action="store_true")
-    parser.add_argument("--under-replicated-partitions", action="store_true")
-    parser.add_argument("--unavailable-partitions", action="store_true")
-    parser.add_argument("--under-min-isr-partitions", action="store_true")
-    parser.add_argument("--at-min-isr-partitions", action="store_true")
-    parser.add_argument("--topics-with-overrides", action="store_true")
+    parser.add_argument("--partitions", type=INT32, metavar="N",
+                        help="the partition count of a topic to create (default: the broker's "
+                             "num.partitions), or the larger count to grow it to with --alter")
+    parser.add_argument("--replication-factor", type=int, metavar="N",
+                        help="replicas of each partition of a topic to create (default: the "
+                             "broker's default.replication.factor)")
+    parser.add_argument("--replica-assignment", metavar="B1:B2,B3:B4,...",
+                        help="the brokers of each partition, partitions separated by commas and "
+                             "a partition's replicas by colons (instead of --partitions and "
+                             "--replication-factor)")
+    parser.add_argument("--config", action="append", metavar="NAME=VALUE",
+                        help="a topic config to set at --create or --alter (repeatable)")
+    parser.add_argument("--delete-config", action="append", metavar="NAME",
+                        help="a topic config override to remove with --alter (repeatable)")
+    parser.add_argument("--if-exists", action="store_true",
+                        help="with --alter, --delete or --describe: act only if the topic exists "
+                             "(no error otherwise)")
+    parser.add_argument("--if-not-exists", action="store_true",
+                        help="with --create: create only if the topic does not exist (no error "
+                             "otherwise)")
+    parser.add_argument("--exclude-internal", action="store_true",
+                        help="leave internal topics out of --list and --describe")
+    parser.add_argument("--under-replicated-partitions", action="store_true",
+                        help="with --describe: only partitions whose ISR is smaller than their "
+                             "replica set")
+    parser.add_argument("--unavailable-partitions", action="store_true",
+                        help="with --describe: only partitions without a live leader")
+    parser.add_argument("--under-min-isr-partitions", action="store_true",
+                        help="with --describe: only partitions whose ISR is smaller than "
+                             "min.insync.replicas")
+    parser.add_argument("--at-min-isr-partitions", action="store_true",
+                        help="with --describe: only partitions whose ISR equals "
+                             "min.insync.replicas")
+    parser.add_argument("--topics-with-overrides", action="store_true",
+                        help="with --describe: only topics that override a config, and no "
+                             "partition lines")
     parser.set_defaults(handler=lambda args: run(topics_options(args)))
 
 

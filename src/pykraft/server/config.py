@@ -182,7 +182,7 @@ _TOPIC_SYNONYMS: Final = {
     for definition in log_config.TOPIC_CONFIGS.values()
     for synonym in definition.synonyms
 }
-_LISTENER: Final = re.compile(r"^([A-Za-z0-9_]+)://(\[[0-9a-fA-F:]+\]|[^:\[\]]*):(\d+)$")
+_LISTENER: Final = re.compile(r"^([A-Za-z0-9_-]+)://(\[[0-9a-fA-F:]+\]|[^:\[\]]*):(\d+)$")
 _VOTER: Final = re.compile(r"^(\d+)@(\[[0-9a-fA-F:]+\]|[^:@\[\]]+):(\d+)$")
 _NON_ROUTABLE_HOSTS: Final = ("0.0.0.0", "::")  # Kafka checks 0.0.0.0; "::" is as bad
 _ADDRESS: Final = re.compile(r"^(\[[0-9a-fA-F:]+\]|[^:\[\]]+):(\d+)$")

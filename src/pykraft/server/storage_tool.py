@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import re
+import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -54,7 +55,8 @@ _CLUSTER_ID: Final = re.compile(r"[A-Za-z0-9_-]{22}(==)?")
 BOOTSTRAP_CHECKPOINT_FILE: Final = "bootstrap.checkpoint"
 BOOTSTRAP_VOTERS_FILE: Final = "bootstrap.voters"  # pykraft's: the KIP-853 initial voters
 _BOOTSTRAP_SNAPSHOT: Final = SnapshotId(end_offset=0, epoch=0)  # Kafka's bootstrap id
-_BOOTSTRAP_FILE_BYTES_MAX: Final = 1024 * 1024  # a handful of records; more is not ours
+_BOOTSTRAP_FILE_BYTES_MAX: Final = 1024 * 1024
+_DISCOVERY_BACKOFF_S: Final = 0.5  # a handful of records; more is not ours
 _VOTER: Final = re.compile(r"^(-?\d+)@(\[[0-9a-fA-F:]+\]|[^:@\[\]]+):(\d+):([A-Za-z0-9_-]+)$")
 
 
@@ -273,18 +275,22 @@ def read_bootstrap_voters(directory: Path) -> dict[int, InitialVoter] | None:
 
 def _adopt_voters(config: ServerConfig) -> None:
     """A node configured with controller.quorum.bootstrap.servers only takes its static
-    voter set from the dir `storage format --standalone/--initial-controllers` wrote."""
-    if config.get_list("controller.quorum.voters"):
+    voter set from the dir `storage format --standalone/--initial-controllers` wrote; a
+    broker formatted without one asks the bootstrap controllers (`discover_voters`)."""
+    if config.voters:  # controller.quorum.voters, or adopted already (a second check)
         return
     voters = read_bootstrap_voters(config.metadata_log_dir)
-    if voters is None:
+    if voters is None and config.roles == {"broker"}:
+        config.adopt_bootstrap_voters(discover_voters(config))
+    elif voters is None:
         raise StorageToolError(
             f"{config.metadata_log_dir} holds no initial voter set: with "
             "controller.quorum.bootstrap.servers and no controller.quorum.voters, pykraft "
             "needs every node formatted with --standalone (one controller) or "
             "--initial-controllers (the same list on every node), because its quorum is "
             "static (KIP-853's dynamic quorum is not supported)")
-    config.adopt_bootstrap_voters({v.node_id: (v.host, v.port) for v in voters.values()})
+    else:
+        config.adopt_bootstrap_voters({v.node_id: (v.host, v.port) for v in voters.values()})
     try:
         config.validate_voters()
     except ConfigError as error:
@@ -343,6 +349,51 @@ def _verify(metas: dict[Path, MetaProperties], cluster_id: str | None, node_id: 
         verify_ensemble(metas, expected_cluster_id=cluster_id, expected_node_id=node_id)
     except (MetaPropertiesError, InconsistentClusterId) as error:
         raise StorageToolError(str(error)) from error
+
+
+def discover_voters(config: ServerConfig) -> dict[int, tuple[str, int]]:
+    """The voters, as the controllers in controller.quorum.bootstrap.servers describe them
+    (DescribeQuorum v2's nodes, at the first controller listener name). Controllers may
+    start after the broker: asked again until initial.broker.registration.timeout.ms has
+    passed. Blocking, and only at start-up, before the node's event loop runs."""
+    from pykraft.cli.args import CommandError
+    from pykraft.cli.metadata_quorum import describe_quorum
+
+    servers = ",".join(f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+                       for host, port in config.quorum_bootstrap_servers)
+    name = (config.controller_listeners or ["CONTROLLER"])[0]
+    timeout_ms = config.get_int("initial.broker.registration.timeout.ms")
+    deadline = time.monotonic() + timeout_ms / 1000
+    last = ""
+    while True:
+        remaining = deadline - time.monotonic()
+        try:
+            quorum, _ = describe_quorum(servers, timeout_s=max(0.5, min(5.0, remaining)),
+                                        client_id=f"broker-{config.node_id}",
+                                        with_cluster_id=False, controllers=True)
+            voters = {voter.replica_id: _listener_address(quorum.endpoints.get(
+                voter.replica_id, ()), name) for voter in quorum.voters}
+            found = {node_id: address for node_id, address in voters.items() if address}
+            if found and len(found) == len(voters):
+                return found
+            last = f"the controllers do not describe the {name} listener of every voter"
+        except CommandError as error:
+            last = str(error)
+        if time.monotonic() + _DISCOVERY_BACKOFF_S >= deadline:
+            raise StorageToolError(
+                f"cannot learn the voters from controller.quorum.bootstrap.servers {servers} "
+                f"within initial.broker.registration.timeout.ms={timeout_ms}: {last}")
+        time.sleep(_DISCOVERY_BACKOFF_S)
+
+
+def _listener_address(endpoints: tuple[str, ...], name: str) -> tuple[str, int] | None:
+    """("CONTROLLER://h:9093", ...) -> ("h", 9093) for the listener called `name`."""
+    for endpoint in endpoints:
+        listener, _, address = endpoint.partition("://")
+        host, _, port = address.rpartition(":")
+        if listener.upper() == name and port.isdigit():
+            return host.strip("[]"), int(port)
+    return None
 
 
 def format_command(

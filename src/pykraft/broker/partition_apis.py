@@ -14,16 +14,18 @@ UNKNOWN_TOPIC_OR_PARTITION. The answer comes from the leader-epoch cache
 cache knows nothing of it.
 
 DescribeLogDirs. Every configured log dir, in configuration order, with the logs it holds
-(size in bytes, offset lag max(high watermark - log end, 0), which is 0 for a current log;
-pykraft makes no future logs), and since v4 the total and usable bytes of its volume. Topics
-null means every log; otherwise only the named partitions, and a topic with none of them in
-a dir is left out of that dir. A dir whose volume cannot be read is KAFKA_STORAGE_ERROR.
+(size in bytes, offset lag max(high watermark - log end, 0), which is 0 for a current log)
+and the future logs of moves into it (is_future_key; the bytes copied so far, and how far
+the copy is behind the replica's log end), and since v4 the total and usable bytes of its
+volume. Topics null means every log; otherwise only the named partitions, and a topic with
+none of them in a dir is left out of that dir. A dir whose volume cannot be read is
+KAFKA_STORAGE_ERROR.
 
 AlterReplicaLogDirs. Per partition, as Kafka's ReplicaManager.alterReplicaLogDirs: a path
-that is not a configured log dir is LOG_DIR_NOT_FOUND (checked first, for every partition),
-a partition without a replica here is REPLICA_NOT_AVAILABLE, a replica already in that dir
-is left alone (NONE). Moving a replica to another dir of this broker is not done: it is
-answered KAFKA_STORAGE_ERROR, and the replica stays where it is (docs/deviations.md).
+that is not a configured log dir is LOG_DIR_NOT_FOUND (checked first), one that cannot be
+read KAFKA_STORAGE_ERROR, a partition without a replica here REPLICA_NOT_AVAILABLE, a
+replica already in that dir is left alone; otherwise the answer is NONE at once and the
+replica moves in the background (ReplicaMover): DescribeLogDirs shows it arrive.
 
 DescribeTopicPartitions (KIP-966). Topics by name (all of them when the list is empty), in
 name order, from the cursor's topic (at the cursor's partition) on, at most
@@ -39,9 +41,13 @@ so (Kafka's AclEntry.supportedOperations for TOPIC).
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
+import shutil
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -49,12 +55,15 @@ from kio.schema.errors import ErrorCode
 
 from pykraft.broker.apis import error_of
 from pykraft.broker.metadata_cache import MetadataCache, legal_topic_name
-from pykraft.broker.replica_manager import ReplicaManager
+from pykraft.broker.replica_manager import Partition, ReplicaManager
+from pykraft.errors import KafkaStorageError
 from pykraft.metadata.image import MetadataImage, TopicImage
 from pykraft.metadata.registrations import PartitionRegistration
 from pykraft.net.server import RequestContext
 from pykraft.protocol.entities import NO_THROTTLE, field, make, response_module
+from pykraft.storage.checkpoint import fsync_directory, fsync_file
 from pykraft.storage.log import Log
+from pykraft.storage.log_manager import DELETE_DIR_SUFFIX, FUTURE_DIR_SUFFIX
 from pykraft.topic_names import INTERNAL_TOPICS
 
 __all__ = [
@@ -91,6 +100,9 @@ UNASSIGNED_DIRECTORY: Final = uuid.UUID(int=0)
 LOST_DIRECTORY: Final = uuid.UUID(int=1)
 MIGRATING_DIRECTORY: Final = uuid.UUID(int=2)
 LONG_MAX: Final = 2**63 - 1
+FILE_NAME_BYTES_MAX: Final = 255
+
+log = logging.getLogger(__name__)
 
 
 class PartitionApis:
@@ -102,6 +114,7 @@ class PartitionApis:
         self.replicas = replicas
         self.partition_limit = _positive_int(server_configs.get(PARTITION_LIMIT_KEY),
                                              PARTITION_LIMIT_DEFAULT)
+        self.mover = ReplicaMover(replicas)
 
     @property
     def versions(self) -> Mapping[int, tuple[int, int]]:
@@ -156,29 +169,40 @@ class PartitionApis:
             (topic.topic, int(index)) for topic in request.topics for index in topic.partitions}
         log_manager = self.replicas.log_manager
         by_dir: dict[Path, list[Log]] = {}
-        for log in log_manager.logs():
-            home = log_manager.log_dir_of(log.topic, log.partition)
-            if home is not None and (wanted is None or (log.topic, log.partition) in wanted):
-                by_dir.setdefault(home, []).append(log)
-        results = [self._log_dir_result(module, log_dir, by_dir.get(log_dir, []))
+        for log_ in log_manager.logs():
+            home = log_manager.log_dir_of(log_.topic, log_.partition)
+            if home is not None and (wanted is None or (log_.topic, log_.partition) in wanted):
+                by_dir.setdefault(home, []).append(log_)
+        futures: dict[Path, list[Move]] = {}
+        for key, move in self.mover.moves.items():
+            if wanted is None or key in wanted:
+                futures.setdefault(move.destination, []).append(move)
+        results = [self._log_dir_result(module, log_dir, by_dir.get(log_dir, []),
+                                        futures.get(log_dir, []))
                    for log_dir in log_manager.log_dirs]
         return make(module.DescribeLogDirsResponse, throttle_time=NO_THROTTLE,
                     error_code=ErrorCode.none, results=tuple(results))
 
-    def _log_dir_result(self, module: Any, log_dir: Path, logs: list[Log]) -> Any:
+    def _log_dir_result(self, module: Any, log_dir: Path, logs: list[Log],
+                        futures: list[Move]) -> Any:
         path = str(log_dir.absolute())
         try:
             volume = os.statvfs(log_dir)
         except OSError:  # gone, or its disk failed: Kafka's offline dir
             return make(module.DescribeLogDirsResult, error_code=ErrorCode.kafka_storage_error,
                         log_dir=path, topics=(), total_bytes=-1, usable_bytes=-1)
+        entries = [(log_.topic, log_.partition, False, log_.size_bytes,
+                    max(log_.high_watermark - log_.log_end_offset, 0)) for log_ in logs]
+        for move in futures:  # a future log's lag: behind the replica's log end
+            copied_end = move.future.end_offset if move.future.end_offset >= 0 \
+                else move.log.log_start_offset
+            entries.append((move.topic, move.index, True, move.future.copied_bytes,
+                            max(move.log.log_end_offset - copied_end, 0)))
         by_topic: dict[str, list[Any]] = {}
-        for log in sorted(logs, key=lambda log: (log.topic, log.partition)):
-            by_topic.setdefault(log.topic, []).append(make(
-                module.DescribeLogDirsPartition, partition_index=log.partition,
-                partition_size=log.size_bytes,
-                offset_lag=max(log.high_watermark - log.log_end_offset, 0),
-                is_future_key=False))
+        for topic, index, future, size, lag in sorted(entries):
+            by_topic.setdefault(topic, []).append(make(
+                module.DescribeLogDirsPartition, partition_index=index, partition_size=size,
+                offset_lag=lag, is_future_key=future))
         topics = tuple(make(module.DescribeLogDirsTopic, name=name, partitions=tuple(parts))
                        for name, parts in by_topic.items())
         return make(module.DescribeLogDirsResult, error_code=ErrorCode.none, log_dir=path,
@@ -214,12 +238,7 @@ class PartitionApis:
             return ErrorCode.log_dir_not_found
         if not destination.is_dir():
             return ErrorCode.kafka_storage_error  # Kafka: the dir is offline
-        if self.replicas.get_partition(topic, index) is None:
-            return ErrorCode.replica_not_available
-        current = log_manager.log_dir_of(topic, index)
-        if current is not None and _same_dir(current, destination):
-            return ErrorCode.none
-        return ErrorCode.kafka_storage_error  # moves between log dirs: docs/deviations.md
+        return self.mover.request(topic, index, destination)
 
     # -- DescribeTopicPartitions ------------------------------------------------------
 
@@ -353,3 +372,375 @@ def _positive_int(text: str | None, default: int) -> int:
     except ValueError:
         return default
     return value if value > 0 else default
+
+
+# -- moving a replica to another log dir ------------------------------------------------------
+
+SWAP_BYTES_MAX: Final = 8 * 1024 * 1024  # left to copy when the swap may close the log
+COPY_PASSES_MAX: Final = 200  # a replica written faster than it is copied: given up
+COPY_CHUNK_BYTES: Final = 1 << 20
+PENDING_BATCH_BYTES_MAX: Final = 64 * 1024 * 1024  # a batch longer than this: not walked
+BATCH_HEADER_BYTES: Final = 61  # RecordBatch v2, up to and with the records count
+BATCH_LENGTH_AT: Final = 8
+LAST_OFFSET_DELTA_AT: Final = 23
+LOG_OVERHEAD_BYTES: Final = 12  # base offset and batch length, before what the length counts
+SEGMENT_SUFFIX: Final = ".log"
+INDEX_SUFFIXES: Final = (".index", ".timeindex", ".txnindex")
+TEMPORARY_SUFFIXES: Final = (".deleted", ".cleaned", ".swap", ".tmp")
+
+
+@dataclass(slots=True)
+class CopiedFile:
+    """One file of the future log, as copied from the replica's directory."""
+
+    identity: tuple[int, int, int]  # (inode, size, mtime_ns) of the source when copied
+    size: int  # bytes copied: of a segment, up to the end of its last whole batch
+    last_batch_at: int = -1  # of a segment: where the last copied batch starts
+    end_offset: int = -1  # of a segment: the offset after the last copied batch
+    passes: int = 0  # copies made of it; more than one: it was written during the move
+
+
+class FutureLog:
+    """The copy of a replica's directory made in another log dir, under a `-future` name
+    (which a node's start skips: see ReplicaMover).
+
+    Copy passes run on a worker thread while the replica is in use, reading only: a segment
+    that grew is copied from where the last pass ended, whole batches only (an append may
+    be half written), after checking that the last batch copied is still there unchanged (a
+    follower's truncation rewrites the tail: then the segment is copied again whole); any
+    other file is copied again whenever its inode, size or modification time changed. The
+    final pass runs with the replica's log closed: it copies what is left as it is, and the
+    index files of every segment written during the move whatever their times say (index
+    entries are written in place, and a file time is too coarse to see each write)."""
+
+    def __init__(self, source: Path, directory: Path) -> None:
+        self.source = source
+        self.directory = directory
+        self.copied: dict[str, CopiedFile] = {}
+        self.copied_bytes = 0  # of segments (DescribeLogDirs' size of the future log)
+        self.end_offset = -1  # after the last batch copied of the newest segment
+        self.stopped = False  # set from the event loop: the pass in progress ends early
+        self._unsynced: set[str] = set()  # written, not yet fsynced
+
+    def copy_pass(self, *, final: bool = False) -> int:
+        """Copy what changed since the last pass; return the bytes written."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        listing = self._listing()
+        for stale in set(self.copied) - set(listing):  # retention, cleaning, truncation
+            (self.directory / stale).unlink(missing_ok=True)
+            del self.copied[stale]
+        written = 0
+        for name, identity in listing.items():
+            if self.stopped:
+                raise MoveAbandoned("stopped")
+            if name.endswith(SEGMENT_SUFFIX):
+                written += self._copy_segment(name, identity, final=final)
+            elif self._must_copy(name, identity, final=final):
+                written += self._copy_whole(name, identity)
+        self._summarize()
+        if not final:  # on the worker thread: the swap fsyncs only what it copies itself
+            self.sync()
+        return written
+
+    def pending_bytes(self) -> int:
+        """About what the next pass would copy (what the swap would copy on the loop)."""
+        pending = 0
+        for name, identity in self._listing().items():
+            known = self.copied.get(name)
+            if name.endswith(SEGMENT_SUFFIX):
+                if _copied_whole(known, identity):
+                    continue
+                if known is None or not self._tail_valid(name, identity, known):
+                    pending += identity[1]
+                else:
+                    pending += identity[1] - known.size
+            elif self._must_copy(name, identity, final=True):
+                pending += identity[1]
+        return pending
+
+    def sync(self) -> None:
+        """Make what was copied durable."""
+        while self._unsynced:
+            fsync_file(self.directory / self._unsynced.pop())
+        fsync_directory(self.directory)
+
+    def _listing(self) -> dict[str, tuple[int, int, int]]:
+        listing = {}
+        with os.scandir(self.source) as entries:
+            for entry in entries:
+                if entry.name.endswith(TEMPORARY_SUFFIXES) or not entry.is_file():
+                    continue
+                try:
+                    stat = entry.stat()
+                except FileNotFoundError:  # deleted since it was listed
+                    continue
+                listing[entry.name] = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+        return listing
+
+    def _must_copy(self, name: str, identity: tuple[int, int, int], *, final: bool) -> bool:
+        known = self.copied.get(name)
+        if known is None or known.identity != identity:
+            return True
+        if not final:
+            return False
+        if not name.endswith(INDEX_SUFFIXES):
+            return True  # checkpoints, snapshots, partition.metadata: small, once more
+        base = name.rsplit(".", 1)[0]
+        segment = self.copied.get(base + SEGMENT_SUFFIX)
+        newest = max((n for n in self.copied if n.endswith(SEGMENT_SUFFIX)), default="")
+        return segment is None or segment.passes > 1 or base + SEGMENT_SUFFIX == newest
+
+    def _copy_whole(self, name: str, identity: tuple[int, int, int]) -> int:
+        source, target = self.source / name, self.directory / name
+        try:
+            shutil.copyfile(source, target)
+        except FileNotFoundError:
+            if not source.exists():
+                return 0  # gone meanwhile: the next pass forgets it
+            raise
+        known = self.copied.get(name)
+        self.copied[name] = CopiedFile(identity, identity[1],
+                                       passes=1 if known is None else known.passes + 1)
+        self._unsynced.add(name)
+        return identity[1]
+
+    def _tail_valid(self, name: str, identity: tuple[int, int, int], known: CopiedFile) -> bool:
+        """Whether the source still begins with what was copied: the same file, no shorter,
+        and its last copied batch's header (offsets, leader epoch, CRC) unchanged."""
+        if identity[0] != known.identity[0] or identity[1] < known.size:
+            return False
+        if known.last_batch_at < 0:
+            return known.size == 0
+        length = min(BATCH_HEADER_BYTES, known.size - known.last_batch_at)
+        try:
+            with open(self.source / name, "rb") as source, \
+                    open(self.directory / name, "rb") as copy:
+                return (os.pread(source.fileno(), length, known.last_batch_at)
+                        == os.pread(copy.fileno(), length, known.last_batch_at))
+        except FileNotFoundError:
+            return False
+
+    def _copy_segment(self, name: str, identity: tuple[int, int, int], *, final: bool) -> int:
+        known = self.copied.get(name)
+        if _copied_whole(known, identity):
+            return 0
+        start = known.size if known is not None and self._tail_valid(name, identity, known) \
+            else 0
+        last_batch_at = known.last_batch_at if start and known is not None else -1
+        end_offset = known.end_offset if start and known is not None else -1
+        try:
+            source = open(self.source / name, "rb")  # noqa: SIM115 - closed below
+        except FileNotFoundError:
+            return 0
+        with source, open(self.directory / name, "r+b" if start else "wb") as target:
+            target.truncate(start)
+            position, pending, written = start, b"", start
+            while position < identity[1] and not self.stopped:
+                chunk = os.pread(source.fileno(), min(COPY_CHUNK_BYTES, identity[1] - position),
+                                 position)
+                if not chunk:
+                    break
+                position += len(chunk)
+                data = pending + chunk
+                used = len(data) if final else 0
+                while not final and len(data) - used >= LOG_OVERHEAD_BYTES:
+                    length = int.from_bytes(data[used + BATCH_LENGTH_AT:used + 12], "big")
+                    if not BATCH_HEADER_BYTES - LOG_OVERHEAD_BYTES <= length \
+                            <= PENDING_BATCH_BYTES_MAX or len(data) - used < 12 + length:
+                        break  # not whole yet (or not a batch: the final pass copies it)
+                    last_batch_at = written + used
+                    end_offset = (int.from_bytes(data[used:used + 8], "big", signed=True)
+                                  + int.from_bytes(data[used + LAST_OFFSET_DELTA_AT:
+                                                        used + LAST_OFFSET_DELTA_AT + 4],
+                                                   "big", signed=True) + 1)
+                    used += LOG_OVERHEAD_BYTES + length
+                os.pwrite(target.fileno(), data[:used], written)
+                written += used
+                pending = data[used:]
+                if len(pending) > PENDING_BATCH_BYTES_MAX:
+                    break
+        self.copied[name] = CopiedFile(identity, written, last_batch_at, end_offset,
+                                       passes=1 if known is None else known.passes + 1)
+        self._unsynced.add(name)
+        return written - start
+
+    def _summarize(self) -> None:
+        segments = [(name, known) for name, known in self.copied.items()
+                     if name.endswith(SEGMENT_SUFFIX)]
+        self.copied_bytes = sum(known.size for _, known in segments)
+        if segments:
+            self.end_offset = max(segments)[1].end_offset
+
+
+def _copied_whole(known: CopiedFile | None, identity: tuple[int, int, int]) -> bool:
+    """Whether a segment was copied whole as it is now (not up to a batch half written, or
+    up to bytes that did not parse as a batch)."""
+    return known is not None and known.identity == identity and known.size == identity[1]
+
+
+class MoveAbandoned(Exception):
+    """The replica a move copies went away (deleted, recreated) or the move was replaced."""
+
+
+@dataclass(slots=True, eq=False)
+class Move:
+    topic: str
+    index: int
+    log: Log  # the replica's log when the move began; another one: the replica was recreated
+    destination: Path
+    future: FutureLog
+    cancelled: bool = False  # replaced by a move elsewhere (or back home)
+    swapped: bool = False
+
+
+class ReplicaMover:
+    """Moves replicas between this broker's log dirs (AlterReplicaLogDirs, JBOD).
+
+    A move copies the replica's directory into the destination under a future name
+    (FutureLog) on a worker thread, pass after pass, while the replica goes on serving from
+    its dir. Once what is left to copy is small (SWAP_BYTES_MAX), the swap runs on the
+    event loop, in one go: the replica's log is flushed and closed, the rest copied and
+    fsynced, the copy renamed to the partition's name and opened, the old directory renamed
+    for deletion; every request sees the old log or the new one, never neither. A swap that
+    fails reopens the old log and the replica stays where it was.
+
+    Crashes. Before the rename, the future dir is left behind: removed at the next start
+    (the replica stays where it was; Kafka would resume the move, docs/deviations.md).
+    Between the two renames both dirs hold the whole log, and the next start refuses
+    ("duplicate log directories") until one is removed by hand: the other order could
+    lose the replica's only copy.
+    """
+
+    def __init__(self, replicas: ReplicaManager) -> None:
+        self.replicas = replicas
+        self.moves: dict[tuple[str, int], Move] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._remove_interrupted_moves()
+
+    def _remove_interrupted_moves(self) -> None:
+        for log_dir in self.replicas.log_manager.log_dirs:
+            try:
+                entries = [entry for entry in log_dir.iterdir()
+                           if entry.name.endswith(FUTURE_DIR_SUFFIX) and entry.is_dir()]
+            except OSError:
+                continue
+            for entry in entries:
+                log.warning("removing %s, the copy of a move between log dirs that a stop "
+                            "interrupted (ask for the move again)", entry)
+                shutil.rmtree(entry, ignore_errors=True)
+
+    def request(self, topic: str, index: int, destination: Path) -> ErrorCode:
+        """Start moving the replica to `destination` (a configured log dir), unless it is
+        there or on its way there."""
+        partition = self.replicas.get_partition(topic, index)
+        current = self.replicas.log_manager.log_dir_of(topic, index)
+        if partition is None or current is None:
+            return ErrorCode.replica_not_available
+        name = f"{partition.log.dir.name}.{uuid.uuid4().hex}{FUTURE_DIR_SUFFIX}"
+        if len(name) > FILE_NAME_BYTES_MAX:  # Kafka's limit too (KAFKA-4893)
+            return ErrorCode.invalid_topic_exception
+        ongoing = self.moves.get((topic, index))
+        if ongoing is not None:
+            if _same_dir(ongoing.destination, destination):
+                return ErrorCode.none
+            ongoing.cancelled = True
+            ongoing.future.stopped = True
+            del self.moves[(topic, index)]
+        if _same_dir(current, destination):
+            return ErrorCode.none
+        move = Move(topic, index, partition.log, destination,
+                    FutureLog(partition.log.dir, destination / name))
+        self.moves[(topic, index)] = move
+        task = asyncio.get_running_loop().create_task(self._run(move),
+                                                      name=f"move-{topic}-{index}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        log.info("moving %s-%d from %s to %s", topic, index, current, destination)
+        return ErrorCode.none
+
+    async def _run(self, move: Move) -> None:
+        try:
+            for _ in range(COPY_PASSES_MAX):
+                await asyncio.to_thread(move.future.copy_pass)
+                self._check_current(move)
+                if self._try_swap(move):
+                    log.info("moved %s-%d to %s", move.topic, move.index, move.destination)
+                    return
+            log.error("gave up moving %s-%d to %s: it is written faster than it is copied",
+                      move.topic, move.index, move.destination)
+        except asyncio.CancelledError:
+            move.future.stopped = True
+            raise
+        except MoveAbandoned as reason:
+            log.info("moving %s-%d to %s stopped: %s", move.topic, move.index,
+                     move.destination, reason)
+        except Exception:
+            log.exception("moving %s-%d to %s failed; the replica stays where it is",
+                          move.topic, move.index, move.destination)
+        finally:
+            if self.moves.get((move.topic, move.index)) is move:
+                del self.moves[(move.topic, move.index)]
+            if not move.swapped:
+                shutil.rmtree(move.future.directory, ignore_errors=True)
+
+    def _check_current(self, move: Move) -> Partition:
+        partition = self.replicas.get_partition(move.topic, move.index)
+        if move.cancelled:
+            raise MoveAbandoned("another move of the replica was asked for")
+        if (partition is None or partition.log is not move.log
+                or self.replicas.log_manager.get_log(move.topic, move.index) is not move.log):
+            raise MoveAbandoned("the replica was deleted or recreated")
+        return partition
+
+    def _try_swap(self, move: Move) -> bool:
+        """On the event loop, nothing awaited: swap the copy in if little is left to copy."""
+        partition = self._check_current(move)
+        if move.future.pending_bytes() > SWAP_BYTES_MAX:
+            return False
+        old = move.log
+        source, home = old.dir, old.dir.parent
+        target = move.destination / source.name
+        if target.exists():
+            raise KafkaStorageError(f"{target} exists already")
+        old.flush()
+        try:
+            old.close()
+            move.future.copy_pass(final=True)
+            move.future.sync()
+            os.replace(move.future.directory, target)
+            fsync_directory(move.destination)
+            try:
+                new = self._reopen(target, old)
+            except BaseException:
+                os.replace(target, move.future.directory)  # removed as a future dir
+                raise
+        except BaseException:
+            self._install(partition, self._reopen(source, old), home)
+            raise
+        doomed = home / f"{source.name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+        try:
+            os.replace(source, doomed)
+            fsync_directory(home)
+        except OSError as error:  # served from its new dir; the old one is found at start
+            log.error("cannot remove %s after moving it to %s (remove it by hand before the "
+                      "next start): %s", source, target, error)
+        move.swapped = True
+        self._install(partition, new, move.destination)
+        self.replicas.log_manager.checkpoint()  # the new dir's checkpoints name the replica
+        asyncio.get_running_loop().run_in_executor(None, shutil.rmtree, doomed, True)
+        return True
+
+    def _reopen(self, directory: Path, old: Log) -> Log:
+        """The log in `directory`, a copy of the closed `old` (flushed: nothing to recover)."""
+        new = Log.open(directory, old.config, recovery_point=old.recovery_point,
+                       log_start_offset=old.log_start_offset, now_ms=self.replicas.now_ms(),
+                       had_clean_shutdown=True)
+        new.update_high_watermark(old.high_watermark)
+        if old.topic_id is not None:
+            new.assign_topic_id(old.topic_id)
+        return new
+
+    def _install(self, partition: Partition, new: Log, log_dir: Path) -> None:
+        self.replicas.log_manager.rehome_log(new, log_dir)
+        partition.log = new
+        partition.wake_waiters()  # parked fetches read again, from the new log

@@ -233,6 +233,16 @@ class LogManager:
         log_dir = self._planned.pop((topic, partition))
         self._count[log_dir] -= 1
 
+    def rehome_log(self, log: Log, log_dir: Path) -> None:
+        """`log`, opened from `log_dir`, is now its partition's log (AlterReplicaLogDirs moved
+        the partition's directory there; broker.partition_apis)."""
+        key = (log.topic, log.partition)
+        invariant(key in self._logs and log_dir in self.log_dirs,
+                  f"log {log.topic}-{log.partition} rehomed to {log_dir}")
+        self._count[self._home[key]] -= 1
+        self._logs[key], self._home[key] = log, log_dir
+        self._count[log_dir] += 1
+
     def sync_created_logs(self) -> None:
         """fsync each log dir that gained a log through `get_or_create_log(sync=False)`."""
         while self._unsynced_dirs:

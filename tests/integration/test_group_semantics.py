@@ -382,3 +382,52 @@ def test_describe_groups_answers_the_authorized_operations_when_asked(
             AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS}
     finally:
         consumer.close()
+
+
+def test_group_configs_are_set_described_and_used(cluster: LocalCluster) -> None:
+    """GROUP config resources through the admin client: IncrementalAlterConfigs sets a
+    group's consumer.heartbeat.interval.ms and session timeout within the broker's bounds
+    (outside: INVALID_CONFIG with Kafka's message), DescribeConfigs shows them as group
+    configs and the unset keys as the broker's defaults, and the group's next
+    ConsumerGroupHeartbeat hands out its interval."""
+    from confluent_kafka.admin import (
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ConfigSource,
+        ResourceType,
+    )
+
+    group = "configured"
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+        ConfigEntry("consumer.heartbeat.interval.ms", "6000",
+                    incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("consumer.session.timeout.ms", "50000",
+                    incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([resource])[resource].result(10)
+    bad = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+        ConfigEntry("consumer.session.timeout.ms", "70000",
+                    incremental_operation=AlterConfigOpType.SET)])
+    with pytest.raises(Exception, match="consumer.session.timeout.ms must be less than or "
+                       "equal to group.consumer.max.session.timeout.ms"):
+        admin.incremental_alter_configs([bad])[bad].result(10)
+    described = admin.describe_configs([ConfigResource(ResourceType.GROUP, group)])
+    entries = next(iter(described.values())).result(10)
+    interval = entries["consumer.heartbeat.interval.ms"]
+    assert interval.value == "6000" and interval.source == ConfigSource.GROUP_CONFIG.value
+    assert entries["consumer.session.timeout.ms"].value == "50000"
+    share = entries["share.session.timeout.ms"]  # unset: the broker's default
+    assert share.value == "45000" and share.source == ConfigSource.DEFAULT_CONFIG.value
+    with WireClient(cluster.bootstrap_servers) as client:
+        _find_coordinator(client, group)
+        member = str(uuid.uuid4())
+        for _ in range(100):  # the coordinator sees the record once the broker applied it
+            joined = _beat(client, group, member, 0, subscribed_topic_names=(TOPIC,),
+                           topic_partitions=())
+            if joined.heartbeat_interval == datetime.timedelta(seconds=6):
+                break
+            _beat(client, group, member, -1, topic_partitions=None)
+            time.sleep(0.05)
+        assert joined.heartbeat_interval == datetime.timedelta(seconds=6)
+        _beat(client, group, member, -1, topic_partitions=None)

@@ -22,6 +22,7 @@ from pykraft.broker.internal_topics import (
     internal_topic,
 )
 from pykraft.broker.metadata_cache import MetadataCache
+from pykraft.controller.configs import GROUP_CONFIGS, group_config_values
 from pykraft.controller.features import FeatureUpdate, UpdateFeaturesResult, UpgradeType
 from pykraft.controller.requests import (
     AlterableConfig,
@@ -363,6 +364,15 @@ class AdminApis:
                 raise _DescribeError(ErrorCode.invalid_request,
                                      f"broker {name} is not this broker ({self.node_id})")
             return self._broker_entries()
+        if resource_type == ConfigResourceType.GROUP:  # KIP-848 group configs (group area)
+            if not name:
+                raise _DescribeError(ErrorCode.invalid_request, "Group name must not be empty")
+            values = group_config_values(self.server_configs, image.configs.get(
+                ConfigResourceType.GROUP, name))
+            return [_Entry(key, value, False, int(ConfigSource.GROUP_CONFIG if is_set
+                                                  else ConfigSource.DEFAULT_CONFIG),
+                           False, 3, GROUP_CONFIGS[key].documentation)  # 3: INT
+                    for key, (value, is_set) in values.items()]
         raise _DescribeError(ErrorCode.invalid_request,
                              f"unsupported config resource type {resource_type}")
 

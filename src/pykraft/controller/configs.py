@@ -2,8 +2,9 @@
 
 Theory of operation. Dynamic configs live in the metadata log as ConfigRecords keyed by
 (resource type, resource name, key); a null value deletes the key. Two resource types are
-stored: TOPIC (name = topic name) and BROKER (name = broker id, or "" for the cluster-wide
-default every broker inherits).
+stored: TOPIC (name = topic name), BROKER (name = broker id, or "" for the cluster-wide
+default every broker inherits) and GROUP (KIP-848: name = group id, any group, existing or
+not; values checked against the broker's group.consumer/share min and max settings).
 
 IncrementalAlterConfigs applies per-key operations to a resource's current overrides:
 SET replaces, DELETE removes, APPEND/SUBTRACT add or remove items of a LIST-typed key
@@ -59,7 +60,11 @@ from pykraft.storage.log_config import (
 
 __all__ = [
     "DYNAMIC_BROKER_CONFIGS",
+    "GROUP_CONFIGS",
     "BrokerConfigDef",
+    "GroupConfigDef",
+    "group_config_values",
+    "validate_group_configs",
     "effective_topic_config",
     "effective_topic_configs",
     "check_topic_creation_configs",
@@ -69,6 +74,114 @@ __all__ = [
 
 TOPIC: Final = int(ConfigResourceType.TOPIC)
 BROKER: Final = int(ConfigResourceType.BROKER)
+GROUP: Final = int(ConfigResourceType.GROUP)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupConfigDef:
+    """A per-group config (KIP-848, Kafka's GroupConfig): its default is the broker's
+    `server_key`; a value must lie within the broker's [`min_key`, `max_key`]."""
+
+    name: str
+    server_key: str
+    default: int  # of server_key, when the node does not set it
+    minimum: int  # GroupConfig's ConfigDef atLeast
+    min_key: str
+    min_default: int
+    max_key: str
+    max_default: int
+    documentation: str
+
+    def server_value(self, server_configs: Mapping[str, str], key: str, default: int) -> int:
+        text = server_configs.get(key)
+        try:
+            return default if text is None or not text.strip() else int(text)
+        except ValueError:
+            return default
+
+
+GROUP_CONFIGS: Final = {d.name: d for d in (
+    GroupConfigDef("consumer.session.timeout.ms", "group.consumer.session.timeout.ms", 45_000,
+                   1, "group.consumer.min.session.timeout.ms", 45_000,
+                   "group.consumer.max.session.timeout.ms", 60_000,
+                   "The timeout to detect client failures when using the consumer group "
+                   "protocol."),
+    GroupConfigDef("consumer.heartbeat.interval.ms", "group.consumer.heartbeat.interval.ms",
+                   5000, 1, "group.consumer.min.heartbeat.interval.ms", 5000,
+                   "group.consumer.max.heartbeat.interval.ms", 15_000,
+                   "The heartbeat interval given to the members of a consumer group."),
+    GroupConfigDef("share.session.timeout.ms", "group.share.session.timeout.ms", 45_000, 1,
+                   "group.share.min.session.timeout.ms", 45_000,
+                   "group.share.max.session.timeout.ms", 60_000,
+                   "The timeout to detect client failures when using the share group "
+                   "protocol."),
+    GroupConfigDef("share.heartbeat.interval.ms", "group.share.heartbeat.interval.ms", 5000, 1,
+                   "group.share.min.heartbeat.interval.ms", 5000,
+                   "group.share.max.heartbeat.interval.ms", 15_000,
+                   "The heartbeat interval given to the members of a share group."),
+    GroupConfigDef("share.record.lock.duration.ms", "group.share.record.lock.duration.ms",
+                   30_000, 1000, "group.share.min.record.lock.duration.ms", 15_000,
+                   "group.share.max.record.lock.duration.ms", 60_000,
+                   "The record acquisition lock duration in milliseconds for share groups."),
+)}
+
+
+def group_config_values(server_configs: Mapping[str, str],
+                        overrides: Mapping[str, str]) -> dict[str, tuple[str, bool]]:
+    """Every group config of one group: (value, set on the group) — an override, else the
+    broker's group.* value it defaults to (Kafka's GroupConfig.fromProps)."""
+    values = {}
+    for name, definition in GROUP_CONFIGS.items():
+        if name in overrides:
+            values[name] = (overrides[name], True)
+        else:
+            values[name] = (str(definition.server_value(
+                server_configs, definition.server_key, definition.default)), False)
+    return values
+
+
+def validate_group_configs(configs: Mapping[str, str], server_configs: Mapping[str, str]) -> None:
+    """Kafka's GroupConfigManager.validate: known names, integers at least the key's minimum,
+    each within the broker's min/max, each session timeout above its heartbeat interval
+    (unset keys take the broker's values). Raises InvalidConfig with Kafka's message."""
+    for name in configs:
+        if name not in GROUP_CONFIGS:
+            raise InvalidConfig(f"Unknown group config name: {name}")
+    values: dict[str, int] = {}
+    for name, definition in GROUP_CONFIGS.items():
+        text = configs.get(name)
+        if text is None:
+            values[name] = definition.server_value(server_configs, definition.server_key,
+                                                   definition.default)
+            continue
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise InvalidConfig(f"Invalid value {text} for configuration {name}: Not a number "
+                                "of type INT") from None
+        if not -(1 << 31) <= value < (1 << 31):
+            raise InvalidConfig(f"Invalid value {text} for configuration {name}: Not a number "
+                                "of type INT")
+        if value < definition.minimum:
+            raise InvalidConfig(f"Invalid value {value} for configuration {name}: Value must "
+                                f"be at least {definition.minimum}")
+        values[name] = value
+    for name in ("consumer.heartbeat.interval.ms", "consumer.session.timeout.ms",
+                 "share.heartbeat.interval.ms", "share.session.timeout.ms",
+                 "share.record.lock.duration.ms"):
+        definition = GROUP_CONFIGS[name]
+        low = definition.server_value(server_configs, definition.min_key,
+                                      definition.min_default)
+        high = definition.server_value(server_configs, definition.max_key,
+                                       definition.max_default)
+        if values[name] < low:
+            raise InvalidConfig(f"{name} must be greater than or equal to {definition.min_key}")
+        if values[name] > high:
+            raise InvalidConfig(f"{name} must be less than or equal to {definition.max_key}")
+    for kind in ("consumer", "share"):
+        if values[f"{kind}.session.timeout.ms"] <= values[f"{kind}.heartbeat.interval.ms"]:
+            raise InvalidConfig(f"{kind}.session.timeout.ms must be greater than "
+                                f"{kind}.heartbeat.interval.ms")
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,6 +372,9 @@ def _check_resource(resource_type: int, name: str) -> None:
         if not name:
             raise InvalidRequest("Default topic resources are not allowed.")
         validate_topic_name(name)
+    elif resource_type == GROUP:
+        if not name:
+            raise InvalidRequest("Default group resources are not allowed.")
     elif resource_type == BROKER:
         if not name:
             return
@@ -311,6 +427,8 @@ def _validate_result(
 ) -> None:
     if resource_type == TOPIC:
         validate_topic_configs(result, config.server_configs)
+    elif resource_type == GROUP:
+        validate_group_configs(result, config.server_configs)
     else:
         _check_broker_configs(name, result)
 
@@ -319,6 +437,8 @@ def _default(resource_type: int, key: str) -> str | None:
     if resource_type == TOPIC:
         definition = TOPIC_CONFIGS.get(key)
         return None if definition is None else definition.default
+    if resource_type == GROUP:
+        return None  # no group config is a LIST: APPEND/SUBTRACT are refused before this
     broker_definition = DYNAMIC_BROKER_CONFIGS.get(key)
     return None if broker_definition is None else broker_definition.default
 
@@ -327,6 +447,8 @@ def _is_list(resource_type: int, key: str) -> bool:
     if resource_type == TOPIC:
         definition = TOPIC_CONFIGS.get(key)
         return definition is not None and definition.type == "list"
+    if resource_type == GROUP:
+        return False
     broker_definition = DYNAMIC_BROKER_CONFIGS.get(key)
     return broker_definition is not None and broker_definition.type == "list"
 
@@ -397,7 +519,7 @@ def _legacy_resource(
     _check_resource(rtype, name)
     nulls = [key for key, value in resource.configs.items() if value is None]
     if nulls:
-        kind = "topic" if rtype == TOPIC else "broker"
+        kind = {TOPIC: "topic", GROUP: "group"}.get(rtype, "broker")
         raise InvalidConfig(f"Null value not supported for {kind} configs: " + ",".join(nulls))
     wanted = {key: value for key, value in resource.configs.items() if value is not None}
     _validate_result(config, rtype, name, wanted)

@@ -551,6 +551,8 @@ class GroupCoordinator:
         self._timers: list[tuple[int, int, TimerKey]] = []
         self._sequence = itertools.count()
         self.topics: dict[str, TopicInfo] = {}  # the metadata image's topics (update_topics)
+        # KIP-848 GROUP config resources: group id -> its overrides (update_group_configs)
+        self.group_configs: dict[str, Mapping[str, str]] = {}
         self.topic_names: dict[uuid.UUID, str] = {}
 
     # -- outputs ------------------------------------------------------------------------
@@ -693,7 +695,7 @@ class GroupCoordinator:
             self._persist_consumer(state, group)
         for each in consumer.members.values():
             self._set_timer(("csession", state.index, group.group_id, each.member_id),
-                            now_ms + self.config.consumer_session_timeout_ms)
+                            now_ms + self.session_timeout_ms(group.group_id))
             if each.state is MemberState.UNREVOKED_PARTITIONS:
                 self._set_timer(("crevoke", state.index, group.group_id, each.member_id),
                                 now_ms + each.rebalance_timeout_ms)
@@ -1504,6 +1506,30 @@ class GroupCoordinator:
                     self._compute_target(consumer)
                     self._persist_consumer(state, group)
 
+    def update_group_configs(self, configs: Mapping[str, Mapping[str, str]]) -> None:
+        """The metadata image's GROUP config resources (consumer.session.timeout.ms,
+        consumer.heartbeat.interval.ms) changed: they rule each group's next heartbeats and
+        session deadlines."""
+        self.group_configs = dict(configs)
+
+    def _group_int(self, group_id: str, key: str, default: int) -> int:
+        text = self.group_configs.get(group_id, {}).get(key)
+        try:  # checked by the controller; a bad record still never breaks the coordinator
+            value = default if text is None else int(text)
+        except ValueError:
+            return default
+        return value if value > 0 else default
+
+    def session_timeout_ms(self, group_id: str) -> int:
+        """A consumer group's session timeout: its consumer.session.timeout.ms, else
+        group.consumer.session.timeout.ms."""
+        return self._group_int(group_id, "consumer.session.timeout.ms",
+                               self.config.consumer_session_timeout_ms)
+
+    def heartbeat_interval_ms(self, group_id: str) -> int:
+        return self._group_int(group_id, "consumer.heartbeat.interval.ms",
+                               self.config.consumer_heartbeat_interval_ms)
+
     def consumer_group_heartbeat(self, token: int, request: ConsumerHeartbeat,
                                  now_ms: int) -> None:
         """Reply: a ConsumerHeartbeatResult."""
@@ -1697,7 +1723,7 @@ class GroupCoordinator:
         elif not revoking:
             self._cancel_timer(key)
         self._set_timer(("csession", state.index, consumer.group_id, member.member_id),
-                        now_ms + self.config.consumer_session_timeout_ms)
+                        now_ms + self.session_timeout_ms(consumer.group_id))
         send_assignment = (request.member_epoch == 0 or before != (member.assigned,
                                                                    member.member_epoch)
                            or (request.owned is not None
@@ -1705,7 +1731,7 @@ class GroupCoordinator:
                                != member.assigned))
         result = ConsumerHeartbeatResult(
             _NONE, None, member.member_id, member.member_epoch,
-            self.config.consumer_heartbeat_interval_ms,
+            self.heartbeat_interval_ms(consumer.group_id),
             dict(member.assigned) if send_assignment else None)
         self._persist_consumer(state, state.groups[consumer.group_id], [Reply(token, result)],
                                None if everyone else (member.member_id,))
@@ -1807,13 +1833,13 @@ class GroupCoordinator:
             member.left_temporarily = True  # keeps its partitions until its session expires
             self._reply(token, ConsumerHeartbeatResult(
                 _NONE, None, member.member_id, STATIC_LEAVE_EPOCH,
-                self.config.consumer_heartbeat_interval_ms))
+                self.heartbeat_interval_ms(consumer.group_id)))
             return
         self._fence_consumer_member(state, consumer, member, "left the group")
         assert group is not None
         self._persist_consumer(state, group, [Reply(token, ConsumerHeartbeatResult(
             _NONE, None, request.member_id, LEAVE_EPOCH,
-            self.config.consumer_heartbeat_interval_ms))])
+            self.heartbeat_interval_ms(consumer.group_id)))])
 
     def _fence_consumer_member(self, state: PartitionState, consumer: ConsumerGroup,
                                member: ConsumerMember, reason: str) -> None:

@@ -30,6 +30,7 @@ from pykraft.broker.metadata_cache import MetadataCache
 from pykraft.broker.replica_manager import Partition, ReplicaManager
 from pykraft.errors import CorruptRecord, KafkaError, KafkaStorageError, NotLeaderOrFollower
 from pykraft.metadata.image import MetadataDelta, MetadataImage
+from pykraft.metadata.registrations import ConfigResourceType
 from pykraft.records.record import (
     ControlRecordType,
     build_batch,
@@ -74,6 +75,7 @@ class GroupCoordinatorShell:
         self._futures: dict[int, asyncio.Future[Any]] = {}
         self._pending_loads: dict[int, int] = {}  # partition -> leader epoch to load at
         self._wake = asyncio.Event()
+        self._configs: object = None  # the last image.configs fed to the core
         replicas.on_created.append(self.on_partition_created)
         self._waits: set[asyncio.Task[None]] = set()
 
@@ -163,6 +165,12 @@ class GroupCoordinatorShell:
         """Loader publisher (after the replica manager's): load what we now lead, unload
         what we no longer do."""
         changes = delta.local_changes(self.node_id)
+        if image.configs is not self._configs:  # images share unchanged parts: cheap test
+            self._configs = image.configs
+            self.core.update_group_configs({
+                resource.resource_name: values
+                for resource, values in image.configs.resources.items()
+                if resource.resource_type == ConfigResourceType.GROUP})
         changed = self._topics_changed(delta)
         if changed:
             self.core.update_topics({

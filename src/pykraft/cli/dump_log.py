@@ -10,6 +10,12 @@ Voters) are printed by name with their fields as JSON, as Kafka's tool prints th
 `--cluster-metadata-decoder` (which implies `--print-data-log`) every record of a
 `__cluster_metadata` segment or snapshot gets its payload as Kafka's JSON
 (`payload: {"type":"TOPIC_RECORD","version":0,"data":{...}}`, see `metadata_decoder`).
+`--offsets-decoder` (__consumer_offsets) and `--transaction-log-decoder` (__transaction_state)
+print each record as Kafka 4's tool does: `key: {"type":"<record type>","data":{...}}
+payload: {"version":"<n>","data":{...}}` (or `payload: <DELETE>` for a tombstone), decoded
+by the coordinators' own codecs; a consumer group's member subscriptions and assignments are
+shown decoded. A record that does not decode is "Error at offset N, skipping. <why>", which
+(as with the metadata decoder) is also reported on stderr and makes the exit code 1.
 
 A segment is read through a memory map, so a 1 GiB segment costs no 1 GiB of heap. Bytes
 after the last whole batch (a crash's torn write, or the zeros of a preallocated file) are
@@ -23,16 +29,24 @@ as an error on stderr after the file's valid contents, and the exit code is 1.
 from __future__ import annotations
 
 import argparse
+import base64
+import json
 import mmap
 import struct
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final, TextIO
+from typing import Any, Final, TextIO
 
+from pykraft.broker.group_coordinator import records as group_records
+from pykraft.broker.transaction_coordinator import records as txn_records
 from pykraft.cli.args import ArgumentParser, CommandError, UsageError
-from pykraft.cli.metadata_decoder import control_record_fields, metadata_payload
+from pykraft.cli.metadata_decoder import (
+    _struct_json,  # the generic schema-driven JSON writer, shared with the metadata decoder
+    control_record_fields,
+    metadata_payload,
+)
 from pykraft.errors import CorruptRecord, KafkaError
 from pykraft.records.batch import (
     CURRENT_MAGIC,
@@ -74,10 +88,22 @@ def add_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
     parser.add_argument(
         "--deep-iteration", action="store_true", help="print every record, not only batch headers"
     )
-    parser.add_argument(
+    decoders = parser.add_mutually_exclusive_group()
+    decoders.add_argument(
         "--cluster-metadata-decoder",
         action="store_true",
         help="decode records as __cluster_metadata records (implies --print-data-log)",
+    )
+    decoders.add_argument(
+        "--offsets-decoder",
+        action="store_true",
+        help="decode records as __consumer_offsets records: committed offsets, group "
+        "metadata, KIP-848 consumer group records (implies --print-data-log)",
+    )
+    decoders.add_argument(
+        "--transaction-log-decoder",
+        action="store_true",
+        help="decode records as __transaction_state records (implies --print-data-log)",
     )
     parser.set_defaults(handler=_run_args)
 
@@ -90,9 +116,12 @@ def _run_args(args: argparse.Namespace) -> int:
     if not paths:
         raise CommandError("--files names no file")
     metadata = args.cluster_metadata_decoder
-    print_data = args.print_data_log or metadata
+    coordinator = ("offsets" if args.offsets_decoder
+                   else "transaction-log" if args.transaction_log_decoder else None)
+    print_data = args.print_data_log or metadata or coordinator is not None
     deep = args.deep_iteration or print_data
-    return run(paths, print_data=print_data, deep_iteration=deep, metadata=metadata)
+    return run(paths, print_data=print_data, deep_iteration=deep, metadata=metadata,
+               coordinator=coordinator)
 
 
 @dataclass(slots=True)
@@ -105,9 +134,11 @@ class _Problems:
         self.messages.append(message)
 
 
-def run(paths: list[str], *, print_data: bool, deep_iteration: bool, metadata: bool = False) -> int:
+def run(paths: list[str], *, print_data: bool, deep_iteration: bool, metadata: bool = False,
+        coordinator: str | None = None) -> int:
     """Dump each file in turn; one that cannot be read is reported and makes the exit code 1.
-    With `metadata`, so does a file whose contents are damaged."""
+    With a decoder (`metadata`, or `coordinator` "offsets" / "transaction-log"), so does a
+    file whose contents are damaged."""
     status = 0
     for path in paths:
         print(f"Dumping {path}")
@@ -118,7 +149,8 @@ def run(paths: list[str], *, print_data: bool, deep_iteration: bool, metadata: b
             continue
         try:
             dumped = dump_file(
-                Path(path), sys.stdout, print_data, deep_iteration, metadata, problems
+                Path(path), sys.stdout, print_data, deep_iteration, metadata, problems,
+                coordinator=coordinator,
             )
         except OSError as error:
             print(f"Error: cannot read {path}: {error.strerror}", file=sys.stderr)
@@ -130,7 +162,7 @@ def run(paths: list[str], *, print_data: bool, deep_iteration: bool, metadata: b
             continue
         if not dumped:
             print(f"Ignoring unknown file {path}", file=sys.stderr)
-        elif metadata and problems.messages:
+        elif (metadata or coordinator is not None) and problems.messages:
             sys.stdout.flush()
             print(f"Error: {path}: {'; '.join(problems.messages)}", file=sys.stderr)
             status = 1
@@ -144,14 +176,18 @@ def dump_file(
     deep_iteration: bool,
     metadata: bool = False,
     problems: _Problems | None = None,
+    *,
+    coordinator: str | None = None,
 ) -> bool:
     """Print one file's contents; False when its kind (by suffix) is not one we know.
-    Damage found is added to `problems`; `metadata` decodes __cluster_metadata records."""
+    Damage found is added to `problems`; `metadata` decodes __cluster_metadata records,
+    `coordinator` ("offsets", "transaction-log") a coordinator's records."""
     suffix = path.suffix
     problems = problems if problems is not None else _Problems()
     if suffix == ".log":
         print(f"Log starting offset: {_base_offset(path)}", file=out)
-        _dump_batches(path, out, _Options(print_data, deep_iteration, metadata), problems)
+        options = _Options(print_data, deep_iteration, metadata, coordinator=coordinator)
+        _dump_batches(path, out, options, problems)
     elif suffix == ".checkpoint":
         if path.name == "bootstrap.checkpoint":
             print("KRaft bootstrap snapshot", file=out)
@@ -194,6 +230,7 @@ class _Options:
     deep_iteration: bool
     metadata: bool  # decode values as __cluster_metadata records
     snapshot: bool = False  # a .checkpoint: SnapshotHeader first, SnapshotFooter last
+    coordinator: str | None = None  # "offsets" or "transaction-log": decode keys and values
 
 
 @dataclass(slots=True)
@@ -330,6 +367,13 @@ def _dump_records(
                 problems.add(f"the record at offset {record.offset} does not decode")
             print(f"{record_line(record, header, False)} payload: {payload}", file=out)
             continue
+        if options.coordinator is not None and not header.is_control:
+            key, value, problem = coordinator_record_text(options.coordinator, record)
+            if problem is not None:
+                problems.add(f"the record at offset {record.offset}: {problem}")
+            text = f" key: {key}" + ("" if value is None else f" payload: {value}")
+            print(record_line(record, header, False) + text, file=out)
+            continue
         print(record_line(record, header, options.print_data), file=out)
 
 
@@ -425,3 +469,118 @@ def _entries(path: Path, entry: struct.Struct) -> Iterator[tuple[int, ...]]:
     whole = len(data) - len(data) % entry.size
     for values in entry.iter_unpack(memoryview(data)[:whole]):
         yield tuple(values)
+
+
+# -- __consumer_offsets and __transaction_state --------------------------------------------
+
+
+def coordinator_record_text(decoder: str, record: Record) -> tuple[str, str | None, str | None]:
+    """(key text, payload text or None, the problem if any) of a coordinator's record, as
+    Kafka 4's tool prints them: `{"type":"<record type>","data":{...}}` for the key (the
+    type is the key's version, which names the kind of record), `{"version":"<n>",
+    "data":{...}}` for the value, `<DELETE>` for a tombstone; a record that does not decode
+    gets Kafka's "Error at offset N, skipping. <why>" (or "Unknown record type")."""
+    if record.key is None:
+        why = "the record has no key"
+        return f"Error at offset {record.offset}, skipping. {why}", None, why
+    (key_version,) = struct.unpack_from(">h", record.key) if len(record.key) >= 2 else (-1,)
+    try:
+        decoded: Any = (group_records.decode_record(record.key, record.value)
+                        if decoder == "offsets"
+                        else txn_records.decode_record(record.key, record.value))
+    except CorruptRecord as error:
+        return f"Error at offset {record.offset}, skipping. {error}", None, str(error)
+    if decoded is None:  # a kind this build does not read (share groups)
+        return f"Unknown record type {key_version} at offset {record.offset}, skipping.", None, None
+    key = _json({"type": str(key_version), "data": _struct_json(decoded.key, key_version)})
+    if decoded.value is None or record.value is None:
+        return key, "<DELETE>", None
+    (value_version,) = struct.unpack_from(">h", record.value)
+    data = _struct_json(decoded.value, value_version)
+    if isinstance(decoded.value, group_records.GroupMetadataValue):
+        _decode_consumer_protocol(decoded.value, data)
+    return key, _json({"version": str(value_version), "data": data}), None
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _decode_consumer_protocol(value: group_records.GroupMetadataValue,
+                              data: dict[str, Any]) -> None:
+    """As Kafka's tool: a consumer group's member subscriptions and assignments are shown
+    decoded (ConsumerProtocolSubscription / Assignment); bytes that do not decode stay
+    base64."""
+    if value.protocol_type != "consumer":
+        return
+    for member, shown in zip(value.members, data.get("members", ()), strict=False):
+        for name, reader in (("subscription", _subscription), ("assignment", _assignment)):
+            raw = getattr(member, name, None)
+            if raw is None:
+                continue
+            try:
+                shown[name] = reader(_Reader(bytes(raw)))
+            except (struct.error, UnicodeDecodeError, ValueError):
+                shown[name] = base64.b64encode(bytes(raw)).decode("ascii")
+
+
+class _Reader:
+    """The consumer protocol's classic (non-flexible) encoding, bounds-checked."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data, self.position = data, 0
+
+    def take(self, layout: str) -> int:
+        (value,) = struct.unpack_from(layout, self.data, self.position)
+        self.position += struct.calcsize(layout)
+        return int(value)
+
+    def string(self, *, nullable: bool = False) -> str | None:
+        length = self.take(">h")
+        if length < 0:
+            if nullable:
+                return None
+            raise ValueError("a null string where one is required")
+        return self.raw(length).decode("utf-8")
+
+    def raw(self, length: int) -> bytes:
+        if length < 0 or self.position + length > len(self.data):
+            raise ValueError("truncated")
+        chunk = self.data[self.position : self.position + length]
+        self.position += length
+        return chunk
+
+    def count(self) -> int:
+        count = self.take(">i")
+        if count < 0 or count > len(self.data):
+            raise ValueError(f"bad array length {count}")
+        return count
+
+    def user_data(self) -> str | None:
+        length = self.take(">i")
+        return None if length < 0 else base64.b64encode(self.raw(length)).decode("ascii")
+
+    def partitions(self, name: str) -> list[dict[str, Any]]:
+        return [{"topic": self.string(), name: [self.take(">i") for _ in range(self.count())]}
+                for _ in range(self.count())]
+
+
+def _subscription(reader: _Reader) -> dict[str, Any]:
+    version = reader.take(">h")
+    shown: dict[str, Any] = {
+        "topics": [reader.string() for _ in range(reader.count())],
+        "userData": reader.user_data(),
+    }
+    if version >= 1:
+        shown["ownedPartitions"] = reader.partitions("partitions")
+    if version >= 2:
+        shown["generationId"] = reader.take(">i")
+    if version >= 3:
+        shown["rackId"] = reader.string(nullable=True)
+    return shown
+
+
+def _assignment(reader: _Reader) -> dict[str, Any]:
+    reader.take(">h")  # the version: every one has the same fields
+    return {"assignedPartitions": reader.partitions("partitions"),
+            "userData": reader.user_data()}

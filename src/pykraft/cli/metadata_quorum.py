@@ -197,6 +197,8 @@ def _describe_from_controllers(
             try:
                 quorum = _describe_quorum(client)
             except _NotLeader as error:  # leadership moved since: find the new leader
+                if not client.found_active:  # an older server: it cannot say who leads
+                    raise
                 if time.monotonic() + _RETRY_BACKOFF_S >= deadline:
                     raise CommandError(
                         f"Timed out waiting for a node assignment. Call: {_CALL} "

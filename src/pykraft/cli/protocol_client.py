@@ -106,6 +106,9 @@ class ProtocolClient:
         self.address = ""
         self._versions: dict[int, tuple[int, int]] = {}
         self.api_versions: Any = None  # the server's ApiVersions answer (features from v3)
+        # True when `active_controller` found this server as the active controller; False
+        # for one that could not say (an older server), where asking again cannot help
+        self.found_active = False
         self._connect([server.strip() for server in bootstrap.split(",") if server.strip()])
 
     def _connect(self, servers: list[str]) -> None:
@@ -309,9 +312,12 @@ def active_controller(bootstrap: str, *, timeout_s: float, client_id: str,
                 last = f"{server} knows no active controller"
                 continue
             try:
-                return ProtocolClient(leader, timeout_s=timeout_s, client_id=client_id)
+                active = ProtocolClient(leader, timeout_s=timeout_s, client_id=client_id)
             except CommandError as error:
                 last = str(error)
+                continue
+            active.found_active = True
+            return active
         if len(unreachable) == len(servers):  # no controller there at all: say so at once
             raise CommandError("; ".join(unreachable))
         if time.monotonic() + _RETRY_BACKOFF_S >= deadline:

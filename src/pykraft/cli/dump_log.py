@@ -76,7 +76,9 @@ _INT32_MAX: Final = (1 << 31) - 1
 
 def add_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
     parser = commands.add_parser(
-        "dump-log", help="print the contents of log segment and index files (kafka-dump-log.sh)"
+        "dump-log", help="print the contents of log segment and index files (kafka-dump-log.sh)",
+        description="This tool helps to parse a log file and dump its contents to the "
+        "console, useful for debugging a seemingly corrupt log segment.",
     )
     parser.add_argument("--files", metavar="PATH[,PATH...]", help="REQUIRED (or list them last)")
     parser.add_argument("paths", nargs="*", metavar="PATH", help="more files to dump")

@@ -431,3 +431,75 @@ def test_group_configs_are_set_described_and_used(cluster: LocalCluster) -> None
             time.sleep(0.05)
         assert joined.heartbeat_interval == datetime.timedelta(seconds=6)
         _beat(client, group, member, -1, topic_partitions=None)
+
+
+def test_cooperative_sticky_with_kafka_python(cluster: LocalCluster) -> None:
+    """KIP-429 with kafka-python's CooperativeStickyAssignor: a second member joining takes
+    half the partitions from the first without the first ever giving up all of them, and no
+    partition is ever seen with two owners; the first leaving hands everything over."""
+    import threading
+
+    from kafka import KafkaConsumer
+    from kafka.consumer.subscription_state import ConsumerRebalanceListener
+    from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
+
+    group = "cooperative-kafka-python"
+    revoked: list[set[int]] = []
+
+    class Recorder(ConsumerRebalanceListener):
+        def on_partitions_revoked(self, revoked_partitions: Any) -> None:
+            revoked.append({tp.partition for tp in revoked_partitions})
+
+        def on_partitions_assigned(self, assigned: Any) -> None:
+            pass
+
+    stop = threading.Event()
+
+    def member(listener: Any = None) -> Any:
+        consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap_servers, group_id=group,
+                                 session_timeout_ms=1000, heartbeat_interval_ms=100,
+                                 enable_auto_commit=False,
+                                 partition_assignment_strategy=(CooperativeStickyAssignor,))
+        deadline = time.monotonic() + 20
+        while not consumer.partitions_for_topic(TOPIC) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        consumer.subscribe([TOPIC], listener=listener)
+        thread = threading.Thread(target=lambda: [consumer.poll(timeout_ms=200)
+                                                  for _ in iter(stop.is_set, True)],
+                                  daemon=True)
+        thread.start()
+        return consumer, thread
+
+    def wait(consumers: list[Any], done: Any) -> None:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            owned = [{tp.partition for tp in c.assignment()} for c in consumers]
+            every = [p for parts in owned for p in parts]
+            assert len(every) == len(set(every)), f"a partition with two owners: {owned}"
+            if done(owned):
+                return
+            time.sleep(0.01)
+        raise AssertionError(f"not done: {owned}")
+
+    first, first_thread = member(Recorder())
+    second = second_thread = None
+    try:
+        wait([first], lambda owned: len(owned[0]) == PARTITIONS)
+        second, second_thread = member()
+        wait([first, second], lambda owned: [len(o) for o in owned] == [2, 2])
+        assert revoked and all(0 < len(parts) < PARTITIONS for parts in revoked if parts)
+    finally:
+        stop.set()
+        first_thread.join(10)
+        first.close(autocommit=False)
+    assert second is not None and second_thread is not None
+    stop.clear()
+    thread = threading.Thread(target=lambda: [second.poll(timeout_ms=200)
+                                              for _ in iter(stop.is_set, True)], daemon=True)
+    thread.start()
+    try:
+        wait([second], lambda owned: len(owned[0]) == PARTITIONS)
+    finally:
+        stop.set()
+        thread.join(10)
+        second.close(autocommit=False)

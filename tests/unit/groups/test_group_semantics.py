@@ -5,6 +5,7 @@ leader or not, any JoinGroup version), and a rebalance no member rejoined."""
 
 from __future__ import annotations
 
+import pytest
 from kio.schema.errors import ErrorCode
 
 from pykraft.broker.group_coordinator.core import (
@@ -300,3 +301,48 @@ def test_a_member_waiting_for_its_sync_answer_outlives_its_session() -> None:
     assert waiting not in h.results
     h.sync(leader, follower.generation_id, {leader: b"A", follower.member_id: b"B"})
     assert h.results[waiting].error == ErrorCode.none and h.results[waiting].assignment == b"B"
+
+
+@pytest.mark.parametrize("version", [5, 6, 7, 8, 9])
+def test_a_static_follower_rejoins_at_every_version_without_a_rebalance(version: int) -> None:
+    """JoinGroup v5-v9 (group.instance.id exists from v5): a restarted static follower is
+    answered from the current generation, the leader unchanged, and syncs its assignment."""
+    h = Harness()
+    leader_token = h.join_new(client_id="dyn")
+    static_token = h.join(instance="i-2")
+    h.advance(200)
+    leader = h.results[leader_token].member_id
+    static = h.results[static_token].member_id
+    h.sync(leader, 1, {leader: b"L", static: b"S"})
+    h.sync(static, 1, instance="i-2")
+    again: JoinResult = h.results[h.join(instance="i-2", version=version)]
+    assert (again.error, again.generation_id, again.leader) == (ErrorCode.none, 1, leader)
+    assert not again.skip_assignment and again.members == ()
+    assert h.results[h.sync(again.member_id, 1, instance="i-2")].assignment == b"S"
+    assert h.state() is GroupState.STABLE
+
+
+def test_static_members_removed_by_instance_id_then_the_group_deleted() -> None:
+    """DeleteGroups refuses a group with static members (NON_EMPTY_GROUP); an admin removes
+    them by instance id (LeaveGroup v3+), the group turns Empty and can be deleted, offsets
+    and all."""
+    h = Harness()
+    leader, follower = static_leader_group(h)
+    commit(h, GROUP, 1, leader, instance="i-1")
+
+    def delete() -> ErrorCode:
+        token = h.token()
+        h.core.delete_group(token, GROUP, h.now_ms)
+        h.drain()
+        return h.results[token]  # type: ignore[no-any-return]
+
+    assert delete() == ErrorCode.non_empty_group
+    token = h.token()
+    h.core.leave_group(token, GROUP, [LeaveMember("", "i-1"), LeaveMember(follower, None)],
+                       h.now_ms)
+    h.drain()
+    assert h.results[token] == (ErrorCode.none, [ErrorCode.none, ErrorCode.none])
+    assert h.state() is GroupState.EMPTY
+    assert delete() == ErrorCode.none
+    assert GROUP not in h.core.partitions[0].groups
+    assert h.core.fetch_offsets(GROUP, None) == (ErrorCode.none, {})

@@ -171,13 +171,11 @@ def test_describe_log_dirs_lists_each_replica_in_one_of_two_dirs(cluster: LocalC
         node = cluster.nodes[broker]
         assert sorted(result["log_dir"] for result in results) == sorted(
             [str(node.log_dir.absolute()), str(second_dir(node).absolute())])
-    homes = replica_homes(admin, "dirs")
+        for result in results:  # v4: the volume's sizes
+            assert 0 < result["usable_bytes"] <= result["total_bytes"]
+    homes = replica_homes(admin, "dirs")  # each replica in exactly one of its broker's dirs
     for broker in cluster.broker_ids:
         assert sorted(homes[broker]) == [0, 1]
-        # new logs go to the dir with fewer: a broker's two partitions are in different dirs
-        # unless the internal topics' replicas tipped the balance
-        for _, size in homes[broker].values():
-            assert size >= 0
     wait_for(lambda: sum(size for broker in cluster.broker_ids
                          for _, size in replica_homes(admin, "dirs")[broker].values())
              >= 3 * 10 * 100, "every replica has the records")

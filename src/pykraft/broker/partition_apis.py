@@ -93,6 +93,7 @@ NO_LEADER: Final = -1
 # DESCRIBE 8, DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11; one bit each (Utils.to32BitField)
 TOPIC_OPERATION_CODES: Final = (3, 4, 5, 6, 7, 8, 10, 11)
 TOPIC_AUTHORIZED_OPERATIONS: Final = sum(1 << code for code in TOPIC_OPERATION_CODES)
+OPERATIONS_UNKNOWN: Final = -(2**31)  # the field's default: not computed
 PARTITION_LIMIT_KEY: Final = "max.request.partition.size.limit"
 PARTITION_LIMIT_DEFAULT: Final = 2000
 # KIP-858 directory ids with a meaning of their own (Kafka's DirectoryId)
@@ -284,7 +285,9 @@ class PartitionApis:
                 if not every_topic:
                     code = (ErrorCode.unknown_topic_or_partition if legal_topic_name(name)
                             else ErrorCode.invalid_topic_exception)
-                    topics.append(self._topic_error(module, name, code))
+                    # Kafka sets the operations of every topic it answered, these too
+                    topics.append(self._topic_error(module, name, code,
+                                                    TOPIC_AUTHORIZED_OPERATIONS))
                 continue
             start = first_index if name == cursor_topic else 0
             upper = min(len(topic.partitions), start + remaining)
@@ -304,10 +307,11 @@ class PartitionApis:
                     topic_authorized_operations=TOPIC_AUTHORIZED_OPERATIONS)
 
     @staticmethod
-    def _topic_error(module: Any, name: str, code: ErrorCode) -> Any:
+    def _topic_error(module: Any, name: str, code: ErrorCode,
+                     operations: int = OPERATIONS_UNKNOWN) -> Any:
         return make(module.DescribeTopicPartitionsResponseTopic, error_code=code, name=name,
                     topic_id=uuid.UUID(int=0), is_internal=name in INTERNAL_TOPICS,
-                    partitions=(), topic_authorized_operations=-(2**31))
+                    partitions=(), topic_authorized_operations=operations)
 
     def _partition(self, module: Any, image: MetadataImage, listener_name: str, index: int,
                    registration: PartitionRegistration) -> Any:

@@ -320,10 +320,12 @@ async def test_named_topics_that_do_not_exist_and_a_cursor_outside_the_names(
         ("bad/name", int(ErrorCode.invalid_topic_exception), ()), ("c", 0, (0,)),
         ("zz", int(ErrorCode.unknown_topic_or_partition), ())]
     assert response.topics[2].topic_id == uuid.UUID(int=0)
+    assert response.topics[2].topic_authorized_operations == TOPIC_AUTHORIZED_OPERATIONS
     response = await node.call(DESCRIBE_TOPIC_PARTITIONS, 0,
                                dtp_request("c", "t", cursor=("b", 0)))
     assert pages(response) == [("c", int(ErrorCode.invalid_request), ()),
                                ("t", int(ErrorCode.invalid_request), ())]
+    assert response.topics[0].topic_authorized_operations == -(2**31)
 
 
 async def test_a_listener_the_brokers_lack_shows_no_leader_and_offline_replicas(

@@ -586,9 +586,9 @@ class ServerConfig:
                               "controller or both)")
         roles = [role.strip() for role in raw.split(",")]
         for role in roles:
-            if role not in _ROLES:
-                raise ConfigError(f"Unknown process role '{role}' (only 'broker' and "
-                                  "'controller' are allowed roles)")
+            if role not in _ROLES:  # ConfigDef's ValidList.in, before KafkaConfig's own
+                raise ConfigError(f"Invalid value {raw} for configuration process.roles: "
+                                  "String must be one of: broker, controller")
         if len(set(roles)) != len(roles):
             raise ConfigError(f"Duplicate role names found in `process.roles`: {raw}")
 

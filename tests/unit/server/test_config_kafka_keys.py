@@ -110,7 +110,9 @@ def test_the_quorum_may_be_named_by_bootstrap_servers_instead_of_voters() -> Non
     ({**CONTROLLER_ONLY, "listeners": "CONTROLLER://0.0.0.0:9093"},
      "advertised.listeners cannot use the nonroutable meta-address 0.0.0.0. Use a routable "
      "IP address."),
-    ({**COMBINED, "process.roles": "broker,"}, "Unknown process role ''"),
+    ({**COMBINED, "process.roles": "broker,"},
+     "Invalid value broker, for configuration process.roles: String must be one of: broker, "
+     "controller"),
 ])
 def test_kafka_refusals_per_role(values: dict[str, str], message: str) -> None:
     assert refused(values).startswith(message)

@@ -334,7 +334,9 @@ def test_parse_voters_errors(value: str) -> None:
         ({"node_id": None}, "Missing required configuration node.id"),
         ({"process_roles": None}, "Missing required configuration process.roles"),
         ({"process_roles": ""}, "process.roles"),
-        ({"process_roles": "foo"}, "Unknown process role 'foo'"),
+        ({"process_roles": "foo"},
+         "Invalid value foo for configuration process.roles: String must be one of: broker, "
+         "controller"),
         ({"process_roles": "broker,broker"}, "Duplicate role names found in `process.roles`"),
         ({"listeners": "garbage"}, "listeners"),
         # unset, CONTROLLER is not mapped to PLAINTEXT by default (Kafka's effective map)

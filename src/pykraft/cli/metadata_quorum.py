@@ -278,8 +278,8 @@ def _replica(replica: Any) -> ReplicaInfo:
 def _cluster_id(client: ProtocolClient) -> str:
     def build(module: ModuleType, version: int) -> Any:
         values: dict[str, Any] = {"include_cluster_authorized_operations": False}
-        if version >= 1:
-            values["endpoint_type"] = 1  # brokers: every listener answers it with the id
+        if version >= 1:  # a controller found as the active one describes controllers
+            values["endpoint_type"] = 2 if client.found_active else 1
         return module.DescribeClusterRequest(**values)
 
     _, response = client.request(

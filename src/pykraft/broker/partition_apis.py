@@ -665,7 +665,11 @@ class ReplicaMover:
     async def _run(self, move: Move) -> None:
         try:
             for _ in range(COPY_PASSES_MAX):
-                await asyncio.to_thread(move.future.copy_pass)
+                try:
+                    await asyncio.to_thread(move.future.copy_pass)
+                except OSError:
+                    self._check_current(move)  # its directory went with the replica
+                    raise
                 self._check_current(move)
                 if self._try_swap(move):
                     log.info("moved %s-%d to %s", move.topic, move.index, move.destination)

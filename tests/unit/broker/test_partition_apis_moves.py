@@ -193,3 +193,20 @@ async def test_a_path_that_is_not_a_directory_is_a_storage_error(node: Node) -> 
     response = await node.call(ALTER_REPLICA_LOG_DIRS, 2, alter_request(
         (str(target), "a", (0,))))
     assert alter_codes(response) == {("a", 0): int(ErrorCode.kafka_storage_error)}
+
+
+async def test_a_replica_deleted_during_its_move_stops_it_quietly(
+        node: Node, caplog: pytest.LogCaptureFixture) -> None:
+    partition = node.place("a", 0, leader=ME, epoch=1)
+    fill(node, partition, 40)
+    destination = other_dir(node, "a", 0)
+    response = await node.call(ALTER_REPLICA_LOG_DIRS, 2, alter_request(
+        (str(destination), "a", (0,))))
+    assert alter_codes(response) == {("a", 0): 0}
+    node.replicas._remove("a", 0)  # what a topic deletion's metadata does
+    async with asyncio.timeout(10):
+        while node.apis.mover.moves or any(p.name.endswith("-future")
+                                           for p in destination.iterdir()):
+            await asyncio.sleep(0.01)
+    assert node.log_manager.get_log("a", 0) is None
+    assert not [record for record in caplog.records if record.levelname == "ERROR"]

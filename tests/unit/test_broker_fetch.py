@@ -87,7 +87,7 @@ def apis(manager: ReplicaManager) -> BrokerApis:
 
 async def fetch(apis: BrokerApis, request: object, version: int = 12) -> Any:
     return await apis.fetch(types.SimpleNamespace(  # type: ignore[arg-type]
-        header=types.SimpleNamespace(api_version=version)), request)
+        header=types.SimpleNamespace(api_version=version), listener_name="PLAINTEXT"), request)
 
 
 async def test_an_append_to_a_partition_looked_at_before_the_fetch_yielded_answers_it(

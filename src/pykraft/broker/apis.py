@@ -76,8 +76,10 @@ class PartitionRead:
     aborted: tuple[tuple[int, int], ...] | None = None  # (producer id, first offset)
     diverging: tuple[int, int] | None = None  # (epoch, end offset)
     idle: tuple[Any, ...] | None = None  # nothing to read, in this state (SessionPartition)
+    preferred_read_replica: int = -1  # KIP-392: fetch from this replica instead (no records)
 
 EARLIEST_TIMESTAMP = -2
+FIRST_FETCH_WITH_RACK = 11  # KIP-392: rack_id in requests, preferred_read_replica in answers
 # a Fetch's look at its partitions yields to the loop after this long, checked every
 # FETCH_SLICE_CHECK partitions (each look takes some 10-30 us)
 FETCH_SLICE_S = 0.02
@@ -322,6 +324,11 @@ class BrokerApis:
         if replica_id is None:  # v15+: KIP-903's ReplicaState
             replica_id = getattr(field(request, "replica_state"), "replica_id", -1)
         committed = field(request, "isolation_level", 0) == READ_COMMITTED
+        # KIP-392: a consumer's Fetch v11+ carries its rack (client.rack), and may be served
+        # by a follower; the leader may point it to an in-sync replica of that rack instead
+        client_rack: str | None = None
+        if replica_id < 0 and version >= FIRST_FETCH_WITH_RACK:
+            client_rack = field(request, "rack_id", "") or ""
         image = self.cache.image
         names = {key: self._fetch_topic_name(topic, image)
                  for topic in request.topics for key in (topic_key(topic),)}
@@ -336,7 +343,8 @@ class BrokerApis:
         first_pass = True
         while True:
             reads, total, errors, parked, woken = await self._read_fetch(
-                fetch.partitions, max_bytes, replica_id, first_pass, committed, fetch.session)
+                fetch.partitions, max_bytes, replica_id, first_pass, committed, fetch.session,
+                client_rack, context.listener_name)
             first_pass = False
             remaining_ms = int((deadline - loop.time()) * 1000)
             if total >= min_bytes or errors or remaining_ms <= 0 or not parked:
@@ -358,6 +366,7 @@ class BrokerApis:
     async def _read_fetch(
         self, wanted: list[SessionPartition], max_bytes: int, replica_id: int,
         first_pass: bool, committed: bool, session: FetchSession | None = None,
+        client_rack: str | None = None, listener_name: str = "",
     ) -> tuple[list[PartitionRead | None], int, bool, list[Partition], bool]:
         """One look at every partition; `errors` is true when one answered without waiting
         (an error or a diverging epoch), `parked` the partitions a wait is parked on. A
@@ -408,7 +417,8 @@ class BrokerApis:
                         continue
                 partition, read = self._fetch_partition(
                     each, image, max(0, max_bytes - total), total == 0, replica_id,
-                    first_pass, committed=committed)
+                    first_pass, committed=committed, client_rack=client_rack,
+                    listener_name=listener_name)
                 if read.error_code != ErrorCode.none or partition is None:
                     errors = True
                 else:
@@ -451,7 +461,8 @@ class BrokerApis:
                 each.idle = read.idle
                 answer = each.must_answer(
                     bool(read.records), read.error_code != ErrorCode.none
-                    or read.diverging is not None, read.high_watermark,
+                    or read.diverging is not None or read.preferred_read_replica >= 0,
+                    read.high_watermark,
                     read.last_stable_offset, read.log_start_offset)
                 if read.records:
                     returned.append(each)
@@ -477,18 +488,37 @@ class BrokerApis:
     def _fetch_partition(
         self, wanted: SessionPartition, image: Any, bytes_left: int, first: bool,
         replica_id: int, first_pass: bool, *, committed: bool = False,
+        client_rack: str | None = None, listener_name: str = "",
     ) -> tuple[Partition | None, PartitionRead]:
         """(the partition to park on, or None when answered at once; what was read).
         A follower (replica_id >= 0) reads up to the log end; its first look records its
-        position or finds that its log diverged (then no records, and no waiting)."""
+        position or finds that its log diverged (then no records, and no waiting). A
+        consumer's Fetch v11+ (`client_rack` not None) may read a partition followed here,
+        up to the high watermark this follower knows (KIP-392); on the leader it may be
+        told a replica of its rack to fetch from instead, and is answered at once."""
         try:
             if not wanted.topic:
                 raise UnknownTopicId("unknown topic id")
-            partition = self.replicas.leader_partition(wanted.topic, wanted.partition, image)
+            if client_rack is None:
+                partition = self.replicas.leader_partition(wanted.topic, wanted.partition,
+                                                           image)
+            else:
+                partition = self.replicas.readable_partition(wanted.topic, wanted.partition,
+                                                             image)
             partition.check_epoch(wanted.current_leader_epoch)
+            if client_rack and partition.leader_id == self.node_id:
+                preferred = self.replicas.preferred_read_replica(
+                    partition, client_rack, wanted.fetch_offset, listener_name)
+                if preferred >= 0:
+                    log_ = partition.log
+                    return None, PartitionRead(
+                        wanted.partition, ErrorCode.none, log_.high_watermark,
+                        log_.last_stable_offset if committed else log_.high_watermark,
+                        log_.log_start_offset, preferred_read_replica=preferred)
             if replica_id >= 0 and first_pass:
                 seen = self.replicas.follower_fetch(
-                    partition, replica_id, wanted.fetch_offset, wanted.last_fetched_epoch)
+                    partition, replica_id, wanted.fetch_offset, wanted.last_fetched_epoch,
+                    wanted.log_start_offset)
                 if seen.diverged:
                     log_ = partition.log
                     return None, PartitionRead(
@@ -545,6 +575,7 @@ class BrokerApis:
             high_watermark=read.high_watermark,
             last_stable_offset=read.last_stable_offset,
             log_start_offset=read.log_start_offset,
+            preferred_read_replica=read.preferred_read_replica,  # v11+
             aborted_transactions=None if read.aborted is None else tuple(
                 make(module.AbortedTransaction, producer_id=producer_id,
                      first_offset=first_offset)

@@ -50,6 +50,7 @@ from kio.schema.errors import ErrorCode
 from pykraft.broker.partition_events import PartitionEvents
 from pykraft.errors import (
     FencedLeaderEpoch,
+    InvalidConfig,
     InvalidRequiredAcks,
     KafkaError,
     KafkaStorageError,
@@ -81,6 +82,21 @@ NEW_LOGS_ON_LOOP = 64  # more new replicas than this in one delta: created on a 
 NEW_LOGS_PER_TURN = 200  # new replicas made on the thread, then installed on the loop, at a time
 LOG_CREATION_RETRY_MS = 5_000  # a log that could not be created (a full disk) is tried again
 REFUSED_PROPOSAL_QUIET_MS = 500
+# KIP-392's replica.selector.class: unset, the leader serves every consumer fetch; the one
+# selector Kafka ships sends a consumer to an in-sync replica in its rack (client.rack)
+REPLICA_SELECTOR_KEY: Final = "replica.selector.class"
+RACK_AWARE_REPLICA_SELECTOR: Final = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
+
+
+def rack_aware_selector(value: str | None) -> bool:
+    """Whether `replica.selector.class` names the rack-aware selector (False when unset);
+    any other class is refused, as Kafka refuses a class it cannot load."""
+    if value is None or not value.strip():
+        return False
+    if value.strip() == RACK_AWARE_REPLICA_SELECTOR:
+        return True
+    raise InvalidConfig(f"Invalid value {value} for configuration {REPLICA_SELECTOR_KEY}: "
+                        f"the one replica selector supported is {RACK_AWARE_REPLICA_SELECTOR}")
 
 
 @dataclass(slots=True)
@@ -96,6 +112,7 @@ class FollowerState:
     """What the leader knows of one follower, from its fetches."""
 
     log_end_offset: int = -1  # its last fetch offset; -1 until it fetches this epoch
+    log_start_offset: int = -1  # as its last fetch told (Fetch v5+)
     last_fetch_ms: int = -1
     last_fetch_leader_end: int = -1  # the leader's log end at that fetch
     last_caught_up_ms: int = 0
@@ -363,6 +380,7 @@ class ReplicaManager:
         self.decompressed_batch_bytes_max = int(
             server_configs.get(DECOMPRESSED_BATCH_BYTES_MAX_KEY)
             or DECOMPRESSED_BATCH_BYTES_MAX)
+        self.rack_aware = rack_aware_selector(server_configs.get(REPLICA_SELECTOR_KEY))
         self.fetchers: FetcherControl | None = None
         self.alter_partition: AlterPartitionSender | None = None
         self.retry_backoff_ms = 100
@@ -627,6 +645,45 @@ class ReplicaManager:
             )
         return partition
 
+    def readable_partition(self, topic: str, index: int, image: MetadataImage) -> Partition:
+        """A partition a consumer may fetch here: led here or followed here (KIP-392: a
+        Fetch v11+ from a consumer may go to a follower)."""
+        partition = self._partitions.get((topic, index))
+        if partition is None or partition.leader_id == self.node_id:
+            return self.leader_partition(topic, index, image)
+        if partition.leader_id == NO_LEADER:
+            raise NotLeaderOrFollower(f"{topic}-{index} has no leader")
+        return partition
+
+    def preferred_read_replica(self, partition: Partition, client_rack: str,
+                               fetch_offset: int, listener_name: str) -> int:
+        """The replica a consumer in `client_rack` should fetch `partition` (led here) from,
+        or -1 for this leader (Kafka's findPreferredReadReplica with the
+        RackAwareReplicaSelector): an in-sync follower of the client's rack that holds
+        `fetch_offset`, the most caught up first, unless this leader is in that rack."""
+        image = self._image
+        if not self.rack_aware or not client_rack or image is None:
+            return -1
+        brokers = image.cluster.brokers
+        me = brokers.get(self.node_id)
+        if me is not None and me.rack == client_rack:
+            return -1
+        now = self.now_ms()
+        best: tuple[int, int, int] | None = None  # (log end, -time since caught up, id)
+        for replica_id in partition.isr:
+            state = partition.followers.get(replica_id)
+            broker = brokers.get(replica_id)
+            if (replica_id == self.node_id or state is None or broker is None
+                    or broker.fenced or broker.rack != client_rack
+                    or listener_name not in broker.listeners
+                    or state.log_end_offset < fetch_offset
+                    or state.log_start_offset > fetch_offset):
+                continue
+            candidate = (state.log_end_offset, state.last_caught_up_ms - now, replica_id)
+            if best is None or candidate[:2] > best[:2]:
+                best = candidate
+        return -1 if best is None else best[2]
+
     # -- produce ----------------------------------------------------------------------
 
     def append(self, partition: Partition, records: bytes, acks: int, *,
@@ -732,6 +789,7 @@ class ReplicaManager:
 
     def follower_fetch(
         self, partition: Partition, replica_id: int, fetch_offset: int, last_fetched_epoch: int,
+        log_start_offset: int = -1,
     ) -> FollowerFetch:
         """A follower's fetch of `partition` (led here), before its records are read: the
         diverging epoch if its log left ours, else its position is recorded (KIP-320;
@@ -747,6 +805,7 @@ class ReplicaManager:
                 <= partition.log.log_end_offset):
             partition.log.read(fetch_offset, 0)  # raises OffsetOutOfRange
         self.update_follower(partition, replica_id, fetch_offset)
+        partition.followers[replica_id].log_start_offset = log_start_offset
         return FollowerFetch()
 
     def update_follower(self, partition: Partition, replica_id: int, fetch_offset: int) -> None:

@@ -150,9 +150,29 @@ def test_describe_members_verbose_and_states(pykraft_cluster: Any) -> None:
         assert members.returncode == 0, members.stderr
         header, row = members.stdout.strip().splitlines()
         assert header.split() == ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS",
-                                  "ASSIGNMENT"]
+                                  "CURRENT-EPOCH", "CURRENT-ASSIGNMENT", "TARGET-EPOCH",
+                                  "TARGET-ASSIGNMENT"]
         assert row.split()[0] == group
-        assert row.split()[3:] == ["verbose-client", "2", f"{topic}(0,1)"]
+        # a classic group: no epochs, no target; the assignment in Kafka 4's topic:p,p form
+        assert row.split()[3:] == ["verbose-client", "2", "-", f"{topic}:0,1", "-", "-"]
+
+        consumer.commit(offsets=[TopicPartition(topic, 0, 1, leader_epoch=0)],
+                        asynchronous=False)
+        offsets = tool("consumer-groups", "--bootstrap-server", bootstrap, "--describe",
+                       "--group", group, "--verbose")
+        assert offsets.returncode == 0, offsets.stderr
+        header, *rows = [line.split() for line in offsets.stdout.strip().splitlines()]
+        assert header[:7] == ["GROUP", "TOPIC", "PARTITION", "LEADER-EPOCH", "CURRENT-OFFSET",
+                              "LOG-END-OFFSET", "LAG"]
+        assert rows[0][:7] == [group, topic, "0", "0", "1", "1", "0"]  # the epoch committed
+        assert rows[1][:4] == [group, topic, "1", "-"]  # owned, nothing committed
+
+        state = tool("consumer-groups", "--bootstrap-server", bootstrap, "--describe",
+                     "--group", group, "--state", "--verbose")
+        assert state.returncode == 0, state.stderr
+        header, row = state.stdout.strip().splitlines()
+        assert header.split()[-3:] == ["GROUP-EPOCH", "TARGET-ASSIGNMENT-EPOCH", "#MEMBERS"]
+        assert row.split()[-4:] == ["Stable", "-", "-", "1"]
 
         listed = tool("consumer-groups", "--bootstrap-server", bootstrap, "--list", "--state",
                       "Stable")

@@ -2,7 +2,7 @@
 like kafka-consumer-groups.sh.
 
     --list [--state [STATE,...]]
-    --describe (--group G | --all-groups) [--offsets | --members [--verbose] | --state]
+    --describe (--group G | --all-groups) [--offsets | --members | --state] [--verbose]
     --reset-offsets --group G (--topic T[:P,...] | --all-topics)
         (--to-earliest | --to-latest | --to-current | --to-offset N | --shift-by N
          | --to-datetime T | --by-duration PnDTnHnMnS) [--dry-run | --execute] [--export]
@@ -117,7 +117,8 @@ def add_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
                         help="with --describe: each partition's committed offset and lag "
                         "(the default)")
     parser.add_argument("--verbose", action="store_true",
-                        help="with --describe --members: each member's assignment too")
+                        help="with --describe: more columns (the committed offsets' leader "
+                        "epochs; members' assignments; the group's epochs)")
     parser.add_argument("--state", nargs="?", const="", default=None, metavar="STATES",
                         help="with --describe: the group's state; with --list: each group's "
                         "state, or only the groups in STATES (comma-separated)")
@@ -169,6 +170,7 @@ class OffsetRow:
     consumer_id: str
     host: str
     client_id: str
+    leader_epoch: int | None = None  # of the committed offset, when the client gave one
 
     @property
     def lag(self) -> int | None:
@@ -463,23 +465,31 @@ def run_describe(admin: AdminClient, groups: Sequence[str], view: str, timeout_s
         _print_state(group, state)
         if view == "state":
             coordinator = description.coordinator
+            # the epochs are a KIP-848 group's, which the client library does not report
             rows = [(group, f"{coordinator.host}:{coordinator.port} ({coordinator.id})",
-                     description.partition_assignor or "", state, len(description.members))]
-            header = ("GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS")
+                     description.partition_assignor or "", state,
+                     *((None, None) if verbose else ()), len(description.members))]
+            header = ("GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE",
+                      *(("GROUP-EPOCH", "TARGET-ASSIGNMENT-EPOCH") if verbose else ()),
+                      "#MEMBERS")
         elif view == "members":
             instances = _has_instance_ids(description)  # a column only when some member has
             rows = [(group, m.member_id, *((m.group_instance_id or "",) if instances else ()),
                      m.host, m.client_id, len(m.assignment.topic_partitions),
-                     *((assignment_text(m.assignment.topic_partitions),) if verbose else ()))
+                     *(_verbose_member(m) if verbose else ()))
                     for m in description.members]
             header = ("GROUP", "CONSUMER-ID", *(("GROUP-INSTANCE-ID",) if instances else ()),
-                      "HOST", "CLIENT-ID", "#PARTITIONS", *(("ASSIGNMENT",) if verbose else ()))
+                      "HOST", "CLIENT-ID", "#PARTITIONS",
+                      *(("CURRENT-EPOCH", "CURRENT-ASSIGNMENT", "TARGET-EPOCH",
+                         "TARGET-ASSIGNMENT") if verbose else ()))
         else:
-            rows = [(r.group, r.topic, r.partition, r.current_offset, r.log_end_offset, r.lag,
+            rows = [(r.group, r.topic, r.partition, *((r.leader_epoch,) if verbose else ()),
+                     r.current_offset, r.log_end_offset, r.lag,
                      r.consumer_id or None, r.host or None, r.client_id or None)
                     for r in offset_rows(admin, group, description, timeout_s)]
-            header = ("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
-                      "CONSUMER-ID", "HOST", "CLIENT-ID")
+            header = ("GROUP", "TOPIC", "PARTITION", *(("LEADER-EPOCH",) if verbose else ()),
+                      "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST",
+                      "CLIENT-ID")
         if not rows:  # as Kafka: nothing to show beyond the note above
             continue
         print()
@@ -493,21 +503,42 @@ def _has_instance_ids(description: Any) -> bool:
 
 
 def assignment_text(partitions: Sequence[Any]) -> str:
-    """Kafka's --verbose ASSIGNMENT cell: `t1(0,1), t2(0)`, or "-" for none."""
+    """Kafka 4's --verbose assignment cell: `t1:0,1;t2:0`, or "-" for none."""
     by_topic: dict[str, list[int]] = {}
     for tp in partitions:
         by_topic.setdefault(tp.topic, []).append(tp.partition)
-    return ", ".join(sorted(f"{topic}({','.join(str(p) for p in sorted(found))})"
-                            for topic, found in by_topic.items())) or "-"
+    return ";".join(sorted(f"{topic}:{','.join(str(p) for p in sorted(found))}"
+                           for topic, found in by_topic.items())) or "-"
+
+
+def _verbose_member(member: Any) -> tuple[Any, ...]:
+    """CURRENT-EPOCH, CURRENT-ASSIGNMENT, TARGET-EPOCH, TARGET-ASSIGNMENT: the epochs and
+    the target are a KIP-848 member's ("-" for a classic one); the client library reports
+    the target but not the epochs."""
+    target = getattr(member, "target_assignment", None)
+    return (None, assignment_text(member.assignment.topic_partitions), None,
+            assignment_text(target.topic_partitions) if target is not None else None)
 
 
 def committed_offsets(admin: AdminClient, group: str, timeout_s: float) -> dict[
         tuple[str, int], int]:
+    return {tp: offset for tp, (offset, _) in committed_positions(admin, group,
+                                                                   timeout_s).items()}
+
+
+def committed_positions(admin: AdminClient, group: str, timeout_s: float) -> dict[
+        tuple[str, int], tuple[int, int | None]]:
+    """Each committed partition's (offset, leader epoch or None)."""
     request = [ConsumerGroupTopicPartitions(group)]
     result = admin.list_consumer_group_offsets(request, request_timeout=timeout_s)[group]
     found = result_of(result, timeout_s)
-    return {(tp.topic, tp.partition): tp.offset for tp in found.topic_partitions
-            if tp.offset >= 0}
+    positions = {}
+    for tp in found.topic_partitions:
+        if tp.offset >= 0:
+            epoch = getattr(tp, "leader_epoch", None)
+            positions[(tp.topic, tp.partition)] = (
+                tp.offset, epoch if isinstance(epoch, int) and epoch >= 0 else None)
+    return positions
 
 
 def log_offsets(admin: AdminClient, partitions: Sequence[tuple[str, int]], spec: OffsetSpec,
@@ -532,7 +563,7 @@ def log_offsets(admin: AdminClient, partitions: Sequence[tuple[str, int]], spec:
 
 def offset_rows(admin: AdminClient, group: str, description: Any,
                 timeout_s: float) -> list[OffsetRow]:
-    committed = committed_offsets(admin, group, timeout_s)
+    committed = committed_positions(admin, group, timeout_s)
     owners: dict[tuple[str, int], Any] = {}
     for member in description.members:
         for tp in member.assignment.topic_partitions:
@@ -542,10 +573,10 @@ def offset_rows(admin: AdminClient, group: str, description: Any,
     rows = []
     for topic, partition in partitions:
         owner = owners.get((topic, partition))
-        rows.append(OffsetRow(group, topic, partition, committed.get((topic, partition)),
-                              ends.get((topic, partition)),
+        offset, epoch = committed.get((topic, partition), (None, None))
+        rows.append(OffsetRow(group, topic, partition, offset, ends.get((topic, partition)),
                               owner.member_id if owner else "", owner.host if owner else "",
-                              owner.client_id if owner else ""))
+                              owner.client_id if owner else "", epoch))
     return rows
 
 

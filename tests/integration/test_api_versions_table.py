@@ -401,3 +401,17 @@ def test_admin_client_sees_every_operation_allowed(node: LocalCluster) -> None:
         AclOperation.ALTER_CONFIGS}
     unasked = admin.describe_cluster().result(timeout=30)
     assert not unasked.authorized_operations
+
+
+def test_describe_cluster_reports_cluster_operations_on_both_listeners(
+        node: LocalCluster) -> None:
+    every = sum(1 << code for code in (5, 7, 8, 9, 10, 11, 12))  # Kafka's cluster operations
+    for address, endpoint_type in ((node.bootstrap_servers, 1),
+                                   (f"127.0.0.1:{node.controller_port}", 2)):
+        with WireClient(address) as wire:
+            for include, expected in ((True, every), (False, -2147483648)):
+                response = wire.request(60, 2, DescribeClusterRequest(
+                    include_cluster_authorized_operations=include, endpoint_type=endpoint_type,
+                    include_fenced_brokers=False))
+                assert response.error_code == ErrorCode.none
+                assert response.cluster_authorized_operations == expected

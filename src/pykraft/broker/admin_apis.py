@@ -481,8 +481,11 @@ class AdminApis:
 
     async def describe_cluster(self, context: RequestContext, request: Any) -> Any:
         module = response_module(ApiKey.DESCRIBE_CLUSTER, context.header.api_version)
+        # KIP-430, as with no authorizer: every cluster operation; the sentinel unasked
+        cluster_ops = (CLUSTER_OPERATIONS if request.include_cluster_authorized_operations
+                       else AUTHORIZED_OPERATIONS_OMITTED)
         if field(request, "endpoint_type", 1) == 2 and not self.clients_listener:
-            return self._describe_controllers(module)
+            return self._describe_controllers(module, cluster_ops)
         if field(request, "endpoint_type", 1) != 1:
             return make(module.DescribeClusterResponse, throttle_time=NO_THROTTLE,
                         error_code=ErrorCode.unsupported_endpoint_type,
@@ -501,15 +504,13 @@ class AdminApis:
             endpoint_type=1,
             cluster_id=self.cache.cluster_id,
             controller_id=self.cache.controller_id(brokers),
-            # KIP-430, as with no authorizer: every cluster operation; the sentinel unasked
-            cluster_authorized_operations=CLUSTER_OPERATIONS
-            if request.include_cluster_authorized_operations else AUTHORIZED_OPERATIONS_OMITTED,
+            cluster_authorized_operations=cluster_ops,
             brokers=tuple(make(module.DescribeClusterBroker, broker_id=i, host=h, port=p, rack=r,
                                is_fenced=is_fenced)
                           for (i, h, p, r), is_fenced in described),
         )
 
-    def _describe_controllers(self, module: Any) -> Any:
+    def _describe_controllers(self, module: Any, cluster_ops: int) -> Any:
         """KIP-919: a controller listener describes the controllers (the quorum's voters, at
         their controller endpoints) and which one is active (-1: none now), so an admin
         client bootstrapped from any controller finds the active one."""
@@ -524,8 +525,9 @@ class AdminApis:
             module.DescribeClusterResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
             error_message=None, endpoint_type=2, cluster_id=self.cache.cluster_id,
             controller_id=max(-1, int(quorum.get("leader_id", -1))),
+            cluster_authorized_operations=cluster_ops,
             brokers=tuple(make(module.DescribeClusterBroker, broker_id=voter, host=host,
-                               port=port, rack=None)
+                               port=port, rack=None, is_fenced=False)  # v2+
                           for voter, (host, port) in sorted(voters.items())))
 
     async def unregister_broker(self, context: RequestContext, request: Any) -> Any:

@@ -68,9 +68,9 @@ trap stop_nodes EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-set -m  # background nodes get process groups of their own: stopped as a whole, and a
-        # Ctrl-C in the terminal reaches this script only, which stops them in order
-for config in "$here/$shape"/*.properties; do
+configs=("$here/$shape"/*.properties)
+formats=()
+for config in "${configs[@]}"; do
     name=$(basename "$config" .properties)
     # the config as it runs: the example's ports moved by PORT_BASE, its data under $data
     run_config="$data/$shape-config/$name.properties"
@@ -83,9 +83,20 @@ for config in "$here/$shape"/*.properties; do
         -e "s/@10001@/$((base + 10001))/g" -e "s/@10002@/$((base + 10002))/g" \
         -e "s/@10003@/$((base + 10003))/g" \
         -e "s|^log\.dirs=data/|log.dirs=$data/|" "$config" > "$run_config"
+    # the nodes' formats run side by side: each is a Python start-up of a second or more
     "$pykraft" storage format --config "$run_config" --cluster-id "$cluster_id" \
-        --ignore-formatted
-    "$pykraft" server start "$run_config" > "$data/$name.log" 2>&1 &
+        --ignore-formatted &
+    formats+=("$!")
+done
+for pid in "${formats[@]}"; do
+    wait "$pid" || { echo "run.sh: storage format failed (see above)" >&2; exit 1; }
+done
+
+set -m  # background nodes get process groups of their own: stopped as a whole, and a
+        # Ctrl-C in the terminal reaches this script only, which stops them in order
+for config in "${configs[@]}"; do
+    name=$(basename "$config" .properties)
+    "$pykraft" server start "$data/$shape-config/$name.properties" > "$data/$name.log" 2>&1 &
     pids+=("$!")
     names+=("$name")
     echo "started $name (pid $!), log in $data/$name.log"

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from typing import Any, Final
 
 import pytest
+from kio.schema.add_offsets_to_txn.v4.request import AddOffsetsToTxnRequest
 from kio.schema.add_partitions_to_txn.v3.request import (
     AddPartitionsToTxnRequest,
     AddPartitionsToTxnTopic,
@@ -37,6 +38,11 @@ from kio.schema.list_offsets.v10.request import (
 )
 from kio.schema.metadata.v13.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.produce.v11.request import PartitionProduceData, ProduceRequest, TopicProduceData
+from kio.schema.txn_offset_commit.v5.request import (
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitRequestPartition,
+    TxnOffsetCommitRequestTopic,
+)
 
 from pykraft.records.record import build_batch
 from pykraft.testing import LocalCluster
@@ -194,9 +200,7 @@ CONTROLLER_NOT_YET_SERVED: Final[dict[int, str]] = {
 }
 
 # served, but below Kafka 4.0's max: key -> why
-BROKER_BELOW_KAFKA_MAX: Final[dict[int, str]] = {
-    28: "TxnOffsetCommit v5 (KIP-890 part 2) is the group coordinator's to add",
-}
+BROKER_BELOW_KAFKA_MAX: Final[dict[int, str]] = {}
 
 # served, but not from Kafka 4.0's min: key -> why
 CONTROLLER_ABOVE_KAFKA_MIN: Final[dict[int, str]] = {
@@ -369,6 +373,20 @@ def test_end_txn_v5_answers_the_producer_id_and_epoch_to_go_on_with(client: Wire
     """Without transaction.version 2 the end of a transaction bumps no epoch: v5 answers the
     same producer id and epoch (docs/deviations.md); a fenced epoch gets -1 and -1."""
     producer_id, epoch = _begin_transaction(client)
+    # TxnOffsetCommit v5 (KIP-890 part 2 too) inside the transaction, as v4 after
+    # AddOffsetsToTxn
+    group = "api-versions-group"
+    found = client.request(10, 4, FindCoordinatorRequest(key_type=0, coordinator_keys=(group,)))
+    assert found.coordinators[0].error_code == ErrorCode.none
+    added = client.request(25, 4, AddOffsetsToTxnRequest(
+        transactional_id=TXN_ID, producer_id=producer_id, producer_epoch=epoch, group_id=group))
+    assert added.error_code == ErrorCode.none
+    committed = client.request(28, 5, TxnOffsetCommitRequest(
+        transactional_id=TXN_ID, group_id=group, producer_id=producer_id, producer_epoch=epoch,
+        topics=(TxnOffsetCommitRequestTopic(name=TOPIC, partitions=(
+            TxnOffsetCommitRequestPartition(partition_index=0, committed_offset=1,
+                                            committed_metadata=None),)),)))
+    assert [p.error_code for p in committed.topics[0].partitions] == [ErrorCode.none]
     stale = _end(client, producer_id, epoch - 1 if epoch > 0 else epoch + 1)
     assert stale.error_code in (ErrorCode.producer_fenced, ErrorCode.invalid_producer_epoch)
     assert (stale.producer_id, stale.producer_epoch) == (-1, -1)

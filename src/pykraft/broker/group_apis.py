@@ -68,7 +68,7 @@ GROUP_APIS: Final[dict[int, tuple[int, int]]] = {
     LIST_GROUPS: (0, 5),
     DELETE_GROUPS: (0, 2),
     OFFSET_DELETE: (0, 0),
-    TXN_OFFSET_COMMIT: (0, 4),
+    TXN_OFFSET_COMMIT: (0, 5),  # v5 (KIP-890 part 2) is answered as v4: docs/deviations.md
     CONSUMER_GROUP_HEARTBEAT: (0, 1),  # v1: the client makes its member id (KIP-1082)
     CONSUMER_GROUP_DESCRIBE: (0, 1),
 }

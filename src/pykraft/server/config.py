@@ -5,8 +5,19 @@ single-node defaults), applies `--override key=value` pairs, checks every value 
 to check and stops with a `ConfigError` naming the key when one is invalid, as Kafka's
 KafkaConfig does before the node touches its disks. Checked are this module's own keys, the
 server synonyms of topic configs (`log.segment.bytes`, `log.retention.hours`, ...) with the
-topic config's rules, and the dynamic broker keys of `controller.configs`. Other keys are kept
-and reported as warnings, as Kafka logs "supplied but isn't a known config".
+topic config's rules, the dynamic broker keys of `controller.configs`, and every other key of
+Kafka's KafkaConfig by its Kafka type and range (`kafka_keys.py`), listener-prefixed ones too.
+
+Every key is kept. A key pykraft acts on is silent; a Kafka key pykraft ignores gets one
+warning naming it as ignored; a key Kafka does not know gets Kafka's "supplied but isn't a
+known config" warning, and the node still starts, as Kafka's does.
+
+The node's shape is checked per role exactly where Kafka's KafkaConfig.validateValues checks
+it, with its messages: a controller-only node is not checked for broker keys (templates set
+inter.broker.listener.name on every node), a broker's inter-broker listener must be one of its
+advertised listeners, and the quorum is named by controller.quorum.voters or
+controller.quorum.bootstrap.servers (the voters then come from `storage format`, see
+storage_tool.py).
 """
 
 from __future__ import annotations

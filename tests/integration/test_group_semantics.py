@@ -1,8 +1,10 @@
 """Group semantics as Kafka 4.0's coordinator has them, against one real node: who may commit
 offsets (an assign() consumer of either protocol commits again and again), a static leader
-restarting without a rebalance (KIP-345, JoinGroup v5 as librdkafka sends it), a regex
-subscription resolved after the heartbeat that brought it (KIP-848), and groups with
-offsets but no members listed, described and fetched as Empty."""
+restarting without a rebalance (KIP-345, over JoinGroup v5 and with confluent-kafka), a regex
+subscription resolved after the heartbeat that brought it (KIP-848), groups with offsets but
+no members listed, described and fetched as Empty, cooperative-sticky members (KIP-429,
+confluent-kafka and kafka-python), max.poll.interval.ms as the rebalance timeout, GROUP config
+resources, and KIP-430 authorized operations."""
 
 from __future__ import annotations
 
@@ -101,10 +103,10 @@ def _join(client: WireClient, group: str, instance: str, member_id: str = "") ->
 def test_a_static_leader_restarting_with_join_v5_gets_no_rebalance(
     cluster: LocalCluster,
 ) -> None:
-    """Two static members over the wire (JoinGroup v5, librdkafka's version); the leader
-    comes back without its member id: answered at once from the same generation, with the
-    old leader id so it syncs as a follower and gets its assignment back; the other member's
-    heartbeats see no rebalance; the old member id is fenced."""
+    """Two static members over the wire (JoinGroup v5, which cannot skip the assignment);
+    the leader comes back without its member id: answered at once from the same generation,
+    with the old leader id so it syncs as a follower and gets its assignment back; the other
+    member's heartbeats see no rebalance; the old member id is fenced."""
     group = "static-leader"
     with WireClient(cluster.bootstrap_servers) as one, \
             WireClient(cluster.bootstrap_servers) as two:
@@ -436,7 +438,7 @@ def test_group_configs_are_set_described_and_used(cluster: LocalCluster) -> None
 def test_cooperative_sticky_with_kafka_python(cluster: LocalCluster) -> None:
     """KIP-429 with kafka-python's CooperativeStickyAssignor: a second member joining takes
     half the partitions from the first without the first ever giving up all of them, and no
-    partition is ever seen with two owners; the first leaving hands everything over."""
+    partition is ever seen with two owners (leaving is the confluent-kafka test's)."""
     import threading
 
     from kafka import KafkaConsumer
@@ -464,7 +466,7 @@ def test_cooperative_sticky_with_kafka_python(cluster: LocalCluster) -> None:
         while not consumer.partitions_for_topic(TOPIC) and time.monotonic() < deadline:
             time.sleep(0.01)
         consumer.subscribe([TOPIC], listener=listener)
-        thread = threading.Thread(target=lambda: [consumer.poll(timeout_ms=200)
+        thread = threading.Thread(target=lambda: [consumer.poll(timeout_ms=500)
                                                   for _ in iter(stop.is_set, True)],
                                   daemon=True)
         thread.start()
@@ -490,16 +492,45 @@ def test_cooperative_sticky_with_kafka_python(cluster: LocalCluster) -> None:
         assert revoked and all(0 < len(parts) < PARTITIONS for parts in revoked if parts)
     finally:
         stop.set()
-        first_thread.join(10)
-        first.close(autocommit=False)
-    assert second is not None and second_thread is not None
-    stop.clear()
-    thread = threading.Thread(target=lambda: [second.poll(timeout_ms=200)
-                                              for _ in iter(stop.is_set, True)], daemon=True)
-    thread.start()
+        for consumer, thread in ((first, first_thread), (second, second_thread)):
+            if consumer is not None and thread is not None:
+                thread.join(10)
+                consumer.close(autocommit=False)
+
+
+def test_a_static_confluent_leader_restarts_without_a_rebalance(cluster: LocalCluster) -> None:
+    """confluent-kafka with group.instance.id: the leader closes (static members send no
+    LeaveGroup) and comes back under the same instance id within its session; it gets its
+    partitions back and the other member is never asked to revoke. (librdkafka 2.16 joins
+    with a version that can skip the assignment; the JoinGroup v5 path is the wire test's.)"""
+    group = "static-confluent"
+    revoked: list[set[int]] = []
+
+    def member(instance: str, **callbacks: Any) -> Consumer:
+        consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": group,
+                             "group.instance.id": instance, "session.timeout.ms": 6000,
+                             "heartbeat.interval.ms": 100, "auto.offset.reset": "earliest",
+                             "enable.auto.commit": False})
+        consumer.subscribe([TOPIC], **callbacks)
+        return consumer
+
+    leader = member("i-1")
+    poll_until([leader], lambda: len(leader.assignment()) == PARTITIONS)
+    follower = member("i-2", on_revoke=lambda _, parts: revoked.append(
+        {tp.partition for tp in parts}))
     try:
-        wait([second], lambda owned: len(owned[0]) == PARTITIONS)
+        poll_until([leader, follower],
+                   lambda: [len(o) for o in assignments_of([leader, follower])] == [2, 2])
+        owned = {tp.partition for tp in leader.assignment()}
+        revoked.clear()
+        leader.close()
+        leader = member("i-1")
+        poll_until([leader, follower], lambda: {tp.partition for tp in leader.assignment()}
+                   == owned)
+        for _ in range(10):  # a while longer: still no revocation at the follower
+            follower.poll(0.05)
+        assert not any(revoked), revoked
+        assert len(follower.assignment()) == 2
     finally:
-        stop.set()
-        thread.join(10)
-        second.close(autocommit=False)
+        leader.close()
+        follower.close()

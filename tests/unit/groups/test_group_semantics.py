@@ -346,3 +346,22 @@ def test_static_members_removed_by_instance_id_then_the_group_deleted() -> None:
     assert delete() == ErrorCode.none
     assert GROUP not in h.core.partitions[0].groups
     assert h.core.fetch_offsets(GROUP, None) == (ErrorCode.none, {})
+
+
+def test_a_member_that_never_syncs_is_removed_at_the_rebalance_timeout() -> None:
+    """Kafka's pending-sync expiry: the leader's assignment makes the group stable, but a
+    follower that heartbeats and never sends SyncGroup is removed when the rebalance timeout
+    passes, and the group rebalances without it."""
+    h = Harness(initial_delay_ms=0)
+    leader = h.results[h.join_new(client_id="a")].member_id
+    follower_token = h.join_new(client_id="b")
+    h.join(leader)
+    follower = h.results[follower_token].member_id
+    h.sync(leader, 2, {leader: b"A", follower: b"B"})
+    assert h.state() is GroupState.STABLE
+    for _ in range(REBALANCE_MS // 500 + 1):
+        h.advance(500)
+        h.heartbeat(follower, 2)
+        h.heartbeat(leader, 2)
+    assert follower not in h.core.partitions[0].groups[GROUP].members
+    assert h.state() is GroupState.PREPARING_REBALANCE

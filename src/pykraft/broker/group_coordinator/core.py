@@ -1018,6 +1018,8 @@ class GroupCoordinator:
         assert state is not None and group is not None
         member = group.members[request.member_id]
         group.pending_sync.discard(member.member_id)
+        if not group.pending_sync:  # everyone synced: no one to drop at the deadline
+            self._cancel_timer(("sync", state.index, group.group_id))
         self._schedule_heartbeat(state.index, group, member, now_ms)
         if group.state is GroupState.STABLE:
             self._reply(token, self._sync_result(group, member))
@@ -1033,7 +1035,6 @@ class GroupCoordinator:
         group.transition(GroupState.STABLE, now_ms)
         log.info("assignment received from leader %s for group %s generation %d",
                  member.member_id, group.group_id, group.generation_id)
-        self._cancel_timer(("sync", state.index, group.group_id))
         replies = []
         for each in group.members.values():
             if each.sync_token is not None:
@@ -1182,7 +1183,10 @@ class GroupCoordinator:
                 self._try_complete_join(state, group, now_ms)
         elif kind == "join" and group.state is GroupState.PREPARING_REBALANCE:
             self._join_deadline(state, group, now_ms)
-        elif kind == "sync" and group.state is GroupState.COMPLETING_REBALANCE:
+        elif kind == "sync" and group.pending_sync and group.state in (
+                GroupState.COMPLETING_REBALANCE, GroupState.STABLE):
+            # Kafka's expirePendingSync: who has not sent SyncGroup by the rebalance timeout
+            # is removed, even once the leader's assignment made the group stable.
             for member_id in list(group.pending_sync):
                 member = group.members.get(member_id)
                 if member is not None:

@@ -210,3 +210,35 @@ async def test_a_replica_deleted_during_its_move_stops_it_quietly(
             await asyncio.sleep(0.01)
     assert node.log_manager.get_log("a", 0) is None
     assert not [record for record in caplog.records if record.levelname == "ERROR"]
+
+
+async def test_a_swap_that_cannot_open_the_copy_leaves_the_replica_where_it_was(
+        node: Node, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The copy fails to open at the swap: the old log is opened again in its dir and goes
+    on serving, the copy is removed, and nothing was lost."""
+    partition = node.place("a", 0, leader=ME, epoch=1)
+    fill(node, partition, 9)
+    before = snapshot(partition.log)
+    home = partition.log.dir.parent
+    destination = other_dir(node, "a", 0)
+    real_open = Log.open
+
+    def failing_open(directory: Path, *args: Any, **kwargs: Any) -> Log:
+        if directory.parent == destination:
+            raise OSError(5, "Input/output error")
+        return real_open(directory, *args, **kwargs)
+
+    monkeypatch.setattr(Log, "open", staticmethod(failing_open))
+    response = await node.call(ALTER_REPLICA_LOG_DIRS, 2, alter_request(
+        (str(destination), "a", (0,))))
+    assert alter_codes(response) == {("a", 0): 0}
+    async with asyncio.timeout(10):
+        while node.apis.mover.moves or any(p.name.startswith("a-0")
+                                           for p in destination.iterdir()):
+            await asyncio.sleep(0.01)
+    assert node.log_manager.log_dir_of("a", 0) == home
+    assert partition.log.dir == home / "a-0"
+    assert node.log_manager.get_log("a", 0) is partition.log
+    assert snapshot(partition.log) == before
+    node.replicas.append(partition, records(1), acks=1)  # the reopened log takes appends
+    assert partition.log.log_end_offset == before[1] + 1

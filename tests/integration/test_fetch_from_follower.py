@@ -76,8 +76,13 @@ def topic(cluster: LocalCluster) -> str:
         producer.produce(name, value=b"v%d" % i, partition=0)
     assert producer.flush(30) == 0
     for follower in (3, 4):  # each follower knows the high watermark that covers them all
-        wait_for(lambda f=follower: _fetch(cluster, f, name, 0).high_watermark == RECORDS,
-                 f"broker {follower} knows high watermark {RECORDS}")
+        try:
+            wait_for(lambda f=follower: _fetch(cluster, f, name, 0).high_watermark == RECORDS,
+                     f"broker {follower} knows high watermark {RECORDS}")
+        except AssertionError as error:  # say where replication stood
+            raise AssertionError(
+                f"{error}; leader and ISR {_state(cluster, name)}; broker {follower}'s log:\n"
+                f"{cluster.nodes[follower].tail_log(30)}") from None
     return name
 
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Format and start a cluster from one of the config sets in this directory, each node in the
 # background with its log in $PYKRAFT_DATA/<name>.log; Ctrl-C (or SIGTERM, or any exit) stops
-# every node it started.
+# every node it started. (A script that starts run.sh with `&` makes it ignore SIGINT, as
+# POSIX shells do for background commands: stop it with SIGTERM then.)
 #
 # usage: examples/cluster/run.sh combined|dedicated [PORT_BASE]
 #   combined   3 combined nodes: clients on PORT_BASE, +100, +200; controllers on +10001..+10003

@@ -170,6 +170,8 @@ SERVER_KEYS: Final[dict[str, ServerKey]] = {
 
 _ROLES: Final = ("broker", "controller")
 _SECURITY_PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+_CLEANER_THREADS_DEFAULT: Final = "1"  # Kafka's CleanerConfig defaults
+_CLEANER_DEDUPE_BUFFER_BYTES_DEFAULT: Final = str(128 * 1024 * 1024)
 # Keys this module declares (or that `controller.configs` accepts dynamically) that pykraft
 # does not act on: threads and socket buffers of the JVM's network layer, fetcher threads,
 # plug-ins. Like every other Kafka key pykraft ignores, each gets one warning.
@@ -382,6 +384,23 @@ class ServerConfig:
             raise ConfigError(str(error)) from None
         self._validate_shape()
         self._validate_socket_limits()
+        self._validate_replication_and_cleaner()
+
+    def _validate_replication_and_cleaner(self) -> None:
+        """KafkaConfig's cross-key rules of the replica fetcher and the log cleaner."""
+        wait_ms = self.get_int("replica.fetch.wait.max.ms")
+        if wait_ms > self.get_int("replica.socket.timeout.ms"):
+            raise ConfigError("replica.socket.timeout.ms should always be at least "
+                              "replica.fetch.wait.max.ms to prevent unnecessary socket timeouts")
+        if wait_ms > self.get_int("replica.lag.time.max.ms"):
+            raise ConfigError("replica.fetch.wait.max.ms should always be less than or equal to "
+                              "replica.lag.time.max.ms to prevent frequent changes in ISR")
+        threads = int(self.get("log.cleaner.threads") or _CLEANER_THREADS_DEFAULT)
+        buffer_bytes = int(self.get("log.cleaner.dedupe.buffer.size")
+                           or _CLEANER_DEDUPE_BUFFER_BYTES_DEFAULT)
+        if threads > 0 and buffer_bytes // threads <= 1024 * 1024:
+            raise ConfigError("log.cleaner.dedupe.buffer.size must be at least 1MB per cleaner "
+                              "thread.")
 
     def _validate_socket_limits(self) -> None:
         """KafkaConfig's cross-key rules of the socket server's limits."""
@@ -407,8 +426,7 @@ class ServerConfig:
         if node_id is None and broker_id is not None:
             self.values["node.id"] = broker_id
         elif node_id is not None and broker_id is not None and int(node_id) != int(broker_id):
-            raise ConfigError(f"broker.id ({broker_id}) and node.id ({node_id}) must match "
-                              "when both are set")
+            raise ConfigError("You must set `node.id` to the same value as `broker.id`.")
 
     @classmethod
     def load(cls, path: str | Path | None, overrides: Sequence[str] = ()) -> ServerConfig:

@@ -195,3 +195,23 @@ def test_the_keys_pykraft_declares_are_kafkas_or_its_own() -> None:
     assert set(SERVER_KEYS) - set(KAFKA_KEYS) == own | newer
     assert all(is_known_key(name) for name in KAFKA_KEYS)
     assert len(KAFKA_KEYS) > 300
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"replica.fetch.wait.max.ms": "40000"},
+     "replica.socket.timeout.ms should always be at least replica.fetch.wait.max.ms to prevent "
+     "unnecessary socket timeouts"),
+    ({"replica.fetch.wait.max.ms": "3000", "replica.lag.time.max.ms": "2000"},
+     "replica.fetch.wait.max.ms should always be less than or equal to replica.lag.time.max.ms "
+     "to prevent frequent changes in ISR"),
+    ({"log.cleaner.threads": "4", "log.cleaner.dedupe.buffer.size": "4194304"},
+     "log.cleaner.dedupe.buffer.size must be at least 1MB per cleaner thread."),
+    ({"broker.id": "2"}, "You must set `node.id` to the same value as `broker.id`."),
+])
+def test_kafkas_cross_key_rules(changes: dict[str, str], message: str) -> None:
+    assert refused({**COMBINED, **changes}) == message
+
+
+def test_the_cross_key_rules_pass_kafkas_defaults_and_test_settings() -> None:
+    ServerConfig({**COMBINED, "replica.fetch.wait.max.ms": "200",
+                  "replica.lag.time.max.ms": "2000", "log.cleaner.threads": "0"})

@@ -113,6 +113,14 @@ def _values(records: bytes | None) -> list[bytes]:
     return [record.value for _, batch in iter_batch_records(records or b"") for record in batch]
 
 
+def test_brokers_register_their_racks(cluster: LocalCluster) -> None:
+    with WireClient(cluster.nodes[LEADER].bootstrap_servers, timeout_s=5) as client:
+        response = client.request(3, 12, MetadataRequest(
+            topics=(), allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False))
+    assert {b.node_id: b.rack for b in response.brokers} == RACKS
+
+
 def test_the_leader_points_a_consumer_to_the_follower_of_its_rack(
         cluster: LocalCluster, topic: str) -> None:
     for rack, follower in (("rack-b", 3), ("rack-c", 4)):

@@ -434,12 +434,13 @@ class FutureLog:
             (self.directory / stale).unlink(missing_ok=True)
             del self.copied[stale]
         written = 0
+        newest = self._newest_segment()
         for name, identity in listing.items():
             if self.stopped:
                 raise MoveAbandoned("stopped")
             if name.endswith(SEGMENT_SUFFIX):
                 written += self._copy_segment(name, identity, final=final)
-            elif self._must_copy(name, identity, final=final):
+            elif self._must_copy(name, identity, final=final, newest=newest):
                 written += self._copy_whole(name, identity)
         self._summarize()
         if not final:  # on the worker thread: the swap fsyncs only what it copies itself
@@ -449,6 +450,7 @@ class FutureLog:
     def pending_bytes(self) -> int:
         """About what the next pass would copy (what the swap would copy on the loop)."""
         pending = 0
+        newest = self._newest_segment()
         for name, identity in self._listing().items():
             known = self.copied.get(name)
             if name.endswith(SEGMENT_SUFFIX):
@@ -458,7 +460,7 @@ class FutureLog:
                     pending += identity[1]
                 else:
                     pending += identity[1] - known.size
-            elif self._must_copy(name, identity, final=True):
+            elif self._must_copy(name, identity, final=True, newest=newest):
                 pending += identity[1]
         return pending
 
@@ -481,7 +483,12 @@ class FutureLog:
                 listing[entry.name] = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
         return listing
 
-    def _must_copy(self, name: str, identity: tuple[int, int, int], *, final: bool) -> bool:
+    def _newest_segment(self) -> str:
+        """The name of the newest segment copied (the active one, as far as copied)."""
+        return max((n for n in self.copied if n.endswith(SEGMENT_SUFFIX)), default="")
+
+    def _must_copy(self, name: str, identity: tuple[int, int, int], *, final: bool,
+                   newest: str) -> bool:
         known = self.copied.get(name)
         if known is None or known.identity != identity:
             return True
@@ -491,7 +498,6 @@ class FutureLog:
             return True  # checkpoints, snapshots, partition.metadata: small, once more
         base = name.rsplit(".", 1)[0]
         segment = self.copied.get(base + SEGMENT_SUFFIX)
-        newest = max((n for n in self.copied if n.endswith(SEGMENT_SUFFIX)), default="")
         return segment is None or segment.passes > 1 or base + SEGMENT_SUFFIX == newest
 
     def _copy_whole(self, name: str, identity: tuple[int, int, int]) -> int:

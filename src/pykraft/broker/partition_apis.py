@@ -609,10 +609,12 @@ class ReplicaMover:
     A move copies the replica's directory into the destination under a future name
     (FutureLog) on a worker thread, pass after pass, while the replica goes on serving from
     its dir. Once what is left to copy is small (SWAP_BYTES_MAX), the swap runs on the
-    event loop, in one go: the replica's log is flushed and closed, the rest copied and
-    fsynced, the copy renamed to the partition's name and opened, the old directory renamed
-    for deletion; every request sees the old log or the new one, never neither. A swap that
-    fails reopens the old log and the replica stays where it was.
+    event loop, in one go: the replica's log is closed, the rest copied and fsynced (every
+    file of the copy is then durable: its recovery point is its log end), the copy renamed
+    to the partition's name and opened, the old directory renamed for deletion; every
+    request sees the old log or the new one, never neither. A swap that fails reopens the
+    old log and the replica stays where it was. (The old log is not flushed first: its
+    dirty pages would be fsynced on the event loop, 0.2 s for 65 MB, for files dropped.)
 
     Crashes. Before the rename, the future dir is left behind: removed at the next start
     (the replica stays where it was; Kafka would resume the move, docs/deviations.md).
@@ -716,20 +718,19 @@ class ReplicaMover:
         target = move.destination / source.name
         if target.exists():
             raise KafkaStorageError(f"{target} exists already")
-        old.flush()
         try:
-            old.close()
+            old.close()  # not flushed: the copy is fsynced, and the old files are dropped
             move.future.copy_pass(final=True)
             move.future.sync()
             os.replace(move.future.directory, target)
             fsync_directory(move.destination)
             try:
-                new = self._reopen(target, old)
+                new = self._reopen(target, old, recovery_point=old.log_end_offset)
             except BaseException:
                 os.replace(target, move.future.directory)  # removed as a future dir
                 raise
         except BaseException:
-            self._install(partition, self._reopen(source, old), home)
+            self._install(partition, self._reopen(source, old, old.recovery_point), home)
             raise
         doomed = home / f"{source.name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
         try:
@@ -744,9 +745,10 @@ class ReplicaMover:
         asyncio.get_running_loop().run_in_executor(None, shutil.rmtree, doomed, True)
         return True
 
-    def _reopen(self, directory: Path, old: Log) -> Log:
-        """The log in `directory`, a copy of the closed `old` (flushed: nothing to recover)."""
-        new = Log.open(directory, old.config, recovery_point=old.recovery_point,
+    def _reopen(self, directory: Path, old: Log, recovery_point: int) -> Log:
+        """The log in `directory`, as the closed `old` was (closed cleanly: nothing to
+        recover; `recovery_point`: up to where its files are known durable)."""
+        new = Log.open(directory, old.config, recovery_point=recovery_point,
                        log_start_offset=old.log_start_offset, now_ms=self.replicas.now_ms(),
                        had_clean_shutdown=True)
         new.update_high_watermark(old.high_watermark)

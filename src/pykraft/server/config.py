@@ -120,6 +120,7 @@ SERVER_KEYS: Final[dict[str, ServerKey]] = {
         ServerKey("broker.heartbeat.interval.ms", "int", "2000", 1),
         ServerKey("broker.session.timeout.ms", "int", "9000", 1),
         ServerKey("broker.rack", "string", None),
+        ServerKey("replica.selector.class", "string", None),  # KIP-392 (broker.replica_manager)
         ServerKey("controlled.shutdown.enable", "boolean", "true"),
         ServerKey("initial.broker.registration.timeout.ms", "int", "60000", 1),
         ServerKey("num.network.threads", "int", "3", 1),

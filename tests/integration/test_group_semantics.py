@@ -1,6 +1,7 @@
 """Group semantics as Kafka 4.0's coordinator has them, against one real node: who may commit
 offsets (an assign() consumer of either protocol commits again and again), a static leader
-restarting without a rebalance (KIP-345, over JoinGroup v5 and with confluent-kafka), a regex
+restarting without a rebalance (KIP-345: JoinGroup v5 on the wire, kafka-python's v7,
+confluent-kafka), a regex
 subscription resolved after the heartbeat that brought it (KIP-848), groups with offsets but
 no members listed, described and fetched as Empty, cooperative-sticky members (KIP-429,
 confluent-kafka and kafka-python), max.poll.interval.ms as the rebalance timeout, GROUP config
@@ -533,4 +534,67 @@ def test_a_static_confluent_leader_restarts_without_a_rebalance(cluster: LocalCl
         assert len(follower.assignment()) == 2
     finally:
         leader.close()
+        follower.close()
+
+
+def test_a_static_kafka_python_leader_restarts_without_a_rebalance(
+    cluster: LocalCluster,
+) -> None:
+    """kafka-python (JoinGroup v7, which cannot skip the assignment) with group_instance_id
+    leads the group, closes (no LeaveGroup: static) and comes back under the same instance
+    id: it gets its partitions back while the confluent-kafka member is never asked to
+    revoke (Kafka answers the rejoin from the current generation, naming the old leader)."""
+    import threading
+
+    from kafka import KafkaConsumer
+
+    group = "static-kafka-python"
+    bootstrap = cluster.bootstrap_servers
+    revoked: list[set[int]] = []
+
+    def leader_member() -> tuple[Any, threading.Event, threading.Thread]:
+        consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group,
+                                 group_instance_id="k-1", session_timeout_ms=6000,
+                                 heartbeat_interval_ms=100, enable_auto_commit=False)
+        deadline = time.monotonic() + 20
+        while not consumer.partitions_for_topic(TOPIC) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        consumer.subscribe([TOPIC])
+        stop = threading.Event()
+        thread = threading.Thread(target=lambda: [consumer.poll(timeout_ms=500)
+                                                  for _ in iter(stop.is_set, True)],
+                                  daemon=True)
+        thread.start()
+        return consumer, stop, thread
+
+    def owned(consumer: Any) -> set[int]:
+        return {tp.partition for tp in consumer.assignment()}
+
+    leader, stop, thread = leader_member()
+    follower = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                         "group.instance.id": "c-2", "session.timeout.ms": 6000,
+                         "heartbeat.interval.ms": 100, "enable.auto.commit": False})
+    try:
+        deadline = time.monotonic() + 20
+        while len(owned(leader)) != PARTITIONS and time.monotonic() < deadline:
+            time.sleep(0.01)
+        follower.subscribe([TOPIC], on_revoke=lambda _, parts: revoked.append(
+            {tp.partition for tp in parts}))
+        poll_until([follower], lambda: len(follower.assignment()) == 2
+                   and len(owned(leader)) == 2)
+        kept = owned(leader)
+        revoked.clear()
+        stop.set()
+        thread.join(10)
+        leader.close(autocommit=False)
+        leader, stop, thread = leader_member()
+        poll_until([follower], lambda: owned(leader) == kept)
+        for _ in range(10):  # a while longer: still no revocation at the follower
+            follower.poll(0.05)
+        assert not any(revoked), revoked
+        assert len(follower.assignment()) == 2
+    finally:
+        stop.set()
+        thread.join(10)
+        leader.close(autocommit=False)
         follower.close()

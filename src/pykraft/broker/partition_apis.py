@@ -578,8 +578,16 @@ class FutureLog:
         segments = [(name, known) for name, known in self.copied.items()
                      if name.endswith(SEGMENT_SUFFIX)]
         self.copied_bytes = sum(known.size for _, known in segments)
-        if segments:
-            self.end_offset = max(segments)[1].end_offset
+        # an empty segment (just rolled) ends where it begins: at its base offset
+        self.end_offset = max((known.end_offset if known.end_offset >= 0
+                               else _base_offset(name) for name, known in segments),
+                              default=-1)
+
+
+def _base_offset(segment_name: str) -> int:
+    """`00000000000000000024.log` -> 24; -1 for a name that is not a segment's."""
+    stem = segment_name.removesuffix(SEGMENT_SUFFIX)
+    return int(stem) if stem.isdigit() else -1
 
 
 def _copied_whole(known: CopiedFile | None, identity: tuple[int, int, int]) -> bool:

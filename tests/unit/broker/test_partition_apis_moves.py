@@ -242,3 +242,30 @@ async def test_a_swap_that_cannot_open_the_copy_leaves_the_replica_where_it_was(
     assert snapshot(partition.log) == before
     node.replicas.append(partition, records(1), acks=1)  # the reopened log takes appends
     assert partition.log.log_end_offset == before[1] + 1
+
+
+async def test_describe_log_dirs_shows_a_move_in_flight_as_a_future_log(node: Node) -> None:
+    """Until the swap the replica is listed in its dir and, as a future log, in the
+    destination: its bytes copied so far and how far the copy is behind the log end."""
+    partition = node.place("a", 0, leader=ME, epoch=1)
+    fill(node, partition, 8)
+    home = node.log_manager.log_dir_of("a", 0)
+    assert home is not None
+    destination = other_dir(node, "a", 0)
+    await node.call(ALTER_REPLICA_LOG_DIRS, 2, alter_request((str(destination), "a", (0,))))
+    move = node.apis.mover.moves[("a", 0)]
+    request = log_dirs_v4.DescribeLogDirsRequest(topics=None)
+
+    def listed(response: Any) -> dict[str, list[tuple[int, bool, int, int]]]:
+        return {result.log_dir: [(int(p.partition_index), p.is_future_key,
+                                  int(p.partition_size), int(p.offset_lag))
+                                 for t in result.topics for p in t.partitions]
+                for result in response.results}
+
+    before = listed(await node.call(DESCRIBE_LOG_DIRS, 4, request))
+    assert before[str(home.absolute())] == [(0, False, partition.log.size_bytes, 0)]
+    assert before[str(destination.absolute())] == [(0, True, 0, 24)]  # nothing copied yet
+    await asyncio.to_thread(move.future.copy_pass)  # what the move's first pass does
+    during = listed(await node.call(DESCRIBE_LOG_DIRS, 4, request))
+    assert during[str(destination.absolute())] == [(0, True, partition.log.size_bytes, 0)]
+    await wait_moved(node, "a", 0, destination)

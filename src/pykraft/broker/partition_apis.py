@@ -584,6 +584,15 @@ class FutureLog:
                               default=-1)
 
 
+def _remove_soon(directory: Path) -> None:
+    """Remove a copy or an old replica's directory on a worker thread: a large one takes a
+    while. Whatever is left (the node stopping meanwhile) goes at the next start."""
+    try:
+        asyncio.get_running_loop().run_in_executor(None, shutil.rmtree, directory, True)
+    except RuntimeError:  # no running loop, or its executor is shut down
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 def _base_offset(segment_name: str) -> int:
     """`00000000000000000024.log` -> 24; -1 for a name that is not a segment's."""
     stem = segment_name.removesuffix(SEGMENT_SUFFIX)
@@ -705,7 +714,7 @@ class ReplicaMover:
             if self.moves.get((move.topic, move.index)) is move:
                 del self.moves[(move.topic, move.index)]
             if not move.swapped:
-                shutil.rmtree(move.future.directory, ignore_errors=True)
+                _remove_soon(move.future.directory)
 
     def _check_current(self, move: Move) -> Partition:
         partition = self.replicas.get_partition(move.topic, move.index)
@@ -750,7 +759,7 @@ class ReplicaMover:
         move.swapped = True
         self._install(partition, new, move.destination)
         self.replicas.log_manager.checkpoint()  # the new dir's checkpoints name the replica
-        asyncio.get_running_loop().run_in_executor(None, shutil.rmtree, doomed, True)
+        _remove_soon(doomed)
         return True
 
     def _reopen(self, directory: Path, old: Log, recovery_point: int) -> Log:

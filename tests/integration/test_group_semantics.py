@@ -1,11 +1,10 @@
 """Group semantics as Kafka 4.0's coordinator has them, against one real node: who may commit
 offsets (an assign() consumer of either protocol commits again and again), a static leader
-restarting without a rebalance (KIP-345: JoinGroup v5 on the wire, kafka-python's v7,
-confluent-kafka), a regex
-subscription resolved after the heartbeat that brought it (KIP-848), groups with offsets but
-no members listed, described and fetched as Empty, cooperative-sticky members (KIP-429,
-confluent-kafka and kafka-python), max.poll.interval.ms as the rebalance timeout, GROUP config
-resources, and KIP-430 authorized operations."""
+restarting without a rebalance (KIP-345: JoinGroup v5 on the wire, kafka-python, aiokafka,
+confluent-kafka), a regex subscription resolved after the heartbeat that brought it
+(KIP-848), groups with offsets but no members listed, described and fetched as Empty,
+cooperative-sticky members (KIP-429, confluent-kafka and kafka-python), max.poll.interval.ms
+as the rebalance timeout, GROUP config resources, and KIP-430 authorized operations."""
 
 from __future__ import annotations
 
@@ -537,22 +536,23 @@ def test_a_static_confluent_leader_restarts_without_a_rebalance(cluster: LocalCl
         follower.close()
 
 
-def test_a_static_kafka_python_leader_restarts_without_a_rebalance(
-    cluster: LocalCluster,
-) -> None:
-    """kafka-python (JoinGroup v7, which cannot skip the assignment) with group_instance_id
-    leads the group, closes (no LeaveGroup: static) and comes back under the same instance
-    id: it gets its partitions back while the confluent-kafka member is never asked to
-    revoke (Kafka answers the rejoin from the current generation, naming the old leader)."""
-    import threading
+class _StaticLeader:
+    """A kafka-python or aiokafka member with group.instance.id "k-1", polled from its own
+    thread (as the kafka-python note in docs/deviations.md advises); `close` leaves no
+    LeaveGroup behind (static)."""
 
-    from kafka import KafkaConsumer
+    def __init__(self, client: str, bootstrap: str, group: str) -> None:
+        import threading
 
-    group = "static-kafka-python"
-    bootstrap = cluster.bootstrap_servers
-    revoked: list[set[int]] = []
+        self.owned: set[int] = set()
+        self._stop = threading.Event()
+        target = self._kafka_python if client == "kafka-python" else self._aiokafka
+        self._thread = threading.Thread(target=target, args=(bootstrap, group), daemon=True)
+        self._thread.start()
 
-    def leader_member() -> tuple[Any, threading.Event, threading.Thread]:
+    def _kafka_python(self, bootstrap: str, group: str) -> None:
+        from kafka import KafkaConsumer
+
         consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group,
                                  group_instance_id="k-1", session_timeout_ms=6000,
                                  heartbeat_interval_ms=100, enable_auto_commit=False)
@@ -560,41 +560,68 @@ def test_a_static_kafka_python_leader_restarts_without_a_rebalance(
         while not consumer.partitions_for_topic(TOPIC) and time.monotonic() < deadline:
             time.sleep(0.01)
         consumer.subscribe([TOPIC])
-        stop = threading.Event()
-        thread = threading.Thread(target=lambda: [consumer.poll(timeout_ms=500)
-                                                  for _ in iter(stop.is_set, True)],
-                                  daemon=True)
-        thread.start()
-        return consumer, stop, thread
+        while not self._stop.is_set():
+            consumer.poll(timeout_ms=500)
+            self.owned = {tp.partition for tp in consumer.assignment()}
+        consumer.close(autocommit=False)
 
-    def owned(consumer: Any) -> set[int]:
-        return {tp.partition for tp in consumer.assignment()}
+    def _aiokafka(self, bootstrap: str, group: str) -> None:
+        import asyncio
 
-    leader, stop, thread = leader_member()
+        from aiokafka import AIOKafkaConsumer
+
+        async def run() -> None:
+            consumer = AIOKafkaConsumer(TOPIC, bootstrap_servers=bootstrap, group_id=group,
+                                        group_instance_id="k-1", session_timeout_ms=6000,
+                                        heartbeat_interval_ms=100, enable_auto_commit=False)
+            await consumer.start()
+            try:
+                while not self._stop.is_set():
+                    await consumer.getmany(timeout_ms=100)
+                    self.owned = {tp.partition for tp in consumer.assignment()}
+            finally:
+                await consumer.stop()
+
+        asyncio.run(run())
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(15)
+
+
+@pytest.mark.parametrize("client", ["kafka-python", "aiokafka"])
+def test_a_static_python_client_leader_restarts_without_a_rebalance(
+    cluster: LocalCluster, client: str,
+) -> None:
+    """kafka-python (JoinGroup v7) or aiokafka, neither able to skip the assignment, with
+    group_instance_id leads the group, closes (no LeaveGroup: static) and comes back under
+    the same instance id: it gets its partitions back while the confluent-kafka member is
+    never asked to revoke (Kafka answers the rejoin from the current generation, naming the
+    old leader)."""
+    group = f"static-{client}"
+    bootstrap = cluster.bootstrap_servers
+    revoked: list[set[int]] = []
+    leader = _StaticLeader(client, bootstrap, group)
     follower = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
                          "group.instance.id": "c-2", "session.timeout.ms": 6000,
                          "heartbeat.interval.ms": 100, "enable.auto.commit": False})
     try:
         deadline = time.monotonic() + 20
-        while len(owned(leader)) != PARTITIONS and time.monotonic() < deadline:
+        while len(leader.owned) != PARTITIONS and time.monotonic() < deadline:
             time.sleep(0.01)
         follower.subscribe([TOPIC], on_revoke=lambda _, parts: revoked.append(
             {tp.partition for tp in parts}))
         poll_until([follower], lambda: len(follower.assignment()) == 2
-                   and len(owned(leader)) == 2)
-        kept = owned(leader)
+                   and len(leader.owned) == 2)
+        kept = set(leader.owned)
         revoked.clear()
-        stop.set()
-        thread.join(10)
-        leader.close(autocommit=False)
-        leader, stop, thread = leader_member()
-        poll_until([follower], lambda: owned(leader) == kept)
+        leader.close()
+        leader = _StaticLeader(client, bootstrap, group)
+        poll_until([follower], lambda: leader.owned == kept)
         for _ in range(10):  # a while longer: still no revocation at the follower
             follower.poll(0.05)
         assert not any(revoked), revoked
         assert len(follower.assignment()) == 2
     finally:
-        stop.set()
-        thread.join(10)
-        leader.close(autocommit=False)
+        leader.close()
         follower.close()

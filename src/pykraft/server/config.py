@@ -368,7 +368,6 @@ class ServerConfig:
     def __init__(self, values: Mapping[str, str]) -> None:
         self.values = {name.strip(): value.strip() for name, value in values.items()}
         self.warnings: list[str] = []
-        self._bootstrap_voters: dict[int, tuple[str, int]] = {}
         for name, value in self.values.items():
             _check_value(name, value)
             warning = key_warning(name)
@@ -549,14 +548,17 @@ class ServerConfig:
     def voters(self) -> dict[int, tuple[str, int]]:
         """controller.quorum.voters, or the voters `storage format --standalone` /
         `--initial-controllers` wrote (set by `adopt_bootstrap_voters` at start-up)."""
-        static = parse_voters(self.get("controller.quorum.voters") or "")
-        return static or dict(self._bootstrap_voters)
+        return parse_voters(self.get("controller.quorum.voters") or "")
 
     def adopt_bootstrap_voters(self, voters: Mapping[int, tuple[str, int]]) -> None:
         """The voter set formatted into the metadata log dir, for a node configured with
         controller.quorum.bootstrap.servers only (pykraft's quorum is static; see
-        storage_tool.py)."""
-        self._bootstrap_voters = dict(voters)
+        storage_tool.py). They are written into `values` as controller.quorum.voters too: the
+        node then runs, and reports itself (DescribeConfigs, DescribeCluster of the
+        controllers), exactly as a node given that static set."""
+        self.values["controller.quorum.voters"] = ",".join(
+            f"{node_id}@[{host}]:{port}" if ":" in host else f"{node_id}@{host}:{port}"
+            for node_id, (host, port) in sorted(voters.items()))
 
     def validate_voters(self) -> None:
         """The role checks that depend on the voter set, again after adopting one."""

@@ -12,11 +12,12 @@ each key pykraft ignores.
 
 Starting costs seconds per node, so one node per role starts as a real `pykraft server start`
 process and must answer Metadata (brokers) or ApiVersions (controllers): the Kafka 4 combined
-file (a --standalone quorum), and bitnami's controller-only file with
-inter.broker.listener.name (the key that used to stop it) beside Kafka 4's broker-only file
-(which learns the voters from the bootstrap controller). The other shapes are only formatted:
-they pass the same validation as start-up. Every refusal is checked through `main` (exit
-code 1, one readable line); one also through real `pykraft` processes, at format and start.
+file (a --standalone quorum), and three Kafka 4 controller-only files (`--initial-controllers`,
+with inter.broker.listener.name added as templates add it: the key that used to stop a
+controller) beside Kafka 4's broker-only file, which learns the voters from one bootstrap
+controller. The other shapes are only formatted: they pass the same validation as start-up.
+Every refusal is checked through `main` (exit code 1, one readable line); one also through
+real `pykraft` processes, at format and start.
 """
 
 from __future__ import annotations
@@ -365,23 +366,47 @@ def test_kafka4_combined_file_starts_as_a_standalone_quorum(
     assert server.stop() == 0
 
 
-def test_a_controller_only_and_a_broker_only_node_start(tmp_path: Path,
-                                                         servers: list[Server]) -> None:
-    """bitnami's controller-only file (inter.broker.listener.name set, as on every node)
-    beside Kafka 4's broker.properties, which names only controller.quorum.bootstrap.servers:
-    the broker learns the voters from the controller."""
-    ports = Ports(free_port(), free_port(), controller_id=1)
-    controller = formatted("bitnami-controller", ports, tmp_path / "controller")
-    broker = formatted("kafka4-broker.properties", ports, tmp_path / "broker")
-    bootstrap = f"localhost:{ports.broker}"
-    controller_node = start(controller, f"127.0.0.1:{ports.controller}",
-                            tmp_path / "controller.log", servers)
+def test_three_controllers_from_initial_controllers_and_a_broker_started_first(
+    tmp_path: Path, servers: list[Server]
+) -> None:
+    """KIP-853's bootstrap on three Kafka 4 controller files (`--initial-controllers`, the
+    same list on each) makes one quorum; a Kafka 4 broker started before them, bootstrapped
+    from the last controller only, learns all three and registers. The controllers carry
+    inter.broker.listener.name, as templates set it on every node (the key that used to stop
+    a controller-only node): accepted without a word, as Kafka does."""
+    controller_ports = [free_port() for _ in range(3)]
+    directory_ids = ["JEXY6aqzQY-32P5TStzaFg", "MvDxzVmcRsaTz33bUuRU6A", "07R5amHmR32VDA6jHkGbTA"]
+    listed = ",".join(f"{node}@127.0.0.1:{port}:{directory}" for node, port, directory
+                      in zip((1, 2, 3), controller_ports, directory_ids, strict=True))
+    configs = []
+    for node, port in zip((1, 2, 3), controller_ports, strict=True):
+        values = {**kafka4_controller(Ports(0, port, node), tmp_path / f"logs-{node}"),
+                  "controller.quorum.bootstrap.servers": f"127.0.0.1:{controller_ports[0]}",
+                  "inter.broker.listener.name": "PLAINTEXT"}
+        config = write_properties(tmp_path / f"controller-{node}.properties", values)
+        assert main(["storage", "format", "-c", str(config), "-t", CLUSTER, "-I", listed]) == 0
+        configs.append(config)
+    broker_port = free_port()
+    broker = write_properties(tmp_path / "broker.properties", {
+        **kafka4_broker(Ports(broker_port, controller_ports[2]), tmp_path / "broker-logs"),
+        "controller.quorum.bootstrap.servers": f"127.0.0.1:{controller_ports[2]}",
+        "node.id": "5"})  # 2 is a voter here: a broker with a voter's id is refused
+    assert main(["storage", "format", "-c", str(broker), "-t", CLUSTER, "-N"]) == 0
+    bootstrap = f"localhost:{broker_port}"
     broker_node = start(broker, bootstrap, tmp_path / "broker.log", servers)
+    controllers = [start(config, f"127.0.0.1:{port}", tmp_path / f"controller-{n}.log", servers)
+                   for n, (config, port) in enumerate(zip(configs, controller_ports, strict=True))]
     broker_node.wait_serving(timeout_s=60)
-    assert broker_ids(bootstrap) == [2]
-    assert wait_api_versions(f"127.0.0.1:{ports.controller}", controller_node) > 0
-    assert "inter.broker.listener.name" not in controller_node.log()  # no warning, no refusal
-    assert broker_node.stop() == 0 and controller_node.stop() == 0
+    assert broker_ids(bootstrap) == [5]
+    status = pykraft("metadata-quorum", "--bootstrap-controller",
+                     f"127.0.0.1:{controller_ports[1]}", "describe", "--status")
+    assert status.returncode == 0, status.stderr
+    assert '"id": 1' in status.stdout and '"id": 3' in status.stdout
+    assert 'CurrentObservers:       [{"id": 5}]' in status.stdout
+    assert wait_api_versions(f"127.0.0.1:{controller_ports[0]}", controllers[0]) > 0
+    assert "inter.broker.listener.name" not in controllers[0].log()
+    assert broker_node.stop() == 0
+    assert all(controller.stop() == 0 for controller in controllers)
 
 
 # -- what Kafka refuses is refused, readably, at format and at start -----------------------

@@ -35,7 +35,14 @@ metadata image's topics (`update_topics`), runs them on each heartbeat, fences m
 their session and rebalance deadlines, and appends what changed before it answers. A group
 id is one kind or the other: a classic JoinGroup on a consumer group with members gets
 INCONSISTENT_GROUP_PROTOCOL, a heartbeat on a classic group with members GROUP_ID_NOT_FOUND;
-an empty group changes kind.
+an empty group changes kind. A subscription regex new to the group is resolved by the
+"cregex" timer right after the heartbeat that brought it, as Kafka resolves it in the
+background: the member gets those partitions in a later heartbeat. A group's GROUP config
+resource (`update_group_configs`) overrides its session timeout and heartbeat interval.
+
+Offset commits are checked as Kafka's ClassicGroup/ConsumerGroup.validateOffsetCommit
+(`validate_offset_commit`): generation -1 may commit to an empty group whatever member id
+it carries; a member commits with its generation (classic) or member epoch (consumer).
 
 Invariants: a member id appears in at most one group; a static instance id maps to exactly
 one member; a group with members has a leader among them; generations only increase.

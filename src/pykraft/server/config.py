@@ -553,9 +553,9 @@ class ServerConfig:
     def adopt_bootstrap_voters(self, voters: Mapping[int, tuple[str, int]]) -> None:
         """The voter set formatted into the metadata log dir, for a node configured with
         controller.quorum.bootstrap.servers only (pykraft's quorum is static; see
-        storage_tool.py). They are written into `values` as controller.quorum.voters too: the
-        node then runs, and reports itself (DescribeConfigs, DescribeCluster of the
-        controllers), exactly as a node given that static set."""
+        storage_tool.py). They are written into `values` as controller.quorum.voters: the
+        node then runs exactly as a node given that static set (its controller listener, for
+        one, describes the controllers from it to admin clients, KIP-919)."""
         self.values["controller.quorum.voters"] = ",".join(
             f"{node_id}@[{host}]:{port}" if ":" in host else f"{node_id}@{host}:{port}"
             for node_id, (host, port) in sorted(voters.items()))

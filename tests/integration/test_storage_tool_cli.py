@@ -168,6 +168,19 @@ def test_release_version_forms_kafka_accepts(tmp_path: Path,
     assert code == 1 and "set 3.7-IV4 after start" in err
 
 
+def test_standalone_reaches_a_listener_without_a_host_at_localhost(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "controller.properties"
+    config.write_text("process.roles=controller\nnode.id=1\n"
+                      "controller.quorum.bootstrap.servers=localhost:19093\n"
+                      "listeners=CONTROLLER://:19093\ncontroller.listener.names=CONTROLLER\n"
+                      f"log.dirs={tmp_path / 'logs'}\n")
+    assert run(["storage", "format", "-c", str(config), "-t", CLUSTER, "-s"], capsys)[0] == 0
+    voters = read_bootstrap_voters(tmp_path / "logs")
+    assert voters is not None and (voters[1].host, voters[1].port) == ("localhost", 19093)
+
+
 def test_standalone_writes_this_controller_as_the_one_voter(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -224,6 +237,8 @@ def test_initial_controllers_are_the_same_list_on_every_node(
      "Node id 1 was specified more than once."),
     (["-I", "1@h:70000:JEXY6aqzQY-32P5TStzaFg"], "Invalid port 70000 in dynamic voter string."),
     (["-I", "1@h:1:not-a-uuid"], "Failed to parse directory ID in dynamic voter string"),
+    (["-I", "2147483648@h:1:JEXY6aqzQY-32P5TStzaFg"],
+     "Failed to parse node id in dynamic voter string"),
     (["-s", "-N"], "not allowed with argument"),
 ])
 def test_dynamic_quorum_options_refused_in_kafkas_words(

@@ -511,7 +511,13 @@ class ServerConfig:
 
     @property
     def advertised_controller_listeners(self) -> list[Endpoint]:
-        """Per controller listener name: its advertised.listeners entry, else its listener."""
+        """Per controller listener name: its advertised.listeners entry, else its listener
+        (Kafka's effectiveAdvertisedControllerListeners); an empty host means this machine's
+        canonical host name."""
+        return [_routable_name(e) for e in self.controller_endpoints()]
+
+    def controller_endpoints(self) -> list[Endpoint]:
+        """advertised_controller_listeners as written: an empty host stays empty."""
         advertised = self._advertised_or_listeners()
         listeners = self.listeners
         found = []
@@ -519,7 +525,7 @@ class ServerConfig:
             endpoint = next((e for e in advertised if e.listener_name == name), None) or next(
                 (e for e in listeners if e.listener_name == name), None)
             if endpoint is not None:
-                found.append(_routable_name(endpoint))
+                found.append(endpoint)
         return found
 
     @property

@@ -104,6 +104,8 @@ def parse_initial_controllers(text: str) -> dict[int, InitialVoter]:
             raise StorageToolError(f"Invalid --initial-controllers entry '{item}': expected "
                                    "id@hostname:port:directory-id")
         node_id, port = int(match.group(1)), int(match.group(3))
+        if node_id >= 2**31:
+            raise StorageToolError(f"Failed to parse node id in dynamic voter string: {item}")
         if node_id < 0:
             raise StorageToolError(f"Invalid negative node id {node_id} in dynamic voter "
                                    "string.")
@@ -126,9 +128,10 @@ def standalone_voter(config: ServerConfig) -> dict[int, InitialVoter]:
     """`--standalone`: this controller alone, at its first advertised controller listener."""
     if "controller" not in config.roles:
         raise StorageToolError("You can only use --standalone on a controller.")
-    listeners = config.advertised_controller_listeners
+    listeners = config.controller_endpoints()
     if not listeners:
         raise StorageToolError("No controller listeners found.")
+    # as Kafka: a listener without a host is reached at localhost
     voter = InitialVoter(config.node_id, listeners[0].host or "localhost", listeners[0].port,
                          uuid.uuid4())
     return {voter.node_id: voter}

@@ -154,6 +154,8 @@ def run(paths: list[str], *, print_data: bool, deep_iteration: bool, metadata: b
                 Path(path), sys.stdout, print_data, deep_iteration, metadata, problems,
                 coordinator=coordinator,
             )
+        except BrokenPipeError:
+            raise  # stdout's reader (say `head`) has gone: main ends quietly
         except OSError as error:
             print(f"Error: cannot read {path}: {error.strerror}", file=sys.stderr)
             status = 1

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -256,3 +258,18 @@ def test_a_segment_name_without_base_offset_is_an_error(
     code, _, err = dump(capsys, "--files", str(path))
     assert code == 1
     assert "the file name does not start with a base offset" in err
+
+
+def test_a_reader_that_goes_away_ends_the_dump_quietly(tmp_path: Path) -> None:
+    """`dump-log ... | head -1`: the closed pipe is not reported as a file that cannot be
+    read, and the exit code is 0 (it was 'Error: cannot read ...: Broken pipe', exit 1)."""
+    batches = [build_batch([(b"k", b"v" * 100, [], T0)], base_offset=n) for n in range(3000)]
+    segment = write_segment(tmp_path, *batches)
+    dumper = subprocess.Popen(
+        [sys.executable, "-m", "pykraft", "dump-log", "--files", str(segment),
+         "--print-data-log"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert dumper.stdout is not None and dumper.stderr is not None
+    assert dumper.stdout.readline().startswith(b"Dumping ")
+    dumper.stdout.close()  # as `head -1` exits
+    code = dumper.wait(timeout=60)
+    assert (code, dumper.stderr.read().decode()) == (0, "")

@@ -61,7 +61,8 @@ def test_topic_configs_add_describe_delete(node: LocalCluster, tmp_path: Path) -
         assert _ok(*server, "--describe", "--entity-type", "topics", "--entity-name", topic) == [
             f"Dynamic configs for topic {topic} are:",
             "  cleanup.policy=compact,delete sensitive=false "
-            "synonyms={DYNAMIC_TOPIC_CONFIG:cleanup.policy=compact,delete}",
+            "synonyms={DYNAMIC_TOPIC_CONFIG:cleanup.policy=compact,delete, "
+            "DEFAULT_CONFIG:log.cleanup.policy=delete}",
             "  retention.ms=86400000 sensitive=false "
             "synonyms={DYNAMIC_TOPIC_CONFIG:retention.ms=86400000}",
             "  segment.ms=3600000 sensitive=false "
@@ -114,22 +115,6 @@ def test_broker_configs_through_brokers_and_controllers(node: LocalCluster) -> N
             in everything
     assert _error(*server, "--describe", "--entity-type", "brokers", "--entity-name", "x") \
         == "Error: The entity name for brokers must be a valid integer broker id, but it is: x"
-
-
-def test_quota_entities_report_unsupported_api(node: LocalCluster) -> None:
-    """users and clients are quota entities: a node without the client quota APIs gets
-    Kafka's UNSUPPORTED_VERSION as one error line, never a traceback."""
-    server = ("--bootstrap-server", node.bootstrap_servers)
-    for argv in (("--describe", "--entity-type", "users", "--entity-name", "alice"),
-                 ("--describe", "--entity-type", "users", "--entity-type", "clients"),
-                 ("--alter", "--entity-type", "clients", "--entity-default",
-                  "--add-config", "producer_byte_rate=1024")):
-        assert _error(*server, *argv).startswith(
-            "Error: UNSUPPORTED_VERSION: The node does not support ")
-    assert _error(*server, "--alter", "--entity-type", "clients", "--entity-name", "c",
-                  "--add-config", "producer_byte_rate=fast") \
-        == "Error: UNSUPPORTED_VERSION: The node does not support DESCRIBE_CLIENT_QUOTAS " \
-           f"({node.bootstrap_servers} does not serve DescribeClientQuotas)"
 
 
 @pytest.mark.parametrize(("argv", "message"), [

@@ -1,16 +1,23 @@
 """Handlers for metadata APIs: topics, partitions, configs, leaders, cluster and quorum.
 
 Changes (CreateTopics, DeleteTopics, CreatePartitions, AlterConfigs,
-IncrementalAlterConfigs, ElectLeaders, AlterPartitionReassignments, UnregisterBroker,
-UpdateFeatures) are translated into the
+IncrementalAlterConfigs, AlterClientQuotas, ElectLeaders, AlterPartitionReassignments,
+UnregisterBroker, UpdateFeatures) are translated into the
 controller's neutral requests and forwarded through a `ControllerChannel` to the active
 controller — in-process on a combined node — which answers once the records are committed;
 so is ListPartitionReassignments, which reads the controller's state. Descriptions are read
 from the broker's metadata image and configuration.
+
+DescribeConfigs of this broker reports what it runs with, as Kafka's ConfigHelper does: each
+key's value and source by precedence -- dynamic per-broker (DYNAMIC_BROKER_CONFIG) over the
+dynamic cluster-wide default (DYNAMIC_DEFAULT_BROKER_CONFIG) over server.properties
+(STATIC_BROKER_CONFIG) over Kafka's default (DEFAULT_CONFIG) -- and, when asked, every synonym
+that sets it, in that order (log.retention.ms before .minutes and .hours, layer by layer).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, Protocol
 
@@ -22,7 +29,17 @@ from pykraft.broker.internal_topics import (
     internal_topic,
 )
 from pykraft.broker.metadata_cache import MetadataCache
-from pykraft.controller.configs import GROUP_CONFIGS, group_config_values
+from pykraft.controller import quotas
+from pykraft.controller.configs import (
+    DYNAMIC_BROKER_CONFIGS,
+    DYNAMIC_UPDATABLE_BROKER_KEYS,
+    GROUP_CONFIGS,
+    LISTENER_ONLY_SECURITY_KEYS,
+    broker_config_synonyms,
+    broker_default_values,
+    group_config_values,
+    scala_set,
+)
 from pykraft.controller.features import FeatureUpdate, UpdateFeaturesResult, UpgradeType
 from pykraft.controller.requests import (
     AlterableConfig,
@@ -49,6 +66,7 @@ from pykraft.net.server import RequestContext
 from pykraft.protocol.api import (
     ADMIN_APIS,
     AUTHORIZED_OPERATIONS_OMITTED,
+    BROKER_ADMIN_APIS,
     CLUSTER_OPERATIONS,
     ApiKey,
 )
@@ -103,6 +121,10 @@ class ControllerChannel(Protocol):
         self, updates: Sequence[FeatureUpdate], *, validate_only: bool
     ) -> UpdateFeaturesResult: ...
 
+    async def alter_client_quotas(
+        self, alterations: Sequence[quotas.ClientQuotaAlteration], *, validate_only: bool
+    ) -> Sequence[quotas.ClientQuotaResult]: ...
+
 
 class QuorumInfo(Protocol):
     """What DescribeQuorum reports (from the Raft driver). A node that does not lead the
@@ -145,10 +167,17 @@ class AdminApis:
 
     @property
     def versions(self) -> Mapping[int, tuple[int, int]]:
-        return ADMIN_APIS
+        # DescribeClientQuotas is a broker API in Kafka 4.0; a controller does not serve it
+        return BROKER_ADMIN_APIS if self.clients_listener else ADMIN_APIS
 
     def handlers(self) -> dict[int, Callable[[RequestContext, Any], Awaitable[Any]]]:
+        handlers = self._handlers()
+        return {key: handler for key, handler in handlers.items() if key in self.versions}
+
+    def _handlers(self) -> dict[int, Callable[[RequestContext, Any], Awaitable[Any]]]:
         return {
+            ApiKey.DESCRIBE_CLIENT_QUOTAS: self.describe_client_quotas,
+            ApiKey.ALTER_CLIENT_QUOTAS: self.alter_client_quotas,
             ApiKey.CREATE_TOPICS: self.create_topics,
             ApiKey.DELETE_TOPICS: self.delete_topics,
             ApiKey.CREATE_PARTITIONS: self.create_partitions,
@@ -283,6 +312,13 @@ class AdminApis:
                     resource.resource_type, resource.resource_name, ErrorCode.invalid_request,
                     f"unknown config operation in {operations}"))
                 continue
+            refusal = _broker_keys_refusal(resource.resource_type, [
+                c.name for c in resource.configs if c.config_operation != AlterConfigOp.DELETE])
+            if refusal is not None:
+                rejected.append(AlterConfigsResult(resource.resource_type,
+                                                   resource.resource_name,
+                                                   ErrorCode.invalid_request, refusal))
+                continue
             resources.append(AlterConfigsResource(
                 resource_type=resource.resource_type,
                 resource_name=resource.resource_name,
@@ -297,18 +333,24 @@ class AdminApis:
 
     async def alter_configs(self, context: RequestContext, request: Any) -> Any:
         module = response_module(ApiKey.ALTER_CONFIGS, context.header.api_version)
-        resources = [
-            LegacyAlterConfigsResource(
+        resources, rejected = [], []
+        for resource in request.resources:
+            refusal = _broker_keys_refusal(resource.resource_type,
+                                           [c.name for c in resource.configs])
+            if refusal is not None:
+                rejected.append(AlterConfigsResult(resource.resource_type,
+                                                   resource.resource_name,
+                                                   ErrorCode.invalid_request, refusal))
+                continue
+            resources.append(LegacyAlterConfigsResource(
                 resource_type=resource.resource_type,
                 resource_name=resource.resource_name,
                 configs={c.name: c.value for c in resource.configs},
-            )
-            for resource in request.resources
-        ]
-        results = await self.controller.alter_configs(
+            ))
+        results = list(await self.controller.alter_configs(
             resources, validate_only=request.validate_only
-        )
-        return self._alter_response(module, module.AlterConfigsResponse, results)
+        )) if resources else []
+        return self._alter_response(module, module.AlterConfigsResponse, results + rejected)
 
     @staticmethod
     def _alter_response(module: Any, response_type: Any,
@@ -362,8 +404,9 @@ class AdminApis:
         if resource_type == ConfigResourceType.BROKER:
             if name not in ("", str(self.node_id)):
                 raise _DescribeError(ErrorCode.invalid_request,
-                                     f"broker {name} is not this broker ({self.node_id})")
-            return self._broker_entries()
+                                     f"Unexpected broker id, expected {self.node_id} or empty "
+                                     f"string, but received {name}")
+            return self._broker_entries(per_broker=name != "")
         if resource_type == ConfigResourceType.GROUP:  # KIP-848 group configs (group area)
             if not name:
                 raise _DescribeError(ErrorCode.invalid_request, "Group name must not be empty")
@@ -376,30 +419,114 @@ class AdminApis:
         raise _DescribeError(ErrorCode.invalid_request,
                              f"unsupported config resource type {resource_type}")
 
+    def _broker_layers(self, *, per_broker: bool) -> list[tuple[Mapping[str, str], int]]:
+        """This broker's config layers, highest precedence first, with their sources."""
+        image_configs = self.cache.image.configs
+        layers: list[tuple[Mapping[str, str], int]] = []
+        if per_broker:
+            layers.append((image_configs.get(ConfigResourceType.BROKER, str(self.node_id)),
+                           int(ConfigSource.DYNAMIC_BROKER_CONFIG)))
+        layers.append((image_configs.get(ConfigResourceType.BROKER, ""),
+                       int(ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)))
+        layers.append((self.server_configs, int(ConfigSource.STATIC_BROKER_CONFIG)))
+        layers.append((_server_defaults(), int(ConfigSource.DEFAULT_CONFIG)))
+        return layers
+
     def _topic_entry(self, definition: Any, overrides: Mapping[str, str]) -> _Entry:
+        """Kafka's createTopicConfigEntry: the topic's override, then the synonyms of the
+        server key it defaults to, layer by layer; the value is what the log runs with."""
+        layers = self._broker_layers(per_broker=True)
+        sensitive = definition.type == "password"
+        synonyms: list[tuple[str, str | None, int]] = []
         value: str | None
         if definition.name in overrides:
-            value, source = overrides[definition.name], ConfigSource.DYNAMIC_TOPIC_CONFIG
+            value = overrides[definition.name]
+            synonyms.append((definition.name, value, int(ConfigSource.DYNAMIC_TOPIC_CONFIG)))
         else:
-            value, source = log_config.server_default(definition.name, self.server_configs)
-        sensitive = definition.type == "password"
-        return _Entry(definition.name, None if sensitive else value, False, int(source),
-                      sensitive, definition.describe_type, definition.documentation)
+            merged = _merged(layers[:-1])
+            value, _ = log_config.server_default(definition.name, merged)
+        if definition.server_key is not None:
+            synonyms += _synonyms(definition.server_key, layers)
+        if sensitive:
+            value, synonyms = None, [(name, None, source) for name, _, source in synonyms]
+        source = synonyms[0][2] if synonyms else int(ConfigSource.DEFAULT_CONFIG)
+        return _Entry(definition.name, value, False, source, sensitive,
+                      definition.describe_type, definition.documentation, tuple(synonyms))
 
-    def _broker_entries(self) -> list[_Entry]:
+    def _broker_entries(self, *, per_broker: bool) -> list[_Entry]:
+        """Kafka's createBrokerConfigEntry: this broker's every config (or, for the cluster
+        default resource "", the keys set there), sourced and with synonyms by precedence."""
         from pykraft.server.config import SERVER_KEYS
+        from pykraft.server.kafka_keys import KAFKA_KEYS
 
+        layers = self._broker_layers(per_broker=per_broker)
+        if per_broker:
+            names = set(SERVER_KEYS) | set(DYNAMIC_BROKER_CONFIGS) | set(_server_defaults())
+            for layer, _ in layers[:-1]:
+                names |= set(layer)
+        else:
+            names = set(layers[0][0])
         entries = []
-        for name, key in sorted(SERVER_KEYS.items()):
-            value: str | None
-            if name in self.server_configs:
-                value, source = self.server_configs[name], ConfigSource.STATIC_BROKER_CONFIG
-            else:
-                value, source = key.default, ConfigSource.DEFAULT_CONFIG
-            sensitive = key.type == "password"
-            entries.append(_Entry(name, None if sensitive else value, True, int(source),
-                                  sensitive, _CONFIG_TYPES.get(key.type, 0), None))
+        for name in sorted(names):
+            config_type = _broker_config_type(name, SERVER_KEYS, KAFKA_KEYS)
+            # a key of no known type may hold a secret (a plugin's): Kafka hides its value
+            sensitive = config_type in (None, "password")
+            value = next((layer[name] for layer, _ in layers if name in layer), None)
+            synonyms = _synonyms(name, layers)
+            if not per_broker:
+                synonyms = [s for s in synonyms
+                            if s[2] == ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG]
+            if sensitive:
+                value, synonyms = None, [(n, None, source) for n, _, source in synonyms]
+            source = synonyms[0][2] if synonyms else int(ConfigSource.DEFAULT_CONFIG)
+            entries.append(_Entry(name, value, name not in DYNAMIC_UPDATABLE_BROKER_KEYS,
+                                  source, sensitive, _CONFIG_TYPES.get(config_type or "", 0),
+                                  None, tuple(synonyms)))
         return entries
+
+    # -- client quotas (KIP-546) ------------------------------------------------------
+
+    async def describe_client_quotas(self, context: RequestContext, request: Any) -> Any:
+        """DescribeClientQuotas, answered from this broker's metadata image."""
+        module = response_module(ApiKey.DESCRIBE_CLIENT_QUOTAS, context.header.api_version)
+        components = [quotas.FilterComponent(c.entity_type, c.match_type, c.match)
+                      for c in request.components]
+        try:
+            found = quotas.describe_client_quotas(self.cache.image.client_quotas.entities,
+                                                  components, strict=request.strict)
+        except quotas.DescribeQuotasError as error:
+            return make(module.DescribeClientQuotasResponse, throttle_time=NO_THROTTLE,
+                        error_code=error.code, error_message=str(error), entries=None)
+        return make(
+            module.DescribeClientQuotasResponse, throttle_time=NO_THROTTLE,
+            error_code=ErrorCode.none, error_message=None,
+            entries=tuple(
+                make(module.EntryData,
+                     entity=tuple(module.EntityData(entity_type=kind, entity_name=name)
+                                  for kind, name in entity),
+                     values=tuple(make(module.ValueData, key=key, value=value)
+                                  for key, value in sorted(values.items())))
+                for entity, values in found))
+
+    async def alter_client_quotas(self, context: RequestContext, request: Any) -> Any:
+        """AlterClientQuotas, decided by the active controller."""
+        module = response_module(ApiKey.ALTER_CLIENT_QUOTAS, context.header.api_version)
+        alterations = [
+            quotas.ClientQuotaAlteration(
+                entity=tuple((e.entity_type, e.entity_name) for e in entry.entity),
+                ops=tuple((op.key, None if op.remove else float(op.value))
+                          for op in entry.ops))
+            for entry in request.entries
+        ]
+        results = await self.controller.alter_client_quotas(
+            alterations, validate_only=bool(request.validate_only)) if alterations else ()
+        return make(
+            module.AlterClientQuotasResponse, throttle_time=NO_THROTTLE,
+            entries=tuple(
+                make(module.EntryData, error_code=r.error_code, error_message=r.error_message,
+                     entity=tuple(module.EntityData(entity_type=kind, entity_name=name)
+                                  for kind, name in r.entity))
+                for r in results))
 
     # -- leadership ---------------------------------------------------------------------
 
@@ -612,19 +739,26 @@ class _DescribeError(Exception):
 
 
 class _Entry:
-    __slots__ = ("name", "value", "read_only", "source", "sensitive", "type", "doc")
+    __slots__ = ("name", "value", "read_only", "source", "sensitive", "type", "doc", "synonyms")
 
     def __init__(self, name: str, value: str | None, read_only: bool, source: int,
-                 sensitive: bool, config_type: int, doc: str | None) -> None:
+                 sensitive: bool, config_type: int, doc: str | None,
+                 synonyms: tuple[tuple[str, str | None, int], ...] | None = None) -> None:
+        """`synonyms`: (name, value, source) by precedence; None gives the entry itself, as
+        its only synonym unless it is a default (group configs)."""
         self.name, self.value, self.read_only, self.source = name, value, read_only, source
         self.sensitive, self.type, self.doc = sensitive, config_type, doc
+        if synonyms is None:
+            synonyms = () if source == ConfigSource.DEFAULT_CONFIG else ((name, value, source),)
+        self.synonyms = synonyms
 
 
 def _config_entry(module: Any, entry: _Entry, synonyms: bool, documentation: bool) -> Any:
     synonym_list: tuple[Any, ...] = ()
-    if synonyms and entry.source != ConfigSource.DEFAULT_CONFIG:
-        synonym_list = (make(module.DescribeConfigsSynonym, name=entry.name, value=entry.value,
-                             source=entry.source),)
+    if synonyms:
+        synonym_list = tuple(make(module.DescribeConfigsSynonym, name=name, value=value,
+                                  source=source)
+                             for name, value, source in entry.synonyms)
     return make(
         module.DescribeConfigsResourceResult,
         name=entry.name,
@@ -639,9 +773,97 @@ def _config_entry(module: Any, entry: _Entry, synonyms: bool, documentation: boo
     )
 
 
+def _synonyms(name: str, layers: Sequence[tuple[Mapping[str, str], int]]
+              ) -> list[tuple[str, str | None, int]]:
+    """Kafka's ConfigHelper.configSynonyms: layer by layer, the keys that set `name`
+    (log.retention.ms, .minutes, .hours), from the first that is `name` itself. Kafka's
+    quirk kept: an unset finer key lists no coarser one (retention.ms shows no synonym and
+    DEFAULT_CONFIG when only log.retention.hours is set)."""
+    found: list[tuple[str, str | None, int]] = [
+        (synonym, layer[synonym], source) for layer, source in layers
+        for synonym in broker_config_synonyms(name) if synonym in layer]
+    while found and found[0][0] != name:
+        found.pop(0)
+    return found
+
+
+def _merged(layers: Sequence[tuple[Mapping[str, str], int]]) -> dict[str, str]:
+    """Layers (highest first) as one configuration, as Kafka overlays them."""
+    merged: dict[str, str] = {}
+    for layer, _ in reversed(layers):
+        merged.update(layer)
+    return merged
+
+
+_DEFAULTS: dict[str, str] = {}
+
+
+def _server_defaults() -> Mapping[str, str]:
+    """Kafka's default of each broker key that has one (its staticDefaultConfigs)."""
+    if not _DEFAULTS:
+        from pykraft.server.config import SERVER_KEYS
+
+        _DEFAULTS.update(broker_default_values())
+        _DEFAULTS.update({name: key.default for name, key in SERVER_KEYS.items()
+                          if key.default is not None})
+        _DEFAULTS.update({name: definition.default
+                          for name, definition in DYNAMIC_BROKER_CONFIGS.items()
+                          if definition.default is not None and definition.topic_key is None
+                          and name not in _DEFAULTS})  # log.*: broker_default_values
+    return _DEFAULTS
+
+
+def _broker_config_type(name: str, server_keys: Mapping[str, Any],
+                        kafka_keys: Mapping[str, Any]) -> str | None:
+    for table in (server_keys, DYNAMIC_BROKER_CONFIGS, kafka_keys):
+        key = table.get(name)
+        if key is not None:
+            return str(key.type)
+    return None
+
+
+def _broker_keys_refusal(resource_type: int, keys: Sequence[str]) -> str | None:
+    """Kafka's DynamicBrokerConfig.validateConfigs on the keys a BROKER change sets: a
+    read-only key of Kafka's broker configuration, or an SSL key without its listener
+    prefix, is refused (INVALID_REQUEST, as Kafka's ConfigAdminManager answers)."""
+    if resource_type != ConfigResourceType.BROKER:
+        return None
+    from pykraft.server.config import SERVER_KEYS
+    from pykraft.server.kafka_keys import KAFKA_KEYS
+
+    read_only = {key for key in keys if (key in KAFKA_KEYS or key in SERVER_KEYS)
+                 and key not in DYNAMIC_UPDATABLE_BROKER_KEYS}
+    if read_only:
+        return "Cannot update these configs dynamically: " + scala_set(read_only)
+    bare = {key for key in keys if key in LISTENER_ONLY_SECURITY_KEYS}
+    if bare:
+        return ("These security configs can be dynamically updated only per-listener using "
+                "the listener prefix: " + scala_set(bare))
+    return None
+
+
 def _replica(module: Any, replica: Mapping[str, int]) -> Any:
     return make(module.ReplicaState, replica_id=replica["replica_id"],
                 replica_directory_id=None, log_end_offset=replica["log_end_offset"],
                 last_fetch_timestamp=replica.get("last_fetch_timestamp", -1),
                 last_caught_up_timestamp=replica.get("last_caught_up_timestamp", -1))
 
+
+
+class UnenforcedQuotaNotice:
+    """A metadata publisher: the first time this broker sees a client quota set, it says once
+    (INFO) that it stores quotas without enforcing them, so an operator is not misled."""
+
+    def __init__(self, node_id: int) -> None:
+        self.node_id = node_id
+        self.said = False
+
+    def publish(self, delta: Any, image: Any) -> None:
+        if self.said or not image.client_quotas.entities:
+            return
+        self.said = True
+        entity, values = next(iter(image.client_quotas.entities.items()))
+        logging.getLogger(__name__).info(
+            "broker %d: client quotas are set (e.g. %s for %s) but not enforced: pykraft "
+            "stores and describes them and throttles no client (docs/deviations.md)",
+            self.node_id, ", ".join(sorted(values)), quotas.entity_text(entity))

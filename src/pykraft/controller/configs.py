@@ -60,6 +60,12 @@ from pykraft.storage.log_config import (
 
 __all__ = [
     "DYNAMIC_BROKER_CONFIGS",
+    "DYNAMIC_UPDATABLE_BROKER_KEYS",
+    "LISTENER_ONLY_SECURITY_KEYS",
+    "broker_config_synonyms",
+    "broker_default_values",
+    "effective_server_configs",
+    "scala_set",
     "GROUP_CONFIGS",
     "BrokerConfigDef",
     "GroupConfigDef",
@@ -256,7 +262,105 @@ DYNAMIC_BROKER_CONFIGS: Final[Mapping[str, BrokerConfigDef]] = immutables.Map(
     {**_synonym_defs(), **{definition.name: definition for definition in _OTHER_DYNAMIC}}
 )
 
-# Broker keys Kafka knows but will only read at start-up.
+# Kafka 4.0's DynamicBrokerConfig.AllDynamicConfigs plus the broker quota configs: every other
+# key of Kafka's broker configuration (KafkaConfig) is read-only, refused by
+# IncrementalAlterConfigs/AlterConfigs of a BROKER resource ("Cannot update these configs
+# dynamically"); keys Kafka does not know are custom (plugin) configs, kept as Kafka keeps them.
+_SSL_RECONFIGURABLE: Final = frozenset({  # SslConfigs.RECONFIGURABLE_CONFIGS
+    "ssl.keystore.type", "ssl.keystore.location", "ssl.keystore.password", "ssl.key.password",
+    "ssl.keystore.key", "ssl.keystore.certificate.chain", "ssl.truststore.type",
+    "ssl.truststore.location", "ssl.truststore.password", "ssl.truststore.certificates"})
+# only as listener.name.<listener>.<key>, never bare (Kafka's securityConfigsWithoutListenerPrefix)
+LISTENER_ONLY_SECURITY_KEYS: Final = _SSL_RECONFIGURABLE
+_LISTENER_RECONFIGURABLE: Final = frozenset({  # DynamicListenerConfig.ReconfigurableConfigs
+    "advertised.listeners", "listeners", "listener.security.protocol.map",
+    "principal.builder.class", "ssl.protocol", "ssl.provider", "ssl.cipher.suites",
+    "ssl.enabled.protocols", "ssl.keystore.type", "ssl.keystore.location",
+    "ssl.keystore.password", "ssl.key.password", "ssl.truststore.type",
+    "ssl.truststore.location", "ssl.truststore.password", "ssl.keymanager.algorithm",
+    "ssl.trustmanager.algorithm", "ssl.endpoint.identification.algorithm",
+    "ssl.secure.random.implementation", "ssl.client.auth", "ssl.engine.factory.class",
+    "sasl.mechanism.inter.broker.protocol", "sasl.jaas.config", "sasl.enabled.mechanisms",
+    "sasl.kerberos.service.name", "sasl.kerberos.kinit.cmd",
+    "sasl.kerberos.ticket.renew.window.factor", "sasl.kerberos.ticket.renew.jitter",
+    "sasl.kerberos.min.time.before.relogin", "sasl.kerberos.principal.to.local.rules",
+    "sasl.login.refresh.window.factor", "sasl.login.refresh.window.jitter",
+    "sasl.login.refresh.min.period.seconds", "sasl.login.refresh.buffer.seconds",
+    "max.connections", "max.connection.creation.rate", "num.network.threads"})
+DYNAMIC_UPDATABLE_BROKER_KEYS: Final = frozenset(
+    {d.server_key for d in TOPIC_CONFIGS.values()  # DynamicLogConfig: each primary synonym
+     if d.server_key is not None and d.name != "message.format.version"}
+    | _SSL_RECONFIGURABLE | _LISTENER_RECONFIGURABLE
+    | {"log.cleaner.threads", "log.cleaner.dedupe.buffer.size",  # LogCleaner
+       "log.cleaner.io.buffer.load.factor", "log.cleaner.io.buffer.size", "message.max.bytes",
+       "log.cleaner.io.max.bytes.per.second", "log.cleaner.backoff.ms"}
+    | {"num.io.threads", "num.replica.fetchers", "num.recovery.threads.per.data.dir",
+       "background.threads"}  # DynamicThreadPool
+    | {"metric.reporters"}
+    | {"max.connections.per.ip", "max.connections.per.ip.overrides", "max.connections",
+       "max.connection.creation.rate"}  # SocketServer
+    | {"producer.id.expiration.ms", "transaction.partition.verification.enable"}
+    | {"remote.log.index.file.cache.total.size.bytes", "remote.fetch.max.wait.ms",
+       "remote.log.manager.copy.max.bytes.per.second",
+       "remote.log.manager.fetch.max.bytes.per.second",
+       "remote.list.offsets.request.timeout.ms"}  # DynamicRemoteLogConfig
+    | {"leader.replication.throttled.rate", "follower.replication.throttled.rate",
+       "replica.alter.log.dirs.io.max.bytes.per.second"}  # QuotaConfig.brokerQuotaConfigs
+)
+
+
+def scala_set(names: Iterable[str]) -> str:
+    """Names as Kafka's messages print a Scala Set: `Set(log.dirs, node.id)` (sorted here,
+    where Scala's order is a hash's)."""
+    return "Set(" + ", ".join(sorted(names)) + ")"
+
+
+def broker_config_synonyms(name: str) -> list[str]:
+    """Kafka's DynamicBrokerConfig.brokerConfigSynonyms: the server keys that set the same
+    value as `name`, highest precedence first (log.retention.ms before .minutes, .hours)."""
+    if name == "log.flush.interval.ms":  # the scheduler's interval is its default
+        return [name, "log.flush.scheduler.interval.ms"]
+    for group in _SYNONYM_GROUPS:
+        if name in group:
+            return list(group)
+    return [name]
+
+
+_SYNONYM_GROUPS: Final = (
+    ("log.roll.ms", "log.roll.hours"),
+    ("log.roll.jitter.ms", "log.roll.jitter.hours"),
+    ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
+)
+
+
+def broker_default_values() -> dict[str, str]:
+    """Kafka's defaults of the log.* server keys (its staticDefaultConfigs): a key with
+    coarser synonyms has none (log.retention.ms), the coarsest carries it (log.retention.hours
+    = 168)."""
+    defaults: dict[str, str] = {}
+    for definition in TOPIC_CONFIGS.values():
+        if definition.internal or not definition.synonyms or definition.default is None:
+            continue
+        last = definition.synonyms[-1]  # the only one, or the coarsest (or the fallback)
+        defaults[last.name] = (definition.default if last.scale == 1
+                               else str(int(definition.default) // last.scale))
+    return defaults
+
+
+def effective_server_configs(
+    static: Mapping[str, str], cluster_default: Mapping[str, str], per_broker: Mapping[str, str]
+) -> dict[str, str]:
+    """The configuration a broker runs with: its static properties overlaid with the
+    cluster-wide dynamic configs, then with its own (Kafka's DynamicBrokerConfig merges them
+    the same way: a plain overlay, key by key)."""
+    merged = dict(static)
+    merged.update(cluster_default)
+    merged.update(per_broker)
+    return merged
+
+
+# Broker keys Kafka knows but will only read at start-up (the controller's own check; the
+# broker's edge refuses every read-only key of Kafka's, see DYNAMIC_UPDATABLE_BROKER_KEYS).
 _STATIC_BROKER_KEYS: Final = frozenset(
     {
         "node.id",
@@ -403,7 +507,7 @@ def _check_exists(
 def _check_broker_configs(name: str, configs: Mapping[str, str]) -> None:
     static = sorted(key for key in configs if key in _STATIC_BROKER_KEYS)
     if static:
-        raise InvalidRequest("Cannot update these configs dynamically: " + ", ".join(static))
+        raise InvalidRequest("Cannot update these configs dynamically: " + scala_set(static))
     if not name:
         per_broker = sorted(
             key
@@ -413,7 +517,7 @@ def _check_broker_configs(name: str, configs: Mapping[str, str]) -> None:
         if per_broker:
             raise InvalidRequest(
                 "Cannot update these configs at default cluster level, broker id must be "
-                "specified: " + ", ".join(per_broker)
+                "specified: " + scala_set(per_broker)
             )
     for key, value in configs.items():
         definition = DYNAMIC_BROKER_CONFIGS.get(key)

@@ -32,6 +32,8 @@ class ApiKey(IntEnum):
     ALTER_PARTITION_REASSIGNMENTS = 45
     LIST_PARTITION_REASSIGNMENTS = 46
     INCREMENTAL_ALTER_CONFIGS = 44
+    DESCRIBE_CLIENT_QUOTAS = 48
+    ALTER_CLIENT_QUOTAS = 49
     DESCRIBE_QUORUM = 55
     ALTER_PARTITION = 56
     UPDATE_FEATURES = 57
@@ -71,10 +73,18 @@ ADMIN_APIS: Final[dict[int, tuple[int, int]]] = {
     ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
     ApiKey.UPDATE_FEATURES: (0, 2),
     ApiKey.UNREGISTER_BROKER: (0, 0),
+    ApiKey.ALTER_CLIENT_QUOTAS: (0, 1),  # KIP-546; stored, not enforced (docs/deviations.md)
+}
+
+# the admin APIs of a broker listener: Kafka 4.0's controllers do not serve
+# DescribeClientQuotas (its listeners are ["broker"])
+BROKER_ADMIN_APIS: Final[dict[int, tuple[int, int]]] = {
+    **ADMIN_APIS,
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: (0, 1),
 }
 
 # what a broker listener serves before any feature adds its own APIs
-BROKER_APIS: Final[dict[int, tuple[int, int]]] = {**DATA_APIS, **ADMIN_APIS}
+BROKER_APIS: Final[dict[int, tuple[int, int]]] = {**DATA_APIS, **BROKER_ADMIN_APIS}
 
 # served on controller listeners: ApiVersions and the metadata APIs, at the same versions
 # as on broker listeners (more come with the multi-node controller)

@@ -1,7 +1,7 @@
 """The broker's `ControllerChannel` in a cluster: to the active controller wherever it runs.
 
 `QuorumControllerChannel` serves each metadata change (CreateTopics, DeleteTopics,
-CreatePartitions, AlterConfigs, IncrementalAlterConfigs, ElectLeaders,
+CreatePartitions, AlterConfigs, IncrementalAlterConfigs, AlterClientQuotas, ElectLeaders,
 AlterPartitionReassignments), ListPartitionReassignments, and the broker's own
 lifecycle and replication requests (BrokerRegistration, BrokerHeartbeat, AlterPartition):
 
@@ -32,6 +32,7 @@ from typing import Any, Final, TypeVar
 
 from kio.schema.errors import ErrorCode
 
+from pykraft.controller import quotas
 from pykraft.controller.features import FeatureUpdate, UpdateFeaturesResult
 from pykraft.controller.producer_ids import ProducerIdsBlock
 from pykraft.controller.requests import (
@@ -55,6 +56,7 @@ from pykraft.controller.requests import (
     Listener,
     OngoingReassignment,
     OngoingTopicReassignments,
+    OpResult,
     PartitionElectionResult,
     ReassignableTopic,
     ReassignmentPartitionResult,
@@ -96,6 +98,7 @@ LIST_REASSIGNMENTS_VERSION: Final = 0
 ALLOCATE_PRODUCER_IDS_VERSION: Final = 0
 UNREGISTER_BROKER_VERSION: Final = 0
 UPDATE_FEATURES_VERSION: Final = 2
+ALTER_CLIENT_QUOTAS_VERSION: Final = 1
 NOT_CONTROLLER_MESSAGE: Final = "no active controller answered in time"
 # what the channel answers for a request no controller answered in time
 _UNANSWERED: Final = frozenset({ErrorCode.not_controller, ErrorCode.request_timed_out})
@@ -329,6 +332,50 @@ class QuorumControllerChannel:
             lambda c: c.alter_configs(resources, validate_only=validate_only),
             remote, lambda code, message: _alter_failed(resources, code, message),
             idempotent=True)
+
+    async def alter_client_quotas(
+        self, alterations: Sequence[quotas.ClientQuotaAlteration], *, validate_only: bool
+    ) -> Sequence[quotas.ClientQuotaResult]:
+        """AlterClientQuotas (KIP-546), decided by the active controller."""
+
+        def decide(core: Any) -> OpResult[tuple[quotas.ClientQuotaResult, ...]]:
+            if not core.is_active:
+                raise NotController("This controller is not the active one.")
+            records, results = quotas.alter_client_quotas(
+                core.image.client_quotas.entities, alterations)
+            return OpResult(() if validate_only else tuple(records), results)
+
+        async def local(server: ControllerServer) -> Sequence[quotas.ClientQuotaResult]:
+            return await server.run(decide)
+
+        async def remote(
+            client: ActiveControllerClient,
+        ) -> Sequence[quotas.ClientQuotaResult] | None:
+            module = _module(ApiKey.ALTER_CLIENT_QUOTAS, ALTER_CLIENT_QUOTAS_VERSION)
+            request = make(
+                module.AlterClientQuotasRequest, validate_only=validate_only,
+                entries=tuple(
+                    make(module.EntryData,
+                         entity=tuple(module.EntityData(entity_type=kind, entity_name=name)
+                                      for kind, name in a.entity),
+                         ops=tuple(make(module.OpData, key=key, value=value or 0.0,
+                                        remove=value is None) for key, value in a.ops))
+                    for a in alterations))
+            _, answer = await client.send(ApiKey.ALTER_CLIENT_QUOTAS,
+                                          ALTER_CLIENT_QUOTAS_VERSION, request)
+            results = tuple(
+                quotas.ClientQuotaResult(
+                    tuple((e.entity_type, e.entity_name) for e in entry.entity),
+                    entry.error_code, entry.error_message)
+                for entry in answer.entries)
+            return None if _retry_needed([r.error_code for r in results]) else results
+
+        def failed(code: ErrorCode, message: str) -> Sequence[quotas.ClientQuotaResult]:
+            return tuple(quotas.ClientQuotaResult(a.entity, code, message)
+                         for a in alterations)
+
+        # setting a quota twice ends with the same quota: safe to resend
+        return await self._route(local, remote, failed, idempotent=True)
 
     async def auto_create_topics(self, names: list[str]) -> None:
         """Metadata-triggered topic creation with the cluster defaults (auto.create.topics)."""

@@ -32,7 +32,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from pykraft.broker.admin_apis import AdminApis
+from pykraft.broker.admin_apis import AdminApis, UnenforcedQuotaNotice
 from pykraft.broker.apis import BrokerApis
 from pykraft.broker.fetch_sessions import FetchSessionCache
 from pykraft.broker.group_apis import GroupApis
@@ -263,6 +263,7 @@ class Node:
             self.node_id, self.replicas, self.cache, values, self._broker_address,
             wall_clock_ms)
         self.loader.publishers.append(self.transactions.shell.on_metadata)
+        self.loader.publishers.append(UnenforcedQuotaNotice(self.node_id).publish)
         self.transactions.writer.listeners.append(  # TxnOffsetCommit offsets at their marker
             lambda partition, marker, _: self.groups.on_marker(partition, marker.producer_id,
                                                                 marker.commit))

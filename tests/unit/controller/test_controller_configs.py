@@ -187,7 +187,7 @@ def test_broker_configs_per_broker_and_cluster_default(harness: Harness) -> None
         (
             alter(BROKER, "", ("log.dirs", SET, "/tmp/x")),
             ErrorCode.invalid_request,
-            "Cannot update these configs dynamically: log.dirs",
+            "Cannot update these configs dynamically: Set(log.dirs)",
         ),
         (
             alter(BROKER, "", ("listeners", SET, "PLAINTEXT://:1")),

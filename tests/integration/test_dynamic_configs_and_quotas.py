@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -83,6 +83,49 @@ def test_broker_dynamic_configs_by_precedence_with_synonyms(node: LocalCluster) 
     eventually(deleted)
     assert _ok(*server, "--alter", "--broker-defaults", "--delete-config", "log.retention.ms") \
         == ["Completed updating default config for brokers in the cluster."]
+
+
+def _produce(bootstrap: str, topic: str, value: bytes) -> KafkaError | None:
+    errors: list[KafkaError | None] = []
+
+    def delivered(error: KafkaError | None, message: Message) -> None:
+        errors.append(error)
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0,
+                         "message.send.max.retries": 0})
+    producer.produce(topic, value, on_delivery=delivered)
+    assert producer.flush(10) == 0
+    return errors[0]
+
+
+def test_the_broker_runs_with_the_dynamic_default_it_reports(node: LocalCluster) -> None:
+    """message.max.bytes set on the cluster default: the topic reports it as its
+    max.message.bytes (DYNAMIC_DEFAULT_BROKER_CONFIG) and its log refuses a bigger batch;
+    deleted, the default is back."""
+    server = ("--bootstrap-server", node.bootstrap_servers)
+    admin = AdminClient({"bootstrap.servers": node.bootstrap_servers})
+    topic = f"limit-{uuid.uuid4().hex[:8]}"
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(timeout=30)
+    assert _produce(node.bootstrap_servers, topic, b"x" * 3000) is None
+    _ok(*server, "--alter", "--broker-defaults", "--add-config", "message.max.bytes=2000")
+    try:
+        def limited() -> None:
+            resource = ConfigResource("TOPIC", topic)
+            entry = admin.describe_configs([resource])[resource].result(timeout=30)[
+                "max.message.bytes"]
+            assert (entry.value, entry.source) == \
+                ("2000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)
+            error = _produce(node.bootstrap_servers, topic, b"x" * 3000)
+            assert error is not None and error.code() == KafkaError.MSG_SIZE_TOO_LARGE
+
+        eventually(limited)
+    finally:
+        _ok(*server, "--alter", "--broker-defaults", "--delete-config", "message.max.bytes")
+
+    def unlimited() -> None:
+        assert _produce(node.bootstrap_servers, topic, b"x" * 3000) is None
+
+    eventually(unlimited)
 
 
 def test_read_only_broker_configs_are_refused(node: LocalCluster) -> None:

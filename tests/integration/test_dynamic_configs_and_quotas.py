@@ -17,8 +17,11 @@ from confluent_kafka.admin import (
     ConfigSource,
     NewTopic,
 )
+from kio.schema.alter_client_quotas.v1 import request as alter_v1
+from kio.schema.errors import ErrorCode
 
 from pykraft.testing.local_cluster import LocalCluster
+from pykraft.testing.wire import WireClient
 from tests.integration.tool_helpers import eventually, pykraft
 
 
@@ -287,3 +290,55 @@ def test_client_quotas_through_the_tool(node: LocalCluster) -> None:
     assert _error(*server, "--alter", "--entity-type", "clients", "--entity-name", "c",
                   "--add-config", "producer_byte_rate=fast") \
         == "Error: Cannot parse quota configuration value for producer_byte_rate: fast"
+
+
+def test_quotas_go_from_a_broker_to_the_controller_and_back() -> None:
+    """A broker that is not a controller forwards AlterClientQuotas (validate_only too) to
+    the active controller, describes the result from its own image, and says once that it
+    does not enforce quotas."""
+    with LocalCluster(controllers=1, brokers=1) as cluster:
+        server = ("--bootstrap-server", cluster.bootstrap_servers)
+        def entry(kind: str, name: str) -> alter_v1.EntryData:
+            return alter_v1.EntryData(
+                entity=(alter_v1.EntityData(entity_type=kind, entity_name=name),),
+                ops=(alter_v1.OpData(key="producer_byte_rate", value=5.0, remove=False),))
+
+        with WireClient(cluster.bootstrap_servers) as wire:  # validate_only: checked, not set
+            answer = wire.request(49, 1, alter_v1.AlterClientQuotasRequest(
+                entries=(entry("user", "eve"), entry("ip", "10.1.1.1")), validate_only=True))
+        assert [(e.error_code, e.error_message) for e in answer.entries] == [
+            (ErrorCode.none, None),
+            (ErrorCode.invalid_request, "Invalid configuration key producer_byte_rate")]
+        assert _error(*server, "--alter", "--entity-type", "users", "--entity-name", "eve",
+                      "--add-config", "producer_byte_rate=0.5") \
+            == "Error: INVALID_REQUEST: producer_byte_rate cannot be a fractional value."
+        for rate in ("100", "200"):
+            assert _ok(*server, "--alter", "--entity-type", "users", "--entity-name", "eve",
+                       "--add-config", f"producer_byte_rate={rate}") \
+                == ["Completed updating config for user eve."]
+
+        def set_twice() -> None:
+            assert _ok(*server, "--describe", "--entity-type", "users") \
+                == ["Quota configs for user-principal 'eve' are producer_byte_rate=200.0"]
+
+        eventually(set_twice)  # validate_only wrote nothing: 200 is the only quota
+        assert _ok(*server, "--alter", "--entity-type", "users", "--entity-name", "eve",
+                   "--delete-config", "producer_byte_rate") \
+            == ["Completed updating config for user eve."]
+        assert _ok(*server, "--alter", "--entity-type", "users", "--entity-name", "eve",
+                   "--add-config", "consumer_byte_rate=300") \
+            == ["Completed updating config for user eve."]
+
+        def described() -> None:
+            assert _ok(*server, "--describe", "--entity-type", "users") \
+                == ["Quota configs for user-principal 'eve' are consumer_byte_rate=300.0"]
+
+        eventually(described)
+        broker = cluster.node(cluster.broker_ids[0])
+        notices = [line for line in broker.log_path.read_text().splitlines()
+                   if "client quotas are set" in line]
+        assert len(notices) == 1 and "INFO" in notices[0] and "not enforced" in notices[0]
+        controller = cluster.node(cluster.controller_ids[0])
+        assert _error("--bootstrap-controller", f"127.0.0.1:{controller.controller_port}",
+                      "--describe", "--entity-type", "users").startswith(
+            "Error: UNSUPPORTED_VERSION: The node does not support DESCRIBE_CLIENT_QUOTAS")

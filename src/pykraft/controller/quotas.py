@@ -24,7 +24,6 @@ Quotas are stored and described but not enforced (no throttling): docs/deviation
 from __future__ import annotations
 
 import ipaddress
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -206,9 +205,7 @@ def _check_value(keys: Mapping[str, str], name: str, value: float) -> None:
     if not value > 0.0:  # NaN too: it is not above 0
         raise _Refused(f"Quota {name} must be greater than 0")
     if kind == "double":
-        if math.isinf(value):
-            raise _Refused(f"Quota {name} must be a finite number")
-        return
+        return  # any positive double, as in Kafka (Infinity too: no limit)
     if value > _INTEGRAL_MAX[kind]:
         raise _Refused(f"Proposed value for {name} is too large for {_ARTICLE[kind]}.")
     if abs(value % 1.0) > 1e-6:

@@ -122,6 +122,8 @@ def _primitive(rng: random.Random, kafka_type: str) -> Any:
         return _integer(rng, kafka_type)
     if kafka_type == "bool":
         return rng.random() < 0.5
+    if kafka_type == "float64":  # client quota values (KIP-546): edge values too
+        return rng.choice((1.0, 1024.0, 0.5, 0.0, -1.0, 1e300, float("inf")))  # NaN != NaN
     if kafka_type == "string":
         return rng.choice(NAMES) if rng.random() < 0.9 else f"n{rng.randint(0, 9)}"
     if kafka_type == "bytes":

@@ -398,7 +398,9 @@ class AdminApis:
                 raise _DescribeError(ErrorCode.unknown_topic_or_partition,
                                      f"Topic {name} does not exist")
             overrides = image.configs.get(ConfigResourceType.TOPIC, name)
-            return [self._topic_entry(definition, overrides)
+            layers = self._broker_layers(per_broker=True)
+            merged = _merged(layers[:-1])  # what the replica manager resolves the log with
+            return [_topic_entry(definition, overrides, layers, merged)
                     for definition in log_config.TOPIC_CONFIGS.values()
                     if not definition.internal]
         if resource_type == ConfigResourceType.BROKER:
@@ -431,27 +433,6 @@ class AdminApis:
         layers.append((self.server_configs, int(ConfigSource.STATIC_BROKER_CONFIG)))
         layers.append((_server_defaults(), int(ConfigSource.DEFAULT_CONFIG)))
         return layers
-
-    def _topic_entry(self, definition: Any, overrides: Mapping[str, str]) -> _Entry:
-        """Kafka's createTopicConfigEntry: the topic's override, then the synonyms of the
-        server key it defaults to, layer by layer; the value is what the log runs with."""
-        layers = self._broker_layers(per_broker=True)
-        sensitive = definition.type == "password"
-        synonyms: list[tuple[str, str | None, int]] = []
-        value: str | None
-        if definition.name in overrides:
-            value = overrides[definition.name]
-            synonyms.append((definition.name, value, int(ConfigSource.DYNAMIC_TOPIC_CONFIG)))
-        else:
-            merged = _merged(layers[:-1])
-            value, _ = log_config.server_default(definition.name, merged)
-        if definition.server_key is not None:
-            synonyms += _synonyms(definition.server_key, layers)
-        if sensitive:
-            value, synonyms = None, [(name, None, source) for name, _, source in synonyms]
-        source = synonyms[0][2] if synonyms else int(ConfigSource.DEFAULT_CONFIG)
-        return _Entry(definition.name, value, False, source, sensitive,
-                      definition.describe_type, definition.documentation, tuple(synonyms))
 
     def _broker_entries(self, *, per_broker: bool) -> list[_Entry]:
         """Kafka's createBrokerConfigEntry: this broker's every config (or, for the cluster
@@ -771,6 +752,29 @@ def _config_entry(module: Any, entry: _Entry, synonyms: bool, documentation: boo
         config_type=entry.type,
         documentation=entry.doc if documentation else None,
     )
+
+
+def _topic_entry(definition: Any, overrides: Mapping[str, str],
+                 layers: Sequence[tuple[Mapping[str, str], int]],
+                 merged: Mapping[str, str]) -> _Entry:
+    """Kafka's createTopicConfigEntry: the topic's override, then the synonyms of the server
+    key it defaults to, layer by layer; the value is what the log runs with (`merged`: the
+    broker's layers overlaid)."""
+    sensitive = definition.type == "password"
+    synonyms: list[tuple[str, str | None, int]] = []
+    value: str | None
+    if definition.name in overrides:
+        value = overrides[definition.name]
+        synonyms.append((definition.name, value, int(ConfigSource.DYNAMIC_TOPIC_CONFIG)))
+    else:
+        value, _ = log_config.server_default(definition.name, merged)
+    if definition.server_key is not None:
+        synonyms += _synonyms(definition.server_key, layers)
+    if sensitive:
+        value, synonyms = None, [(name, None, source) for name, _, source in synonyms]
+    source = synonyms[0][2] if synonyms else int(ConfigSource.DEFAULT_CONFIG)
+    return _Entry(definition.name, value, False, source, sensitive,
+                  definition.describe_type, definition.documentation, tuple(synonyms))
 
 
 def _synonyms(name: str, layers: Sequence[tuple[Mapping[str, str], int]]

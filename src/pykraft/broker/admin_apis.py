@@ -62,6 +62,7 @@ from pykraft.controller.requests import (
     ReassignmentTopicResult,
     TopicElectionResult,
 )
+from pykraft.metadata.image import MetadataDelta, MetadataImage
 from pykraft.net.server import RequestContext
 from pykraft.protocol.api import (
     ADMIN_APIS,
@@ -862,7 +863,7 @@ class UnenforcedQuotaNotice:
         self.node_id = node_id
         self.said = False
 
-    def publish(self, delta: Any, image: Any) -> None:
+    def publish(self, delta: MetadataDelta, image: MetadataImage) -> None:
         if self.said or not image.client_quotas.entities:
             return
         self.said = True

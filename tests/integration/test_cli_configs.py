@@ -117,6 +117,89 @@ def test_broker_configs_through_brokers_and_controllers(node: LocalCluster) -> N
         == "Error: The entity name for brokers must be a valid integer broker id, but it is: x"
 
 
+def test_broker_default_set_described_deleted(node: LocalCluster) -> None:
+    """A cluster-wide broker default set by the tool is described as Kafka's dynamic default
+    (with its synonym) and can be deleted again."""
+    server = ("--bootstrap-server", node.bootstrap_servers)
+    _ok(*server, "--alter", "--entity-type", "brokers", "--entity-default",
+        "--add-config", "log.cleaner.backoff.ms=16000")
+
+    def described() -> None:
+        assert ("  log.cleaner.backoff.ms=16000 sensitive=false synonyms="
+                "{DYNAMIC_DEFAULT_BROKER_CONFIG:log.cleaner.backoff.ms=16000}") in _ok(
+            *server, "--describe", "--entity-type", "brokers", "--entity-default")
+
+    eventually(described)
+    _ok(*server, "--alter", "--broker-defaults", "--delete-config", "log.cleaner.backoff.ms")
+
+    def deleted() -> None:
+        assert not any("log.cleaner.backoff.ms" in line for line in _ok(
+            *server, "--describe", "--entity-type", "brokers", "--entity-default"))
+
+    eventually(deleted)
+
+
+def test_quota_configs(node: LocalCluster) -> None:
+    """users and clients are quota entities (DescribeClientQuotas / AlterClientQuotas):
+    Kafka's lines for a user, a user's client, the default client-id, and its checks."""
+    server = ("--bootstrap-server", node.bootstrap_servers)
+    user = f"user-{uuid.uuid4().hex[:6]}"
+    assert _ok(*server, "--alter", "--entity-type", "users", "--entity-name", user,
+               "--add-config", "producer_byte_rate=1024,consumer_byte_rate=2e7") \
+        == [f"Completed updating config for user {user}."]
+    assert _ok(*server, "--alter", "--user", user, "--client", "app",
+               "--add-config", "request_percentage=50") \
+        == ["Completed updating config for client app."]  # Kafka names the flags' first type
+    assert _ok(*server, "--alter", "--entity-type", "clients", "--entity-default",
+               "--add-config", "producer_byte_rate=100") \
+        == ["Completed updating default config for clients in the cluster."]
+
+    def described() -> None:
+        assert _ok(*server, "--describe", "--entity-type", "users", "--entity-name", user) \
+            == [f"Quota configs for user-principal '{user}' are consumer_byte_rate=2.0E7, "
+                "producer_byte_rate=1024.0"]
+        assert _ok(*server, "--describe", "--entity-type", "users", "--entity-name", user,
+                   "--entity-type", "clients", "--entity-name", "app") \
+            == [f"Quota configs for user-principal '{user}', client-id 'app' are "
+                "request_percentage=50.0"]
+        assert _ok(*server, "--describe", "--client-defaults") \
+            == ["Quota configs for the default client-id are producer_byte_rate=100.0"]
+
+    eventually(described)
+    assert _error(*server, "--alter", "--user", user, "--delete-config",
+                  "request_percentage") == "Error: Invalid config(s): request_percentage"
+    assert _error(*server, "--alter", "--client", "c", "--add-config", "retention.ms=1") \
+        == ("Error: Only quota configs can be added for 'clients' using --bootstrap-server. "
+            "Unexpected config names: retention.ms")
+    assert _error(*server, "--alter", "--client", "c", "--add-config",
+                  "producer_byte_rate=fast") \
+        == "Error: Cannot parse quota configuration value for producer_byte_rate: fast"
+    _ok(*server, "--alter", "--user", user, "--delete-config", "producer_byte_rate")
+
+    def deleted() -> None:
+        assert _ok(*server, "--describe", "--user", user) \
+            == [f"Quota configs for user-principal '{user}' are consumer_byte_rate=2.0E7"]
+
+    eventually(deleted)
+
+
+def test_group_configs(node: LocalCluster) -> None:
+    """groups are config resources of type GROUP (KIP-848 group configs)."""
+    server = ("--bootstrap-server", node.bootstrap_servers)
+    group = f"group-{uuid.uuid4().hex[:6]}"
+    assert _ok(*server, "--alter", "--group", group,
+               "--add-config", "consumer.session.timeout.ms=50000") \
+        == [f"Completed updating config for group {group}."]
+
+    def described() -> None:
+        assert _ok(*server, "--describe", "--entity-type", "groups", "--entity-name", group) \
+            == [f"Dynamic configs for group {group} are:",
+                "  consumer.session.timeout.ms=50000 sensitive=false "
+                "synonyms={DYNAMIC_GROUP_CONFIG:consumer.session.timeout.ms=50000}"]
+
+    eventually(described)
+
+
 @pytest.mark.parametrize(("argv", "message"), [
     (("--entity-type", "topics"), "Command must include exactly one action: --describe, --alter"),
     (("--describe", "--entity-type", "topix"), "Invalid entity type topix"),

@@ -426,15 +426,22 @@ class _Tool:
     def _alter_quotas(self, command: _Command) -> None:
         allowed = _IP_QUOTAS if command.types[0] == IPS else _CLIENT_QUOTAS
         keys = [*command.to_add, *command.to_delete]
+        kind = command.types[0]
+        what = ("connection quota" if kind == IPS
+                else "quota and SCRAM credential" if command.types == [USERS] else "quota")
+        # Kafka's wording; for ips its message says "added" for deletions too
+        deleted = "added" if kind == IPS else "deleted"
+        for verb, asked in (("added", list(command.to_add)), (deleted, command.to_delete)):
+            unknown = [key for key in asked
+                       if key not in allowed and not (what.endswith("credential")
+                                                      and key in _SCRAM)]
+            if unknown:
+                raise CommandError(f"Only {what} configs can be {verb} for '{kind}' using "
+                                   f"--bootstrap-server. Unexpected config names: "
+                                   f"{','.join(unknown)}")
         if any(key in _SCRAM for key in keys) and command.types == [USERS]:
             _require(self.client, 51, "AlterUserScramCredentials", (0, 0))
             raise CommandError("SCRAM credentials cannot be altered by this tool yet")
-        unknown = [key for key in keys if key not in allowed]
-        if unknown:
-            what = "connection quota" if command.types[0] == IPS else "quota"
-            raise CommandError(f"Only {what} configs can be added for '{command.types[0]}' "
-                               f"using --bootstrap-server. Unexpected config names: "
-                               f"{','.join(unknown)}")
         entries = self._quota_entries(command.types, command.names)
         current = {str(v.key) for entry in entries[:1] for v in entry.values}
         invalid = [key for key in command.to_delete if key not in current]

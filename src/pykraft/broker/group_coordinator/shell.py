@@ -11,6 +11,19 @@ Leadership follows the metadata image (`on_metadata`, a loader publisher): a par
 broker is elected to lead is loaded by replaying its log through the record codec; one it
 stops leading is unloaded at once. A failed append unloads the partition and, if this broker
 still leads it, loads it again, so memory never drifts from the log.
+
+Loading reads the log by offset, as Kafka's coordinator loader does: a chunk of batches
+(LOAD_BATCHES_PER_YIELD) at a time, synchronously, from the partition's log as it is at
+that moment; then the task yields, and the next chunk starts at the offset after the last
+batch read, from the partition's current log again. No `Log` nor segment is held across an
+await, so whatever runs on the event loop meanwhile is safe: a replica move's swap
+(AlterReplicaLogDirs closes the old log and installs its copy, with the same offsets),
+retention (a chunk starts at the log start if that went past it), and the cleaner's swap
+of compacted segments (offsets and batch bounds are kept; what a chunk reads after a
+cleaning is what the earlier chunks' records became, which replays to the same state as
+long as a load lasts less than delete.retention.ms, Kafka's own bound for a reader of a
+compacted log). An I/O error fails the load (the partition is unloaded, as on a storage
+error), never the task.
 """
 
 from __future__ import annotations
@@ -31,6 +44,7 @@ from pykraft.broker.replica_manager import Partition, ReplicaManager
 from pykraft.errors import CorruptRecord, KafkaError, KafkaStorageError, NotLeaderOrFollower
 from pykraft.metadata.image import MetadataDelta, MetadataImage
 from pykraft.metadata.registrations import ConfigResourceType
+from pykraft.records.batch import BatchHeader
 from pykraft.records.record import (
     ControlRecordType,
     build_batch,
@@ -215,40 +229,65 @@ class GroupCoordinatorShell:
             self.core.complete_txn_offsets(partition.index, producer_id, commit)
 
     async def _load(self, index: int, epoch: int) -> None:
-        partition = self.replicas.get_partition(CONSUMER_OFFSETS_TOPIC, index)
-        if partition is None or partition.leader_id != self.node_id or (
-                partition.leader_epoch != epoch):
+        partition = self._leading(index, epoch)
+        if partition is None:
             return
         started = self.now_ms()
         self.core.begin_load(index, epoch)
-        records = 0
-        for count, (header, batch) in enumerate(partition.log.iter_batches(), start=1):
-            producer_id = header.producer_id if header.is_transactional else -1
-            if header.is_control:
-                if producer_id >= 0:  # a transaction's end: its offsets apply or go
-                    kind = marker_type(batch)
-                    if kind is not None:
-                        self.core.complete_txn_offsets(index, producer_id,
-                                                       kind is ControlRecordType.COMMIT)
-            else:
-                for record in iter_records(batch):
-                    try:
-                        decoded = decode_record(record.key, record.value)
-                    except CorruptRecord as error:
-                        log.error("skipping a corrupt record at %s-%d offset %d: %s",
-                                  CONSUMER_OFFSETS_TOPIC, index, record.offset, error)
-                        continue
-                    if decoded is not None:
-                        self.core.load(index, decoded, producer_id)
-                        records += 1
-            if count % LOAD_BATCHES_PER_YIELD == 0:
-                await asyncio.sleep(0)
-                if self.core.leader_epoch(index) != epoch or index in self._pending_loads:
-                    return  # unloaded, or a newer election, while we yielded
+        records, offset = 0, partition.log.log_start_offset
+        while True:
+            # the log is looked up again after each await and read from `offset`: a move's
+            # swap, compaction or retention may have changed it meanwhile (module docstring)
+            log_ = partition.log
+            read = 0
+            for header, batch in itertools.islice(
+                    log_.iter_batches(max(offset, log_.log_start_offset)), LOAD_BATCHES_PER_YIELD):
+                records += self._load_batch(index, header, batch)
+                offset, read = header.last_offset + 1, read + 1
+            if read < LOAD_BATCHES_PER_YIELD:
+                break
+            await asyncio.sleep(0)
+            if self.core.leader_epoch(index) != epoch or index in self._pending_loads:
+                return  # unloaded, or a newer election, while we yielded
+            partition = self._leading(index, epoch)
+            if partition is None:  # deleted or led elsewhere: the metadata says so next
+                self.core.unload(index)
+                return
         self.core.complete_load(index, self.now_ms())
         self._drain()
         log.info("loaded %d group record(s) of %s-%d in %d ms", records, CONSUMER_OFFSETS_TOPIC,
                  index, self.now_ms() - started)
+
+    def _leading(self, index: int, epoch: int) -> Partition | None:
+        """The partition as it is now, if this broker leads it at `epoch`."""
+        partition = self.replicas.get_partition(CONSUMER_OFFSETS_TOPIC, index)
+        if partition is None or partition.leader_id != self.node_id or (
+                partition.leader_epoch != epoch):
+            return None
+        return partition
+
+    def _load_batch(self, index: int, header: BatchHeader, batch: bytes) -> int:
+        """Replay one batch into the core; the number of group records it held."""
+        records = 0
+        producer_id = header.producer_id if header.is_transactional else -1
+        if header.is_control:
+            if producer_id >= 0:  # a transaction's end: its offsets apply or go
+                kind = marker_type(batch)
+                if kind is not None:
+                    self.core.complete_txn_offsets(index, producer_id,
+                                                   kind is ControlRecordType.COMMIT)
+            return 0
+        for record in iter_records(batch):
+            try:
+                decoded = decode_record(record.key, record.value)
+            except CorruptRecord as error:
+                log.error("skipping a corrupt record at %s-%d offset %d: %s",
+                          CONSUMER_OFFSETS_TOPIC, index, record.offset, error)
+                continue
+            if decoded is not None:
+                self.core.load(index, decoded, producer_id)
+                records += 1
+        return records
 
     # -- the task -----------------------------------------------------------------------
 
@@ -260,7 +299,7 @@ class GroupCoordinatorShell:
                     index, epoch = self._pending_loads.popitem()
                     try:
                         await self._load(index, epoch)
-                    except KafkaError as error:
+                    except (KafkaError, OSError) as error:  # an I/O error must not end the task
                         log.error("cannot load %s-%d: %s", CONSUMER_OFFSETS_TOPIC, index, error)
                         self.core.unload(index)
                 now = self.now_ms()

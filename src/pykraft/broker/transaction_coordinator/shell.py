@@ -12,6 +12,11 @@ Leadership follows the metadata image (`on_metadata`, a loader publisher), as th
 coordinator's: a `__transaction_state` partition this broker is elected to lead is loaded by
 replaying its log; one it stops leading is unloaded at once. Memory changes only when a
 record is committed (the core's pending transits), so a failed write needs no reload.
+
+Loading reads the log by offset, a chunk of batches at a time from the partition's log as
+it is at that moment, and holds no `Log` nor segment across its awaits: a replica move's
+swap, retention and compaction may run between two chunks (the group coordinator's shell
+says why that is safe; the same holds here).
 """
 
 from __future__ import annotations
@@ -191,33 +196,58 @@ class TransactionCoordinatorShell:
         return index in self._pending_loads or self.core.is_loading(index)
 
     async def _load(self, index: int, epoch: int) -> None:
-        partition = self.replicas.get_partition(TRANSACTION_STATE_TOPIC, index)
-        if partition is None or partition.leader_id != self.node_id or (
-                partition.leader_epoch != epoch):
+        partition = self._leading(index, epoch)
+        if partition is None:
             return
         started = self.now_ms()
         self.core.begin_load(index, epoch)
-        records = 0
-        for count, (header, batch) in enumerate(partition.log.iter_batches(), start=1):
-            if not header.is_control:
-                for record in iter_records(batch):
-                    try:
-                        decoded = decode_record(record.key, record.value)
-                    except CorruptRecord as error:
-                        log.error("skipping a corrupt record at %s-%d offset %d: %s",
-                                  TRANSACTION_STATE_TOPIC, index, record.offset, error)
-                        continue
-                    if decoded is not None:
-                        self.core.load(index, decoded)
-                        records += 1
-            if count % LOAD_BATCHES_PER_YIELD == 0:
-                await asyncio.sleep(0)
-                if self.core.leader_epoch(index) != epoch or index in self._pending_loads:
-                    return  # unloaded, or a newer election, while we yielded
+        records, offset = 0, partition.log.log_start_offset
+        while True:
+            # the log is looked up again after each await and read from `offset`: a move's
+            # swap, compaction or retention may have changed it meanwhile (module docstring)
+            log_ = partition.log
+            read = 0
+            for header, batch in itertools.islice(
+                    log_.iter_batches(max(offset, log_.log_start_offset)), LOAD_BATCHES_PER_YIELD):
+                if not header.is_control:
+                    records += self._load_batch(index, batch)
+                offset, read = header.last_offset + 1, read + 1
+            if read < LOAD_BATCHES_PER_YIELD:
+                break
+            await asyncio.sleep(0)
+            if self.core.leader_epoch(index) != epoch or index in self._pending_loads:
+                return  # unloaded, or a newer election, while we yielded
+            partition = self._leading(index, epoch)
+            if partition is None:  # deleted or led elsewhere: the metadata says so next
+                self.core.unload(index)
+                return
         self.core.complete_load(index, self.now_ms())
         self._drain()
         log.info("loaded %d transaction record(s) of %s-%d in %d ms", records,
                  TRANSACTION_STATE_TOPIC, index, self.now_ms() - started)
+
+    def _leading(self, index: int, epoch: int) -> Partition | None:
+        """The partition as it is now, if this broker leads it at `epoch`."""
+        partition = self.replicas.get_partition(TRANSACTION_STATE_TOPIC, index)
+        if partition is None or partition.leader_id != self.node_id or (
+                partition.leader_epoch != epoch):
+            return None
+        return partition
+
+    def _load_batch(self, index: int, batch: bytes) -> int:
+        """Replay one data batch into the core; the number of records it held."""
+        records = 0
+        for record in iter_records(batch):
+            try:
+                decoded = decode_record(record.key, record.value)
+            except CorruptRecord as error:
+                log.error("skipping a corrupt record at %s-%d offset %d: %s",
+                          TRANSACTION_STATE_TOPIC, index, record.offset, error)
+                continue
+            if decoded is not None:
+                self.core.load(index, decoded)
+                records += 1
+        return records
 
     # -- the task -----------------------------------------------------------------------
 
@@ -229,7 +259,7 @@ class TransactionCoordinatorShell:
                     index, epoch = self._pending_loads.popitem()
                     try:
                         await self._load(index, epoch)
-                    except KafkaError as error:
+                    except (KafkaError, OSError) as error:  # an I/O error must not end the task
                         log.error("cannot load %s-%d: %s", TRANSACTION_STATE_TOPIC, index,
                                   error)
                         self.core.unload(index)

@@ -29,6 +29,18 @@ from pykraft.broker.group_coordinator.shell import (
 )
 from pykraft.broker.partition_apis import FutureLog, Move
 from pykraft.broker.replica_manager import Partition
+from pykraft.broker.transaction_coordinator.core import TransactionCoordinator, TxnConfig
+from pykraft.broker.transaction_coordinator.records import (
+    TransactionLogKey,
+    TransactionLogValue,
+    TransactionRecord,
+    TxnStatus,
+)
+from pykraft.broker.transaction_coordinator.records import encode_record as encode_txn_record
+from pykraft.broker.transaction_coordinator.shell import (
+    TRANSACTION_STATE_TOPIC,
+    TransactionCoordinatorShell,
+)
 from pykraft.records.record import build_batch
 from pykraft.storage.cleaner import CleanerConfig, LogCleaner
 from pykraft.storage.log_config import LogConfig
@@ -98,13 +110,13 @@ def step(load: Coroutine[Any, Any, None]) -> bool:
     return True
 
 
-def move_now(node: Node, partition: Partition) -> Path:
+def move_now(node: Node, partition: Partition, topic: str = CONSUMER_OFFSETS_TOPIC) -> Path:
     """Move the partition's replica to another log dir, copy and swap in one go (what
     ReplicaMover does across its passes); the new dir."""
-    home = node.log_manager.log_dir_of(CONSUMER_OFFSETS_TOPIC, 0)
+    home = node.log_manager.log_dir_of(topic, 0)
     destination = next(d for d in node.dirs if d != home)
     future = FutureLog(partition.log.dir, destination / f"{partition.log.dir.name}.x-future")
-    move = Move(CONSUMER_OFFSETS_TOPIC, 0, partition.log, destination, future)
+    move = Move(topic, 0, partition.log, destination, future)
     future.copy_pass()
     assert node.apis.mover._try_swap(move)
     return destination
@@ -183,3 +195,35 @@ async def test_a_load_whose_partition_goes_away_between_chunks_unloads_it(
     node.place(CONSUMER_OFFSETS_TOPIC, 0, leader=ME + 1, epoch=EPOCH + 1)  # led elsewhere
     assert not step(load)
     assert shell.core.leader_epoch(0) is None
+
+
+async def test_a_transaction_state_load_survives_a_move_between_two_chunks(
+        node: Node) -> None:
+    partition = node.place(TRANSACTION_STATE_TOPIC, 0, leader=ME, epoch=EPOCH)
+    expected = {}
+    for count in range(300):  # 300 batches: five chunks
+        txn_id = f"tx{count % 7}"
+        value = TransactionLogValue(producer_id=count % 7, producer_epoch=count,
+                                    transaction_timeout_ms=60_000,
+                                    transaction_status=TxnStatus.EMPTY)
+        node.replicas.append(partition, build_batch([(*encode_txn_record(TransactionRecord(
+            TransactionLogKey(transactional_id=txn_id), value)), (), NOW_MS)]), acks=1)
+        expected[txn_id] = count
+        if count % 40 == 39:
+            partition.log.roll(NOW_MS)
+    partition.log.update_high_watermark(partition.log.log_end_offset)
+
+    async def no_markers(_: Any) -> dict[tuple[str, int], Any]:
+        return {}
+
+    shell = TransactionCoordinatorShell(
+        TransactionCoordinator(TxnConfig(partition_count=1), lambda: None), ME, node.replicas,
+        node.cache, lambda: NOW_MS, no_markers)
+    load = shell._load(0, EPOCH)
+    assert step(load)
+    move_now(node, partition, TRANSACTION_STATE_TOPIC)
+    while step(load):
+        pass
+    state = shell.core.partitions[0]
+    assert not state.loading
+    assert {txn_id: txn.epoch for txn_id, txn in state.txns.items()} == expected

@@ -44,6 +44,7 @@ __all__ = [
     "ConsumerGroupState",
     "ConsumerMember",
     "MemberState",
+    "ResolvedRegex",
     "TopicInfo",
     "assign_range",
     "assign_uniform",
@@ -100,6 +101,17 @@ class ConsumerMember:
     left_temporarily: bool = False  # a static member that sent epoch -2
 
 
+@dataclass(frozen=True, slots=True)
+class ResolvedRegex:
+    """A regex's resolution, as the group's ConsumerGroupRegularExpression record holds it:
+    the topics it matched, and when (`version`: -1, pykraft does not read it back; see
+    consumer_records)."""
+
+    topics: frozenset[str]
+    version: int = -1
+    timestamp_ms: int = -1
+
+
 @dataclass(slots=True)
 class ConsumerGroup:
     group_id: str
@@ -116,6 +128,12 @@ class ConsumerGroup:
     # Regexes a member brought that the group has not resolved yet: as Kafka, resolution
     # runs after the heartbeat (the "cregex" timer), so they match nothing until then.
     pending_regexes: set[str] = field(default_factory=set)
+    # The last resolution of each regex a member uses (logged, and replayed on load: a
+    # coordinator that loads the group takes it from the log instead of resolving again).
+    resolved_regexes: dict[str, ResolvedRegex] = field(default_factory=dict)
+    # set on load: the next heartbeat schedules a resolution, as Kafka refreshes a loaded
+    # group's regexes against a newer metadata image on its next heartbeat
+    refresh_regexes: bool = False
 
     def state(self) -> ConsumerGroupState:
         if not self.members:
@@ -128,19 +146,22 @@ class ConsumerGroup:
         return ConsumerGroupState.STABLE
 
     def subscribed_topics(self, topic_names: Iterable[str]) -> set[str]:
-        """Names (among `topic_names`, the image's) that some member subscribes to."""
+        """Names (among `topic_names`, the image's) that some member subscribes to: by
+        name, or through a regex's last resolution."""
         names: set[str] = set()
-        patterns = []
         for member in self.members.values():
             names.update(member.subscribed_topic_names)
-            regex = member.subscribed_topic_regex
-            if regex and regex not in self.pending_regexes:
-                patterns.append(regex)
-        for pattern in patterns:
-            compiled = compile_regex(pattern)
-            if compiled is not None:
-                names.update(n for n in topic_names if compiled.fullmatch(n))
-        return names
+            names.update(self.regex_topics(member.subscribed_topic_regex))
+        return names.intersection(topic_names)
+
+    def regex_topics(self, regex: str | None) -> frozenset[str]:
+        """The topics `regex` matched when last resolved (none while it is pending)."""
+        resolved = None if not regex else self.resolved_regexes.get(regex)
+        return frozenset() if resolved is None else resolved.topics
+
+    def used_regexes(self) -> set[str]:
+        return {m.subscribed_topic_regex for m in self.members.values()
+                if m.subscribed_topic_regex}
 
     def set_owned(self, member: ConsumerMember, assigned: Assignment,
                   pending_revocation: Assignment) -> None:
@@ -167,6 +188,14 @@ class ConsumerGroup:
                 member.instance_id) == member_id:
             del self.static_members[member.instance_id]
         return member
+
+
+def resolve_regex(pattern: str, topic_names: Iterable[str]) -> frozenset[str]:
+    """The topics a subscription regex matches whole (none if it does not compile)."""
+    compiled = compile_regex(pattern)
+    if compiled is None:
+        return frozenset()
+    return frozenset(n for n in topic_names if compiled.fullmatch(n))
 
 
 def compile_regex(pattern: str) -> re.Pattern[str] | None:

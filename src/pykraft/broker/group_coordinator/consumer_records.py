@@ -3,11 +3,14 @@
 The coordinator persists a consumer group by difference: `records_of(group)` is the full set
 of records (key -> value) that describes the group now; `changes(group)` compares it with
 `group.persisted` (what the log holds, written or replayed) and returns the records to
-append — new or changed values in Kafka's write order (member subscriptions, group epoch,
-subscription metadata, target assignment, assignment epoch, current assignments), then
-tombstones for keys that disappeared (current assignment, target, member, then the group's
-own keys) — and makes `persisted` match. `replay(group, key, value)` applies one record of
-the log, so loading a partition rebuilds the same group (members then heartbeat again).
+append — new or changed values in Kafka's write order (member subscriptions, resolved
+regexes, group epoch, subscription metadata, target assignment, assignment epoch, current
+assignments), then tombstones for keys that disappeared (current assignment, target, member,
+a regex no member uses any more, then the group's own keys) — and makes `persisted` match.
+A regex's resolution (ConsumerGroupRegularExpression) is replayed as it was logged, so a
+coordinator that loads the group does not resolve it again. `replay(group, key, value)`
+applies one record of the log, so loading a partition rebuilds the same group (members then
+heartbeat again).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from pykraft.broker.group_coordinator.consumer import (
     ConsumerGroup,
     ConsumerMember,
     MemberState,
+    ResolvedRegex,
 )
 from pykraft.broker.group_coordinator.records import (
     ConsumerGroupCurrentMemberAssignmentKey,
@@ -31,6 +35,8 @@ from pykraft.broker.group_coordinator.records import (
     ConsumerGroupMetadataValue,
     ConsumerGroupPartitionMetadataKey,
     ConsumerGroupPartitionMetadataValue,
+    ConsumerGroupRegularExpressionKey,
+    ConsumerGroupRegularExpressionValue,
     ConsumerGroupTargetAssignmentMemberKey,
     ConsumerGroupTargetAssignmentMemberValue,
     ConsumerGroupTargetAssignmentMetadataKey,
@@ -52,9 +58,10 @@ TOMBSTONE_ORDER: Final[dict[type[Any], int]] = {
     ConsumerGroupCurrentMemberAssignmentKey: 0,
     ConsumerGroupTargetAssignmentMemberKey: 1,
     ConsumerGroupMemberMetadataKey: 2,
-    ConsumerGroupTargetAssignmentMetadataKey: 3,
-    ConsumerGroupPartitionMetadataKey: 4,
-    ConsumerGroupMetadataKey: 5,
+    ConsumerGroupRegularExpressionKey: 3,
+    ConsumerGroupTargetAssignmentMetadataKey: 4,
+    ConsumerGroupPartitionMetadataKey: 5,
+    ConsumerGroupMetadataKey: 6,
 }
 
 
@@ -86,6 +93,13 @@ def records_of(group: ConsumerGroup, member_ids: Collection[str] | None = None,
                 subscribed_topic_regex=m.subscribed_topic_regex,
                 rebalance_timeout_ms=m.rebalance_timeout_ms,
                 server_assignor=m.server_assignor))
+    used = group.used_regexes()
+    for regex, resolved in sorted(group.resolved_regexes.items()):
+        if regex in used:  # (one no member uses any more is tombstoned)
+            wanted[ConsumerGroupRegularExpressionKey(group_id=gid, regular_expression=regex)] = (
+                ConsumerGroupRegularExpressionValue(
+                    topics=tuple(sorted(resolved.topics)), version=resolved.version,
+                    timestamp=resolved.timestamp_ms))
     wanted[ConsumerGroupMetadataKey(group_id=gid)] = ConsumerGroupMetadataValue(
         epoch=group.group_epoch)
     wanted[ConsumerGroupPartitionMetadataKey(group_id=gid)] = (
@@ -122,14 +136,23 @@ def changes(group: ConsumerGroup, member_ids: Collection[str] | None = None,
     """The records that bring the log from `group.persisted` to the group as it is now.
     With `member_ids` (a heartbeat that changed no one else: no new target, nobody added or
     removed) only the group's and these members' records are compared — O(their size)
-    instead of O(group)."""
+    instead of O(group). A regex no member uses any more is forgotten (and tombstoned)."""
+    used = group.used_regexes()
+    for regex in [r for r in group.resolved_regexes if r not in used]:
+        del group.resolved_regexes[regex]
     if member_ids is None:
         return _diff(group, records_of(group))
     records = []
-    for key, value in records_of(group, member_ids).items():
+    wanted = records_of(group, member_ids)
+    for key, value in wanted.items():
         if group.persisted.get(key) != value:
             records.append(CoordinatorRecord(key, value))
             group.persisted[key] = value
+    # a member that moved to a new regex may have been the last user of its old one
+    for key in [k for k in group.persisted
+                if isinstance(k, ConsumerGroupRegularExpressionKey) and k not in wanted]:
+        del group.persisted[key]
+        records.append(CoordinatorRecord(key, None))
     return records
 
 
@@ -176,6 +199,10 @@ def replay(group: ConsumerGroup, key: ConsumerGroupKey,
         case ConsumerGroupTargetAssignmentMemberKey(member_id=member_id), \
                 ConsumerGroupTargetAssignmentMemberValue():
             group.target[member_id] = _assignment(value.topic_partitions)
+        case ConsumerGroupRegularExpressionKey(regular_expression=regex), \
+                ConsumerGroupRegularExpressionValue():
+            group.resolved_regexes[regex] = ResolvedRegex(
+                frozenset(value.topics), value.version, value.timestamp)
         case ConsumerGroupCurrentMemberAssignmentKey(member_id=member_id), \
                 ConsumerGroupCurrentMemberAssignmentValue():
             member = _member(group, member_id)
@@ -206,6 +233,8 @@ def _replay_tombstone(group: ConsumerGroup, key: ConsumerGroupKey) -> None:
                 group.set_owned(member, {}, {})
         case ConsumerGroupPartitionMetadataKey():
             group.subscription_metadata = {}
+        case ConsumerGroupRegularExpressionKey(regular_expression=regex):
+            group.resolved_regexes.pop(regex, None)
         case _:
             pass  # the group's epoch keys: the caller drops the group on its metadata's
 

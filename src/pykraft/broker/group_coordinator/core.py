@@ -37,7 +37,10 @@ id is one kind or the other: a classic JoinGroup on a consumer group with member
 INCONSISTENT_GROUP_PROTOCOL, a heartbeat on a classic group with members GROUP_ID_NOT_FOUND;
 an empty group changes kind. A subscription regex new to the group is resolved by the
 "cregex" timer right after the heartbeat that brought it, as Kafka resolves it in the
-background: the member gets those partitions in a later heartbeat. A group's GROUP config
+background: the member gets those partitions in a later heartbeat. Each resolution is logged
+(ConsumerGroupRegularExpression) with the group epoch it bumps and replayed on load, so a
+loaded group keeps its assignment and resolves again only after a heartbeat; a topic change
+re-resolves the settled regexes at once. A group's GROUP config
 resource (`update_group_configs`) overrides its session timeout and heartbeat interval.
 
 Offset commits are checked as Kafka's ClassicGroup/ConsumerGroup.validateOffsetCommit
@@ -72,10 +75,12 @@ from pykraft.broker.group_coordinator.consumer import (
     ConsumerGroupState,
     ConsumerMember,
     MemberState,
+    ResolvedRegex,
     TopicInfo,
     compile_regex,
     owns_all,
     reconcile,
+    resolve_regex,
 )
 from pykraft.broker.group_coordinator.records import (
     ConsumerGroupMetadataKey,
@@ -694,6 +699,12 @@ class GroupCoordinator:
         partition make a new group epoch at once."""
         consumer = group.consumer
         assert consumer is not None
+        # the regexes' resolutions come from the log; one a member uses that the log does
+        # not resolve (written by an older pykraft) is resolved now. All are resolved again
+        # after the next heartbeat (refresh_regexes).
+        used = consumer.used_regexes()
+        self._resolve(consumer, used - consumer.resolved_regexes.keys(), now_ms)
+        consumer.refresh_regexes = bool(used)
         if consumer.members and self._refresh_subscription(consumer):
             consumer.group_epoch += 1
             log.info("consumer group %s: subscribed topics changed while unloaded; group "
@@ -1174,7 +1185,7 @@ class GroupCoordinator:
         if kind in ("csession", "crevoke"):
             self._consumer_timer(state, group, kind, key[3], now_ms)
         elif kind == "cregex":
-            self._resolve_regexes(state, group)
+            self._resolve_regexes(state, group, now_ms)
         elif kind == "heartbeat":
             member = group.members.get(key[3])
             if member is not None and member.join_token is None and member.sync_token is None:
@@ -1509,8 +1520,12 @@ class GroupCoordinator:
                 continue
             for group in list(state.groups.values()):
                 consumer = group.consumer
-                if consumer is not None and consumer.members and self._refresh_subscription(
-                        consumer):
+                if consumer is None or not consumer.members:
+                    continue
+                # settled regexes follow the topics at once (a pending one waits its timer)
+                self._resolve(consumer, consumer.used_regexes() - consumer.pending_regexes,
+                              now_ms)
+                if self._refresh_subscription(consumer):
                     consumer.group_epoch += 1
                     log.info("consumer group %s: subscribed topic metadata changed; group "
                              "epoch %d", consumer.group_id, consumer.group_epoch)
@@ -1704,9 +1719,11 @@ class GroupCoordinator:
                             and request.server_assignor != member.server_assignor)
         changed = self._update_member(member, request)
         regex = member.subscribed_topic_regex
-        if regex != regex_before and regex and not any(
-                m.subscribed_topic_regex == regex and m is not member
-                for m in consumer.members.values()):
+        if consumer.refresh_regexes and consumer.used_regexes():
+            # the group was loaded: its regexes are resolved again (after this heartbeat)
+            # against the image this coordinator follows, as Kafka does with a newer image
+            self._set_timer(("cregex", state.index, consumer.group_id), now_ms)
+        if regex != regex_before and regex and regex not in consumer.resolved_regexes:
             # A regex the group has not resolved: Kafka resolves it in the background and
             # bumps the group epoch when done; the member gets those partitions in a later
             # heartbeat. Until then it matches nothing (and alone changes no epoch).
@@ -1804,13 +1821,8 @@ class GroupCoordinator:
         subscriptions = {}
         for member in consumer.members.values():
             topics = set(member.subscribed_topic_names)
-            if member.subscribed_topic_regex and (
-                    member.subscribed_topic_regex not in consumer.pending_regexes):
-                compiled = compile_regex(member.subscribed_topic_regex)
-                if compiled is not None:
-                    topics.update(n for n in consumer.subscription_metadata
-                                  if compiled.fullmatch(n))
-            subscriptions[member.member_id] = topics
+            topics.update(consumer.regex_topics(member.subscribed_topic_regex))
+            subscriptions[member.member_id] = topics & consumer.subscription_metadata.keys()
         topics_info = {name: self.topics[name] for name in consumer.subscription_metadata}
         consumer.assignor = self._choose_assignor(consumer)
         consumer.target = ASSIGNORS[consumer.assignor](subscriptions, topics_info,
@@ -1882,16 +1894,19 @@ class GroupCoordinator:
             return
         self._persist_consumer(state, group)
 
-    def _resolve_regexes(self, state: PartitionState, group: Group) -> None:
-        """The background resolution of the regexes members brought since the last one: a
-        new group epoch (and target) if a member still uses one, whose next heartbeat
-        then carries the partitions."""
+    def _resolve_regexes(self, state: PartitionState, group: Group, now_ms: int) -> None:
+        """The background resolution of the regexes members brought since the last one
+        (and, after a load, of all of them): a new group epoch (and target) if a member
+        still uses one that is new or now matches other topics, whose next heartbeat then
+        carries the partitions. The resolutions are logged with that epoch."""
         consumer = group.consumer
-        if consumer is None or not consumer.pending_regexes:
+        if consumer is None or not (consumer.pending_regexes or consumer.refresh_regexes):
             return
-        used = {m.subscribed_topic_regex for m in consumer.members.values()}
-        resolved = consumer.pending_regexes & used
+        used = consumer.used_regexes()
+        wanted = used if consumer.refresh_regexes else consumer.pending_regexes & used
         consumer.pending_regexes.clear()
+        consumer.refresh_regexes = False
+        resolved = self._resolve(consumer, wanted, now_ms)
         if not resolved:
             return
         self._refresh_subscription(consumer)
@@ -1900,6 +1915,19 @@ class GroupCoordinator:
                  sorted(r for r in resolved if r), consumer.group_epoch)
         self._compute_target(consumer)
         self._persist_consumer(state, group)
+
+    def _resolve(self, consumer: ConsumerGroup, regexes: Iterable[str], now_ms: int,
+                 ) -> set[str]:
+        """Resolve `regexes` against the image's topics; the ones that are new to the group
+        or now match other topics (their resolution replaced)."""
+        changed = set()
+        for regex in regexes:
+            topics = resolve_regex(regex, self.topics)
+            before = consumer.resolved_regexes.get(regex)
+            if before is None or before.topics != topics:
+                consumer.resolved_regexes[regex] = ResolvedRegex(topics, -1, now_ms)
+                changed.add(regex)
+        return changed
 
     def _drop_consumer_group(self, state: PartitionState, group: Group) -> None:
         """An empty consumer group turns classic (a classic member joins it)."""

@@ -17,8 +17,9 @@ tombstone: the key is deleted). The key version names the kind of record:
     6      ConsumerGroupTargetAssignmentMetadataKey -> ...Value (assignment epoch)
     7      ConsumerGroupTargetAssignmentMemberKey   -> ...Value (a member's target)
     8      ConsumerGroupCurrentMemberAssignmentKey  -> ...Value (a member's epoch and state)
+    16     ConsumerGroupRegularExpressionKey        -> ...Value (a regex's resolved topics)
 
-Versions 3-8 are KIP-848's consumer-group records (from the group-coordinator schemas'
+Versions 3-8 and 16 are KIP-848's consumer-group records (from the group-coordinator schemas'
 ConsumerGroup*Key/Value); keys are non-flexible, values flexible at version 0. Later key
 versions (share groups and others) are not read: `decode_record` returns None for them so a
 loader can skip them.
@@ -356,15 +357,48 @@ class ConsumerGroupCurrentMemberAssignmentValue:
     )
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsumerGroupRegularExpressionKey:
+    LOWEST_VERSION: ClassVar[int] = 16
+    LATEST_VERSION: ClassVar[int] = 16
+    FLEXIBLE_FROM: ClassVar[int | None] = None
+    group_id: str = ""
+    regular_expression: str = ""
+    FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
+        *_group_key(16),
+        FieldSpec("regular_expression", "string", Versions(16, 16), default=""),
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsumerGroupRegularExpressionValue:
+    """`version`: the metadata version the regex was resolved at (Kafka: the image's
+    offset; pykraft writes -1 and does not read it), `timestamp`: when, in ms."""
+
+    LOWEST_VERSION: ClassVar[int] = 0
+    LATEST_VERSION: ClassVar[int] = 0
+    FLEXIBLE_FROM: ClassVar[int | None] = 0
+    topics: tuple[str, ...] = ()
+    version: int = 0
+    timestamp: int = 0
+    FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
+        FieldSpec("topics", "[]string", _ALL, default=()),
+        FieldSpec("version", "int64", _ALL, default=0),
+        FieldSpec("timestamp", "int64", _ALL, default=0),
+    )
+
+
 ConsumerGroupKey = (ConsumerGroupMetadataKey | ConsumerGroupPartitionMetadataKey
                     | ConsumerGroupMemberMetadataKey | ConsumerGroupTargetAssignmentMetadataKey
                     | ConsumerGroupTargetAssignmentMemberKey
-                    | ConsumerGroupCurrentMemberAssignmentKey)
+                    | ConsumerGroupCurrentMemberAssignmentKey
+                    | ConsumerGroupRegularExpressionKey)
 ConsumerGroupValue = (ConsumerGroupMetadataValue | ConsumerGroupPartitionMetadataValue
                       | ConsumerGroupMemberMetadataValue
                       | ConsumerGroupTargetAssignmentMetadataValue
                       | ConsumerGroupTargetAssignmentMemberValue
-                      | ConsumerGroupCurrentMemberAssignmentValue)
+                      | ConsumerGroupCurrentMemberAssignmentValue
+                      | ConsumerGroupRegularExpressionValue)
 
 # key version -> (key type, value type), for KIP-848's records
 CONSUMER_GROUP_RECORDS: Final[dict[int, tuple[type[Any], type[Any]]]] = {
@@ -374,6 +408,7 @@ CONSUMER_GROUP_RECORDS: Final[dict[int, tuple[type[Any], type[Any]]]] = {
     6: (ConsumerGroupTargetAssignmentMetadataKey, ConsumerGroupTargetAssignmentMetadataValue),
     7: (ConsumerGroupTargetAssignmentMemberKey, ConsumerGroupTargetAssignmentMemberValue),
     8: (ConsumerGroupCurrentMemberAssignmentKey, ConsumerGroupCurrentMemberAssignmentValue),
+    16: (ConsumerGroupRegularExpressionKey, ConsumerGroupRegularExpressionValue),
 }
 _CONSUMER_KEY_VERSIONS: Final = {key: version
                                  for version, (key, _) in CONSUMER_GROUP_RECORDS.items()}

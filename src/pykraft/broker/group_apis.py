@@ -481,8 +481,8 @@ class GroupApis:
                 code = ErrorCode.none  # before v6 an unknown group is described as Dead
             described.append(make(
                 module.DescribedGroup, error_code=code,
-                error_message=None if code == ErrorCode.none else f"group {group_id}: "
-                f"{code.name}", group_id=group_id, group_state=d.state.value,
+                error_message=None if code == ErrorCode.none else d.message or (
+                    f"group {group_id}: {code.name}"), group_id=group_id, group_state=d.state.value,
                 protocol_type=d.protocol_type, protocol_data=d.protocol,
                 members=tuple(make(module.DescribedGroupMember, member_id=m.member_id,
                                    group_instance_id=m.group_instance_id,

@@ -322,6 +322,7 @@ class GroupDescription:
     protocol_type: str
     protocol: str
     members: tuple[MemberDescription, ...]
+    message: str | None = None  # Kafka's error message (DescribeGroups v6)
 
 
 @dataclass(frozen=True, slots=True)
@@ -1442,7 +1443,10 @@ class GroupCoordinator:
                 error = ErrorCode.group_id_not_found
             return GroupDescription(error, group_id, GroupState.DEAD, "", "", ())
         if group.consumer is not None:
-            return self._describe_consumer_as_classic(group.consumer)
+            # Kafka 4.0 describes only classic groups here (the consumer protocol's groups
+            # answer ConsumerGroupDescribe): "not a classic group", Dead
+            return GroupDescription(ErrorCode.group_id_not_found, group_id, GroupState.DEAD,
+                                    "", "", (), f"Group {group_id} is not a classic group.")
         stable = group.state is GroupState.STABLE
         members = tuple(
             MemberDescription(m.member_id, m.group_instance_id, m.client_id, m.client_host,
@@ -1965,19 +1969,6 @@ class GroupCoordinator:
                      for topic_id, indexes in sorted(
                          assignment.items(), key=lambda kv: self.topic_names.get(kv[0], "")))
 
-    def _describe_consumer_as_classic(self, consumer: ConsumerGroup) -> GroupDescription:
-        """DescribeGroups of a consumer group, as Kafka answers it: protocol type consumer,
-        the assignor as protocol, members with their subscription and assignment in the
-        consumer protocol's embedded layouts (so admin tools can read them)."""
-        members = tuple(
-            MemberDescription(m.member_id, m.instance_id, m.client_id, m.client_host,
-                              encode_subscription(m.subscribed_topic_names),
-                              encode_assignment(self._named(m.assigned)))
-            for m in consumer.members.values())
-        return GroupDescription(_NONE, consumer.group_id, consumer.state(),
-                                CONSUMER_PROTOCOL_TYPE,
-                                consumer.assignor or self.config.consumer_assignors[0], members)
-
     # -- records ------------------------------------------------------------------------
 
     def _append(self, partition: int, records: Sequence[CoordinatorRecord],
@@ -2059,25 +2050,3 @@ def _validate_consumer_commit(consumer: ConsumerGroup, request: CommitRequest,
         # TxnOffsetCommit has no STALE_MEMBER_EPOCH: producers understand ILLEGAL_GENERATION
         return ErrorCode.illegal_generation if transactional else ErrorCode.stale_member_epoch
     return _NONE
-
-
-def _string(text: str) -> bytes:
-    data = text.encode("utf-8")
-    return len(data).to_bytes(2, "big") + data
-
-
-def encode_subscription(topics: Sequence[str]) -> bytes:
-    """A ConsumerProtocolSubscription v0: version, topics, null user data."""
-    body = b"".join(_string(t) for t in topics)
-    return (b"\x00\x00" + len(topics).to_bytes(4, "big") + body
-            + (-1).to_bytes(4, "big", signed=True))
-
-
-def encode_assignment(assignment: Sequence[tuple[uuid.UUID, str, tuple[int, ...]]]) -> bytes:
-    """A ConsumerProtocolAssignment v0: version, (topic, partitions) list, null user data."""
-    parts = [b"\x00\x00", len(assignment).to_bytes(4, "big")]
-    for _, name, partitions in assignment:
-        parts.append(_string(name) + len(partitions).to_bytes(4, "big")
-                     + b"".join(p.to_bytes(4, "big") for p in partitions))
-    parts.append((-1).to_bytes(4, "big", signed=True))
-    return b"".join(parts)

@@ -633,6 +633,20 @@ class ReplicaMover:
     old log and the replica stays where it was. (The old log is not flushed first: its
     dirty pages would be fsynced on the event loop, 0.2 s for 65 MB, for files dropped.)
 
+    Readers. The swap is safe because it awaits nothing and nothing on the event loop
+    holds a `Log` across an await: every holder looks the log up again through its
+    `Partition` (or the replica manager) after each await. Parked fetches and a
+    coordinator's wait for its write's high watermark keep the Partition and read
+    `partition.log` when woken; the follower fetcher compares the log end it sent with
+    `partition.log`'s when the answer comes; DeleteRecords, DescribeProducers and the
+    producer-state snapshot (written by `Log.close`) run in one go. The group and
+    transaction coordinators load their partition a chunk at a time, each chunk from the
+    partition's log as it is then, from the offset after the last batch read (their shells'
+    docstrings). The cleaner's worker thread reads and writes files of its own by path: a
+    swap renames the directory under it (FileNotFoundError: the cleaning is dropped) or
+    closes its log first (`Log.replace_segments` of a closed log changes nothing: dropped),
+    and the next round cleans the new log.
+
     Crashes. Before the rename, the future dir is left behind: removed at the next start
     (the replica stays where it was; Kafka would resume the move, docs/deviations.md).
     Between the two renames both dirs hold the whole log, and the next start refuses

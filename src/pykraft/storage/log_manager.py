@@ -235,7 +235,9 @@ class LogManager:
 
     def rehome_log(self, log: Log, log_dir: Path) -> None:
         """`log`, opened from `log_dir`, is now its partition's log (AlterReplicaLogDirs moved
-        the partition's directory there; broker.partition_apis)."""
+        the partition's directory there; broker.partition_apis). The old Log is closed by
+        then: whoever reads a partition across an await looks its log up again after it
+        (broker.partition_apis.ReplicaMover says who and how)."""
         key = (log.topic, log.partition)
         invariant(key in self._logs and log_dir in self.log_dirs,
                   f"log {log.topic}-{log.partition} rehomed to {log_dir}")

@@ -1,5 +1,6 @@
 """A coordinator load against what may change its partition's log while it yields: a
-replica move's swap (AlterReplicaLogDirs) and the cleaner's swap of compacted segments.
+replica move's swap (AlterReplicaLogDirs), the cleaner's swap of compacted segments, and
+retention deleting the segment being read.
 
 One layer: a real ReplicaManager and LogManager over temp log dirs, the group coordinator's
 shell over a real core. The load is stepped by hand (each `send` runs it to its next
@@ -227,3 +228,25 @@ async def test_a_transaction_state_load_survives_a_move_between_two_chunks(
     state = shell.core.partitions[0]
     assert not state.loading
     assert {txn_id: txn.epoch for txn_id, txn in state.txns.items()} == expected
+
+
+async def test_a_group_load_goes_on_from_the_log_start_when_retention_passed_it(
+        node: Node) -> None:
+    """Retention (here: the log start moved by DeleteRecords, `compact,delete`) deletes the
+    segment the load was reading and the next ones: the load goes on from the new log
+    start, and every group's last offsets (rewritten in each round) are there."""
+    partition = node.place(CONSUMER_OFFSETS_TOPIC, 0, leader=ME, epoch=EPOCH)
+    partition.log.update_config(LogConfig.from_configs({"cleanup.policy": "compact,delete"},
+                                                       {}))
+    expected = fill_offsets(node, partition)
+    shell = make_shell(node)
+    load = shell._load(0, EPOCH)
+    assert step(load)  # one chunk read, in the log's second segment
+    start = partition.log.segment_base_offsets[5]
+    partition.log.delete_records(start, NOW_MS)
+    assert partition.log.log_start_offset == start > LOAD_BATCHES_PER_YIELD
+    while step(load):
+        pass
+    assert loaded_offsets(shell) == expected
+    names = [path.name for path in partition.log.dir.iterdir() if path.suffix == ".log"]
+    assert len(names) == len(partition.log.segment_base_offsets)  # no stray file made

@@ -2,20 +2,25 @@
 like kafka-consumer-groups.sh.
 
     --list [--state [STATE,...]]
-    --describe (--group G | --all-groups) [--offsets | --members | --state] [--verbose]
-    --reset-offsets --group G (--topic T[:P,...] | --all-topics)
-        (--to-earliest | --to-latest | --to-current | --to-offset N | --shift-by N
-         | --to-datetime T | --by-duration PnDTnHnMnS) [--dry-run | --execute] [--export]
-    --reset-offsets --group G --from-file CSV [--dry-run | --execute]
-    --delete --group G [--group G2 ...]
+    --describe (--group G [--group G2 ...] | --all-groups) [--offsets | --members | --state]
+        [--verbose]
+    --reset-offsets (--group G [--group G2 ...] | --all-groups) (--topic T[:P,...]
+        | --all-topics) (--to-earliest | --to-latest | --to-current | --to-offset N
+        | --shift-by N | --to-datetime T | --by-duration PnDTnHnMnS) [--dry-run | --execute]
+        [--export]
+    --reset-offsets (--group G ... | --all-groups) --from-file CSV [--dry-run | --execute]
+    --delete (--group G [--group G2 ...] | --all-groups)
     --delete-offsets --group G --topic T[:P,...] [--topic ...]
 
 The tool speaks the Kafka protocol through confluent-kafka's AdminClient. Describe shows,
 per partition, the committed offset, the log end offset and the lag between them, and the
 member that owns the partition. Offsets are reset only while the group has no active
 members, as Kafka requires; new offsets are clamped to the partition's [log start, log end].
---export prints the plan as Kafka's CSV (`topic,partition,offset`), which --from-file reads
-back (as does the `group,topic,partition,offset` form). --delete-offsets sends OffsetDelete
+--export prints the plan as Kafka's CSV (`topic,partition,offset`, or
+`group,topic,partition,offset` when several groups are reset), which --from-file reads back.
+Several groups (or --all-groups) are reset as Kafka's tool resets them: one table of every
+group's new offsets; a group with active members is reported ("Error: Assignments can only
+be reset ...") and skipped, and the command then exits 1. --delete-offsets sends OffsetDelete
 (api 47, which confluent-kafka does not offer) to the group's coordinator and prints Kafka's
 TOPIC / PARTITION / STATUS table.
 
@@ -75,7 +80,7 @@ __all__ = ["OffsetRow", "ResetSpec", "add_parser", "format_table", "parse_topic_
 ACTION_HELP: Final = {
     "list": "list all consumer groups",
     "describe": "describe consumer groups and their offset lag",
-    "reset-offsets": "reset the offsets of an inactive consumer group (a dry run unless "
+    "reset-offsets": "reset the offsets of inactive consumer groups (a dry run unless "
                      "--execute)",
     "delete": "delete consumer groups and their committed offsets",
     "delete-offsets": "delete some committed offsets of a consumer group",
@@ -108,9 +113,11 @@ def add_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
     for action, text in ACTION_HELP.items():
         parser.add_argument(f"--{action}", action="store_true", help=text)
     parser.add_argument("--group", action="append", metavar="GROUP",
-                        help="the consumer group to act on (repeat --group for --delete)")
+                        help="the consumer group to act on (repeat --group for --describe, "
+                        "--delete and --reset-offsets; one for --delete-offsets)")
     parser.add_argument("--all-groups", action="store_true",
-                        help="apply to all consumer groups (--describe)")
+                        help="apply to all consumer groups (--describe, --delete, "
+                        "--reset-offsets)")
     parser.add_argument("--members", action="store_true",
                         help="with --describe: the group's members")
     parser.add_argument("--offsets", action="store_true",
@@ -204,10 +211,12 @@ def _run_action(args: argparse.Namespace,
     properties = load_properties(args.command_config) if args.command_config else {}
     config = client_config(args.bootstrap_server, properties, warn=warn)
     groups = list(args.group or ())
-    if action in ("describe", "reset-offsets", "delete") and not groups and not (
-            action == "describe" and args.all_groups):
-        raise UsageError(f"Option [{action}] takes one of these options: [all-groups], [group]"
-                         if action == "describe" else f"Option [{action}] needs --group")
+    if action in ("describe", "reset-offsets", "delete") and not groups and not args.all_groups:
+        raise UsageError(f"Option [{action}] takes one of these options: [all-groups], [group]")
+    if groups and args.all_groups:
+        raise UsageError("Option \"[group]\" can't be used with option \"[all-groups]\"")
+    if args.all_groups and action not in ("describe", "reset-offsets", "delete"):
+        raise UsageError(f"Option \"[all-groups]\" can't be used with option \"[{action}]\"")
     if action == "delete-offsets" and (len(groups) != 1 or not args.topic):
         raise UsageError("Option [delete-offsets] takes the following options: [group], "
                          "[topic] (one group)")
@@ -220,9 +229,9 @@ def _run_action(args: argparse.Namespace,
     timeout_s = timeout_seconds(properties)
     if action == "list":
         return run_list(admin, args.state, timeout_s)
+    if args.all_groups:
+        groups = sorted(g.group_id for g in _list_groups(admin, timeout_s))
     if action == "describe":
-        if args.all_groups:
-            groups = sorted(g.group_id for g in _list_groups(admin, timeout_s))
         view = "members" if args.members else "state" if args.state is not None else "offsets"
         return run_describe(admin, groups, view, timeout_s, verbose=args.verbose)
     if action == "delete":
@@ -230,8 +239,6 @@ def _run_action(args: argparse.Namespace,
     if action == "delete-offsets":
         return run_delete_offsets(args.bootstrap_server, groups[0], args.topic, properties,
                                   timeout_s)
-    if len(groups) != 1:
-        raise UsageError("--reset-offsets takes exactly one --group")
     if args.dry_run and args.execute:
         raise UsageError("Option [reset-offsets] only accepts one of [execute] and [dry-run]")
     spec = reset_spec(args)
@@ -245,7 +252,7 @@ def _run_action(args: argparse.Namespace,
              "and want to keep the current default behavior without prompting.")
     topics = parse_topic_partitions(args.topic or ())
     scoped = bool(args.topic or args.all_topics)
-    return run_reset(admin, groups[0], topics if scoped else None, spec, args.execute,
+    return run_reset(admin, groups, topics if scoped else None, spec, args.execute,
                      timeout_s, export=args.export)
 
 
@@ -580,15 +587,60 @@ def offset_rows(admin: AdminClient, group: str, description: Any,
     return rows
 
 
-def run_reset(admin: AdminClient, group: str, topics: Mapping[str, list[int] | None] | None,
-              spec: ResetSpec, execute: bool, timeout_s: float, *, export: bool = False) -> int:
-    """Plan (and with `execute`, commit) the group's new offsets. `topics` None: the
-    partitions of the --from-file plan; empty: --all-topics."""
-    description = _describe(admin, [group], timeout_s)[group]
-    state = "Dead" if description is None else _state_name(description.state)
-    if state.upper() not in INACTIVE_STATES:
-        raise CommandError(f"Assignments can only be reset if the group '{group}' is "
-                           f"inactive, but the current state is {state}.")
+def run_reset(admin: AdminClient, groups: Sequence[str],
+              topics: Mapping[str, list[int] | None] | None, spec: ResetSpec, execute: bool,
+              timeout_s: float, *, export: bool = False) -> int:
+    """Plan (and with `execute`, commit) the groups' new offsets, as Kafka's tool: one table
+    (or CSV) of every group's plan; a group with active members is reported and skipped.
+    `topics` None: the partitions of the --from-file plan; empty: --all-topics."""
+    described = _describe(admin, groups, timeout_s) if groups else {}
+    plans: dict[str, dict[tuple[str, int], int]] = {}
+    failed = False
+    for group in groups:
+        description = described[group]
+        state = "Dead" if description is None else _state_name(description.state)
+        if state.upper() not in INACTIVE_STATES:
+            message = (f"Assignments can only be reset if the group '{group}' is inactive, "
+                       f"but the current state is {state}.")
+            if len(groups) == 1:
+                raise CommandError(message)
+            print(f"\nError: {message}", file=sys.stderr)
+            failed = True
+            continue
+        try:
+            plans[group] = _plan_reset(admin, group, topics, spec, timeout_s)
+        except CommandError as error:  # e.g. no --from-file plan for it: the next group
+            if len(groups) == 1:
+                raise
+            print(f"\nError: {error}", file=sys.stderr)
+            failed = True
+    if export:  # Kafka's CSV, which --from-file reads back; the group first if several
+        for group, targets in plans.items():
+            for (topic, partition), offset in sorted(targets.items()):
+                print(f"{group},{topic},{partition},{offset}" if len(groups) > 1
+                      else f"{topic},{partition},{offset}")
+        print()
+    elif plans:
+        for line in format_table(("GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"),
+                                 [(group, t, p, o) for group, targets in plans.items()
+                                  for (t, p), o in sorted(targets.items())]):
+            print(line)
+    for group, targets in plans.items():
+        if execute and targets:  # a group without offsets on --all-topics: nothing to reset
+            request = [ConsumerGroupTopicPartitions(group, [
+                TopicPartition(t, p, o) for (t, p), o in sorted(targets.items())])]
+            future = admin.alter_consumer_group_offsets(request, request_timeout=timeout_s)[group]
+            try:
+                result_of(future, timeout_s)
+            except KafkaException as exception:
+                raise CommandError(f"resetting the offsets of group '{group}' failed: "
+                                   f"{kafka_error_message(exception)}") from None
+    return 1 if failed else 0
+
+
+def _plan_reset(admin: AdminClient, group: str, topics: Mapping[str, list[int] | None] | None,
+                spec: ResetSpec, timeout_s: float) -> dict[tuple[str, int], int]:
+    """An inactive group's new offsets."""
     committed = committed_offsets(admin, group, timeout_s)
     from_file: Mapping[tuple[str, int], int] = {}
     if spec.kind == "from-file":
@@ -609,24 +661,7 @@ def run_reset(admin: AdminClient, group: str, topics: Mapping[str, list[int] | N
         wanted = spec if spec.kind != "from-file" else ResetSpec("to-offset", from_file[tp])
         targets[tp] = reset_target(wanted, committed.get(tp), earliest[tp], latest[tp],
                                    by_time.get(tp), partition=f"{tp[0]}-{tp[1]}")
-    if export:  # Kafka's CSV, which --from-file reads back
-        for (topic, partition), offset in sorted(targets.items()):
-            print(f"{topic},{partition},{offset}")
-        print()
-    else:
-        for line in format_table(("GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"),
-                                 [(group, t, p, o) for (t, p), o in sorted(targets.items())]):
-            print(line)
-    if execute and targets:  # a group without offsets on --all-topics: nothing to reset
-        request = [ConsumerGroupTopicPartitions(group, [TopicPartition(t, p, o) for (t, p), o
-                                                        in sorted(targets.items())])]
-        future = admin.alter_consumer_group_offsets(request, request_timeout=timeout_s)[group]
-        try:
-            result_of(future, timeout_s)
-        except KafkaException as exception:
-            raise CommandError(f"resetting the offsets of group '{group}' failed: "
-                               f"{kafka_error_message(exception)}") from None
-    return 0
+    return targets
 
 
 def _reset_partitions(admin: AdminClient, topics: Mapping[str, list[int] | None],

@@ -8,6 +8,10 @@ from __future__ import annotations
 import random
 import uuid
 
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
 from pykraft.broker.group_coordinator.consumer import TopicInfo
 from pykraft.broker.group_coordinator.core import GroupCoordinator
 from pykraft.broker.group_coordinator.records import (
@@ -18,6 +22,7 @@ from pykraft.broker.group_coordinator.records import (
     decode_record,
     encode_record,
 )
+from pykraft.errors import CorruptRecord
 from tests.unit.groups.test_consumer_group_core import GROUP, Harness, T
 
 U = uuid.UUID(int=0xB0B)
@@ -38,6 +43,30 @@ def test_the_codec_round_trips_kafkas_layout() -> None:
                            + b"\xff" * 8 + (7).to_bytes(8, "big") + b"\x00")
     assert decode_record(key_bytes, value_bytes) == CoordinatorRecord(REGEX_KEY, value)
     assert decode_record(key_bytes, None) == CoordinatorRecord(REGEX_KEY, None)
+
+
+TEXT = st.text(max_size=20)
+INT64 = st.integers(-(2**63), 2**63 - 1)
+
+
+@given(st.builds(CoordinatorRecord, st.builds(ConsumerGroupRegularExpressionKey,
+                                              group_id=TEXT, regular_expression=TEXT),
+                 st.none() | st.builds(ConsumerGroupRegularExpressionValue,
+                                       topics=st.lists(TEXT, max_size=4).map(tuple),
+                                       version=INT64, timestamp=INT64)))
+def test_every_regex_record_round_trips(record: CoordinatorRecord) -> None:
+    assert decode_record(*encode_record(record)) == record
+
+
+@pytest.mark.parametrize("value", [
+    b"\x00\x00",  # no topics array
+    b"\x00\x00\x05\x02t",  # four topics promised, one given
+    b"\x00\x00\x01" + b"\x00" * 7,  # version cut short
+])
+def test_a_truncated_regex_value_is_a_corrupt_record(value: bytes) -> None:
+    key, _ = encode_record(CoordinatorRecord(REGEX_KEY, None))
+    with pytest.raises(CorruptRecord):
+        decode_record(key, value)
 
 
 def test_the_resolution_is_written_with_the_group_epoch_it_bumps() -> None:

@@ -215,6 +215,13 @@ def _run_action(args: argparse.Namespace,
         raise UsageError(f"Option [{action}] takes one of these options: [all-groups], [group]")
     if groups and args.all_groups:
         raise UsageError("Option \"[group]\" can't be used with option \"[all-groups]\"")
+    if groups and action == "list":
+        raise UsageError("Option \"[group]\" can't be used with option \"[list]\"")
+    if args.topic and action in ("list", "describe"):
+        raise UsageError(f"Option \"[topic]\" can't be used with option \"[{action}]\"")
+    if args.topic and action == "delete":
+        raise UsageError("The consumer does not support topic-specific offset deletion from a "
+                         "consumer group.")
     if args.all_groups and action not in ("describe", "reset-offsets", "delete"):
         raise UsageError(f"Option \"[all-groups]\" can't be used with option \"[{action}]\"")
     if action == "delete-offsets" and (len(groups) != 1 or not args.topic):

@@ -43,9 +43,9 @@ from pykraft.broker.group_coordinator import records as group_records
 from pykraft.broker.transaction_coordinator import records as txn_records
 from pykraft.cli.args import ArgumentParser, CommandError, UsageError
 from pykraft.cli.metadata_decoder import (
-    _struct_json,  # the generic schema-driven JSON writer, shared with the metadata decoder
     control_record_fields,
     metadata_payload,
+    struct_json,  # the generic schema-driven JSON writer, shared with the metadata decoder
 )
 from pykraft.errors import CorruptRecord, KafkaError
 from pykraft.records.batch import (
@@ -496,11 +496,11 @@ def coordinator_record_text(decoder: str, record: Record) -> tuple[str, str | No
         return f"Error at offset {record.offset}, skipping. {error}", None, str(error)
     if decoded is None:  # a kind this build does not read (share groups)
         return f"Unknown record type {key_version} at offset {record.offset}, skipping.", None, None
-    key = _json({"type": str(key_version), "data": _struct_json(decoded.key, key_version)})
+    key = _json({"type": str(key_version), "data": struct_json(decoded.key, key_version)})
     if decoded.value is None or record.value is None:
         return key, "<DELETE>", None
     (value_version,) = struct.unpack_from(">h", record.value)
-    data = _struct_json(decoded.value, value_version)
+    data = struct_json(decoded.value, value_version)
     if isinstance(decoded.value, group_records.GroupMetadataValue):
         _decode_consumer_protocol(decoded.value, data)
     return key, _json({"version": str(value_version), "data": data}), None

@@ -44,6 +44,7 @@ __all__ = [
     "metadata_payload",
     "metadata_record_json",
     "record_type_name",
+    "struct_json",
 ]
 
 ZERO_UUID: Final = uuid.UUID(int=0)
@@ -98,12 +99,12 @@ def metadata_record_json(record: MetadataRecord, version: int) -> str:
         {
             "type": record_type_name(record),
             "version": version,
-            "data": _struct_json(record, version),
+            "data": struct_json(record, version),
         }
     )
 
 
-def _struct_json(message: Any, version: int) -> dict[str, Any]:
+def struct_json(message: Any, version: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     spec: FieldSpec
     for spec in type(message).FIELDS:
@@ -121,7 +122,7 @@ def _field_json(spec: FieldSpec, value: Any, version: int) -> Any:
         return None
     if spec.is_array:
         if spec.struct is not None:
-            return [_struct_json(element, version) for element in value]
+            return [struct_json(element, version) for element in value]
         return [_scalar_json(spec.element_type, element) for element in value]
     return _scalar_json(spec.type, value)
 

@@ -1,4 +1,4 @@
-"""`pykraft server start` and `pykraft storage ...`: the node's own commands.
+"""`pykraft server start`: the node's own command (`pykraft storage ...` is server/storage_cli).
 
 Errors are one readable line on stderr and exit code 1; a node that started and then stopped
 on a signal (SIGTERM or Ctrl-C, even one that arrives while it is still starting) exits 0.
@@ -21,7 +21,6 @@ from pykraft.server.storage_tool import (
     StorageToolError,
     check_storage,
     format_storage,
-    random_uuid,
 )
 
 log = logging.getLogger("pykraft.server")
@@ -108,17 +107,3 @@ async def _serve(config: ServerConfig) -> int:
         return _fail(str(error))
     await node.wait_stopped()
     return node.exit_code
-
-
-def storage_random_uuid() -> int:
-    print(random_uuid())
-    return 0
-
-
-def storage_format(config_path: str, cluster_id: str, ignore_formatted: bool) -> int:
-    try:
-        config = ServerConfig.load(config_path)
-        format_storage(config, cluster_id=cluster_id, ignore_formatted=ignore_formatted)
-    except (ConfigError, StorageToolError) as error:
-        return _fail(str(error))
-    return 0

@@ -70,17 +70,7 @@ def fake_server_commands(monkeypatch: pytest.MonkeyPatch) -> list[tuple[object, 
         calls.append(("run_server", config_path, overrides))
         return 0
 
-    def storage_random_uuid() -> int:
-        calls.append(("storage_random_uuid",))
-        return 0
-
-    def storage_format(config_path: str, cluster_id: str, ignore_formatted: bool) -> int:
-        calls.append(("storage_format", config_path, cluster_id, ignore_formatted))
-        return 3
-
     module.run_server = run_server  # type: ignore[attr-defined]
-    module.storage_random_uuid = storage_random_uuid  # type: ignore[attr-defined]
-    module.storage_format = storage_format  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "pykraft.cli.server_commands", module)
     import pykraft.cli
 

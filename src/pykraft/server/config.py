@@ -94,6 +94,12 @@ SERVER_KEYS: Final[dict[str, ServerKey]] = {
         ServerKey("delete.topic.enable", "boolean", "true"),
         ServerKey("message.max.bytes", "int", "1048588", 0),
         ServerKey("socket.request.max.bytes", "int", "104857600", 1),
+        # DescribeTopicPartitions' cap on partitions per response (broker/partition_apis.py)
+        ServerKey("max.request.partition.size.limit", "int", "2000", 1),
+        # how long the transaction coordinator waits on a broker's WriteTxnMarkers
+        ServerKey("request.timeout.ms", "int", "30000"),
+        # picks the inter-broker listener when inter.broker.listener.name is unset
+        ServerKey("security.inter.broker.protocol", "string", "PLAINTEXT"),
         # unset: 100 MiB, or socket.request.max.bytes if larger (Kafka's -1, unbounded, is
         # still accepted); see net/limits.py and docs/deviations.md
         ServerKey("queued.max.request.bytes", "long", None),

@@ -131,12 +131,11 @@ def test_add_scram_is_refused_with_a_reason(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("release", "message"), [
-    ("2.8", "Unknown release version '2.8'. Supported versions are: 3.3-IV0 to 4.0-IV0"),
-    ("3.9-IV7", "Unknown release version '3.9-IV7'. Supported versions are: 3.3-IV0 to 4.0-IV0"),
-    ("banana", "Unknown release version 'banana'. Supported versions are: 3.3-IV0 to 4.0-IV0"),
-    ("4.0", "A new pykraft cluster starts at metadata.version 3.9-IV0 only; format without "
-            "--release-version 4.0 and set 4.0-IV0 after start with `pykraft features "
-            "--bootstrap-server HOST:PORT upgrade --metadata 4.0` (or downgrade)"),
+    ("2.8", "Unknown release version '2.8'. Supported versions are: 3.3-IV3 to 4.0-IV0"),
+    ("3.3-IV2", "Unknown release version '3.3-IV2'. Supported versions are: 3.3-IV3 to 4.0-IV0"),
+    ("3.9-IV7", "Unknown release version '3.9-IV7'. Supported versions are: 3.3-IV3 to 4.0-IV0"),
+    ("banana", "Unknown release version 'banana'. Supported versions are: 3.3-IV3 to 4.0-IV0"),
+    ("4.1", "Unknown release version '4.1'. Supported versions are: 3.3-IV3 to 4.0-IV0"),
 ])
 def test_release_versions_pykraft_cannot_start_at_are_refused(
     release: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -150,22 +149,25 @@ def test_release_versions_pykraft_cannot_start_at_are_refused(
 
 def test_release_version_forms_kafka_accepts(tmp_path: Path,
                                              capsys: pytest.CaptureFixture[str]) -> None:
-    for index, release in enumerate(["3.9", "3.9-IV0", "3.9.1"]):
+    for index, (release, level) in enumerate([("3.9", "3.9-IV0"), ("3.9-IV0", "3.9-IV0"),
+                                              ("3.9.1", "3.9-IV0"), ("3.3-IV3", "3.3-IV3"),
+                                              ("3.7", "3.7-IV4"), ("4.0", "4.0-IV0")]):
         directory = tmp_path / str(index)
         directory.mkdir()
         config = static_combined(directory / "server.properties")
         code, out, err = run(["storage", "format", "-c", str(config), "-t", CLUSTER,
                               "-r", release], capsys)
         assert code == 0, err
-        assert "with metadata.version 3.9-IV0." in out
+        assert f"with metadata.version {level}." in out
     # inter.broker.protocol.version stands in for --release-version, as in Kafka
     directory = tmp_path / "ibp"
     directory.mkdir()
     config = static_combined(directory / "server.properties")
     with config.open("a") as stream:
         stream.write("inter.broker.protocol.version=3.7\n")
-    code, _, err = run(["storage", "format", "-c", str(config), "-t", CLUSTER], capsys)
-    assert code == 1 and "set 3.7-IV4 after start" in err
+    code, out, err = run(["storage", "format", "-c", str(config), "-t", CLUSTER], capsys)
+    assert code == 0, err
+    assert "with metadata.version 3.7-IV4." in out
 
 
 def test_standalone_reaches_a_listener_without_a_host_at_localhost(

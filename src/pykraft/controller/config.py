@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from pykraft.controller.features import BOOTSTRAP_METADATA_VERSION
 from pykraft.errors import InvalidConfig
 
 __all__ = ["ControllerConfig"]
@@ -42,6 +43,9 @@ class ControllerConfig:
     (`log.retention.ms` for `retention.ms`, ...) reported as STATIC_BROKER_CONFIG.
     `controller_ids` are the quorum voters, which may carry BROKER config resources too.
     `cluster_id`, when set, must match the cluster id a registering broker sends.
+    `bootstrap_metadata_version` is what an empty metadata log starts at: the level
+    `storage format --release-version` wrote into bootstrap.checkpoint, as Kafka's
+    BootstrapDirectory reads it (pykraft's default when the dir has no such file).
     """
 
     node_id: int
@@ -57,6 +61,7 @@ class ControllerConfig:
     leader_imbalance_per_broker_percentage: int = 10
     unclean_leader_election_interval_ms: int = 300_000
     server_configs: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    bootstrap_metadata_version: int = BOOTSTRAP_METADATA_VERSION
 
     @classmethod
     def from_properties(
@@ -65,6 +70,7 @@ class ControllerConfig:
         *,
         cluster_id: str | None = None,
         controller_ids: frozenset[int] = frozenset(),
+        bootstrap_metadata_version: int = BOOTSTRAP_METADATA_VERSION,
     ) -> ControllerConfig:
         """Kafka's keys: node.id, num.partitions, default.replication.factor,
         broker.session.timeout.ms, delete.topic.enable, auto.leader.rebalance.enable,
@@ -90,4 +96,5 @@ class ControllerConfig:
             ),
             controller_ids=controller_ids,
             server_configs=MappingProxyType(dict(properties)),
+            bootstrap_metadata_version=bootstrap_metadata_version,
         )

@@ -47,7 +47,6 @@ from pykraft.controller import cluster, configs, features, reassignment, replica
 from pykraft.controller.cluster import BrokerControlState, BrokerSessions, Registration
 from pykraft.controller.config import ControllerConfig
 from pykraft.controller.features import (
-    BOOTSTRAP_METADATA_VERSION,
     METADATA_VERSION_FEATURE,
     FeatureUpdate,
     UpdateFeaturesResult,
@@ -316,10 +315,13 @@ class QuorumController:
 
     # -- operations -----------------------------------------------------------------------
 
-    def bootstrap(self, metadata_version: int = BOOTSTRAP_METADATA_VERSION) -> OpResult[int]:
+    def bootstrap(self, metadata_version: int | None = None) -> OpResult[int]:
         """The bootstrap records when the log has none yet (metadata.version unset), else
-        nothing. The response is the metadata.version in force after the records."""
+        nothing. The response is the metadata.version in force after the records. The level
+        is the formatted one (`config.bootstrap_metadata_version`) unless given."""
         self._require_active()
+        if metadata_version is None:
+            metadata_version = self.config.bootstrap_metadata_version
         current = self._state.image.features.metadata_version
         if current != 0:
             return OpResult((), current)

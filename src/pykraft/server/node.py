@@ -54,7 +54,11 @@ from pykraft.broker.replica_manager import (
 from pykraft.broker.transaction_apis import TransactionParts
 from pykraft.broker.transaction_coordinator.shell import ProducerIdBlocks
 from pykraft.controller.config import ControllerConfig
-from pykraft.controller.features import SUPPORTED_FEATURES
+from pykraft.controller.features import (
+    BOOTSTRAP_METADATA_VERSION,
+    LATEST_METADATA_VERSION,
+    SUPPORTED_FEATURES,
+)
 from pykraft.controller.quorum_controller import QuorumController
 from pykraft.controller.requests import BrokerFeatureRange
 from pykraft.controller.requests import Listener as ControllerListener
@@ -85,7 +89,12 @@ from pykraft.server.metadata_snapshots import (
     controller_from_image,
 )
 from pykraft.server.metrics import CleanerMetrics, LogMetrics, MetricsServer, NodeMetrics
-from pykraft.server.storage_tool import StorageToolError, check_storage
+from pykraft.server.storage_tool import (
+    MINIMUM_RELEASE_VERSION,
+    StorageToolError,
+    check_storage,
+    read_bootstrap_metadata_version,
+)
 from pykraft.storage.cleaner import CleanerConfig, LogCleaner, SwapFailed
 from pykraft.storage.log_manager import LogManager
 from pykraft.topic_names import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
@@ -175,8 +184,19 @@ class Node:
             self.raft, self.loader, SnapshotPolicy.from_configs(self.config.get_int),
             wall_clock_ms)
         if self.is_controller:
+            try:  # the level `storage format` wrote; none in a dir an older pykraft formatted
+                formatted = read_bootstrap_metadata_version(self.config.metadata_log_dir)
+            except StorageToolError as error:
+                raise NodeStartError(str(error)) from error
+            if formatted is not None and not (
+                    MINIMUM_RELEASE_VERSION <= formatted <= LATEST_METADATA_VERSION):
+                raise NodeStartError(  # a hand-edited file: refuse now, not at bootstrap
+                    f"{self.config.metadata_log_dir / 'bootstrap.checkpoint'} holds "
+                    f"metadata.version {formatted}, which this node cannot bootstrap at")
             controller_config = ControllerConfig.from_properties(
-                values, cluster_id=self.cluster_id, controller_ids=frozenset(voters))
+                values, cluster_id=self.cluster_id, controller_ids=frozenset(voters),
+                bootstrap_metadata_version=(BOOTSTRAP_METADATA_VERSION if formatted is None
+                                            else formatted))
             self.controller = ControllerServer(
                 QuorumController(controller_config, random.Random()), self.raft)
         self.channel = self._controller_channel()

@@ -25,10 +25,9 @@ if TYPE_CHECKING:
 
 __all__ = ["add_parser"]
 
-_RELEASE_HELP = ("the Kafka release whose metadata.version the cluster starts at (3.9 or "
-                 "3.9-IV0; default: inter.broker.protocol.version when the config sets it, "
-                 "else 3.9-IV0). A new pykraft cluster starts at 3.9-IV0 only; other levels "
-                 "are set after start with `pykraft features upgrade|downgrade`")
+_RELEASE_HELP = ("the Kafka release whose metadata.version the cluster starts at, 3.3-IV3 "
+                 "to 4.0-IV0 (e.g. 3.7 or 3.7-IV4; default: inter.broker.protocol.version "
+                 "when the config sets it, else 3.9-IV0)")
 
 
 def add_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> None:

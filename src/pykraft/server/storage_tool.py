@@ -6,10 +6,11 @@ asked to format it) or on one formatted for another cluster or node.
 
 Formatting also writes, as Kafka's Formatter does, `bootstrap.checkpoint` into every dir: a
 snapshot-format file holding the FeatureLevelRecord of the metadata.version the cluster starts
-at (`--release-version`, else the bootstrap level). KIP-853's dynamic quorum bootstrap
-(`--standalone`, `--initial-controllers`) is mapped onto pykraft's static quorum: the initial
-voter set is written to `bootstrap.voters` in the metadata log dir (Kafka writes it as a
-VotersRecord in the 0-0 snapshot), and a node configured with
+at (`--release-version`, else the bootstrap level); the first active controller reads it from
+the metadata log dir and bootstraps the empty metadata log at that level. KIP-853's dynamic
+quorum bootstrap (`--standalone`, `--initial-controllers`) is mapped onto pykraft's static
+quorum: the initial voter set is written to `bootstrap.voters` in the metadata log dir (Kafka
+writes it as a VotersRecord in the 0-0 snapshot), and a node configured with
 controller.quorum.bootstrap.servers only takes that set as its static voters at start-up.
 Voters cannot be added or removed later (docs/deviations.md).
 """
@@ -29,7 +30,7 @@ from pykraft.controller.features import (
     BOOTSTRAP_METADATA_VERSION,
     LATEST_METADATA_VERSION,
     METADATA_VERSION_FEATURE,
-    MINIMUM_BOOTSTRAP_METADATA_VERSION,
+    MV_3_3_IV3,
     bootstrap_records,
     metadata_version_level,
     metadata_version_name,
@@ -56,6 +57,8 @@ BOOTSTRAP_CHECKPOINT_FILE: Final = "bootstrap.checkpoint"
 BOOTSTRAP_VOTERS_FILE: Final = "bootstrap.voters"  # pykraft's: the KIP-853 initial voters
 _BOOTSTRAP_SNAPSHOT: Final = SnapshotId(end_offset=0, epoch=0)  # Kafka's bootstrap id
 _BOOTSTRAP_FILE_BYTES_MAX: Final = 1024 * 1024
+# Kafka 4.0's MetadataVersion.MINIMUM_VERSION: the oldest level a cluster may be formatted at
+MINIMUM_RELEASE_VERSION: Final = MV_3_3_IV3
 _DISCOVERY_BACKOFF_S: Final = 0.5  # a handful of records; more is not ours
 _VOTER: Final = re.compile(r"^(-?\d+)@(\[[0-9a-fA-F:]+\]|[^:@\[\]]+):(\d+):([A-Za-z0-9_-]+)$")
 
@@ -145,10 +148,10 @@ def release_version_level(text: str) -> int:
     level = metadata_version_level(release)
     if level is None and len(numbers) == 3 and "-" not in release:  # 3.9.1: the 3.9 line
         level = metadata_version_level(".".join(numbers[:2]))
-    if level is None or not MINIMUM_BOOTSTRAP_METADATA_VERSION <= level <= LATEST_METADATA_VERSION:
+    if level is None or not MINIMUM_RELEASE_VERSION <= level <= LATEST_METADATA_VERSION:
         raise StorageToolError(
             f"Unknown release version '{text}'. Supported versions are: "
-            f"{metadata_version_name(MINIMUM_BOOTSTRAP_METADATA_VERSION)} to "
+            f"{metadata_version_name(MINIMUM_RELEASE_VERSION)} to "
             f"{metadata_version_name(LATEST_METADATA_VERSION)}")
     return level
 
@@ -407,15 +410,6 @@ def format_command(
     """`pykraft storage format`: Kafka's StorageTool.runFormatCommand checks, then format."""
     release = release_version or config.get("inter.broker.protocol.version")
     level = None if release is None else release_version_level(release)
-    if level is not None and level != BOOTSTRAP_METADATA_VERSION:
-        # the controller writes its own bootstrap level (controller/features.py) and does
-        # not read bootstrap.checkpoint yet: refuse rather than start at another level
-        raise StorageToolError(
-            f"A new pykraft cluster starts at {METADATA_VERSION_FEATURE} "
-            f"{metadata_version_name(BOOTSTRAP_METADATA_VERSION)} only; format without "
-            f"--release-version {release} and set {metadata_version_name(level)} after start "
-            f"with `pykraft features --bootstrap-server HOST:PORT upgrade --metadata {release}` "
-            "(or downgrade)")
     static = bool(config.get_list("controller.quorum.voters"))
     initial_voters = None
     if initial_controllers is not None:

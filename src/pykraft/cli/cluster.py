@@ -4,10 +4,12 @@
     pykraft cluster unregister (--bootstrap-server H:P | --bootstrap-controller H:P) --id N
 
 `unregister` sends UnregisterBroker (api 64; no Python client library has it), which a
-broker forwards to the active controller. As in Kafka, the controller unregisters any
-registered broker, even a running one (which then registers again); it is meant for a
-broker that is gone for good, whose registration would otherwise hold back metadata.version
-upgrades. An id that is not registered is refused with BROKER_ID_NOT_REGISTERED.
+broker forwards to the active controller; given --bootstrap-controller, the tool finds the
+active controller itself from any controller (KIP-919), as Kafka's admin client does. As in
+Kafka, the controller unregisters any registered broker, even a running one (which then
+registers again); it is meant for a broker that is gone for good, whose registration would
+otherwise hold back metadata.version upgrades. An id that is not registered is refused with
+BROKER_ID_NOT_REGISTERED.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from pykraft.cli.args import (
     add_bootstrap_options,
     bootstrap_of,
 )
-from pykraft.cli.protocol_client import ProtocolClient, error_name
+from pykraft.cli.protocol_client import ProtocolClient, active_controller, error_name
 
 __all__ = ["add_parser", "unregister_broker", "cluster_id"]
 
@@ -58,7 +60,8 @@ def _cluster_id_args(args: argparse.Namespace) -> int:
 
 
 def _unregister_args(args: argparse.Namespace) -> int:
-    unregister_broker(bootstrap_of(args), args.id)
+    unregister_broker(bootstrap_of(args), args.id,
+                      controllers=args.bootstrap_controller is not None)
     print(f"Broker {args.id} is no longer registered.")
     return 0
 
@@ -74,12 +77,18 @@ def cluster_id(servers: str, *, timeout_s: float = _TIMEOUT_S) -> str:
     return str(response.cluster_id)
 
 
-def unregister_broker(servers: str, broker_id: int, *, timeout_s: float = _TIMEOUT_S) -> None:
-    """UnregisterBroker; raises CommandError with the controller's refusal."""
+def unregister_broker(servers: str, broker_id: int, *, timeout_s: float = _TIMEOUT_S,
+                      controllers: bool = False) -> None:
+    """UnregisterBroker; raises CommandError with the controller's refusal. Given
+    `controllers`, it goes to the active one (another controller refuses it with
+    NOT_CONTROLLER; a broker forwards it)."""
     def build(module: ModuleType, version: int) -> Any:
         return module.UnregisterBrokerRequest(broker_id=broker_id)
 
-    with ProtocolClient(servers, timeout_s=timeout_s, client_id="pykraft-cluster") as client:
+    client = (active_controller(servers, timeout_s=timeout_s, client_id="pykraft-cluster",
+                                call="unregisterBroker") if controllers
+              else ProtocolClient(servers, timeout_s=timeout_s, client_id="pykraft-cluster"))
+    with client:
         _, response = client.request(UNREGISTER_BROKER, "UnregisterBroker", (0, 0), build)
     if response.error_code != ErrorCode.none:
         message = f": {response.error_message}" if response.error_message else ""

@@ -8,7 +8,7 @@ For each live broker, Kafka's NodeApiVersions lines:
     127.0.0.1:9092 (id: 1 rack: null isFenced: false) -> (
     <TAB>Produce(0): 3 to 12 [usable: 12],
     <TAB>...
-    <TAB>DescribeClientQuotas(48): UNSUPPORTED,
+    <TAB>DescribeUserScramCredentials(50): UNSUPPORTED,
     <TAB>...
     )
 

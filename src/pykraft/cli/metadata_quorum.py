@@ -14,7 +14,7 @@ same answer: a broker forwards DescribeQuorum to the active controller; with
 --bootstrap-controller the tool finds the active controller itself from any controller, as
 Kafka's admin client does (KIP-919: DescribeCluster on a controller names the controllers
 and the active one), and waits through an election for at most default.api.timeout.ms
-(60 s) before failing with Kafka's "Timed out waiting for a node assignment".
+(30 s here; Kafka's is 60 s) before failing with Kafka's "Timed out waiting for a node assignment".
 """
 
 from __future__ import annotations

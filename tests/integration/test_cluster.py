@@ -371,6 +371,7 @@ def test_a_second_broker_with_a_taken_node_id_fails_clearly(tmp_path: Path) -> N
         assert [b[0] for b in view[0]] == [2]
 
 
+@pytest.mark.slow  # a fault test; in ./scripts/test-long to keep CI under 30 minutes
 def test_a_killed_broker_is_fenced_once_its_connection_is_gone_a_stopped_one_later() -> None:
     """Default timeouts (broker.session.timeout.ms 9 s, heartbeats every 2 s). A broker
     killed with SIGKILL closes its heartbeat connection: the controller fences it after the

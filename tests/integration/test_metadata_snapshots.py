@@ -159,6 +159,7 @@ def test_a_node_writes_snapshots_and_restarts_from_the_latest() -> None:
         assert "after-restart" in topic_names(metadata_view(node.bootstrap_servers))
 
 
+@pytest.mark.slow  # a fault test; in ./scripts/test-long to keep CI under 30 minutes
 def test_a_wiped_controller_fetches_a_snapshot_and_can_lead() -> None:
     """Three controllers and a broker: the leader's log starts above 0 (below it, only its
     snapshot); a follower controller killed and wiped (formatted again) fetches the

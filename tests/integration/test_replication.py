@@ -458,6 +458,7 @@ def raw_produce(bootstrap: str, topic: str, acks: int) -> ErrorCode:
                          .partition_responses[0].error_code)
 
 
+@pytest.mark.slow  # a fault test; in ./scripts/test-long to keep CI under 30 minutes
 def test_an_isolated_leader_acknowledges_nothing_and_truncates_after_healing() -> None:
     """Each broker's replication listener and its way to the controller go through a
     proxy. Cutting the leader's two proxies isolates it from the other brokers and the

@@ -444,6 +444,7 @@ sys.exit(0 if query.exception() is None else 1)
 """
 
 
+@pytest.mark.slow  # a fault test; in ./scripts/test-long to keep CI under 30 minutes
 def test_a_task_retried_after_failing_mid_transaction_writes_its_rows_once(
         pykraft_cluster: LocalCluster, topic_name: TopicName, tmp_path: Path) -> None:
     """Real Spark with task retries: the first attempt of one task fails after producing

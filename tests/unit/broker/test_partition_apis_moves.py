@@ -20,6 +20,7 @@ from pykraft.broker.partition_apis import (
     DESCRIBE_LOG_DIRS,
     FutureLog,
     PartitionApis,
+    ReplicaMover,
 )
 from pykraft.broker.replica_manager import Partition
 from pykraft.records.record import build_batch
@@ -244,9 +245,20 @@ async def test_a_swap_that_cannot_open_the_copy_leaves_the_replica_where_it_was(
     assert partition.log.log_end_offset == before[1] + 1
 
 
-async def test_describe_log_dirs_shows_a_move_in_flight_as_a_future_log(node: Node) -> None:
+async def test_describe_log_dirs_shows_a_move_in_flight_as_a_future_log(
+        node: Node, monkeypatch: pytest.MonkeyPatch) -> None:
     """Until the swap the replica is listed in its dir and, as a future log, in the
-    destination: its bytes copied so far and how far the copy is behind the log end."""
+    destination: its bytes copied so far and how far the copy is behind the log end.
+    The move's own task is held at its start (a log this small is copied and swapped in
+    its first pass) while the test runs that pass itself."""
+    released = asyncio.Event()
+    run = ReplicaMover._run
+
+    async def held_run(self: ReplicaMover, move: Any) -> None:
+        await released.wait()
+        await run(self, move)
+
+    monkeypatch.setattr(ReplicaMover, "_run", held_run)
     partition = node.place("a", 0, leader=ME, epoch=1)
     fill(node, partition, 8)
     home = node.log_manager.log_dir_of("a", 0)
@@ -268,4 +280,5 @@ async def test_describe_log_dirs_shows_a_move_in_flight_as_a_future_log(node: No
     await asyncio.to_thread(move.future.copy_pass)  # what the move's first pass does
     during = listed(await node.call(DESCRIBE_LOG_DIRS, 4, request))
     assert during[str(destination.absolute())] == [(0, True, partition.log.size_bytes, 0)]
+    released.set()
     await wait_moved(node, "a", 0, destination)

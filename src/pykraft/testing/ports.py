@@ -4,12 +4,14 @@ A port taken with bind(0) comes from the kernel's ephemeral range, so in the tim
 choosing it and a node binding it, the kernel may give the same port to another bind(0) or
 to an outgoing connection (a client's, or another node's) -- the node then fails with
 "Address already in use". Ports are therefore drawn below that range, never twice in one
-process, and checked free by binding them once.
+process, and checked free by binding them once. Under pytest-xdist each worker draws from
+its own residue class (port % workers == its number), so two workers never pick the same.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import random
 import socket
 import threading
@@ -39,11 +41,26 @@ def _bindable(port: int) -> bool:
         return True
 
 
+@functools.cache
+def _worker_share() -> tuple[int, int]:
+    """(this pytest-xdist worker's number, the number of workers); (0, 1) outside xdist."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    try:
+        count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+        number = int(worker.removeprefix("gw")) if worker.startswith("gw") else 0
+    except ValueError:
+        return 0, 1
+    return (number % count, count) if count > 1 else (0, 1)
+
+
 def free_port() -> int:
     """A loopback port nobody listens on, outside the ephemeral range, not handed out
-    before by this process."""
+    before by this process (nor by another xdist worker)."""
     low, _ = _ephemeral_range()
-    candidates = range(_LOWEST, low) if low - _LOWEST >= 1000 else range(1024, 65536)
+    span = range(_LOWEST, low) if low - _LOWEST >= 1000 else range(1024, 65536)
+    number, count = _worker_share()
+    first = span.start + (number - span.start) % count
+    candidates = range(first, span.stop, count)
     with _lock:
         for _ in range(1000):
             port = random.choice(candidates)

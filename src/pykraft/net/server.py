@@ -44,6 +44,7 @@ from pykraft.net.limits import (
     queued_max_request_bytes,
     quotas_for,
 )
+from pykraft.net.principal import ANONYMOUS, KafkaPrincipal
 from pykraft.protocol.api import ApiKey, supports
 from pykraft.protocol.framing import (
     FrameError,
@@ -66,6 +67,9 @@ class RequestContext:
     listener_name: str
     client_host: str
     client_port: int
+    # who the connection authenticated as (TLS client certificate or SASL), and how
+    principal: KafkaPrincipal = ANONYMOUS
+    security_protocol: str = "PLAINTEXT"
 
 
 @runtime_checkable

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from pykraft.broker.coordinator_loading import LOAD_BATCHES_PER_YIELD
 from pykraft.broker.group_coordinator.core import GroupConfig, GroupCoordinator
 from pykraft.broker.group_coordinator.records import (
     CoordinatorRecord,
@@ -23,11 +24,7 @@ from pykraft.broker.group_coordinator.records import (
     OffsetCommitValue,
     encode_record,
 )
-from pykraft.broker.group_coordinator.shell import (
-    CONSUMER_OFFSETS_TOPIC,
-    LOAD_BATCHES_PER_YIELD,
-    GroupCoordinatorShell,
-)
+from pykraft.broker.group_coordinator.shell import CONSUMER_OFFSETS_TOPIC, GroupCoordinatorShell
 from pykraft.broker.partition_apis import FutureLog, Move
 from pykraft.broker.replica_manager import Partition
 from pykraft.broker.transaction_coordinator.core import TransactionCoordinator, TxnConfig

@@ -12,18 +12,10 @@ broker is elected to lead is loaded by replaying its log through the record code
 stops leading is unloaded at once. A failed append unloads the partition and, if this broker
 still leads it, loads it again, so memory never drifts from the log.
 
-Loading reads the log by offset, as Kafka's coordinator loader does: a chunk of batches
-(LOAD_BATCHES_PER_YIELD) at a time, synchronously, from the partition's log as it is at
-that moment; then the task yields, and the next chunk starts at the offset after the last
-batch read, from the partition's current log again. No `Log` nor segment is held across an
-await, so whatever runs on the event loop meanwhile is safe: a replica move's swap
-(AlterReplicaLogDirs closes the old log and installs its copy, with the same offsets),
-retention (a chunk starts at the log start if that went past it), and the cleaner's swap
-of compacted segments (offsets and batch bounds are kept; what a chunk reads after a
-cleaning is what the earlier chunks' records became, which replays to the same state as
-long as a load lasts less than delete.retention.ms, Kafka's own bound for a reader of a
-compacted log). An I/O error fails the load (the partition is unloaded, as on a storage
-error), never the task.
+Loading reads the log by offset, a chunk of batches at a time, holding no `Log` across an
+await (broker.coordinator_loading, shared with the transaction coordinator's shell). An
+I/O error fails the load (the partition is unloaded, as on a storage error), never the
+task.
 """
 
 from __future__ import annotations
@@ -36,6 +28,7 @@ from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
 
+from pykraft.broker.coordinator_loading import leading_partition, load_partition
 from pykraft.broker.group_coordinator.consumer import TopicInfo
 from pykraft.broker.group_coordinator.core import Append, GroupCoordinator, Reply
 from pykraft.broker.group_coordinator.records import decode_record, encode_record
@@ -57,7 +50,6 @@ __all__ = ["CONSUMER_OFFSETS_TOPIC", "GroupCoordinatorShell", "NotCoordinator"]
 log = logging.getLogger(__name__)
 
 CONSUMER_OFFSETS_TOPIC: Final = "__consumer_offsets"
-LOAD_BATCHES_PER_YIELD: Final = 64  # let other tasks run while a big partition loads
 
 
 class NotCoordinator(KafkaError):
@@ -229,42 +221,20 @@ class GroupCoordinatorShell:
             self.core.complete_txn_offsets(partition.index, producer_id, commit)
 
     async def _load(self, index: int, epoch: int) -> None:
-        partition = self._leading(index, epoch)
-        if partition is None:
-            return
         started = self.now_ms()
-        self.core.begin_load(index, epoch)
-        records, offset = 0, partition.log.log_start_offset
-        while True:
-            # the log is looked up again after each await and read from `offset`: a move's
-            # swap, compaction or retention may have changed it meanwhile (module docstring)
-            log_ = partition.log
-            read = 0
-            for header, batch in itertools.islice(
-                    log_.iter_batches(max(offset, log_.log_start_offset)), LOAD_BATCHES_PER_YIELD):
-                records += self._load_batch(index, header, batch)
-                offset, read = header.last_offset + 1, read + 1
-            if read < LOAD_BATCHES_PER_YIELD:
-                break
-            await asyncio.sleep(0)
-            if self.core.leader_epoch(index) != epoch or index in self._pending_loads:
-                return  # unloaded, or a newer election, while we yielded
-            partition = self._leading(index, epoch)
-            if partition is None:  # deleted or led elsewhere: the metadata says so next
-                self.core.unload(index)
-                return
-        self.core.complete_load(index, self.now_ms())
+        records = await load_partition(
+            self.core, lambda: self._leading(index, epoch), index, epoch,
+            replay=lambda header, batch: self._load_batch(index, header, batch),
+            pending_loads=self._pending_loads, now_ms=self.now_ms)
+        if records is None:
+            return
         self._drain()
         log.info("loaded %d group record(s) of %s-%d in %d ms", records, CONSUMER_OFFSETS_TOPIC,
                  index, self.now_ms() - started)
 
     def _leading(self, index: int, epoch: int) -> Partition | None:
-        """The partition as it is now, if this broker leads it at `epoch`."""
-        partition = self.replicas.get_partition(CONSUMER_OFFSETS_TOPIC, index)
-        if partition is None or partition.leader_id != self.node_id or (
-                partition.leader_epoch != epoch):
-            return None
-        return partition
+        return leading_partition(self.replicas, self.node_id, CONSUMER_OFFSETS_TOPIC, index,
+                                 epoch)
 
     def _load_batch(self, index: int, header: BatchHeader, batch: bytes) -> int:
         """Replay one batch into the core; the number of group records it held."""

@@ -15,8 +15,8 @@ record is committed (the core's pending transits), so a failed write needs no re
 
 Loading reads the log by offset, a chunk of batches at a time from the partition's log as
 it is at that moment, and holds no `Log` nor segment across its awaits: a replica move's
-swap, retention and compaction may run between two chunks (the group coordinator's shell
-says why that is safe; the same holds here).
+swap, retention and compaction may run between two chunks (broker.coordinator_loading, shared
+with the group coordinator's shell, says why that is safe).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from typing import Any, Final, Protocol
 
 from kio.schema.errors import ErrorCode
 
+from pykraft.broker.coordinator_loading import leading_partition, load_partition
 from pykraft.broker.metadata_cache import MetadataCache
 from pykraft.broker.replica_manager import Partition, ReplicaManager
 from pykraft.broker.transaction_coordinator.core import (
@@ -49,7 +50,6 @@ __all__ = ["TRANSACTION_STATE_TOPIC", "TransactionCoordinatorShell", "ProducerId
 log = logging.getLogger(__name__)
 
 TRANSACTION_STATE_TOPIC: Final = "__transaction_state"
-LOAD_BATCHES_PER_YIELD: Final = 64
 PRODUCER_IDS_BACKOFF_MS: Final = 50
 PRODUCER_IDS_BACKOFF_MAX_MS: Final = 1000
 
@@ -196,43 +196,21 @@ class TransactionCoordinatorShell:
         return index in self._pending_loads or self.core.is_loading(index)
 
     async def _load(self, index: int, epoch: int) -> None:
-        partition = self._leading(index, epoch)
-        if partition is None:
-            return
         started = self.now_ms()
-        self.core.begin_load(index, epoch)
-        records, offset = 0, partition.log.log_start_offset
-        while True:
-            # the log is looked up again after each await and read from `offset`: a move's
-            # swap, compaction or retention may have changed it meanwhile (module docstring)
-            log_ = partition.log
-            read = 0
-            for header, batch in itertools.islice(
-                    log_.iter_batches(max(offset, log_.log_start_offset)), LOAD_BATCHES_PER_YIELD):
-                if not header.is_control:
-                    records += self._load_batch(index, batch)
-                offset, read = header.last_offset + 1, read + 1
-            if read < LOAD_BATCHES_PER_YIELD:
-                break
-            await asyncio.sleep(0)
-            if self.core.leader_epoch(index) != epoch or index in self._pending_loads:
-                return  # unloaded, or a newer election, while we yielded
-            partition = self._leading(index, epoch)
-            if partition is None:  # deleted or led elsewhere: the metadata says so next
-                self.core.unload(index)
-                return
-        self.core.complete_load(index, self.now_ms())
+        records = await load_partition(
+            self.core, lambda: self._leading(index, epoch), index, epoch,
+            replay=lambda header, batch: (0 if header.is_control
+                                          else self._load_batch(index, batch)),
+            pending_loads=self._pending_loads, now_ms=self.now_ms)
+        if records is None:
+            return
         self._drain()
         log.info("loaded %d transaction record(s) of %s-%d in %d ms", records,
                  TRANSACTION_STATE_TOPIC, index, self.now_ms() - started)
 
     def _leading(self, index: int, epoch: int) -> Partition | None:
-        """The partition as it is now, if this broker leads it at `epoch`."""
-        partition = self.replicas.get_partition(TRANSACTION_STATE_TOPIC, index)
-        if partition is None or partition.leader_id != self.node_id or (
-                partition.leader_epoch != epoch):
-            return None
-        return partition
+        return leading_partition(self.replicas, self.node_id, TRANSACTION_STATE_TOPIC, index,
+                                 epoch)
 
     def _load_batch(self, index: int, batch: bytes) -> int:
         """Replay one data batch into the core; the number of records it held."""

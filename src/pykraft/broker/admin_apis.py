@@ -17,12 +17,22 @@ that sets it, in that order (log.retention.ms before .minutes and .hours, layer 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, Protocol
 
 from kio.schema.errors import ErrorCode
 
+from pykraft.broker.authorization import (
+    CLUSTER_SUPPORTED,
+    Authorized,
+    allowed_names,
+    allows,
+    allows_cluster,
+    operations_if,
+    refusal,
+)
 from pykraft.broker.internal_topics import (
     COORDINATED_TOPICS,
     InternalTopicRefused,
@@ -64,11 +74,10 @@ from pykraft.controller.requests import (
 )
 from pykraft.metadata.image import MetadataDelta, MetadataImage
 from pykraft.net.server import RequestContext
+from pykraft.protocol.acls import CLUSTER_NAME, AclOperation, ResourceType
 from pykraft.protocol.api import (
     ADMIN_APIS,
-    AUTHORIZED_OPERATIONS_OMITTED,
     BROKER_ADMIN_APIS,
-    CLUSTER_OPERATIONS,
     ApiKey,
 )
 from pykraft.protocol.entities import NO_THROTTLE, field, make, response_module
@@ -139,7 +148,38 @@ class QuorumInfo(Protocol):
 QuorumForward = Callable[[int, Any], Awaitable[Any | None]]
 
 
-class AdminApis:
+Op = AclOperation
+TOPIC = ResourceType.TOPIC
+# what a config resource is authorized as (ControllerApis.authorizeAlterResource):
+# (ACL resource type, whether its name is the resource's, error when refused)
+_CONFIG_RESOURCES: Final[dict[int, tuple[ResourceType, bool, ErrorCode]]] = {
+    ConfigResourceType.TOPIC: (TOPIC, True, ErrorCode.topic_authorization_failed),
+    ConfigResourceType.BROKER: (ResourceType.CLUSTER, False,
+                                ErrorCode.cluster_authorization_failed),
+    ConfigResourceType.BROKER_LOGGER: (ResourceType.CLUSTER, False,
+                                       ErrorCode.cluster_authorization_failed),
+    ConfigResourceType.CLIENT_METRICS: (ResourceType.CLUSTER, False,
+                                        ErrorCode.cluster_authorization_failed),
+    ConfigResourceType.GROUP: (ResourceType.GROUP, True, ErrorCode.group_authorization_failed),
+}
+
+
+class AdminApis(Authorized):
+    """The metadata API group (see broker.apis.ApiGroup).
+
+    Authorization, as Kafka's KafkaApis and ControllerApis: CreateTopics needs CREATE on the
+    cluster or the topic (TOPIC_AUTHORIZATION_FAILED), and shows a created topic's configs,
+    partition count and replication factor only with DESCRIBE_CONFIGS on it; DeleteTopics
+    DELETE and CreatePartitions ALTER on the topic (a topic it may not DESCRIBE is refused
+    alike, whether it exists or not, and one named by id keeps its name hidden); the config
+    APIs DESCRIBE_CONFIGS / ALTER_CONFIGS on the topic, the group, or the cluster for broker
+    resources; DescribeClientQuotas DESCRIBE_CONFIGS and AlterClientQuotas ALTER_CONFIGS on
+    the cluster; ElectLeaders, AlterPartitionReassignments, UpdateFeatures and
+    UnregisterBroker ALTER on the cluster; ListPartitionReassignments and DescribeQuorum
+    DESCRIBE on the cluster; DescribeCluster nothing on a broker listener (its authorized
+    operations are the principal's) and ALTER on the cluster on a controller listener.
+    Refused resources are never sent to the controller."""
+
     def __init__(
         self,
         node_id: int,
@@ -210,8 +250,16 @@ class AdminApis:
         ]
         refused: list[CreateTopicResult] = []
         wanted: list[CreatableTopic] = []
+        names = [topic.name for topic in topics]
+        creatable = (set(names) if allows_cluster(self.authorizer, context, Op.CREATE)
+                     else allowed_names(self.authorizer, context, Op.CREATE, TOPIC, names))
+        describable = allowed_names(self.authorizer, context, Op.DESCRIBE_CONFIGS, TOPIC, names)
         for topic in topics:
-            if topic.name in self.refused_topics and topic.name in COORDINATED_TOPICS:
+            if topic.name not in creatable:
+                refused.append(CreateTopicResult(
+                    name=topic.name, error_code=ErrorCode.topic_authorization_failed,
+                    error_message="Authorization failed."))
+            elif topic.name in self.refused_topics and topic.name in COORDINATED_TOPICS:
                 try:  # made with the settings its coordinator relies on
                     wanted.append(internal_topic(
                         topic.name, self.server_configs,
@@ -227,6 +275,9 @@ class AdminApis:
                 wanted.append(topic)
         results = list(await self.controller.create_topics(
             wanted, validate_only=field(request, "validate_only", False))) if wanted else []
+        results = [result if result.name in describable or result.error_code != ErrorCode.none
+                   else dataclasses.replace(result, num_partitions=-1, replication_factor=-1,
+                                            configs=()) for result in results]
         results += refused
         return make(
             module.CreateTopicsResponse,
@@ -241,6 +292,9 @@ class AdminApis:
                     num_partitions=result.num_partitions,
                     replication_factor=result.replication_factor,
                     configs=self._created_configs(module, result),
+                    topic_config_error_code=ErrorCode.topic_authorization_failed  # v5+
+                    if result.error_code == ErrorCode.none and result.name not in describable
+                    else ErrorCode.none,
                 )
                 for result in results
             ),
@@ -266,7 +320,9 @@ class AdminApis:
                 names.append(topic.name)
             else:
                 ids.append(topic.topic_id)
-        results = await self.controller.delete_topics(names, ids)
+        names, ids, refused = self._deletable(context, names, ids)
+        results = [*await self.controller.delete_topics(names, ids), *refused] if (
+            names or ids or not refused) else refused
         return make(
             module.DeleteTopicsResponse,
             throttle_time=NO_THROTTLE,
@@ -276,6 +332,39 @@ class AdminApis:
                 for r in results
             ),
         )
+
+    def _deletable(self, context: RequestContext, names: list[str], ids: list[Any],
+                   ) -> tuple[list[str], list[Any], list[DeleteTopicResult]]:
+        """(the names and ids the principal may delete, the refusals of the others):
+        DELETE on the topic or the cluster; a topic it may not DESCRIBE is refused whether
+        it exists or not, and one named by id without its name (ControllerApis.deleteTopics)."""
+        if allows_cluster(self.authorizer, context, Op.DELETE):
+            return names, ids, []
+        by_id = self.cache.image.topics.by_id
+        named_ids = {topic_id: by_id[topic_id].name for topic_id in ids
+                     if topic_id is not None and by_id.get(topic_id) is not None}
+        asked = [*names, *named_ids.values()]
+        describable = allowed_names(self.authorizer, context, Op.DESCRIBE, TOPIC, asked)
+        deletable = allowed_names(self.authorizer, context, Op.DELETE, TOPIC, asked)
+        known = self.cache.image.topics.by_name
+        refused: list[DeleteTopicResult] = []
+        kept_names = []
+        for name in names:
+            if name in deletable or (name in describable and known.get(name) is None):
+                kept_names.append(name)  # an unknown topic it may describe: told so
+            else:
+                refused.append(DeleteTopicResult(name, error_code=(
+                    ErrorCode.topic_authorization_failed)))
+        kept_ids = []
+        for topic_id in ids:
+            found = named_ids.get(topic_id)
+            if found is None or found in deletable:
+                kept_ids.append(topic_id)  # an unknown id: UNKNOWN_TOPIC_ID, as before
+            else:
+                refused.append(DeleteTopicResult(
+                    found if found in describable else None, topic_id,
+                    ErrorCode.topic_authorization_failed))
+        return kept_names, kept_ids, refused
 
     async def create_partitions(self, context: RequestContext, request: Any) -> Any:
         module = response_module(ApiKey.CREATE_PARTITIONS, context.header.api_version)
@@ -288,9 +377,13 @@ class AdminApis:
             )
             for topic in request.topics
         ]
-        results = await self.controller.create_partitions(
-            topics, validate_only=request.validate_only
-        )
+        allowed = allowed_names(self.authorizer, context, Op.ALTER, TOPIC,
+                                (topic.name for topic in topics))
+        wanted = [topic for topic in topics if topic.name in allowed]
+        results = [*(await self.controller.create_partitions(
+            wanted, validate_only=request.validate_only) if wanted else ()),
+            *(CreatePartitionsResult(topic.name, ErrorCode.topic_authorization_failed)
+              for topic in topics if topic.name not in allowed)]
         return make(
             module.CreatePartitionsResponse,
             throttle_time=NO_THROTTLE,
@@ -307,6 +400,12 @@ class AdminApis:
         module = response_module(ApiKey.INCREMENTAL_ALTER_CONFIGS, context.header.api_version)
         resources, rejected = [], []
         for resource in request.resources:
+            refused = self._config_refusal(context, Op.ALTER_CONFIGS, resource.resource_type,
+                                           resource.resource_name)
+            if refused is not None:
+                rejected.append(AlterConfigsResult(resource.resource_type,
+                                                   resource.resource_name, refused, None))
+                continue
             operations = [c.config_operation for c in resource.configs]
             if any(op not in _OPERATIONS for op in operations):
                 rejected.append(AlterConfigsResult(
@@ -336,6 +435,12 @@ class AdminApis:
         module = response_module(ApiKey.ALTER_CONFIGS, context.header.api_version)
         resources, rejected = [], []
         for resource in request.resources:
+            refused = self._config_refusal(context, Op.ALTER_CONFIGS, resource.resource_type,
+                                           resource.resource_name)
+            if refused is not None:
+                rejected.append(AlterConfigsResult(resource.resource_type,
+                                                   resource.resource_name, refused, None))
+                continue
             refusal = _broker_keys_refusal(resource.resource_type,
                                            [c.name for c in resource.configs])
             if refusal is not None:
@@ -352,6 +457,19 @@ class AdminApis:
             resources, validate_only=request.validate_only
         )) if resources else []
         return self._alter_response(module, module.AlterConfigsResponse, results + rejected)
+
+    def _config_refusal(self, context: RequestContext, operation: AclOperation,
+                        resource_type: int, name: str) -> ErrorCode | None:
+        """The error for a config resource the principal may not `operation`, else None
+        (a resource type without ACLs is left to the handler's own refusal)."""
+        found = _CONFIG_RESOURCES.get(resource_type)
+        if found is None:
+            return None
+        acl_type, named, error = found
+        if allows(self.authorizer, context, operation, acl_type,
+                  name if named else CLUSTER_NAME):
+            return None
+        return error
 
     @staticmethod
     def _alter_response(module: Any, response_type: Any,
@@ -375,10 +493,14 @@ class AdminApis:
         for resource in request.resources:
             keys = resource.configuration_keys
             try:
+                refused = self._config_refusal(context, Op.DESCRIBE_CONFIGS,
+                                               resource.resource_type, resource.resource_name)
+                if refused is not None:
+                    raise _DescribeError(refused, "")
                 entries = self._describe_resource(resource.resource_type, resource.resource_name)
             except _DescribeError as error:
                 results.append(make(module.DescribeConfigsResult, error_code=error.code,
-                                    error_message=str(error),
+                                    error_message=str(error) or None,
                                     resource_type=resource.resource_type,
                                     resource_name=resource.resource_name, configs=()))
                 continue
@@ -471,6 +593,9 @@ class AdminApis:
     async def describe_client_quotas(self, context: RequestContext, request: Any) -> Any:
         """DescribeClientQuotas, answered from this broker's metadata image."""
         module = response_module(ApiKey.DESCRIBE_CLIENT_QUOTAS, context.header.api_version)
+        if not allows_cluster(self.authorizer, context, Op.DESCRIBE_CONFIGS):
+            return refusal(ApiKey.DESCRIBE_CLIENT_QUOTAS, context.header.api_version,
+                           ErrorCode.cluster_authorization_failed)
         components = [quotas.FilterComponent(c.entity_type, c.match_type, c.match)
                       for c in request.components]
         try:
@@ -500,8 +625,13 @@ class AdminApis:
                           for op in entry.ops))
             for entry in request.entries
         ]
-        results = await self.controller.alter_client_quotas(
-            alterations, validate_only=bool(request.validate_only)) if alterations else ()
+        if not allows_cluster(self.authorizer, context, Op.ALTER_CONFIGS):
+            results: Sequence[quotas.ClientQuotaResult] = [quotas.ClientQuotaResult(
+                each.entity, ErrorCode.cluster_authorization_failed, None)
+                for each in alterations]
+        else:
+            results = await self.controller.alter_client_quotas(
+                alterations, validate_only=bool(request.validate_only)) if alterations else ()
         return make(
             module.AlterClientQuotasResponse, throttle_time=NO_THROTTLE,
             entries=tuple(
@@ -522,9 +652,16 @@ class AdminApis:
                 ids = wanted.setdefault(topic.topic, [])
                 ids.extend(p for p in topic.partitions if p not in ids)
         raw_type = int(field(request, "election_type", ElectionType.PREFERRED))
-        if raw_type not in (ElectionType.PREFERRED, ElectionType.UNCLEAN):
-            message = f"Unknown election type {raw_type}"
+        if not allows_cluster(self.authorizer, context, Op.ALTER):
             results: Sequence[TopicElectionResult] = [
+                TopicElectionResult(name, tuple(
+                    PartitionElectionResult(i, ErrorCode.cluster_authorization_failed, None)
+                    for i in ids))
+                for name, ids in (wanted or {}).items()]
+            error = ErrorCode.cluster_authorization_failed
+        elif raw_type not in (ElectionType.PREFERRED, ElectionType.UNCLEAN):
+            message = f"Unknown election type {raw_type}"
+            results = [
                 TopicElectionResult(name, tuple(
                     PartitionElectionResult(i, ErrorCode.invalid_request, message)
                     for i in ids))
@@ -544,6 +681,9 @@ class AdminApis:
 
     async def alter_partition_reassignments(self, context: RequestContext, request: Any) -> Any:
         """AlterPartitionReassignments (KIP-455), decided by the active controller."""
+        if not allows_cluster(self.authorizer, context, Op.ALTER):
+            return refusal(ApiKey.ALTER_PARTITION_REASSIGNMENTS, context.header.api_version,
+                           ErrorCode.cluster_authorization_failed)
         module = response_module(ApiKey.ALTER_PARTITION_REASSIGNMENTS,
                                  context.header.api_version)
         allow = bool(field(request, "allow_replication_factor_change", True))
@@ -569,6 +709,9 @@ class AdminApis:
                 for r in results))
 
     async def list_partition_reassignments(self, context: RequestContext, request: Any) -> Any:
+        if not allows_cluster(self.authorizer, context, Op.DESCRIBE):
+            return refusal(ApiKey.LIST_PARTITION_REASSIGNMENTS, context.header.api_version,
+                           ErrorCode.cluster_authorization_failed)
         module = response_module(ApiKey.LIST_PARTITION_REASSIGNMENTS,
                                  context.header.api_version)
         wanted = None if request.topics is None else {
@@ -590,9 +733,15 @@ class AdminApis:
 
     async def describe_cluster(self, context: RequestContext, request: Any) -> Any:
         module = response_module(ApiKey.DESCRIBE_CLUSTER, context.header.api_version)
-        # KIP-430, as with no authorizer: every cluster operation; the sentinel unasked
-        cluster_ops = (CLUSTER_OPERATIONS if request.include_cluster_authorized_operations
-                       else AUTHORIZED_OPERATIONS_OMITTED)
+        if not self.clients_listener and not allows_cluster(self.authorizer, context,
+                                                            Op.ALTER):
+            # a controller tells its quorum only to admins (ControllerApis: ALTER)
+            return refusal(ApiKey.DESCRIBE_CLUSTER, context.header.api_version,
+                           ErrorCode.cluster_authorization_failed)
+        # KIP-430: the principal's cluster operations; the sentinel unasked
+        cluster_ops = operations_if(bool(request.include_cluster_authorized_operations),
+                                    self.authorizer, context, ResourceType.CLUSTER,
+                                    CLUSTER_NAME, CLUSTER_SUPPORTED)
         if field(request, "endpoint_type", 1) == 2 and not self.clients_listener:
             return self._describe_controllers(module, cluster_ops)
         if field(request, "endpoint_type", 1) != 1:
@@ -640,6 +789,9 @@ class AdminApis:
                           for voter, (host, port) in sorted(voters.items())))
 
     async def unregister_broker(self, context: RequestContext, request: Any) -> Any:
+        if not allows_cluster(self.authorizer, context, Op.ALTER):
+            return refusal(ApiKey.UNREGISTER_BROKER, context.header.api_version,
+                           ErrorCode.cluster_authorization_failed)
         module = response_module(ApiKey.UNREGISTER_BROKER, context.header.api_version)
         code, message = await self.controller.unregister_broker(request.broker_id)
         return make(module.UnregisterBrokerResponse, throttle_time=NO_THROTTLE,
@@ -648,6 +800,9 @@ class AdminApis:
     async def update_features(self, context: RequestContext, request: Any) -> Any:
         """UpdateFeatures (KIP-584): as Kafka 3.9+, the request succeeds or fails as a whole;
         v0-v1 list each feature with NONE on success, v2 has no per-feature results."""
+        if not allows_cluster(self.authorizer, context, Op.ALTER):
+            return refusal(ApiKey.UPDATE_FEATURES, context.header.api_version,
+                           ErrorCode.cluster_authorization_failed)
         version = context.header.api_version
         module = response_module(ApiKey.UPDATE_FEATURES, version)
         updates = [
@@ -671,6 +826,9 @@ class AdminApis:
                     results=results)
 
     async def describe_quorum(self, context: RequestContext, request: Any) -> Any:
+        if not allows_cluster(self.authorizer, context, Op.DESCRIBE):
+            return refusal(ApiKey.DESCRIBE_QUORUM, context.header.api_version,
+                           ErrorCode.cluster_authorization_failed)
         module = response_module(ApiKey.DESCRIBE_QUORUM, context.header.api_version)
         state = self.quorum.describe_quorum()
         error = state.get("error_code", ErrorCode.none)

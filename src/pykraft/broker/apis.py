@@ -10,6 +10,7 @@ are not KafkaError become UNKNOWN_SERVER_ERROR for that partition and are logged
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime
 import logging
 import uuid
@@ -19,6 +20,17 @@ from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
+from pykraft.broker.authorization import (
+    CLUSTER_SUPPORTED,
+    TOPIC_SUPPORTED,
+    allowed_names,
+    allows,
+    allows_cluster,
+    authorized_operations,
+    is_allow_all,
+    operations_if,
+)
+from pykraft.broker.authorizer import ALLOW_ALL, Authorizer
 from pykraft.broker.fetch_sessions import (
     NO_SESSION,
     ZERO_TOPIC_ID,
@@ -43,6 +55,7 @@ from pykraft.errors import (
 )
 from pykraft.metadata.image import MetadataImage
 from pykraft.net.server import RequestContext
+from pykraft.protocol.acls import CLUSTER_NAME, AclOperation, ResourceType
 from pykraft.protocol.api import (
     AUTHORIZED_OPERATIONS_OMITTED,
     CLUSTER_OPERATIONS,
@@ -87,6 +100,7 @@ FETCH_SLICE_CHECK = 64
 # a fetch session's partitions are all looked at (not only those noted as changed) this often
 FULL_LOOK_MS = 5_000
 READ_COMMITTED = 1  # isolation_level of Fetch and ListOffsets
+FIRST_NULLABLE_METADATA_NAME = 12  # Metadata v12+: a topic answered by id may have no name
 LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL_TIMESTAMP = -4
@@ -114,6 +128,17 @@ def error_of(error: BaseException) -> tuple[ErrorCode, str | None]:
     return ErrorCode.unknown_server_error, None
 
 
+def _has_transactional_batches(request: Any) -> bool:
+    """Whether a Produce request carries a transactional batch (Kafka's
+    RequestUtils.hasTransactionalRecords: the first batch of each partition tells)."""
+    for topic in request.topic_data:
+        for data in topic.partition_data:
+            records = data.records or b""
+            if len(records) >= BATCH_HEADER_SIZE and read_header(records).is_transactional:
+                return True
+    return False
+
+
 def _check_client_records(records: bytes, topic: str, index: int, version: int) -> None:
     """What Kafka refuses of a client's records before its log sees them: writes to a
     reserved topic (ReplicaManager: INVALID_TOPIC_EXCEPTION), anything but exactly one batch
@@ -132,8 +157,23 @@ def _check_client_records(records: bytes, topic: str, index: int, version: int) 
     check_client_batch(header, f"{topic}-{index}")
 
 
+Op = AclOperation
+TOPIC = ResourceType.TOPIC
+
+
 class BrokerApis:
-    """The dispatcher for broker listeners (see net.server.Dispatcher)."""
+    """The dispatcher for broker listeners (see net.server.Dispatcher).
+
+    Authorization: each handler asks `authorizer` (set by the node; ALLOW_ALL until then, and
+    passed on to every API group) with Kafka's resource and operation for its API, as Kafka's
+    KafkaApis does. Here: Produce needs WRITE on each topic (TOPIC_AUTHORIZATION_FAILED on its
+    partitions) and, with transactional batches, WRITE on the transactional id
+    (TRANSACTIONAL_ID_AUTHORIZATION_FAILED on every partition); a consumer's Fetch READ on
+    each topic, a follower's CLUSTER_ACTION on the cluster; ListOffsets DESCRIBE on each
+    topic; Metadata DESCRIBE on each topic (all topics: only those; a topic named without
+    it: TOPIC_AUTHORIZATION_FAILED, its existence not told) and, to create a topic it names,
+    CREATE on the cluster or the topic. A refused partition is not touched.
+    """
 
     def __init__(
         self,
@@ -164,6 +204,8 @@ class BrokerApis:
             ApiKey.LIST_OFFSETS: self.list_offsets,
         }
         self._apis = dict(DATA_APIS)
+        self._groups = list(groups)
+        self._authorizer: Authorizer = ALLOW_ALL
         for group in groups:
             handlers = group.handlers()
             invariant(set(handlers) == set(group.versions), "each API has one handler")
@@ -174,6 +216,19 @@ class BrokerApis:
     @property
     def apis(self) -> dict[int, tuple[int, int]]:
         return self._apis
+
+    @property
+    def authorizer(self) -> Authorizer:
+        return self._authorizer
+
+    @authorizer.setter
+    def authorizer(self, authorizer: Authorizer) -> None:
+        """What the node sets once its authorizer is built (`authorizer.class.name`): this
+        listener's handlers and every API group's ask it from then on."""
+        self._authorizer = authorizer
+        for group in self._groups:
+            if hasattr(group, "authorizer"):
+                setattr(group, "authorizer", authorizer)  # noqa: B010 - not in ApiGroup
 
     async def handle(self, context: RequestContext, request: Any) -> Any | None:
         return await self._handlers[context.header.api_key](context, request)
@@ -192,6 +247,8 @@ class BrokerApis:
     # -- Metadata ---------------------------------------------------------------------
 
     async def metadata(self, context: RequestContext, request: Any) -> Any:
+        if not is_allow_all(self._authorizer):
+            return await self._authorized_metadata(context, request)
         version = context.header.api_version
         requested = field(request, "topics")
         if requested is not None and self.auto_create_topics is not None:
@@ -214,6 +271,77 @@ class BrokerApis:
         return self.cache.metadata_response(version, context.listener_name, requested,
                                             topic_ops=topic_ops, cluster_ops=cluster_ops)
 
+    async def _authorized_metadata(self, context: RequestContext, request: Any) -> Any:
+        """Metadata with an authorizer (KafkaApis.handleTopicMetadataRequest): the topics
+        the principal may DESCRIBE; a topic named (by name) without DESCRIBE, or missing and
+        to be auto-created without CREATE on the cluster or on it, is answered
+        TOPIC_AUTHORIZATION_FAILED without its partitions or id (by id: with the id, which
+        is not secret, and no name); KIP-430 operations computed for the principal."""
+        version = context.header.api_version
+        module = response_module(ApiKey.METADATA, version)
+        image = self.cache.image
+        requested = field(request, "topics")
+        refused: dict[int, Any] = {}  # position in the request -> its refusal
+        wanted: list[Any] = []
+        if requested is None:  # all topics: only those it may describe, nothing else told
+            wanted = [_NamedTopic(name) for name in sorted(allowed_names(
+                self._authorizer, context, Op.DESCRIBE, TOPIC, image.topics.by_name.keys()))]
+        else:
+            names = [_requested_name(image, topic) for topic in requested]
+            describable = allowed_names(self._authorizer, context, Op.DESCRIBE, TOPIC, names)
+            creatable = self._creatable(context, request, [
+                name for name in names if name in describable
+                and image.topics.by_name.get(name) is None])
+            for position, (topic, name) in enumerate(zip(requested, names, strict=True)):
+                if topic.name is None and version < FIRST_NULLABLE_METADATA_NAME:
+                    wanted.append(topic)  # the cache refuses ids before v12: INVALID_REQUEST
+                elif name is not None and (name not in describable or name in creatable[1]):
+                    by_id = topic.name is None
+                    refused[position] = make(
+                        module.MetadataResponseTopic,
+                        error_code=ErrorCode.topic_authorization_failed,
+                        name=None if by_id else name,
+                        topic_id=topic.topic_id if by_id else uuid.UUID(int=0),
+                        is_internal=False, partitions=(),
+                        topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
+                else:
+                    wanted.append(topic)
+            if creatable[0] and self.auto_create_topics is not None:
+                await self.auto_create_topics(creatable[0], context.listener_name)
+        cluster_ops = operations_if(
+            bool(field(request, "include_cluster_authorized_operations")), self._authorizer,
+            context, ResourceType.CLUSTER, CLUSTER_NAME, CLUSTER_SUPPORTED)
+        answer = self.cache.metadata_response(version, context.listener_name, wanted,
+                                              cluster_ops=cluster_ops)
+        asked = bool(field(request, "include_topic_authorized_operations"))
+        answered = iter(answer.topics)
+        topics = []
+        for position in range(len(wanted) + len(refused)):
+            topic = refused.get(position)
+            if topic is None:
+                topic = next(answered)
+                if asked:
+                    topic = dataclasses.replace(
+                        topic, topic_authorized_operations=authorized_operations(
+                            self._authorizer, context, TOPIC, topic.name or "",
+                            TOPIC_SUPPORTED))
+            topics.append(topic)
+        return dataclasses.replace(answer, topics=tuple(topics))
+
+    def _creatable(self, context: RequestContext, request: Any,
+                   missing: list[str | None]) -> tuple[list[str], set[str]]:
+        """(the missing topics to auto-create, those refused for want of CREATE)."""
+        if (self.auto_create_topics is None or not missing
+                or not field(request, "allow_auto_topic_creation", True)):
+            return [], set()
+        candidates = [name for name in dict.fromkeys(missing)
+                      if name is not None and name not in UNCREATABLE_TOPICS]
+        if allows_cluster(self._authorizer, context, Op.CREATE):
+            return candidates, set()
+        allowed = allowed_names(self._authorizer, context, Op.CREATE, TOPIC, candidates)
+        return ([name for name in candidates if name in allowed],
+                {name for name in candidates if name not in allowed})
+
     # -- Produce ----------------------------------------------------------------------
 
     async def produce(self, context: RequestContext, request: Any) -> Any | None:
@@ -223,7 +351,10 @@ class BrokerApis:
         image = self.cache.image
         results: list[tuple[str, list[Any]]] = []
         pending: list[tuple[Partition, int]] = []
-        refused = await self._verify_transactional(request)
+        refused = self._refused_produce(context, request)
+        refused.update(await self._verify_transactional(request, refused))
+        messages = {ErrorCode.topic_authorization_failed: None,
+                    ErrorCode.transactional_id_authorization_failed: None}
         for topic in request.topic_data:
             partitions = []
             for data in topic.partition_data:
@@ -233,7 +364,8 @@ class BrokerApis:
                                             pending)
                     if code is None else
                     {"index": data.index, "error_code": code, "base_offset": -1,
-                     "error_message": "the partition is not in the producer's transaction",
+                     "error_message": messages.get(
+                         code, "the partition is not in the producer's transaction"),
                      "record_errors": ()})
             results.append((topic.name, partitions))
         if acks == 0:
@@ -250,9 +382,31 @@ class BrokerApis:
             throttle_time=NO_THROTTLE,
         )
 
-    async def _verify_transactional(self, request: Any) -> dict[tuple[str, int], ErrorCode]:
+    def _refused_produce(self, context: RequestContext,
+                         request: Any) -> dict[tuple[str, int], ErrorCode]:
+        """The partitions Produce may not write (KafkaApis.handleProduceRequest): all of them
+        when the request carries transactional batches without WRITE on its transactional
+        id, else those of each topic without WRITE on it."""
+        if is_allow_all(self._authorizer):
+            return {}
+        txn_id = field(request, "transactional_id")
+        everyone: ErrorCode | None = None
+        if _has_transactional_batches(request) and (
+                txn_id is None or not allows(self._authorizer, context, Op.WRITE,
+                                             ResourceType.TRANSACTIONAL_ID, txn_id)):
+            everyone = ErrorCode.transactional_id_authorization_failed
+        allowed = set() if everyone is not None else allowed_names(
+            self._authorizer, context, Op.WRITE, TOPIC, (t.name for t in request.topic_data))
+        return {(topic.name, data.index): everyone or ErrorCode.topic_authorization_failed
+                for topic in request.topic_data if everyone is not None
+                or topic.name not in allowed for data in topic.partition_data}
+
+    async def _verify_transactional(
+        self, request: Any, unauthorized: Mapping[tuple[str, int], ErrorCode],
+    ) -> dict[tuple[str, int], ErrorCode]:
         """KIP-890 part 1: a transactional batch is appended only to a partition of its
-        producer's ongoing transaction; the others get the verifier's error."""
+        producer's ongoing transaction; the others get the verifier's error (those refused
+        already by authorization are not asked about)."""
         verify = self.verify_transactional
         txn_id = field(request, "transactional_id")
         refused: dict[tuple[str, int], ErrorCode] = {}
@@ -261,7 +415,7 @@ class BrokerApis:
         for topic in request.topic_data:
             for data in topic.partition_data:
                 records = data.records or b""
-                if len(records) < BATCH_HEADER_SIZE:
+                if len(records) < BATCH_HEADER_SIZE or (topic.name, data.index) in unauthorized:
                     continue
                 header = read_header(records)
                 if header.is_transactional and header.producer_id >= 0:
@@ -330,6 +484,7 @@ class BrokerApis:
         if replica_id < 0 and version >= FIRST_FETCH_WITH_RACK:
             client_rack = field(request, "rack_id", "") or ""
         image = self.cache.image
+        refused = self._refused_fetch(context, replica_id)
         names = {key: self._fetch_topic_name(topic, image)
                  for topic in request.topics for key in (topic_key(topic),)}
         fetch = self.fetch_sessions.context(request, names, self.replicas.now_ms(),
@@ -344,7 +499,7 @@ class BrokerApis:
         while True:
             reads, total, errors, parked, woken = await self._read_fetch(
                 fetch.partitions, max_bytes, replica_id, first_pass, committed, fetch.session,
-                client_rack, context.listener_name)
+                client_rack, context.listener_name, refused)
             first_pass = False
             remaining_ms = int((deadline - loop.time()) * 1000)
             if total >= min_bytes or errors or remaining_ms <= 0 or not parked:
@@ -363,10 +518,32 @@ class BrokerApis:
             responses=self._fetch_responses(module, fetch, reads),
         )
 
+    def _refused_fetch(self, context: RequestContext,
+                       replica_id: int) -> Callable[[str], bool] | None:
+        """Whether a topic's partitions are refused to this Fetch (None: none is): a
+        follower needs CLUSTER_ACTION on the cluster, a consumer READ on each topic
+        (KafkaApis.handleFetchRequest); each topic is asked once per request."""
+        if is_allow_all(self._authorizer):
+            return None
+        if replica_id >= 0:
+            if allows_cluster(self._authorizer, context, Op.CLUSTER_ACTION):
+                return None
+            return lambda _topic: True
+        answers: dict[str, bool] = {}
+
+        def refused(topic: str) -> bool:
+            answer = answers.get(topic)
+            if answer is None:
+                answer = answers[topic] = not self._authorizer.authorize(
+                    context, Op.READ, TOPIC, topic)
+            return answer
+        return refused
+
     async def _read_fetch(
         self, wanted: list[SessionPartition], max_bytes: int, replica_id: int,
         first_pass: bool, committed: bool, session: FetchSession | None = None,
         client_rack: str | None = None, listener_name: str = "",
+        refused: Callable[[str], bool] | None = None,
     ) -> tuple[list[PartitionRead | None], int, bool, list[Partition], bool]:
         """One look at every partition; `errors` is true when one answered without waiting
         (an error or a diverging epoch), `parked` the partitions a wait is parked on. A
@@ -401,6 +578,11 @@ class BrokerApis:
                     await asyncio.sleep(0)
                     image, now_ms = self.cache.image, self.replicas.now_ms()
                     slice_ends = loop.time() + FETCH_SLICE_S
+                if refused is not None and each.topic and refused(each.topic):
+                    # told at once, without data; the rest of the fetch waits as it would
+                    reads.append(PartitionRead(each.partition,
+                                               ErrorCode.topic_authorization_failed, -1, -1, -1))
+                    continue
                 if each.idle is not None:  # nothing to read when last read: still so?
                     held = each.idle[0]  # the partition it was read from
                     if changed is not None and held not in changed:  # yes: nothing noted
@@ -591,10 +773,15 @@ class BrokerApis:
         module = response_module(ApiKey.LIST_OFFSETS, version)
         image = self.cache.image
         topics = []
+        allowed = allowed_names(self._authorizer, context, Op.DESCRIBE, TOPIC,
+                                (topic.name for topic in request.topics))
         for topic in request.topics:
             committed = field(request, "isolation_level", 0) == READ_COMMITTED
             partitions = tuple(
                 self._list_offset(module, topic.name, wanted, image, committed)
+                if topic.name in allowed else make(
+                    module.ListOffsetsPartitionResponse, partition_index=wanted.partition_index,
+                    error_code=ErrorCode.topic_authorization_failed)
                 for wanted in topic.partitions
             )
             topics.append(make(module.ListOffsetsTopicResponse, name=topic.name,
@@ -683,6 +870,24 @@ def _valid_software_field(value: str) -> bool:
         return False
     return value[0].isalnum() and value[-1].isalnum() and all(
         c.isalnum() or c in ".-" for c in value)
+
+
+@dataclass(frozen=True, slots=True)
+class _NamedTopic:
+    """A Metadata request's topic, by name (what the metadata cache reads of one)."""
+
+    name: str
+    topic_id: uuid.UUID | None = None
+
+
+def _requested_name(image: Any, topic: Any) -> str | None:
+    """The name a Metadata request's topic stands for: its name, or its id's (None: an
+    unknown id or neither, which the metadata cache answers)."""
+    if topic.name is not None:
+        return str(topic.name)
+    topic_id = getattr(topic, "topic_id", None)
+    found = None if topic_id is None else image.topics.by_id.get(topic_id)
+    return None if found is None else str(found.name)
 
 
 def _topic_name(image: Any, topic_id: uuid.UUID) -> str:

@@ -19,6 +19,15 @@ from typing import Any, Final
 from kio.schema.errors import ErrorCode
 
 from pykraft.broker.admin_apis import ControllerChannel
+from pykraft.broker.authorization import (
+    GROUP_SUPPORTED,
+    Authorized,
+    allowed_names,
+    allows,
+    allows_cluster,
+    operations_if,
+    refusal,
+)
 from pykraft.broker.group_coordinator.core import (
     CommitPartition,
     CommitRequest,
@@ -36,6 +45,7 @@ from pykraft.broker.internal_topics import internal_topic
 from pykraft.broker.metadata_cache import MetadataCache
 from pykraft.errors import KafkaError
 from pykraft.net.server import RequestContext
+from pykraft.protocol.acls import AclOperation, ResourceType
 from pykraft.protocol.api import AUTHORIZED_OPERATIONS_OMITTED, ApiKey, operations_bit_field
 from pykraft.protocol.entities import NO_THROTTLE, field, make, millis, response_module
 
@@ -83,8 +93,22 @@ GROUP_OPERATIONS: Final = operations_bit_field(frozenset({3, 6, 8, 10, 11}))
 Handler = Callable[[RequestContext, Any], Awaitable[Any]]
 
 
-class GroupApis:
-    """The group API group (see broker.apis.ApiGroup)."""
+Op = AclOperation
+GROUP = ResourceType.GROUP
+TOPIC = ResourceType.TOPIC
+
+
+class GroupApis(Authorized):
+    """The group API group (see broker.apis.ApiGroup).
+
+    Authorization, as Kafka's KafkaApis: joining, syncing, heartbeating, leaving and committing
+    need READ on the group (GROUP_AUTHORIZATION_FAILED), committing also READ on each topic
+    (TOPIC_AUTHORIZATION_FAILED for its partitions); fetching offsets and describing need
+    DESCRIBE on the group, and fetching all offsets shows only the topics the principal may
+    DESCRIBE; deleting a group or its offsets needs DELETE on the group; FindCoordinator
+    needs DESCRIBE on the group or transactional id; ListGroups lists every group to a
+    principal with DESCRIBE on the cluster and otherwise the groups it may DESCRIBE. A refused
+    request changes nothing (nothing reaches the coordinator)."""
 
     def __init__(
         self,
@@ -134,7 +158,9 @@ class GroupApis:
         module = response_module(FIND_COORDINATOR, version)
         key_type = field(request, "key_type", KEY_TYPE_GROUP)
         keys = list(request.coordinator_keys) if version >= 4 else [request.key]
-        found = [await self._coordinator(key, key_type, context.listener_name) for key in keys]
+        found = [self._refused_key(context, key, key_type)
+                 or await self._coordinator(key, key_type, context.listener_name)
+                 for key in keys]
         if version >= 4:
             return make(module.FindCoordinatorResponse, throttle_time=NO_THROTTLE,
                         coordinators=tuple(
@@ -145,6 +171,17 @@ class GroupApis:
         code, message, node, host, port = found[0]
         return make(module.FindCoordinatorResponse, throttle_time=NO_THROTTLE, error_code=code,
                     error_message=message, node_id=node, host=host, port=port)
+
+    def _refused_key(self, context: RequestContext, key: str,
+                     key_type: int) -> tuple[ErrorCode, str | None, int, str, int] | None:
+        """DESCRIBE on the group (key type 0) or transactional id (1), else the refusal."""
+        if key_type == KEY_TYPE_GROUP and not allows(self.authorizer, context, Op.DESCRIBE,
+                                                     GROUP, key):
+            return ErrorCode.group_authorization_failed, None, -1, "", -1
+        if key_type == KEY_TYPE_TRANSACTION and not allows(
+                self.authorizer, context, Op.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
+            return ErrorCode.transactional_id_authorization_failed, None, -1, "", -1
+        return None
 
     async def _coordinator(
         self, key: str, key_type: int, listener: str
@@ -184,6 +221,9 @@ class GroupApis:
     # -- JoinGroup / SyncGroup / Heartbeat / LeaveGroup ---------------------------------
 
     async def join_group(self, context: RequestContext, request: Any) -> Any:
+        if not allows(self.authorizer, context, Op.READ, GROUP, request.group_id):
+            return refusal(JOIN_GROUP, context.header.api_version,
+                           ErrorCode.group_authorization_failed)
         version = context.header.api_version
         module = response_module(JOIN_GROUP, version)
         session_timeout_ms = millis(request.session_timeout)
@@ -217,6 +257,9 @@ class GroupApis:
         )
 
     async def sync_group(self, context: RequestContext, request: Any) -> Any:
+        if not allows(self.authorizer, context, Op.READ, GROUP, request.group_id):
+            return refusal(SYNC_GROUP, context.header.api_version,
+                           ErrorCode.group_authorization_failed)
         module = response_module(SYNC_GROUP, context.header.api_version)
         syncing = SyncRequest(
             group_id=request.group_id, generation_id=request.generation_id,
@@ -235,6 +278,9 @@ class GroupApis:
                     assignment=result.assignment)
 
     async def heartbeat(self, context: RequestContext, request: Any) -> Any:
+        if not allows(self.authorizer, context, Op.READ, GROUP, request.group_id):
+            return refusal(HEARTBEAT, context.header.api_version,
+                           ErrorCode.group_authorization_failed)
         module = response_module(HEARTBEAT, context.header.api_version)
         beat = HeartbeatRequest(request.group_id, request.generation_id, request.member_id,
                                 field(request, "group_instance_id"))
@@ -246,6 +292,9 @@ class GroupApis:
         return make(module.HeartbeatResponse, throttle_time=NO_THROTTLE, error_code=code)
 
     async def leave_group(self, context: RequestContext, request: Any) -> Any:
+        if not allows(self.authorizer, context, Op.READ, GROUP, request.group_id):
+            return refusal(LEAVE_GROUP, context.header.api_version,
+                           ErrorCode.group_authorization_failed)
         version = context.header.api_version
         module = response_module(LEAVE_GROUP, version)
         if version >= 3:
@@ -271,6 +320,15 @@ class GroupApis:
     async def consumer_group_heartbeat(self, context: RequestContext, request: Any) -> Any:
         version = context.header.api_version
         module = response_module(CONSUMER_GROUP_HEARTBEAT, version)
+        if not allows(self.authorizer, context, Op.READ, GROUP, request.group_id):
+            return refusal(CONSUMER_GROUP_HEARTBEAT, version,
+                           ErrorCode.group_authorization_failed)
+        subscribed = set(request.subscribed_topic_names or ())
+        if len(allowed_names(self.authorizer, context, Op.DESCRIBE, TOPIC,
+                             subscribed)) < len(subscribed):
+            # a subscription may not name a topic the member may not describe (KafkaApis)
+            return refusal(CONSUMER_GROUP_HEARTBEAT, version,
+                           ErrorCode.topic_authorization_failed)
         owned = None if request.topic_partitions is None else {
             t.topic_id: frozenset(t.partitions) for t in request.topic_partitions
             if t.topic_id is not None}
@@ -309,6 +367,14 @@ class GroupApis:
 
         groups = []
         for group_id in request.group_ids:
+            if not allows(self.authorizer, context, Op.DESCRIBE, GROUP, group_id):
+                groups.append(make(module.DescribedGroup,
+                                   error_code=ErrorCode.group_authorization_failed,
+                                   error_message=None, group_id=group_id, group_state="",
+                                   group_epoch=-1, assignment_epoch=-1, assignor_name="",
+                                   members=(),
+                                   authorized_operations=AUTHORIZED_OPERATIONS_OMITTED))
+                continue
             d = self.core.consumer_group_describe(group_id)
             groups.append(make(
                 module.DescribedGroup, error_code=d.error, error_message=d.message,
@@ -322,8 +388,9 @@ class GroupApis:
                     assignment=assignment(m.assignment),
                     target_assignment=assignment(m.target_assignment),
                     member_type=MEMBER_TYPE_CONSUMER) for m in d.members),
-                authorized_operations=GROUP_OPERATIONS if request.include_authorized_operations
-                and d.error == ErrorCode.none else AUTHORIZED_OPERATIONS_OMITTED))
+                authorized_operations=operations_if(
+                    bool(request.include_authorized_operations) and d.error == ErrorCode.none,
+                    self.authorizer, context, GROUP, group_id, GROUP_SUPPORTED)))
         return make(module.ConsumerGroupDescribeResponse, throttle_time=NO_THROTTLE,
                     groups=tuple(groups))
 
@@ -334,9 +401,12 @@ class GroupApis:
         image = self.cache.image
         wanted: list[CommitPartition] = []
         unknown: set[tuple[str, int]] = set()
+        refused = self._refused_commit(context, request, field(request, "transactional_id"))
         for topic in request.topics:
             known = image.topics.by_name.get(topic.name)
             for p in topic.partitions:
+                if (topic.name, p.partition_index) in refused:
+                    continue
                 if known is None or p.partition_index not in known.partitions:
                     unknown.add((topic.name, p.partition_index))
                     continue
@@ -354,7 +424,7 @@ class GroupApis:
             api_version=context.header.api_version,
         )
         try:
-            codes: list[ErrorCode] = await self.shell.call(
+            codes: list[ErrorCode] = [] if refused and not wanted else await self.shell.call(
                 lambda token, now: self.core.commit_offsets(token, commit, now))
         except KafkaError as error:
             codes = [error.code] * len(wanted)
@@ -362,11 +432,35 @@ class GroupApis:
         return make(module.OffsetCommitResponse, throttle_time=NO_THROTTLE, topics=tuple(
             make(module.OffsetCommitResponseTopic, name=topic.name, partitions=tuple(
                 make(module.OffsetCommitResponsePartition, partition_index=p.partition_index,
-                     error_code=ErrorCode.unknown_topic_or_partition
-                     if (topic.name, p.partition_index) in unknown
-                     else by_partition[(topic.name, p.partition_index)])
+                     error_code=refused.get((topic.name, p.partition_index))
+                     or (ErrorCode.unknown_topic_or_partition
+                         if (topic.name, p.partition_index) in unknown
+                         else by_partition[(topic.name, p.partition_index)]))
                 for p in topic.partitions))
             for topic in request.topics))
+
+    def _refused_commit(self, context: RequestContext, request: Any,
+                        transactional_id: str | None) -> dict[tuple[str, int], ErrorCode]:
+        """The partitions of an (Txn)OffsetCommit refused, with Kafka's error for each: all
+        of them without WRITE on the transactional id (TxnOffsetCommit) or READ on the group,
+        else those of each topic without READ on it."""
+        everyone: ErrorCode | None = None
+        if transactional_id is not None and not allows(
+                self.authorizer, context, Op.WRITE, ResourceType.TRANSACTIONAL_ID,
+                transactional_id):
+            everyone = ErrorCode.transactional_id_authorization_failed
+        elif not allows(self.authorizer, context, Op.READ, GROUP, request.group_id):
+            everyone = ErrorCode.group_authorization_failed
+        allowed = set() if everyone is not None else allowed_names(
+            self.authorizer, context, Op.READ, TOPIC, (t.name for t in request.topics))
+        refused: dict[tuple[str, int], ErrorCode] = {}
+        for topic in request.topics:
+            if everyone is None and topic.name in allowed:
+                continue
+            for p in topic.partitions:
+                refused[(topic.name, p.partition_index)] = (
+                    everyone or ErrorCode.topic_authorization_failed)
+        return refused
 
     async def txn_offset_commit(self, context: RequestContext, request: Any) -> Any:
         """TxnOffsetCommit: offsets pending until the transaction's COMMIT marker."""
@@ -374,9 +468,12 @@ class GroupApis:
         image = self.cache.image
         wanted: list[CommitPartition] = []
         unknown: set[tuple[str, int]] = set()
+        refused = self._refused_commit(context, request, field(request, "transactional_id"))
         for topic in request.topics:
             known = image.topics.by_name.get(topic.name)
             for p in topic.partitions:
+                if (topic.name, p.partition_index) in refused:
+                    continue
                 if known is None or p.partition_index not in known.partitions:
                     unknown.add((topic.name, p.partition_index))
                     continue
@@ -388,7 +485,7 @@ class GroupApis:
             member_id=field(request, "member_id", ""),
             group_instance_id=field(request, "group_instance_id"), partitions=tuple(wanted))
         try:
-            codes: list[ErrorCode] = await self.shell.call(
+            codes: list[ErrorCode] = [] if refused and not wanted else await self.shell.call(
                 lambda token, now: self.core.txn_commit_offsets(
                     token, commit, request.producer_id, request.producer_epoch, now))
         except KafkaError as error:
@@ -397,9 +494,10 @@ class GroupApis:
         return make(module.TxnOffsetCommitResponse, throttle_time=NO_THROTTLE, topics=tuple(
             make(module.TxnOffsetCommitResponseTopic, name=topic.name, partitions=tuple(
                 make(module.TxnOffsetCommitResponsePartition, partition_index=p.partition_index,
-                     error_code=ErrorCode.unknown_topic_or_partition
-                     if (topic.name, p.partition_index) in unknown
-                     else by_partition[(topic.name, p.partition_index)])
+                     error_code=refused.get((topic.name, p.partition_index))
+                     or (ErrorCode.unknown_topic_or_partition
+                         if (topic.name, p.partition_index) in unknown
+                         else by_partition[(topic.name, p.partition_index)]))
                 for p in topic.partitions))
             for topic in request.topics))
 
@@ -408,23 +506,28 @@ class GroupApis:
         module = response_module(OFFSET_FETCH, version)
         stable = bool(field(request, "require_stable", False))
         if version >= 8:
-            groups = [self._fetch_group(module, g.group_id, g.topics, version, stable,
+            groups = [self._fetch_group(context, module, g.group_id, g.topics, version, stable,
                                         field(g, "member_id"), field(g, "member_epoch", -1))
                       for g in request.groups]
             return make(module.OffsetFetchResponse, throttle_time=NO_THROTTLE,
                         groups=tuple(make(module.OffsetFetchResponseGroup, group_id=g,
                                           topics=topics, error_code=code)
                                      for g, topics, code in groups))
-        _, topics, code = self._fetch_group(module, request.group_id, request.topics, version,
-                                            stable)
+        _, topics, code = self._fetch_group(context, module, request.group_id, request.topics,
+                                            version, stable)
         if version < 2 and code != ErrorCode.none:  # v0-1 carry errors per partition only
             topics = self._with_error(module, request.topics, code)
         return make(module.OffsetFetchResponse, throttle_time=NO_THROTTLE, topics=topics,
                     error_code=code)
 
-    def _fetch_group(self, module: Any, group_id: str, requested: Any, version: int,
-                     stable: bool = False, member_id: str | None = None,
+    def _fetch_group(self, context: RequestContext, module: Any, group_id: str, requested: Any,
+                     version: int, stable: bool = False, member_id: str | None = None,
                      member_epoch: int = -1) -> tuple[str, tuple[Any, ...], ErrorCode]:
+        """One group's committed offsets: GROUP_AUTHORIZATION_FAILED without DESCRIBE on the
+        group; a topic named without DESCRIBE on it has TOPIC_AUTHORIZATION_FAILED on its
+        partitions, and when all are asked for, such a topic is left out."""
+        if not allows(self.authorizer, context, Op.DESCRIBE, GROUP, group_id):
+            return group_id, (), ErrorCode.group_authorization_failed
         names = ("OffsetFetchResponseTopics", "OffsetFetchResponsePartitions") if version >= 8 \
             else ("OffsetFetchResponseTopic", "OffsetFetchResponsePartition")
         topic_type, partition_type = getattr(module, names[0]), getattr(module, names[1])
@@ -435,17 +538,23 @@ class GroupApis:
             return group_id, (), code
         if wanted is None:
             wanted = sorted(found)
+        allowed = allowed_names(self.authorizer, context, Op.DESCRIBE, TOPIC,
+                                (topic for topic, _ in wanted))
+        if requested is None:
+            wanted = [(topic, index) for topic, index in wanted if topic in allowed]
         # require_stable (KIP-447): a partition with transactional offsets pending
         unstable = self.core.unstable_offsets(group_id) if stable else set()
         by_topic: dict[str, list[Any]] = {}
         for topic, index in wanted:
-            offset = None if (topic, index) in unstable else found.get((topic, index))
+            denied = topic not in allowed
+            offset = None if (topic, index) in unstable or denied else found.get((topic, index))
             by_topic.setdefault(topic, []).append(make(
                 partition_type, partition_index=index,
                 committed_offset=-1 if offset is None else offset.offset,
                 committed_leader_epoch=-1 if offset is None else offset.leader_epoch,
                 metadata="" if offset is None else offset.metadata,
-                error_code=ErrorCode.unstable_offset_commit if (topic, index) in unstable
+                error_code=ErrorCode.topic_authorization_failed if denied
+                else ErrorCode.unstable_offset_commit if (topic, index) in unstable
                 else ErrorCode.none))
         return group_id, tuple(make(topic_type, name=name, partitions=tuple(partitions))
                                for name, partitions in by_topic.items()), ErrorCode.none
@@ -463,6 +572,10 @@ class GroupApis:
         module = response_module(LIST_GROUPS, context.header.api_version)
         listed = self.core.list_groups(field(request, "states_filter", ()) or (),
                                        field(request, "types_filter", ()) or ())
+        if not allows_cluster(self.authorizer, context, Op.DESCRIBE):
+            visible = allowed_names(self.authorizer, context, Op.DESCRIBE, GROUP,
+                                    (g.group_id for g in listed))
+            listed = [g for g in listed if g.group_id in visible]
         return make(module.ListGroupsResponse, throttle_time=NO_THROTTLE,
                     error_code=ErrorCode.none, groups=tuple(
                         make(module.ListedGroup, group_id=g.group_id,
@@ -474,7 +587,15 @@ class GroupApis:
         version = context.header.api_version
         module = response_module(DESCRIBE_GROUPS, version)
         described = []
+        asked = bool(field(request, "include_authorized_operations", False))
         for group_id in request.groups:
+            if not allows(self.authorizer, context, Op.DESCRIBE, GROUP, group_id):
+                described.append(make(
+                    module.DescribedGroup, error_code=ErrorCode.group_authorization_failed,
+                    error_message=None, group_id=group_id, group_state="", protocol_type="",
+                    protocol_data="", members=(),
+                    authorized_operations=AUTHORIZED_OPERATIONS_OMITTED))
+                continue
             d = self.core.describe_group(group_id)
             code = d.error
             if code == ErrorCode.group_id_not_found and version < 6:
@@ -489,9 +610,9 @@ class GroupApis:
                                    client_id=m.client_id, client_host=m.client_host,
                                    member_metadata=m.metadata, member_assignment=m.assignment)
                               for m in d.members),
-                authorized_operations=GROUP_OPERATIONS
-                if field(request, "include_authorized_operations", False)
-                and d.error == ErrorCode.none else AUTHORIZED_OPERATIONS_OMITTED))
+                authorized_operations=operations_if(
+                    asked and d.error == ErrorCode.none, self.authorizer, context, GROUP,
+                    group_id, GROUP_SUPPORTED)))
         return make(module.DescribeGroupsResponse, throttle_time=NO_THROTTLE,
                     groups=tuple(described))
 
@@ -499,6 +620,11 @@ class GroupApis:
         module = response_module(DELETE_GROUPS, context.header.api_version)
         results = []
         for group_id in request.groups_names:
+            if not allows(self.authorizer, context, Op.DELETE, GROUP, group_id):
+                results.append(make(module.DeletableGroupResult, group_id=group_id,
+                                    error_code=ErrorCode.group_authorization_failed))
+                continue
+
             def delete(token: int, now: int, group: str = group_id) -> None:
                 self.core.delete_group(token, group, now)
 
@@ -512,13 +638,25 @@ class GroupApis:
 
     async def offset_delete(self, context: RequestContext, request: Any) -> Any:
         module = response_module(OFFSET_DELETE, context.header.api_version)
-        wanted = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
-        try:
-            code, results = await self.shell.call(
-                lambda token, now: self.core.delete_offsets(token, request.group_id, wanted, now))
-        except KafkaError as error:
-            code, results = error.code, []
+        if not allows(self.authorizer, context, Op.DELETE, GROUP, request.group_id):
+            return refusal(OFFSET_DELETE, context.header.api_version,
+                           ErrorCode.group_authorization_failed)
+        allowed = allowed_names(self.authorizer, context, Op.READ, TOPIC,
+                                (t.name for t in request.topics))
+        wanted = [(t.name, p.partition_index) for t in request.topics if t.name in allowed
+                  for p in t.partitions]
+        refused_topics = [t for t in request.topics if t.name not in allowed]
+        code, results = ErrorCode.none, []
+        if wanted or not refused_topics:  # every topic refused: the group is not touched
+            try:
+                code, results = await self.shell.call(
+                    lambda token, now: self.core.delete_offsets(token, request.group_id,
+                                                                wanted, now))
+            except KafkaError as error:
+                code, results = error.code, []
         codes = dict(zip(wanted, results, strict=False))
+        codes.update(((t.name, p.partition_index), ErrorCode.topic_authorization_failed)
+                     for t in refused_topics for p in t.partitions)
         topics: Sequence[Any] = () if code != ErrorCode.none else request.topics
         return make(module.OffsetDeleteResponse, throttle_time=NO_THROTTLE, error_code=code,
                     topics=tuple(make(module.OffsetDeleteResponseTopic, name=t.name,

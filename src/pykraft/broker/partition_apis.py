@@ -54,12 +54,20 @@ from typing import Any, Final
 from kio.schema.errors import ErrorCode
 
 from pykraft.broker.apis import error_of
+from pykraft.broker.authorization import (
+    TOPIC_SUPPORTED,
+    Authorized,
+    allowed_names,
+    allows_cluster,
+    authorized_operations,
+)
 from pykraft.broker.metadata_cache import MetadataCache, legal_topic_name
 from pykraft.broker.replica_manager import Partition, ReplicaManager
 from pykraft.errors import KafkaStorageError
 from pykraft.metadata.image import MetadataImage, TopicImage
 from pykraft.metadata.registrations import PartitionRegistration
 from pykraft.net.server import RequestContext
+from pykraft.protocol.acls import AclOperation, ResourceType
 from pykraft.protocol.entities import NO_THROTTLE, field, make, response_module
 from pykraft.storage.checkpoint import fsync_directory, fsync_file
 from pykraft.storage.log import Log
@@ -106,8 +114,14 @@ FILE_NAME_BYTES_MAX: Final = 255
 log = logging.getLogger(__name__)
 
 
-class PartitionApis:
-    """The API group of this module (see broker.apis.ApiGroup)."""
+class PartitionApis(Authorized):
+    """The API group of this module (see broker.apis.ApiGroup).
+
+    Authorization, as Kafka's KafkaApis: OffsetForLeaderEpoch needs CLUSTER_ACTION (a
+    follower) or DESCRIBE on each topic; DescribeTopicPartitions DESCRIBE on each topic (all
+    topics: those it may describe; a topic named without it: TOPIC_AUTHORIZATION_FAILED, its
+    existence not told); DescribeLogDirs DESCRIBE and AlterReplicaLogDirs ALTER on the cluster
+    (CLUSTER_AUTHORIZATION_FAILED, nothing moved)."""
 
     def __init__(self, cache: MetadataCache, replicas: ReplicaManager,
                  server_configs: Mapping[str, str]) -> None:
@@ -133,12 +147,17 @@ class PartitionApis:
         module = response_module(OFFSET_FOR_LEADER_EPOCH, context.header.api_version)
         image = self.cache.image
         topics = []
+        allowed = {t.topic for t in request.topics} if allows_cluster(
+            self.authorizer, context, AclOperation.CLUSTER_ACTION) else allowed_names(
+            self.authorizer, context, AclOperation.DESCRIBE, ResourceType.TOPIC,
+            (t.topic for t in request.topics))
         for topic in request.topics:
             partitions = []
             for wanted in topic.partitions:
                 code, epoch, end_offset = self.end_offset_for_epoch(
                     topic.topic, wanted.partition,
-                    int(field(wanted, "current_leader_epoch", -1)), wanted.leader_epoch, image)
+                    int(field(wanted, "current_leader_epoch", -1)), wanted.leader_epoch, image,
+                ) if topic.topic in allowed else (ErrorCode.topic_authorization_failed, -1, -1)
                 partitions.append(make(module.EpochEndOffset, error_code=code,
                                        partition=wanted.partition, leader_epoch=epoch,
                                        end_offset=end_offset))
@@ -166,6 +185,9 @@ class PartitionApis:
 
     async def describe_log_dirs(self, context: RequestContext, request: Any) -> Any:
         module = response_module(DESCRIBE_LOG_DIRS, context.header.api_version)
+        if not allows_cluster(self.authorizer, context, AclOperation.DESCRIBE):
+            return make(module.DescribeLogDirsResponse, throttle_time=NO_THROTTLE,
+                        error_code=ErrorCode.cluster_authorization_failed, results=())
         wanted = None if request.topics is None else {
             (topic.topic, int(index)) for topic in request.topics for index in topic.partitions}
         log_manager = self.replicas.log_manager
@@ -222,8 +244,10 @@ class PartitionApis:
                 for index in topic.partitions:
                     destinations[(topic.name, int(index))] = wanted_dir.path
         by_topic: dict[str, list[Any]] = {}
+        allowed = allows_cluster(self.authorizer, context, AclOperation.ALTER)
         for (topic_name, index), path in destinations.items():
-            code = self._alter_log_dir(topic_name, index, path)
+            code = (self._alter_log_dir(topic_name, index, path) if allowed
+                    else ErrorCode.cluster_authorization_failed)
             by_topic.setdefault(topic_name, []).append(make(
                 module.AlterReplicaLogDirPartitionResult, partition_index=index,
                 error_code=code))
@@ -251,6 +275,9 @@ class PartitionApis:
         every_topic = not request.topics
         if every_topic:
             names = {name for name in image.topics.by_name.keys() if name >= cursor_topic}
+            # all topics: those the principal may describe, the others not even named
+            names = allowed_names(self.authorizer, context, AclOperation.DESCRIBE,
+                                  ResourceType.TOPIC, names)
         else:
             names = {topic.name for topic in request.topics if topic.name >= cursor_topic}
             if cursor is not None and cursor.topic_name not in names:
@@ -262,15 +289,28 @@ class PartitionApis:
                             next_cursor=None)
         first_index = 0 if cursor is None else int(cursor.partition_index)
         limit = min(self.partition_limit, int(request.response_partition_limit))
+        allowed = allowed_names(self.authorizer, context, AclOperation.DESCRIBE,
+                                ResourceType.TOPIC, names)
+
+        def operations(name: str) -> int | None:
+            """KIP-430 bits of a topic; None: it may not be described."""
+            if name not in allowed:
+                return None
+            return authorized_operations(self.authorizer, context, ResourceType.TOPIC, name,
+                                         TOPIC_SUPPORTED)
+
         topics, next_cursor = self._describe_topics(
             module, image, context.listener_name, sorted(names), cursor_topic, first_index,
-            limit, every_topic)
+            limit, every_topic, operations)
         return make(module.DescribeTopicPartitionsResponse, throttle_time=NO_THROTTLE,
                     topics=tuple(topics), next_cursor=next_cursor)
 
     def _describe_topics(self, module: Any, image: MetadataImage, listener_name: str,
                          names: Iterable[str], cursor_topic: str, first_index: int,
-                         limit: int, every_topic: bool) -> tuple[list[Any], Any]:
+                         limit: int, every_topic: bool,
+                         operations: Callable[[str], int | None] = lambda _: (
+                             TOPIC_AUTHORIZED_OPERATIONS),
+                         ) -> tuple[list[Any], Any]:
         """The topics' entries and the next cursor (None when everything was given), as
         Kafka's KRaftMetadataCache.getTopicMetadataForDescribeTopicResponse pages them."""
         remaining = limit
@@ -280,37 +320,44 @@ class PartitionApis:
                 if remaining == 0:
                     return topics, make(module.Cursor, topic_name=name, partition_index=0)
                 continue
+            ops = operations(name)
+            if ops is None:  # not described: whether it exists is not told
+                topics.append(self._topic_error(module, name,
+                                                ErrorCode.topic_authorization_failed))
+                continue
             topic = image.topics.by_name.get(name)
             if topic is None:
                 if not every_topic:
                     code = (ErrorCode.unknown_topic_or_partition if legal_topic_name(name)
                             else ErrorCode.invalid_topic_exception)
                     # Kafka sets the operations of every topic it answered, these too
-                    topics.append(self._topic_error(module, name, code,
-                                                    TOPIC_AUTHORIZED_OPERATIONS))
+                    topics.append(self._topic_error(module, name, code, ops))
                 continue
             start = first_index if name == cursor_topic else 0
             upper = min(len(topic.partitions), start + remaining)
             partitions = [self._partition(module, image, listener_name, index, registration)
                           for index in range(start, upper)
                           if (registration := topic.partitions.get(index)) is not None]
-            topics.append(self._topic(module, topic, partitions))
+            topics.append(self._topic(module, topic, partitions, ops))
             if upper < len(topic.partitions):
                 return topics, make(module.Cursor, topic_name=name, partition_index=upper)
             remaining -= len(partitions)
         return topics, None
 
-    def _topic(self, module: Any, topic: TopicImage, partitions: list[Any]) -> Any:
+    def _topic(self, module: Any, topic: TopicImage, partitions: list[Any],
+               operations: int = TOPIC_AUTHORIZED_OPERATIONS) -> Any:
         return make(module.DescribeTopicPartitionsResponseTopic, error_code=ErrorCode.none,
                     name=topic.name, topic_id=topic.topic_id,
                     is_internal=topic.name in INTERNAL_TOPICS, partitions=tuple(partitions),
-                    topic_authorized_operations=TOPIC_AUTHORIZED_OPERATIONS)
+                    topic_authorized_operations=operations)
 
     @staticmethod
     def _topic_error(module: Any, name: str, code: ErrorCode,
                      operations: int = OPERATIONS_UNKNOWN) -> Any:
         return make(module.DescribeTopicPartitionsResponseTopic, error_code=code, name=name,
-                    topic_id=uuid.UUID(int=0), is_internal=name in INTERNAL_TOPICS,
+                    topic_id=uuid.UUID(int=0),
+                    is_internal=name in INTERNAL_TOPICS and code != (
+                        ErrorCode.topic_authorization_failed),
                     partitions=(), topic_authorized_operations=operations)
 
     def _partition(self, module: Any, image: MetadataImage, listener_name: str, index: int,

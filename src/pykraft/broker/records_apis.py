@@ -25,10 +25,12 @@ from typing import Any, Final
 from kio.schema.errors import ErrorCode
 
 from pykraft.broker.apis import error_of
+from pykraft.broker.authorization import Authorized, allowed_names
 from pykraft.broker.metadata_cache import MetadataCache
 from pykraft.broker.replica_manager import ReplicaManager
 from pykraft.errors import OffsetOutOfRange, PolicyViolation
 from pykraft.net.server import RequestContext
+from pykraft.protocol.acls import AclOperation, ResourceType
 from pykraft.protocol.entities import NO_THROTTLE, make, response_module
 
 __all__ = ["DELETE_RECORDS", "DESCRIBE_PRODUCERS", "RECORDS_APIS", "RecordsApis"]
@@ -40,8 +42,12 @@ RECORDS_APIS: Final[dict[int, tuple[int, int]]] = {DELETE_RECORDS: (0, 2),
 HIGH_WATERMARK: Final = -1  # the offset that means "up to the high watermark"
 
 
-class RecordsApis:
-    """The DeleteRecords and DescribeProducers API group (see broker.apis.ApiGroup)."""
+class RecordsApis(Authorized):
+    """The DeleteRecords and DescribeProducers API group (see broker.apis.ApiGroup).
+
+    Authorization, as Kafka's KafkaApis: DeleteRecords needs DELETE on each topic,
+    DescribeProducers READ; the partitions of a topic without it answer
+    TOPIC_AUTHORIZATION_FAILED and are not touched."""
 
     def __init__(
         self, cache: MetadataCache, replicas: ReplicaManager,
@@ -64,11 +70,14 @@ class RecordsApis:
         image = self.cache.image
         moved = False
         topics = []
+        allowed = allowed_names(self.authorizer, context, AclOperation.DELETE,
+                                ResourceType.TOPIC, (t.name for t in request.topics))
         for topic in request.topics:
             partitions = []
             for wanted in topic.partitions:
                 code, low_watermark, changed = self._delete_partition(
-                    topic.name, wanted.partition_index, wanted.offset, image)
+                    topic.name, wanted.partition_index, wanted.offset, image,
+                ) if topic.name in allowed else (ErrorCode.topic_authorization_failed, -1, False)
                 moved = moved or changed
                 partitions.append(make(module.DeleteRecordsPartitionResult,
                                        partition_index=wanted.partition_index,
@@ -110,9 +119,16 @@ class RecordsApis:
         module = response_module(DESCRIBE_PRODUCERS, context.header.api_version)
         image = self.cache.image
         topics = []
+        allowed = allowed_names(self.authorizer, context, AclOperation.READ,
+                                ResourceType.TOPIC, (t.name for t in request.topics))
         for topic in request.topics:
             partitions = []
             for index in topic.partition_indexes:
+                if topic.name not in allowed:
+                    partitions.append(make(module.PartitionResponse, partition_index=index,
+                                           error_code=ErrorCode.topic_authorization_failed,
+                                           error_message=None, active_producers=()))
+                    continue
                 try:
                     log = self.replicas.leader_partition(topic.name, index, image).log
                     producers = tuple(

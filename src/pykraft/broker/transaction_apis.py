@@ -29,6 +29,7 @@ from typing import Any, Final
 from kio.schema.errors import ErrorCode
 
 from pykraft.broker.admin_apis import ControllerChannel
+from pykraft.broker.authorization import Authorized, allowed_names, allows, allows_cluster, refusal
 from pykraft.broker.internal_topics import internal_topic
 from pykraft.broker.metadata_cache import MetadataCache
 from pykraft.broker.replica_fetcher import BrokerConnection
@@ -48,6 +49,7 @@ from pykraft.broker.transaction_coordinator.shell import (
 )
 from pykraft.broker.txn_markers import Marker, MarkerSender, MarkerWriter
 from pykraft.net.server import RequestContext
+from pykraft.protocol.acls import AclOperation, ResourceType
 from pykraft.protocol.api import ApiKey
 from pykraft.protocol.entities import NO_THROTTLE, field, make, millis, response_module
 
@@ -82,8 +84,24 @@ def _for_version(error: ErrorCode, api_key: int, version: int) -> ErrorCode:
     return error
 
 
-class TransactionApis:
-    """The transaction API group (see broker.apis.ApiGroup)."""
+Op = AclOperation
+TXN_ID = ResourceType.TRANSACTIONAL_ID
+
+
+class TransactionApis(Authorized):
+    """The transaction API group (see broker.apis.ApiGroup).
+
+    Authorization, as Kafka's KafkaApis: a transactional producer needs WRITE on its
+    transactional id for InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn and EndTxn
+    (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), WRITE on each topic it adds
+    (TOPIC_AUTHORIZATION_FAILED, the rest OPERATION_NOT_ATTEMPTED) and READ on the group whose
+    offsets it adds (GROUP_AUTHORIZATION_FAILED); an idempotent producer's InitProducerId needs
+    IDEMPOTENT_WRITE on the cluster or WRITE on some topic (KIP-679), else
+    CLUSTER_AUTHORIZATION_FAILED. AddPartitionsToTxn v4+ and WriteTxnMarkers come from
+    brokers: CLUSTER_ACTION. DescribeTransactions needs DESCRIBE on each transactional id and
+    shows only the topics the principal may DESCRIBE; ListTransactions lists the ids it may
+    DESCRIBE. A refused request reaches no coordinator.
+    """
 
     def __init__(
         self,
@@ -175,6 +193,9 @@ class TransactionApis:
         version = context.header.api_version
         module = response_module(ApiKey.INIT_PRODUCER_ID, version)
         txn_id = request.transactional_id
+        refused = self._init_refusal(context, txn_id)
+        if refused is not None:
+            return refusal(ApiKey.INIT_PRODUCER_ID, version, refused)
         if txn_id is None:
             producer_id = self.producer_ids()
             result = (InitResult(ErrorCode.coordinator_load_in_progress) if producer_id is None
@@ -194,21 +215,35 @@ class TransactionApis:
                     error_code=_for_version(result.error, ApiKey.INIT_PRODUCER_ID, version),
                     producer_id=result.producer_id, producer_epoch=result.epoch)
 
+    def _init_refusal(self, context: RequestContext, txn_id: str | None) -> ErrorCode | None:
+        if txn_id is not None:
+            if allows(self.authorizer, context, Op.WRITE, TXN_ID, txn_id):
+                return None
+            return ErrorCode.transactional_id_authorization_failed
+        if allows_cluster(self.authorizer, context, Op.IDEMPOTENT_WRITE) or (
+                self.authorizer.authorize_by_resource_type(context, Op.WRITE,
+                                                           ResourceType.TOPIC)):
+            return None
+        return ErrorCode.cluster_authorization_failed
+
     # -- AddPartitionsToTxn -------------------------------------------------------------
 
     async def add_partitions_to_txn(self, context: RequestContext, request: Any) -> Any:
         version = context.header.api_version
         module = response_module(ApiKey.ADD_PARTITIONS_TO_TXN, version)
+        if version >= 4 and not allows_cluster(self.authorizer, context, Op.CLUSTER_ACTION):
+            return refusal(ApiKey.ADD_PARTITIONS_TO_TXN, version,
+                           ErrorCode.cluster_authorization_failed)
         if version < 4:
             topics = await self._add_partitions(
-                request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
+                context, request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
                 request.v3_and_below_producer_epoch, request.v3_and_below_topics, False,
                 version)
             return make(module.AddPartitionsToTxnResponse, throttle_time=NO_THROTTLE,
                         results_by_topic_v3_and_below=self._topic_results(module, topics))
         results = []
         for txn in request.transactions:
-            topics = await self._add_partitions(txn.transactional_id, txn.producer_id,
+            topics = await self._add_partitions(context, txn.transactional_id, txn.producer_id,
                                                 txn.producer_epoch, txn.topics,
                                                 txn.verify_only, version)
             results.append(make(module.AddPartitionsToTxnResult,
@@ -217,15 +252,23 @@ class TransactionApis:
         return make(module.AddPartitionsToTxnResponse, throttle_time=NO_THROTTLE,
                     error_code=ErrorCode.none, results_by_transaction=tuple(results))
 
-    async def _add_partitions(self, txn_id: str, producer_id: int, epoch: int, topics: Any,
-                              verify_only: bool, version: int
+    async def _add_partitions(self, context: RequestContext, txn_id: str, producer_id: int,
+                              epoch: int, topics: Any, verify_only: bool, version: int
                               ) -> dict[str, dict[int, ErrorCode]]:
         wanted = [(topic.name, int(index)) for topic in topics for index in topic.partitions]
         known = self.cache.image.topics.by_name
         unknown = {(topic, index) for topic, index in wanted
                    if known.get(topic) is None or index not in known[topic].partitions}
+        allowed = allowed_names(self.authorizer, context, Op.WRITE, ResourceType.TOPIC,
+                                (topic for topic, _ in wanted))
         outcome: dict[tuple[str, int], ErrorCode]
-        if unknown:  # Kafka: nothing is added; the others are not attempted
+        if not allows(self.authorizer, context, Op.WRITE, TXN_ID, txn_id):
+            outcome = dict.fromkeys(wanted, ErrorCode.transactional_id_authorization_failed)
+        elif any(topic not in allowed for topic, _ in wanted):  # nothing is added
+            outcome = {each: (ErrorCode.topic_authorization_failed if each[0] not in allowed
+                              else ErrorCode.unknown_topic_or_partition if each in unknown
+                              else ErrorCode.operation_not_attempted) for each in wanted}
+        elif unknown:  # Kafka: nothing is added; the others are not attempted
             outcome = {each: (ErrorCode.unknown_topic_or_partition if each in unknown
                               else ErrorCode.operation_not_attempted) for each in wanted}
         elif verify_only:
@@ -255,6 +298,12 @@ class TransactionApis:
     async def add_offsets_to_txn(self, context: RequestContext, request: Any) -> Any:
         version = context.header.api_version
         module = response_module(ApiKey.ADD_OFFSETS_TO_TXN, version)
+        if not allows(self.authorizer, context, Op.WRITE, TXN_ID, request.transactional_id):
+            return refusal(ApiKey.ADD_OFFSETS_TO_TXN, version,
+                           ErrorCode.transactional_id_authorization_failed)
+        if not allows(self.authorizer, context, Op.READ, ResourceType.GROUP, request.group_id):
+            return refusal(ApiKey.ADD_OFFSETS_TO_TXN, version,
+                           ErrorCode.group_authorization_failed)
         error = await self.shell.call(
             lambda token, now: self.core.add_offsets(
                 token, request.transactional_id, request.producer_id, request.producer_epoch,
@@ -265,6 +314,9 @@ class TransactionApis:
     async def end_txn(self, context: RequestContext, request: Any) -> Any:
         version = context.header.api_version
         module = response_module(ApiKey.END_TXN, version)
+        if not allows(self.authorizer, context, Op.WRITE, TXN_ID, request.transactional_id):
+            return refusal(ApiKey.END_TXN, version,
+                           ErrorCode.transactional_id_authorization_failed)
         error = await self.shell.call(
             lambda token, now: self.core.end_txn(
                 token, request.transactional_id, request.producer_id, request.producer_epoch,
@@ -287,7 +339,11 @@ class TransactionApis:
                           tuple((topic.name, int(index)) for topic in each.topics
                                 for index in topic.partition_indexes))
                    for each in request.markers]
-        outcomes = await self.markers.write(markers)
+        if allows_cluster(self.authorizer, context, Op.CLUSTER_ACTION):
+            outcomes = await self.markers.write(markers)
+        else:  # only brokers write markers
+            outcomes = [dict.fromkeys(marker.partitions, ErrorCode.cluster_authorization_failed)
+                        for marker in markers]
         results = []
         for marker, outcome in zip(markers, outcomes, strict=True):
             by_topic: dict[str, list[Any]] = {}
@@ -308,11 +364,16 @@ class TransactionApis:
         module = response_module(ApiKey.DESCRIBE_TRANSACTIONS, context.header.api_version)
         states = []
         for txn_id in request.transactional_ids:
-            found = self.core.describe(txn_id)
+            found = (self.core.describe(txn_id)
+                     if allows(self.authorizer, context, Op.DESCRIBE, TXN_ID, txn_id)
+                     else ErrorCode.transactional_id_authorization_failed)
             if isinstance(found, TxnDescription):
                 by_topic: dict[str, list[int]] = {}
+                visible = allowed_names(self.authorizer, context, Op.DESCRIBE,
+                                        ResourceType.TOPIC, (t for t, _ in found.partitions))
                 for topic, index in sorted(found.partitions):
-                    by_topic.setdefault(topic, []).append(index)
+                    if topic in visible:  # Kafka leaves out the topics it may not describe
+                        by_topic.setdefault(topic, []).append(index)
                 states.append(make(
                     module.TransactionState, error_code=ErrorCode.none, transactional_id=txn_id,
                     transaction_state=found.state.kafka_name,
@@ -335,6 +396,9 @@ class TransactionApis:
         error, listings, unknown = self.core.list_transactions(
             request.state_filters, request.producer_id_filters,
             int(field(request, "duration_filter", -1)), self.shell.now_ms())
+        visible = allowed_names(self.authorizer, context, Op.DESCRIBE, TXN_ID,
+                                (each.transactional_id for each in listings))
+        listings = [each for each in listings if each.transactional_id in visible]
         return make(module.ListTransactionsResponse, throttle_time=NO_THROTTLE,
                     error_code=error, unknown_state_filters=tuple(unknown),
                     transaction_states=tuple(

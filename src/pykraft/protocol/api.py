@@ -34,6 +34,8 @@ class ApiKey(IntEnum):
     INCREMENTAL_ALTER_CONFIGS = 44
     DESCRIBE_CLIENT_QUOTAS = 48
     ALTER_CLIENT_QUOTAS = 49
+    DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+    ALTER_USER_SCRAM_CREDENTIALS = 51
     DESCRIBE_QUORUM = 55
     ALTER_PARTITION = 56
     UPDATE_FEATURES = 57
@@ -81,6 +83,13 @@ ADMIN_APIS: Final[dict[int, tuple[int, int]]] = {
 BROKER_ADMIN_APIS: Final[dict[int, tuple[int, int]]] = {
     **ADMIN_APIS,
     ApiKey.DESCRIBE_CLIENT_QUOTAS: (0, 1),
+}
+
+# SCRAM credentials (KIP-554), served by broker.credential_apis on broker and controller
+# listeners alike, as Kafka 4.0 lists them
+CREDENTIAL_APIS: Final[dict[int, tuple[int, int]]] = {
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
 }
 
 # what a broker listener serves before any feature adds its own APIs

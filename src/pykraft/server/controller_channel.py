@@ -1,8 +1,9 @@
 """The broker's `ControllerChannel` in a cluster: to the active controller wherever it runs.
 
 `QuorumControllerChannel` serves each metadata change (CreateTopics, DeleteTopics,
-CreatePartitions, AlterConfigs, IncrementalAlterConfigs, AlterClientQuotas, ElectLeaders,
-AlterPartitionReassignments), ListPartitionReassignments, and the broker's own
+CreatePartitions, AlterConfigs, IncrementalAlterConfigs, AlterClientQuotas,
+AlterUserScramCredentials, ElectLeaders, AlterPartitionReassignments),
+ListPartitionReassignments, and the broker's own
 lifecycle and replication requests (BrokerRegistration, BrokerHeartbeat, AlterPartition):
 
 - in-process when this node's controller is the active one (a combined node that leads the
@@ -32,7 +33,8 @@ from typing import Any, Final, TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from pykraft.controller import quotas
+from pykraft.broker.credential_apis import derive_keys
+from pykraft.controller import quotas, scram
 from pykraft.controller.features import FeatureUpdate, UpdateFeaturesResult
 from pykraft.controller.producer_ids import ProducerIdsBlock
 from pykraft.controller.requests import (
@@ -99,6 +101,7 @@ ALLOCATE_PRODUCER_IDS_VERSION: Final = 0
 UNREGISTER_BROKER_VERSION: Final = 0
 UPDATE_FEATURES_VERSION: Final = 2
 ALTER_CLIENT_QUOTAS_VERSION: Final = 1
+ALTER_USER_SCRAM_CREDENTIALS_VERSION: Final = 0
 NOT_CONTROLLER_MESSAGE: Final = "no active controller answered in time"
 # what the channel answers for a request no controller answered in time
 _UNANSWERED: Final = frozenset({ErrorCode.not_controller, ErrorCode.request_timed_out})
@@ -376,6 +379,51 @@ class QuorumControllerChannel:
 
         # setting a quota twice ends with the same quota: safe to resend
         return await self._route(local, remote, failed, idempotent=True)
+
+    async def alter_user_scram_credentials(
+        self, deletions: Sequence[scram.ScramDeletion],
+        upsertions: Sequence[scram.ScramUpsertion],
+    ) -> Sequence[scram.AlterScramResult]:
+        """AlterUserScramCredentials (KIP-554), decided by the active controller."""
+
+        def decide(core: Any) -> OpResult[tuple[scram.AlterScramResult, ...]]:
+            if not core.is_active:
+                raise NotController("This controller is not the active one.")
+            image = core.image
+            records, results = scram.alter_user_scram_credentials(
+                image.scram.credentials, image.features.metadata_version, deletions,
+                upsertions, derive_keys)
+            return OpResult(tuple(records), results)
+
+        async def local(server: ControllerServer) -> Sequence[scram.AlterScramResult]:
+            return await server.run(decide)
+
+        async def remote(
+            client: ActiveControllerClient,
+        ) -> Sequence[scram.AlterScramResult] | None:
+            module = _module(ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
+                             ALTER_USER_SCRAM_CREDENTIALS_VERSION)
+            request = make(
+                module.AlterUserScramCredentialsRequest,
+                deletions=tuple(make(module.ScramCredentialDeletion, name=d.name,
+                                     mechanism=d.mechanism) for d in deletions),
+                upsertions=tuple(make(module.ScramCredentialUpsertion, name=u.name,
+                                      mechanism=u.mechanism, iterations=u.iterations,
+                                      salt=u.salt, salted_password=u.salted_password)
+                                 for u in upsertions))
+            _, answer = await client.send(ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
+                                          ALTER_USER_SCRAM_CREDENTIALS_VERSION, request)
+            results = tuple(scram.AlterScramResult(r.user, r.error_code, r.error_message)
+                            for r in answer.results)
+            return None if _retry_needed([r.error_code for r in results]) else results
+
+        def failed(code: ErrorCode, message: str) -> Sequence[scram.AlterScramResult]:
+            names = dict.fromkeys([d.name for d in deletions] + [u.name for u in upsertions])
+            return tuple(scram.AlterScramResult(name, code, message) for name in names)
+
+        # an upsertion sent twice stores the same keys: safe to resend; a deletion sent twice
+        # would answer RESOURCE_NOT_FOUND for a credential this very request deleted
+        return await self._route(local, remote, failed, idempotent=not deletions)
 
     async def auto_create_topics(self, names: list[str]) -> None:
         """Metadata-triggered topic creation with the cluster defaults (auto.create.topics)."""

@@ -34,6 +34,7 @@ from kio.schema.errors import ErrorCode
 
 from pykraft.broker.admin_apis import AdminApis, UnenforcedQuotaNotice
 from pykraft.broker.apis import BrokerApis
+from pykraft.broker.credential_apis import CredentialApis
 from pykraft.broker.fetch_sessions import FetchSessionCache
 from pykraft.broker.group_apis import GroupApis
 from pykraft.broker.group_coordinator.core import GroupConfig, GroupCoordinator
@@ -402,7 +403,7 @@ class Node:
             self.node_id, self.cache, self.replicas,
             [self._admin_apis(), RecordsApis(self.cache, self.replicas, self._checkpoint_logs),
              PartitionApis(self.cache, self.replicas, self.config.values),
-             group_apis, transactions],
+             group_apis, transactions, CredentialApis(self.cache, self.channel)],
             auto_create_topics=functools.partial(self._auto_create_topics, {
                 CONSUMER_OFFSETS_TOPIC: group_apis.ensure_offsets_topic,
                 TRANSACTION_STATE_TOPIC: transactions.ensure_state_topic,
@@ -456,7 +457,8 @@ class Node:
         admin = AdminApis(self.node_id, self.cache, local, self.config.values, self,
                           clients_listener=False)
         return ControllerApis(admin, [RaftApis(self.raft, self.cluster_id),
-                                      LifecycleApis(self.controller)])
+                                      LifecycleApis(self.controller),
+                                      CredentialApis(self.cache, local)])
 
     async def _listen(self, name: str, host: str, port: int, dispatcher: Any) -> None:
         listener = Listener(

@@ -1,0 +1,238 @@
+"""ACL bindings in the metadata log: CreateAcls and DeleteAcls decided, DescribeAcls answered.
+
+Theory of operation. An ACL binding (resource type, name, pattern type, principal, host,
+operation, permission) is one AccessControlEntryRecord with a random id; removing it is a
+RemoveAccessControlEntryRecord of that id. The image's delta folds both into
+`MetadataImage.acls.by_id`, which every broker's and controller's authorizer reads
+(`pykraft.broker.authorizer`), and standby controllers replay the same records.
+
+`create_acls` is Kafka's AclControlManager.createAcls: each creation is validated on its
+own (a failure answers INVALID_REQUEST for it alone, in Kafka's words), a binding that exists
+already, or comes twice in the request, is answered success without a second record, and
+each new one gets an id drawn from the shell's `rng` (never zero, never in use).
+
+`delete_acls` is AclControlManager.deleteAcls: each filter is checked (an UNKNOWN part
+answers INVALID_REQUEST), then every existing binding it matches is removed and listed in
+its answer; a binding two filters match is listed by both and removed once. One request
+removes at most `DELETE_BINDINGS_MAX` bindings (Kafka's MAX_RECORDS_PER_USER_OP): beyond
+that its filter fails whole, so no batch grows without bound.
+
+`describe_acls` answers a DescribeAcls filter from an image.
+
+Filters (`AclBindingFilter`) match as Kafka's ResourcePatternFilter and
+AccessControlEntryFilter: ANY matches every value and None every name, principal or host;
+pattern type MATCH on a name matches the LITERAL binding of that name, the LITERAL wildcard
+`*` and every PREFIXED binding the name starts with, while LITERAL, PREFIXED and ANY with a
+name match that exact name only.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from pykraft.errors import ErrorCode, InvariantViolation
+from pykraft.metadata.records import AccessControlEntryRecord, RemoveAccessControlEntryRecord
+from pykraft.metadata.registrations import StandardAcl
+from pykraft.protocol.acls import (
+    CLUSTER_NAME,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourceType,
+)
+
+__all__ = [
+    "DELETE_BINDINGS_MAX",
+    "WILDCARD",
+    "AclBindingFilter",
+    "AclCreationResult",
+    "AclDeletionResult",
+    "AclRecord",
+    "create_acls",
+    "delete_acls",
+    "describe_acls",
+    "name_of",
+    "validate_new_acl",
+]
+
+WILDCARD: Final = "*"
+DELETE_BINDINGS_MAX: Final = 10_000
+_ZERO_UUID: Final = uuid.UUID(int=0)
+
+AclRecord = AccessControlEntryRecord | RemoveAccessControlEntryRecord
+
+
+def name_of(kind: type[ResourceType] | type[PatternType] | type[AclOperation]
+            | type[AclPermissionType], code: int) -> str:
+    """Kafka's name of a code; a code Kafka does not know reads as UNKNOWN (fromCode)."""
+    try:
+        return kind(code).name
+    except ValueError:
+        return "UNKNOWN"
+
+
+def _known(kind: type[ResourceType] | type[PatternType] | type[AclOperation]
+           | type[AclPermissionType], code: int) -> int:
+    try:
+        return int(kind(code))
+    except ValueError:
+        return 0  # UNKNOWN in every one of the four
+
+
+@dataclass(frozen=True, slots=True)
+class AclCreationResult:
+    error_code: ErrorCode = ErrorCode.none
+    error_message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AclDeletionResult:
+    error_code: ErrorCode
+    error_message: str | None
+    matching: tuple[StandardAcl, ...]  # the bindings removed (listed even if another
+    # filter of the request removed them too)
+
+
+@dataclass(frozen=True, slots=True)
+class AclBindingFilter:
+    resource_type: int
+    resource_name: str | None
+    pattern_type: int
+    principal: str | None
+    host: str | None
+    operation: int
+    permission_type: int
+
+    def unknown(self) -> str | None:
+        """Kafka's refusal of a filter with an UNKNOWN part (validateFilter), or None."""
+        if (_known(ResourceType, self.resource_type) == ResourceType.UNKNOWN
+                or _known(PatternType, self.pattern_type) == PatternType.UNKNOWN):
+            return "Unknown patternFilter."
+        if (_known(AclOperation, self.operation) == AclOperation.UNKNOWN
+                or _known(AclPermissionType, self.permission_type) == AclPermissionType.UNKNOWN):
+            return "Unknown entryFilter."
+        return None
+
+    def matches(self, acl: StandardAcl) -> bool:
+        return self._matches_pattern(acl) and self._matches_entry(acl)
+
+    def _matches_pattern(self, acl: StandardAcl) -> bool:
+        if self.resource_type != ResourceType.ANY and self.resource_type != acl.resource_type:
+            return False
+        pattern_type = self.pattern_type
+        if pattern_type not in (PatternType.ANY, PatternType.MATCH, acl.pattern_type):
+            return False
+        name = self.resource_name
+        if name is None:
+            return True
+        if pattern_type in (PatternType.ANY, acl.pattern_type):
+            return name == acl.resource_name
+        if acl.pattern_type == PatternType.LITERAL:  # MATCH from here on
+            return name == acl.resource_name or acl.resource_name == WILDCARD
+        if acl.pattern_type == PatternType.PREFIXED:
+            return name.startswith(acl.resource_name)
+        return False
+
+    def _matches_entry(self, acl: StandardAcl) -> bool:
+        return ((self.principal is None or self.principal == acl.principal)
+                and (self.host is None or self.host == acl.host)
+                and self.operation in (AclOperation.ANY, acl.operation)
+                and self.permission_type in (AclPermissionType.ANY, acl.permission_type))
+
+
+def validate_new_acl(binding: StandardAcl) -> str | None:
+    """Why Kafka refuses to create `binding` (INVALID_REQUEST), or None: the broker's checks
+    (AclApis: the cluster's one name, no empty name) and the controller's (validateNewAcl)."""
+    resource_type = _known(ResourceType, binding.resource_type)
+    if resource_type in (ResourceType.UNKNOWN, ResourceType.ANY):
+        return f"Invalid resourceType {name_of(ResourceType, binding.resource_type)}"
+    if _known(PatternType, binding.pattern_type) not in (PatternType.LITERAL,
+                                                         PatternType.PREFIXED):
+        return f"Invalid patternType {name_of(PatternType, binding.pattern_type)}"
+    if _known(AclOperation, binding.operation) in (AclOperation.UNKNOWN, AclOperation.ANY):
+        return f"Invalid operation {name_of(AclOperation, binding.operation)}"
+    if _known(AclPermissionType, binding.permission_type) not in (AclPermissionType.ALLOW,
+                                                                  AclPermissionType.DENY):
+        return f"Invalid permissionType {name_of(AclPermissionType, binding.permission_type)}"
+    if not binding.resource_name:
+        return "Resource name should not be empty"
+    if resource_type == ResourceType.CLUSTER and binding.resource_name != CLUSTER_NAME:
+        return f"The only valid name for the CLUSTER resource is {CLUSTER_NAME}"
+    if ":" not in binding.principal:
+        return (f"Could not parse principal from `{binding.principal}` (no colon is present "
+                f"separating the principal type from the principal name)")
+    return None
+
+
+def _new_id(rng: random.Random, in_use: Mapping[uuid.UUID, object],
+            taken: Iterable[uuid.UUID]) -> uuid.UUID:
+    taken = set(taken)
+    for _ in range(1000):
+        candidate = uuid.UUID(int=rng.getrandbits(128), version=4)
+        if candidate != _ZERO_UUID and candidate not in in_use and candidate not in taken:
+            return candidate
+    raise InvariantViolation("1000 random ACL ids in a row were taken: a broken rng")
+
+
+def create_acls(
+    existing: Mapping[uuid.UUID, StandardAcl], creations: Sequence[StandardAcl],
+    rng: random.Random,
+) -> tuple[list[AccessControlEntryRecord], list[AclCreationResult]]:
+    """CreateAcls: the records to append (atomically) and one result per creation."""
+    present = set(existing.values())
+    records: list[AccessControlEntryRecord] = []
+    results: list[AclCreationResult] = []
+    for binding in creations:
+        refusal = validate_new_acl(binding)
+        if refusal is not None:
+            results.append(AclCreationResult(ErrorCode.invalid_request, refusal))
+            continue
+        if binding not in present:  # an existing binding is created again as a no-op
+            present.add(binding)
+            acl_id = _new_id(rng, existing, (record.id for record in records))
+            records.append(AccessControlEntryRecord(
+                id=acl_id, resource_type=binding.resource_type,
+                resource_name=binding.resource_name, pattern_type=binding.pattern_type,
+                principal=binding.principal, host=binding.host, operation=binding.operation,
+                permission_type=binding.permission_type))
+        results.append(AclCreationResult())
+    return records, results
+
+
+def delete_acls(
+    existing: Mapping[uuid.UUID, StandardAcl], filters: Sequence[AclBindingFilter],
+) -> tuple[list[RemoveAccessControlEntryRecord], list[AclDeletionResult]]:
+    """DeleteAcls: the records to append (atomically) and one result per filter."""
+    removed: dict[uuid.UUID, None] = {}  # ordered: the records in the order found
+    results: list[AclDeletionResult] = []
+    for acl_filter in filters:
+        refusal = acl_filter.unknown()
+        if refusal is not None:
+            results.append(AclDeletionResult(ErrorCode.invalid_request, refusal, ()))
+            continue
+        matched = [(acl_id, acl) for acl_id, acl in existing.items() if acl_filter.matches(acl)]
+        fresh = [acl_id for acl_id, _ in matched if acl_id not in removed]
+        if len(removed) + len(fresh) > DELETE_BINDINGS_MAX:
+            results.append(AclDeletionResult(
+                ErrorCode.unknown_server_error,
+                f"Cannot remove more than {DELETE_BINDINGS_MAX} ACLs in a single delete "
+                f"operation.", ()))
+            continue
+        removed.update(dict.fromkeys(fresh))
+        results.append(AclDeletionResult(ErrorCode.none, None,
+                                         tuple(acl for _, acl in matched)))
+    return [RemoveAccessControlEntryRecord(id=acl_id) for acl_id in removed], results
+
+
+def describe_acls(existing: Mapping[uuid.UUID, StandardAcl],
+                  acl_filter: AclBindingFilter) -> list[StandardAcl]:
+    """The bindings `acl_filter` matches, each once, in a stable order (by resource, then
+    entry), as DescribeAcls lists them grouped by resource."""
+    found = {acl for acl in existing.values() if acl_filter.matches(acl)}
+    return sorted(found, key=lambda acl: (acl.resource_type, acl.resource_name,
+                                          acl.pattern_type, acl.principal, acl.host,
+                                          acl.operation, acl.permission_type))

@@ -37,16 +37,14 @@ from typing import Final
 from pykraft.errors import ErrorCode, InvariantViolation
 from pykraft.metadata.records import AccessControlEntryRecord, RemoveAccessControlEntryRecord
 from pykraft.metadata.registrations import StandardAcl
-from pykraft.protocol.acls import (
-    CLUSTER_NAME,
-    AclOperation,
-    AclPermissionType,
-    PatternType,
-    ResourceType,
-)
 
 __all__ = [
+    "CLUSTER_NAME",
     "DELETE_BINDINGS_MAX",
+    "OPERATIONS",
+    "PATTERN_TYPES",
+    "PERMISSION_TYPES",
+    "RESOURCE_TYPES",
     "WILDCARD",
     "AclBindingFilter",
     "AclCreationResult",
@@ -62,25 +60,32 @@ __all__ = [
 WILDCARD: Final = "*"
 DELETE_BINDINGS_MAX: Final = 10_000
 _ZERO_UUID: Final = uuid.UUID(int=0)
+CLUSTER_NAME: Final = "kafka-cluster"
+
+# Kafka's ACL codes (org.apache.kafka.common.resource / .acl), the same as
+# pykraft.protocol.acls, which a core may not import; a unit test keeps the two equal
+RESOURCE_TYPES: Final = ("UNKNOWN", "ANY", "TOPIC", "GROUP", "CLUSTER", "TRANSACTIONAL_ID",
+                         "DELEGATION_TOKEN", "USER")
+PATTERN_TYPES: Final = ("UNKNOWN", "ANY", "MATCH", "LITERAL", "PREFIXED")
+OPERATIONS: Final = ("UNKNOWN", "ANY", "ALL", "READ", "WRITE", "CREATE", "DELETE", "ALTER",
+                     "DESCRIBE", "CLUSTER_ACTION", "DESCRIBE_CONFIGS", "ALTER_CONFIGS",
+                     "IDEMPOTENT_WRITE", "CREATE_TOKENS", "DESCRIBE_TOKENS")
+PERMISSION_TYPES: Final = ("UNKNOWN", "ANY", "DENY", "ALLOW")
+_UNKNOWN, _ANY, _MATCH, _LITERAL, _PREFIXED = 0, 1, 2, 3, 4  # UNKNOWN and ANY: every table
+_CLUSTER = 4
+_DENY, _ALLOW = 2, 3
 
 AclRecord = AccessControlEntryRecord | RemoveAccessControlEntryRecord
 
 
-def name_of(kind: type[ResourceType] | type[PatternType] | type[AclOperation]
-            | type[AclPermissionType], code: int) -> str:
-    """Kafka's name of a code; a code Kafka does not know reads as UNKNOWN (fromCode)."""
-    try:
-        return kind(code).name
-    except ValueError:
-        return "UNKNOWN"
+def name_of(names: tuple[str, ...], code: int) -> str:
+    """Kafka's name of a code in one of the tables; a code Kafka does not know reads as
+    UNKNOWN (fromCode)."""
+    return names[code] if 0 <= code < len(names) else "UNKNOWN"
 
 
-def _known(kind: type[ResourceType] | type[PatternType] | type[AclOperation]
-           | type[AclPermissionType], code: int) -> int:
-    try:
-        return int(kind(code))
-    except ValueError:
-        return 0  # UNKNOWN in every one of the four
+def _known(names: tuple[str, ...], code: int) -> int:
+    return code if 0 <= code < len(names) else _UNKNOWN
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,11 +114,11 @@ class AclBindingFilter:
 
     def unknown(self) -> str | None:
         """Kafka's refusal of a filter with an UNKNOWN part (validateFilter), or None."""
-        if (_known(ResourceType, self.resource_type) == ResourceType.UNKNOWN
-                or _known(PatternType, self.pattern_type) == PatternType.UNKNOWN):
+        if (_known(RESOURCE_TYPES, self.resource_type) == _UNKNOWN
+                or _known(PATTERN_TYPES, self.pattern_type) == _UNKNOWN):
             return "Unknown patternFilter."
-        if (_known(AclOperation, self.operation) == AclOperation.UNKNOWN
-                or _known(AclPermissionType, self.permission_type) == AclPermissionType.UNKNOWN):
+        if (_known(OPERATIONS, self.operation) == _UNKNOWN
+                or _known(PERMISSION_TYPES, self.permission_type) == _UNKNOWN):
             return "Unknown entryFilter."
         return None
 
@@ -121,46 +126,44 @@ class AclBindingFilter:
         return self._matches_pattern(acl) and self._matches_entry(acl)
 
     def _matches_pattern(self, acl: StandardAcl) -> bool:
-        if self.resource_type != ResourceType.ANY and self.resource_type != acl.resource_type:
+        if self.resource_type != _ANY and self.resource_type != acl.resource_type:
             return False
         pattern_type = self.pattern_type
-        if pattern_type not in (PatternType.ANY, PatternType.MATCH, acl.pattern_type):
+        if pattern_type not in (_ANY, _MATCH, acl.pattern_type):
             return False
         name = self.resource_name
         if name is None:
             return True
-        if pattern_type in (PatternType.ANY, acl.pattern_type):
+        if pattern_type in (_ANY, acl.pattern_type):
             return name == acl.resource_name
-        if acl.pattern_type == PatternType.LITERAL:  # MATCH from here on
+        if acl.pattern_type == _LITERAL:  # MATCH from here on
             return name == acl.resource_name or acl.resource_name == WILDCARD
-        if acl.pattern_type == PatternType.PREFIXED:
+        if acl.pattern_type == _PREFIXED:
             return name.startswith(acl.resource_name)
         return False
 
     def _matches_entry(self, acl: StandardAcl) -> bool:
         return ((self.principal is None or self.principal == acl.principal)
                 and (self.host is None or self.host == acl.host)
-                and self.operation in (AclOperation.ANY, acl.operation)
-                and self.permission_type in (AclPermissionType.ANY, acl.permission_type))
+                and self.operation in (_ANY, acl.operation)
+                and self.permission_type in (_ANY, acl.permission_type))
 
 
 def validate_new_acl(binding: StandardAcl) -> str | None:
     """Why Kafka refuses to create `binding` (INVALID_REQUEST), or None: the broker's checks
     (AclApis: the cluster's one name, no empty name) and the controller's (validateNewAcl)."""
-    resource_type = _known(ResourceType, binding.resource_type)
-    if resource_type in (ResourceType.UNKNOWN, ResourceType.ANY):
-        return f"Invalid resourceType {name_of(ResourceType, binding.resource_type)}"
-    if _known(PatternType, binding.pattern_type) not in (PatternType.LITERAL,
-                                                         PatternType.PREFIXED):
-        return f"Invalid patternType {name_of(PatternType, binding.pattern_type)}"
-    if _known(AclOperation, binding.operation) in (AclOperation.UNKNOWN, AclOperation.ANY):
-        return f"Invalid operation {name_of(AclOperation, binding.operation)}"
-    if _known(AclPermissionType, binding.permission_type) not in (AclPermissionType.ALLOW,
-                                                                  AclPermissionType.DENY):
-        return f"Invalid permissionType {name_of(AclPermissionType, binding.permission_type)}"
+    resource_type = _known(RESOURCE_TYPES, binding.resource_type)
+    if resource_type in (_UNKNOWN, _ANY):
+        return f"Invalid resourceType {name_of(RESOURCE_TYPES, binding.resource_type)}"
+    if _known(PATTERN_TYPES, binding.pattern_type) not in (_LITERAL, _PREFIXED):
+        return f"Invalid patternType {name_of(PATTERN_TYPES, binding.pattern_type)}"
+    if _known(OPERATIONS, binding.operation) in (_UNKNOWN, _ANY):
+        return f"Invalid operation {name_of(OPERATIONS, binding.operation)}"
+    if _known(PERMISSION_TYPES, binding.permission_type) not in (_ALLOW, _DENY):
+        return f"Invalid permissionType {name_of(PERMISSION_TYPES, binding.permission_type)}"
     if not binding.resource_name:
         return "Resource name should not be empty"
-    if resource_type == ResourceType.CLUSTER and binding.resource_name != CLUSTER_NAME:
+    if resource_type == _CLUSTER and binding.resource_name != CLUSTER_NAME:
         return f"The only valid name for the CLUSTER resource is {CLUSTER_NAME}"
     if ":" not in binding.principal:
         return (f"Could not parse principal from `{binding.principal}` (no colon is present "

@@ -10,6 +10,10 @@ import uuid
 import pytest
 
 from pykraft.controller.acls import (
+    OPERATIONS,
+    PATTERN_TYPES,
+    PERMISSION_TYPES,
+    RESOURCE_TYPES,
     AclBindingFilter,
     create_acls,
     delete_acls,
@@ -134,3 +138,11 @@ def test_delete_is_bounded() -> None:
     existing = {uuid.UUID(int=i + 1): binding(f"t{i}") for i in range(10_001)}
     records, results = delete_acls(existing, [acl_filter()])
     assert records == [] and results[0].error_code == ErrorCode.unknown_server_error
+
+
+@pytest.mark.parametrize(("names", "kind"), [(RESOURCE_TYPES, Rt), (PATTERN_TYPES, Pt),
+                                             (OPERATIONS, Op), (PERMISSION_TYPES, Perm)])
+def test_the_core_codes_are_the_protocols(names: tuple[str, ...], kind: type) -> None:
+    """controller.acls keeps its own copy of Kafka's codes (a core may not import
+    pykraft.protocol): it names every code as protocol.acls does."""
+    assert names == tuple(member.name for member in sorted(kind))

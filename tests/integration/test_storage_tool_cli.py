@@ -1,7 +1,8 @@
 """`pykraft storage` has kafka-storage.sh's shapes: info, format with --release-version,
 --standalone, --initial-controllers, --no-initial-controllers and --ignore-formatted,
-version-mapping, random-uuid; --add-scram is refused. The main paths run as real `pykraft`
-processes; the many refusals run through the same entry point (`main`) in this process."""
+version-mapping, random-uuid, --add-scram (salted credentials). The main paths run as real
+`pykraft` processes; the many refusals run through the same entry point (`main`) in this
+process."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from pykraft.server.storage_tool import (
     BOOTSTRAP_CHECKPOINT_FILE,
     BOOTSTRAP_VOTERS_FILE,
     read_bootstrap_metadata_version,
+    read_bootstrap_scram_records,
     read_bootstrap_voters,
 )
 from pykraft.storage.checkpoint import kafka_uuid_string
@@ -121,13 +123,41 @@ def test_a_formatted_node_refuses_a_second_format_unless_told_to_skip(
     assert code == 0 and out == "All of the log directories are already formatted.\n"
 
 
-def test_add_scram_is_refused_with_a_reason(tmp_path: Path) -> None:
+def test_add_scram_formats_salted_credentials_and_refuses_bad_entries_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     config = static_combined(tmp_path / "server.properties")
     line = failure(pykraft("storage", "format", "-c", str(config), "-t", CLUSTER,
-                           "--add-scram", "SCRAM-SHA-256=[name=alice,password=alice-secret]"))
-    assert line == ("Error: --add-scram is not supported: pykraft has no SASL/SCRAM yet, so "
-                    "there is no credential to bootstrap")
+                           "--add-scram", "SCRAM-SHA-256=[name=alice,password=alice-secret]",
+                           "--add-scram", "SCRAM-SHA-512=[password=admin-secret]"))
+    assert line == "Error: You must supply 'name' to add-scram"
     assert not (tmp_path / "a").exists()
+    code, out, err = run(["storage", "format", "-c", str(config), "-t", CLUSTER, "-S",
+                          "SCRAM-SHA-256=[name=alice,password=alice-secret]", "--add-scram",
+                          "SCRAM-SHA-512=[name=admin,iterations=8192,password=admin-secret]"],
+                         capsys)
+    assert (code, err) == (0, "")
+    assert "Formatting metadata directory" in out
+    records = read_bootstrap_scram_records(tmp_path / "meta")
+    assert [(r.name, r.mechanism, r.iterations) for r in records] == [("alice", 1, 4096),
+                                                                      ("admin", 2, 8192)]
+    for directory in ("a", "b", "meta"):
+        assert b"secret" not in (tmp_path / directory / BOOTSTRAP_CHECKPOINT_FILE).read_bytes()
+
+
+def test_add_scram_on_a_broker_warns_that_only_a_controller_reads_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "server.properties"
+    config.write_text(
+        "process.roles=broker\nnode.id=2\ncontroller.quorum.voters=1@127.0.0.1:9093\n"
+        f"listeners=PLAINTEXT://127.0.0.1:{free_port()}\ncontroller.listener.names=CONTROLLER\n"
+        f"log.dirs={tmp_path / 'logs'}\n", encoding="utf-8")
+    code, _, err = run(["storage", "format", "-c", str(config), "-t", CLUSTER,
+                        "--add-scram", "SCRAM-SHA-256=[name=alice,password=alice-secret]"],
+                       capsys)
+    assert code == 0
+    assert "WARN --add-scram has no effect on a node that is not a controller" in err
 
 
 @pytest.mark.parametrize(("release", "message"), [

@@ -7,6 +7,11 @@
 Topics, brokers, broker-loggers, groups and client-metrics are config resources
 (DescribeConfigs / IncrementalAlterConfigs, as Kafka 4.0's tool sends for every resource
 type); users, clients and ips are quota entities (DescribeClientQuotas / AlterClientQuotas).
+A user also has SCRAM credentials (KIP-554): `--add-config
+'SCRAM-SHA-512=[iterations=8192,password=alice-secret]'` salts the password here, as Kafka's
+tool does, and sends only the salt and the salted password (AlterUserScramCredentials);
+`--delete-config SCRAM-SHA-512` removes one; a describe of users lists each user's mechanisms
+and iterations (DescribeUserScramCredentials), never a secret.
 A broker's own configs are asked of that broker, at the address the cluster advertises for
 it, because only a broker knows its static configs. The checks, messages and output lines
 are Kafka's ConfigCommand's; a refusal by the cluster ends as one `Error:` line with
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -37,6 +43,7 @@ from pykraft.cli.args import (
 from pykraft.cli.client_config import timeout_seconds
 from pykraft.cli.cluster_nodes import describe_cluster, error_text
 from pykraft.cli.protocol_client import ProtocolClient, error_name
+from pykraft.net.scram import ITERATIONS_MIN, MECHANISMS, SALT_BYTES
 
 __all__ = ["add_parser", "parse_add_config"]
 
@@ -45,6 +52,8 @@ INCREMENTAL_ALTER_CONFIGS: Final = 44
 LIST_GROUPS: Final = 16
 DESCRIBE_CLIENT_QUOTAS: Final = 48
 ALTER_CLIENT_QUOTAS: Final = 49
+DESCRIBE_USER_SCRAM_CREDENTIALS: Final = 50
+ALTER_USER_SCRAM_CREDENTIALS: Final = 51
 
 TOPICS, BROKERS, BROKER_LOGGERS = "topics", "brokers", "broker-loggers"
 USERS, CLIENTS, IPS, CLIENT_METRICS, GROUPS = "users", "clients", "ips", "client-metrics", "groups"
@@ -70,6 +79,8 @@ _CLIENT_QUOTAS: Final = frozenset({"producer_byte_rate", "consumer_byte_rate",
                                    "request_percentage", "controller_mutation_rate"})
 _IP_QUOTAS: Final = frozenset({"connection_creation_rate"})
 _SCRAM: Final = frozenset({"SCRAM-SHA-256", "SCRAM-SHA-512"})
+# a SCRAM credential config's value, as Kafka's ConfigCommand parses it
+_SCRAM_VALUE: Final = re.compile(r"(?:iterations=(-?[0-9]*),)?password=(.*)", re.DOTALL)
 _EXACT, _DEFAULT, _ANY = 0, 1, 2  # DescribeClientQuotas match_type
 
 _CONFIG_KEY: Final = re.compile(r"[a-zA-Z0-9._-]*")
@@ -103,11 +114,16 @@ def add_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
                              "the corresponding entity type)")
     parser.add_argument("--add-config", metavar="K=V,...",
                         help="Key=value pairs of configs to add; square brackets group values "
-                             "that contain commas: 'k1=v1,k2=[v1,v2,v2],k3=v3'")
+                             "that contain commas: 'k1=v1,k2=[v1,v2,v2],k3=v3'. For a user "
+                             "(--entity-type users --entity-name NAME), a SCRAM credential: "
+                             "'SCRAM-SHA-256=[iterations=8192,password=alice-secret]' or "
+                             "SCRAM-SHA-512 (iterations 4096 to 16384, default 4096; the "
+                             "password is salted here and never sent)")
     parser.add_argument("--add-config-file", metavar="FILE",
                         help="Path to a properties file with configs to add.")
     parser.add_argument("--delete-config", action="append", default=[], metavar="K1,K2",
-                        help="config keys to remove 'k1,k2'")
+                        help="config keys to remove 'k1,k2'; for a user, SCRAM-SHA-256 or "
+                             "SCRAM-SHA-512 removes that SCRAM credential")
     parser.add_argument("--force", action="store_true", help="Suppress console prompts (no-op)")
     for flag, help_text in (("--topic", "The topic's name."), ("--client", "The client's ID."),
                             ("--user", "The user's principal name."),
@@ -273,6 +289,10 @@ class _Tool:
         if kind in (USERS, CLIENTS, IPS):
             for line in self._quota_lines(command.types, command.names):
                 print(line)
+            # as Kafka: SCRAM credentials only of users alone, and not of the default user
+            if kind == USERS and CLIENTS not in command.types and "" not in command.names:
+                for line in self._scram_lines(command.names):
+                    print(line)
             return
         name = command.names[0] if command.names else None
         for entity in self._entities(kind) if name is None else [name]:
@@ -426,7 +446,8 @@ class _Tool:
     def _alter_quotas(self, command: _Command) -> None:
         allowed = _IP_QUOTAS if command.types[0] == IPS else _CLIENT_QUOTAS
         keys = [*command.to_add, *command.to_delete]
-        kind = command.types[0]
+        # Kafka names 'clients' for a user and client pair too
+        kind = CLIENTS if command.types == [USERS, CLIENTS] else command.types[0]
         what = ("connection quota" if kind == IPS
                 else "quota and SCRAM credential" if command.types == [USERS] else "quota")
         # Kafka's wording; for ips its message says "added" for deletions too
@@ -440,8 +461,15 @@ class _Tool:
                                    f"--bootstrap-server. Unexpected config names: "
                                    f"{','.join(unknown)}")
         if any(key in _SCRAM for key in keys) and command.types == [USERS]:
-            _require(self.client, 51, "AlterUserScramCredentials", (0, 0))
-            raise CommandError("SCRAM credentials cannot be altered by this tool yet")
+            if "" in command.names:
+                raise CommandError("The use of --entity-default or --user-defaults is not "
+                                   "allowed with User SCRAM Credentials using "
+                                   "--bootstrap-server.")
+            if any(key not in _SCRAM for key in keys):
+                raise CommandError("Cannot alter both quota and SCRAM credential configs "
+                                   f"simultaneously for '{USERS}' using --bootstrap-server.")
+            self._alter_scram(command.names[0], command.to_add, command.to_delete)
+            return
         entries = self._quota_entries(command.types, command.names)
         current = {str(v.key) for entry in entries[:1] for v in entry.values}
         invalid = [key for key in command.to_delete if key not in current]
@@ -472,13 +500,87 @@ class _Tool:
                 raise CommandError(error_text(entry.error_code, entry.error_message))
 
 
+    # -- SCRAM credentials (KIP-554) -----------------------------------------------------
+
+    def _scram_lines(self, names: Sequence[str]) -> list[str]:
+        """Kafka's lines for each user's credentials. A user named but without any is left
+        out, as Kafka's DescribeUserScramCredentialsResult.users() leaves it out."""
+        def build(module: ModuleType, version: int) -> Any:
+            return module.DescribeUserScramCredentialsRequest(
+                users=tuple(module.UserName(name=name) for name in names) if names else None)
+
+        _, response = _call(self.client, DESCRIBE_USER_SCRAM_CREDENTIALS,
+                            "DescribeUserScramCredentials", (0, 0), build)
+        if response.error_code != ErrorCode.none:
+            raise CommandError(error_text(response.error_code, response.error_message))
+        names_by_code = {m.code: m.name for m in MECHANISMS.values()}
+        lines = []
+        for result in response.results:
+            user = str(result.user)
+            if result.error_code == ErrorCode.resource_not_found:
+                continue
+            if result.error_code != ErrorCode.none:
+                lines.append(f"Error retrieving SCRAM credential configs for user-principal "
+                             f"'{user}': {error_text(result.error_code, result.error_message)}")
+                continue
+            text = ", ".join(
+                f"{names_by_code.get(int(info.mechanism), 'UNKNOWN')}=iterations="
+                f"{info.iterations}" for info in result.credential_infos)
+            lines.append(f"SCRAM credential configs for user-principal '{user}' are {text}")
+        return lines
+
+    def _alter_scram(self, user: str, to_add: dict[str, str], to_delete: list[str]) -> None:
+        """Kafka's alterUserScramCredentialConfigs: salted here, deletions first."""
+        upsertions = []
+        for name, value in to_add.items():
+            iterations, password = _scram_value(name, value)
+            mechanism = MECHANISMS[name]
+            salt = os.urandom(SALT_BYTES)
+            upsertions.append((mechanism.code, iterations, salt,
+                               mechanism.salted_password(password, salt, iterations)))
+
+        def build(module: ModuleType, version: int) -> Any:
+            return module.AlterUserScramCredentialsRequest(
+                deletions=tuple(module.ScramCredentialDeletion(
+                    name=user, mechanism=MECHANISMS[name].code) for name in to_delete),
+                upsertions=tuple(module.ScramCredentialUpsertion(
+                    name=user, mechanism=code, iterations=iterations, salt=salt,
+                    salted_password=salted) for code, iterations, salt, salted in upsertions))
+
+        _, response = _call(self.client, ALTER_USER_SCRAM_CREDENTIALS,
+                            "AlterUserScramCredentials", (0, 0), build)
+        for result in response.results:
+            if result.error_code != ErrorCode.none:
+                raise CommandError(error_text(result.error_code, result.error_message))
+
+
+def _scram_value(mechanism: str, value: str) -> tuple[int, bytes]:
+    """`[iterations=N,]password=P` -> (iterations, password bytes); iterations -1 or none
+    is Kafka's default 4096. Unlike Kafka, a refusal never echoes the value: it holds a
+    password."""
+    match = _SCRAM_VALUE.fullmatch(value)
+    iterations_text = None if match is None else match.group(1)
+    iterations = ITERATIONS_MIN
+    if iterations_text is not None and iterations_text != "-1":
+        iterations = int(iterations_text) if re.fullmatch(r"-?[0-9]{1,10}",
+                                                          iterations_text) else -2**31 - 1
+    if match is None or not -2**31 <= iterations < 2**31:
+        raise CommandError(f"Invalid credential property {mechanism.replace('-', '_')} "
+                           "(expected [iterations=<n>,]password=<password>)")
+    if iterations < ITERATIONS_MIN:
+        raise CommandError(f"Iterations {iterations} is less than the minimum "
+                           f"{ITERATIONS_MIN} required for {mechanism}")
+    return iterations, match.group(2).encode()
+
+
 # Kafka's ApiKeys names, as its UnsupportedVersionException prints them
 _API_CONSTANTS: Final = {DESCRIBE_CONFIGS: "DESCRIBE_CONFIGS",
                          INCREMENTAL_ALTER_CONFIGS: "INCREMENTAL_ALTER_CONFIGS",
                          LIST_GROUPS: "LIST_GROUPS",
                          DESCRIBE_CLIENT_QUOTAS: "DESCRIBE_CLIENT_QUOTAS",
                          ALTER_CLIENT_QUOTAS: "ALTER_CLIENT_QUOTAS",
-                         51: "ALTER_USER_SCRAM_CREDENTIALS"}
+                         DESCRIBE_USER_SCRAM_CREDENTIALS: "DESCRIBE_USER_SCRAM_CREDENTIALS",
+                         ALTER_USER_SCRAM_CREDENTIALS: "ALTER_USER_SCRAM_CREDENTIALS"}
 
 
 def _call(client: ProtocolClient, api_key: int, name: str, ours: tuple[int, int],

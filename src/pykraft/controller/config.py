@@ -8,6 +8,7 @@ from types import MappingProxyType
 
 from pykraft.controller.features import BOOTSTRAP_METADATA_VERSION
 from pykraft.errors import InvalidConfig
+from pykraft.metadata.records import MetadataRecord
 
 __all__ = ["ControllerConfig"]
 
@@ -62,6 +63,9 @@ class ControllerConfig:
     unclean_leader_election_interval_ms: int = 300_000
     server_configs: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     bootstrap_metadata_version: int = BOOTSTRAP_METADATA_VERSION
+    # what bootstrap.checkpoint holds besides the level: `storage format --add-scram`'s
+    # UserScramCredentialRecords, written after the metadata.version at bootstrap
+    bootstrap_records: tuple[MetadataRecord, ...] = ()
 
     @classmethod
     def from_properties(

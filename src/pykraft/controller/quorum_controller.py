@@ -317,15 +317,17 @@ class QuorumController:
 
     def bootstrap(self, metadata_version: int | None = None) -> OpResult[int]:
         """The bootstrap records when the log has none yet (metadata.version unset), else
-        nothing. The response is the metadata.version in force after the records. The level
-        is the formatted one (`config.bootstrap_metadata_version`) unless given."""
+        nothing: the level (the formatted one, `config.bootstrap_metadata_version`, unless
+        given), then the rest of bootstrap.checkpoint (`config.bootstrap_records`). The
+        response is the metadata.version in force after the records."""
         self._require_active()
         if metadata_version is None:
             metadata_version = self.config.bootstrap_metadata_version
         current = self._state.image.features.metadata_version
         if current != 0:
             return OpResult((), current)
-        return OpResult(bootstrap_records(metadata_version), metadata_version)
+        return OpResult((*bootstrap_records(metadata_version), *self.config.bootstrap_records),
+                        metadata_version)
 
     def create_topics(
         self, topics_to_create: Sequence[CreatableTopic], *, validate_only: bool, now_ms: int

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import random
@@ -95,6 +96,7 @@ from pykraft.server.storage_tool import (
     StorageToolError,
     check_storage,
     read_bootstrap_metadata_version,
+    read_bootstrap_scram_records,
 )
 from pykraft.storage.cleaner import CleanerConfig, LogCleaner, SwapFailed
 from pykraft.storage.log_manager import LogManager
@@ -187,6 +189,7 @@ class Node:
         if self.is_controller:
             try:  # the level `storage format` wrote; none in a dir an older pykraft formatted
                 formatted = read_bootstrap_metadata_version(self.config.metadata_log_dir)
+                scram = read_bootstrap_scram_records(self.config.metadata_log_dir)
             except StorageToolError as error:
                 raise NodeStartError(str(error)) from error
             if formatted is not None and not (
@@ -194,10 +197,11 @@ class Node:
                 raise NodeStartError(  # a hand-edited file: refuse now, not at bootstrap
                     f"{self.config.metadata_log_dir / 'bootstrap.checkpoint'} holds "
                     f"metadata.version {formatted}, which this node cannot bootstrap at")
-            controller_config = ControllerConfig.from_properties(
+            controller_config = dataclasses.replace(ControllerConfig.from_properties(
                 values, cluster_id=self.cluster_id, controller_ids=frozenset(voters),
                 bootstrap_metadata_version=(BOOTSTRAP_METADATA_VERSION if formatted is None
-                                            else formatted))
+                                            else formatted)),
+                bootstrap_records=scram)
             self.controller = ControllerServer(
                 QuorumController(controller_config, random.Random()), self.raft)
         self.channel = self._controller_channel()

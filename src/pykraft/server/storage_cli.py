@@ -1,7 +1,7 @@
 """`pykraft storage`: Kafka's kafka-storage.sh (info, format, version-mapping, random-uuid).
 
     pykraft storage info -c CONFIG
-    pykraft storage format -c CONFIG -t CLUSTER_ID [-g] [-r RELEASE]
+    pykraft storage format -c CONFIG -t CLUSTER_ID [-g] [-r RELEASE] [-S CREDENTIAL ...]
                            [-s | -I ID@HOST:PORT:DIR,... | -N]
     pykraft storage version-mapping [-r RELEASE]
     pykraft storage random-uuid
@@ -48,8 +48,9 @@ def add_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
     format_ = tools.add_parser(
         "format", help="format the node's log directories",
         description="Write meta.properties (cluster id, node id, a directory id) and "
-                    "bootstrap.checkpoint (the starting metadata.version) into every log "
-                    "directory and the metadata log directory.")
+                    "bootstrap.checkpoint (the starting metadata.version and any "
+                    "--add-scram credentials) into every log directory and the metadata log "
+                    "directory.")
     format_.add_argument("--config", "-c", required=True, metavar="FILE",
                          help="the server.properties of the node")
     format_.add_argument("--cluster-id", "-t", required=True, metavar="ID",
@@ -59,8 +60,14 @@ def add_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
                          help="skip directories already formatted (for this cluster and node) "
                               "instead of failing")
     format_.add_argument("--release-version", "-r", metavar="RELEASE", help=_RELEASE_HELP)
-    format_.add_argument("--add-scram", "-S", action="append", metavar="CREDENTIAL",
-                         help="not supported: pykraft has no SASL/SCRAM yet (refused)")
+    format_.add_argument(
+        "--add-scram", "-S", action="append", metavar="CREDENTIAL",
+        help="a SCRAM credential for the cluster to start with (repeatable; read by the "
+             "controller that bootstraps the metadata log), e.g. "
+             "'SCRAM-SHA-256=[name=alice,password=alice-secret]' or "
+             "'SCRAM-SHA-512=[name=alice,iterations=8192,salt=\"N3E=\",saltedpassword="
+             "\"YCE=\"]' (salt and salted password in base64; iterations 4096 to 16384, "
+             "default 4096); only the salted keys are written")
     quorum = format_.add_mutually_exclusive_group()
     quorum.add_argument("--standalone", "-s", action="store_true",
                         help="start the quorum with this controller as its only voter (for "
@@ -110,16 +117,19 @@ def _info(args: argparse.Namespace) -> int:
 def _format(args: argparse.Namespace) -> int:
     from pykraft.server.storage_tool import StorageToolError, format_command
 
-    if args.add_scram:
-        raise CommandError("--add-scram is not supported: pykraft has no SASL/SCRAM yet, so "
-                           "there is no credential to bootstrap")
     config = _load(args.config)
+    if args.add_scram and "controller" not in config.roles:
+        # Kafka formats it into a broker's dirs too, where nothing ever reads it
+        print("WARN --add-scram has no effect on a node that is not a controller: the "
+              "controller that bootstraps the metadata log writes the credentials",
+              file=sys.stderr)
     try:
         format_command(config, cluster_id=args.cluster_id,
                        ignore_formatted=args.ignore_formatted,
                        release_version=args.release_version, standalone=args.standalone,
                        initial_controllers=args.initial_controllers,
-                       no_initial_controllers=args.no_initial_controllers)
+                       no_initial_controllers=args.no_initial_controllers,
+                       add_scram=args.add_scram or ())
     except StorageToolError as error:
         raise CommandError(str(error)) from None
     return 0

@@ -6,8 +6,10 @@ asked to format it) or on one formatted for another cluster or node.
 
 Formatting also writes, as Kafka's Formatter does, `bootstrap.checkpoint` into every dir: a
 snapshot-format file holding the FeatureLevelRecord of the metadata.version the cluster starts
-at (`--release-version`, else the bootstrap level); the first active controller reads it from
-the metadata log dir and bootstraps the empty metadata log at that level. KIP-853's dynamic
+at (`--release-version`, else the bootstrap level) and the UserScramCredentialRecords of
+`--add-scram` (KIP-900: salted and hashed here, so no password is written); the first active
+controller reads it from the metadata log dir and bootstraps the empty metadata log with
+those records. A broker's bootstrap.checkpoint is never read, as in Kafka. KIP-853's dynamic
 quorum bootstrap (`--standalone`, `--initial-controllers`) is mapped onto pykraft's static
 quorum: the initial voter set is written to `bootstrap.voters` in the metadata log dir (Kafka
 writes it as a VotersRecord in the 0-0 snapshot), and a node configured with
@@ -18,10 +20,12 @@ Voters cannot be added or removed later (docs/deviations.md).
 from __future__ import annotations
 
 import base64
+import binascii
+import os
 import re
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final
@@ -35,9 +39,15 @@ from pykraft.controller.features import (
     metadata_version_level,
     metadata_version_name,
 )
+from pykraft.controller.scram import MV_3_5_IV2
 from pykraft.errors import CorruptRecord, InconsistentClusterId
 from pykraft.metadata.codec import decode_metadata_record, encode_metadata_record
-from pykraft.metadata.records import FeatureLevelRecord
+from pykraft.metadata.records import (
+    FeatureLevelRecord,
+    MetadataRecord,
+    UserScramCredentialRecord,
+)
+from pykraft.net.scram import ITERATIONS_MAX, ITERATIONS_MIN, MECHANISMS, SALT_BYTES
 from pykraft.raft.messages import SnapshotId
 from pykraft.raft.snapshot import build_snapshot, snapshot_values
 from pykraft.server.config import ConfigError, ServerConfig, read_properties
@@ -167,13 +177,15 @@ def format_storage(
     config: ServerConfig, *, cluster_id: str | None, ignore_formatted: bool,
     quiet: bool = False, release_version: int | None = None,
     initial_voters: Mapping[int, InitialVoter] | None = None,
+    scram_records: Sequence[UserScramCredentialRecord] = (),
 ) -> str:
     """Write meta.properties (and bootstrap.checkpoint) into every unformatted dir; return
     the cluster id used.
 
     With `cluster_id=None` (auto-format of the quick start) an already formatted dir's id is
     reused, so restarting `pykraft server start` keeps its data. `initial_voters` is the
-    KIP-853 initial quorum (`--standalone`, `--initial-controllers`).
+    KIP-853 initial quorum (`--standalone`, `--initial-controllers`); `scram_records` the
+    credentials of `--add-scram` (`parse_scram_arguments`).
     """
     level = BOOTSTRAP_METADATA_VERSION if release_version is None else release_version
     existing = {d: _read(d) for d in all_dirs(config)}
@@ -201,7 +213,8 @@ def format_storage(
                   f"{metadata_version_name(level)}.")
         try:
             directory.mkdir(parents=True, exist_ok=True)
-            write_atomically(directory / BOOTSTRAP_CHECKPOINT_FILE, _bootstrap_checkpoint(level))
+            write_atomically(directory / BOOTSTRAP_CHECKPOINT_FILE,
+                             _bootstrap_checkpoint(level, scram_records))
             if initial_voters is not None and directory == config.metadata_log_dir:
                 write_atomically(directory / BOOTSTRAP_VOTERS_FILE,
                                  _voters_text(initial_voters))
@@ -228,14 +241,16 @@ def _directory_kind(config: ServerConfig, directory: Path,
     return "dynamic metadata directory"
 
 
-def _bootstrap_checkpoint(level: int) -> bytes:
-    values = [encode_metadata_record(record, 0) for record in bootstrap_records(level)]
+def _bootstrap_checkpoint(level: int,
+                          scram_records: Sequence[UserScramCredentialRecord] = ()) -> bytes:
+    records: list[MetadataRecord] = [*bootstrap_records(level), *scram_records]
+    values = [encode_metadata_record(record, 0) for record in records]
     return b"".join(build_snapshot(_BOOTSTRAP_SNAPSHOT, values, last_contained_log_timestamp=0,
                                    timestamp_ms=0))
 
 
-def read_bootstrap_metadata_version(directory: Path) -> int | None:
-    """The metadata.version `storage format` wrote into `directory`, if it wrote one."""
+def _bootstrap_file_records(directory: Path) -> list[MetadataRecord] | None:
+    """The records of the bootstrap.checkpoint `storage format` wrote into `directory`."""
     path = directory / BOOTSTRAP_CHECKPOINT_FILE
     try:
         with open(path, "rb") as stream:
@@ -247,13 +262,128 @@ def read_bootstrap_metadata_version(directory: Path) -> int | None:
     if len(data) > _BOOTSTRAP_FILE_BYTES_MAX:
         raise StorageToolError(f"{path} is larger than a bootstrap checkpoint can be")
     try:
-        for value in snapshot_values([data]):
-            record = decode_metadata_record(value)
-            if isinstance(record, FeatureLevelRecord) and record.name == METADATA_VERSION_FEATURE:
-                return record.feature_level
+        return [decode_metadata_record(value) for value in snapshot_values([data])]
     except (CorruptRecord, ValueError) as error:
         raise StorageToolError(f"{path} is not a bootstrap checkpoint: {error}") from error
-    raise StorageToolError(f"{path} holds no {METADATA_VERSION_FEATURE}")
+
+
+def read_bootstrap_metadata_version(directory: Path) -> int | None:
+    """The metadata.version `storage format` wrote into `directory`, if it wrote one."""
+    records = _bootstrap_file_records(directory)
+    if records is None:
+        return None
+    for record in records:
+        if isinstance(record, FeatureLevelRecord) and record.name == METADATA_VERSION_FEATURE:
+            return record.feature_level
+    raise StorageToolError(f"{directory / BOOTSTRAP_CHECKPOINT_FILE} holds no "
+                           f"{METADATA_VERSION_FEATURE}")
+
+
+def read_bootstrap_scram_records(directory: Path) -> tuple[UserScramCredentialRecord, ...]:
+    """The SCRAM credentials `storage format --add-scram` wrote into `directory`: the active
+    controller writes them after the metadata.version when it bootstraps an empty log."""
+    records = _bootstrap_file_records(directory) or []
+    return tuple(r for r in records if isinstance(r, UserScramCredentialRecord))
+
+
+# -- --add-scram (KIP-900): Kafka's ScramParser --------------------------------------------
+
+
+def parse_scram_arguments(arguments: Sequence[str]) -> list[UserScramCredentialRecord]:
+    """`--add-scram 'SCRAM-SHA-256=[name=alice,password=alice-secret]'` (or
+    `[name=alice,iterations=8192,salt="N3E=",saltedpassword="YCE="]`, salt and salted
+    password in base64), each argument one UserScramCredentialRecord; the refusals are
+    Kafka's ScramParser's. A password is salted and hashed here and kept nowhere."""
+    return [_scram_record(*_mechanism_and_config(argument)) for argument in arguments]
+
+
+def _mechanism_and_config(argument: str) -> tuple[str, str]:
+    text = argument.strip()
+    mechanism, equals, config = text.partition("=")
+    if not equals:
+        # the argument may hold a password: Kafka echoes it, we do not
+        raise StorageToolError("Failed to find equals sign in SCRAM argument")
+    if mechanism not in MECHANISMS:
+        raise StorageToolError(f"The add-scram mechanism {mechanism} is not supported.")
+    if not config.startswith("["):
+        raise StorageToolError("Expected configuration string to start with [")
+    if not config.endswith("]"):
+        raise StorageToolError("Expected configuration string to end with ]")
+    return mechanism, config[1:-1]
+
+
+def _scram_components(config: str) -> dict[str, str]:
+    components: dict[str, str] = {}
+    for component in config.split(","):
+        key, equals, value = component.partition("=")
+        if not equals:  # Kafka echoes the component: it may be the tail of a password
+            raise StorageToolError("No equals sign found in a SCRAM component")
+        if len(value) >= 2 and value.startswith('"') and value.endswith('"'):
+            value = value[1:-1]
+        components[key] = value  # Kafka keeps the last of a key given twice
+    return components
+
+
+def _base64(text: str, what: str) -> bytes:
+    padded = text if "=" in text else text + "=" * (-len(text) % 4)  # Java's needs none
+    try:
+        return base64.b64decode(padded, validate=True)
+    except (binascii.Error, ValueError):
+        # Kafka echoes the text; a salted password is as good as the password: not that
+        shown = f": {text}" if what == "salt" else ""
+        raise StorageToolError(f"Failed to decode given {what}{shown}") from None
+
+
+def _java_int(text: str) -> int | None:
+    """Integer.parseInt: an optional sign and decimal digits, within 32 bits."""
+    if re.fullmatch(r"[+-]?[0-9]+", text) is None:
+        return None
+    value = int(text)
+    return value if -(2**31) <= value < 2**31 else None
+
+
+def _scram_record(mechanism_name: str, config: str) -> UserScramCredentialRecord:
+    mechanism = MECHANISMS[mechanism_name]
+    components = _scram_components(config)
+    name = components.pop("name", None)
+    if name is None:
+        raise StorageToolError("You must supply 'name' to add-scram")
+    salt_text = components.pop("salt", None)
+    salt = None if salt_text is None else _base64(salt_text, "salt")
+    iterations_text = components.pop("iterations", None)
+    iterations = ITERATIONS_MIN
+    if iterations_text is not None:
+        parsed = _java_int(iterations_text)
+        if parsed is None:
+            raise StorageToolError(f"Failed to parse iterations count: {iterations_text}")
+        iterations = parsed
+    password = components.pop("password", None)
+    salted_text = components.pop("saltedpassword", None)
+    salted: bytes | None = None
+    if password is None:
+        if salted_text is None:
+            raise StorageToolError("You must supply one of 'password' or 'saltedpassword' to "
+                                   "add-scram")
+        if salt is None:
+            raise StorageToolError("You must supply 'salt' with 'saltedpassword' to add-scram")
+        salted = _base64(salted_text, "saltedPassword")
+    if components:
+        raise StorageToolError("Unknown SCRAM configurations: " + ", ".join(sorted(components)))
+    enum_name = mechanism_name.replace("-", "_")  # how Kafka prints its ScramMechanism
+    if iterations < ITERATIONS_MIN:
+        raise StorageToolError(f"The 'iterations' value must be >= {ITERATIONS_MIN} for "
+                               f"add-scram using {enum_name}")
+    if iterations > ITERATIONS_MAX:
+        raise StorageToolError(f"The 'iterations' value must be <= {ITERATIONS_MAX} for "
+                               f"add-scram using {enum_name}")
+    salt = os.urandom(SALT_BYTES) if salt is None else salt
+    if salted is None:
+        assert password is not None
+        salted = mechanism.salted_password(password.encode(), salt, iterations)
+    return UserScramCredentialRecord(
+        name=name, mechanism=mechanism.code, salt=salt,
+        stored_key=mechanism.stored_key(mechanism.client_key(salted)),
+        server_key=mechanism.server_key(salted), iterations=iterations)
 
 
 def _voters_text(voters: Mapping[int, InitialVoter]) -> str:
@@ -406,10 +536,18 @@ def format_command(
     config: ServerConfig, *, cluster_id: str, ignore_formatted: bool,
     release_version: str | None = None, standalone: bool = False,
     initial_controllers: str | None = None, no_initial_controllers: bool = False,
+    add_scram: Sequence[str] = (),
 ) -> str:
     """`pykraft storage format`: Kafka's StorageTool.runFormatCommand checks, then format."""
     release = release_version or config.get("inter.broker.protocol.version")
     level = None if release is None else release_version_level(release)
+    scram_records: list[UserScramCredentialRecord] = []
+    if add_scram:
+        effective = BOOTSTRAP_METADATA_VERSION if level is None else level
+        if effective < MV_3_5_IV2:
+            raise StorageToolError(f"SCRAM is only supported in {METADATA_VERSION_FEATURE} "
+                                   f"{metadata_version_name(MV_3_5_IV2)} or later.")
+        scram_records = parse_scram_arguments(add_scram)
     static = bool(config.get_list("controller.quorum.voters"))
     initial_voters = None
     if initial_controllers is not None:
@@ -440,7 +578,8 @@ def format_command(
         except ConfigError as error:
             raise StorageToolError(str(error)) from error
     return format_storage(config, cluster_id=cluster_id, ignore_formatted=ignore_formatted,
-                          release_version=level, initial_voters=initial_voters)
+                          release_version=level, initial_voters=initial_voters,
+                          scram_records=scram_records)
 
 
 def storage_info(config: ServerConfig) -> tuple[str, bool]:

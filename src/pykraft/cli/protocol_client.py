@@ -5,30 +5,52 @@ One connection at a time, one request at a time. The client tries the bootstrap 
 order until one accepts the connection, asks it ApiVersions, and then sends each request at
 the highest version both sides speak. Every failure is a `CommandError` with one readable
 line: a refused connection, a timeout, a closed connection, no common version.
+
+Security comes from the tool's properties (`--command-config`), read by
+`client_config.security_settings` as the confluent-kafka tools read them: TLS with the
+standard `ssl` module for SSL and SASL_SSL (the trust store, or the system's; the key store
+when the server asks for a certificate; the host name checked unless
+ssl.endpoint.identification.algorithm is empty), then for SASL_PLAINTEXT and SASL_SSL, after
+ApiVersions, SaslHandshake v1 and SaslAuthenticate rounds as Kafka's Java client sends them
+(KIP-152) with PLAIN, SCRAM-SHA-256/512 (RFC 5802) or an unsecured OAUTHBEARER token
+(KIP-255). A refused login is `AuthenticationFailed`: one line, as Kafka's tools print it.
 """
 
 from __future__ import annotations
 
+import base64
+import contextlib
+import json
+import os
+import secrets
 import socket
+import ssl
 import struct
 import sys
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from types import ModuleType, TracebackType
 from typing import Any, Final
 
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.serialization import pkcs12
 from kio.schema.errors import ErrorCode
 
 from pykraft.cli.args import CommandError
+from pykraft.cli.client_config import KeyStore, SaslLogin, SecuritySettings, security_settings
+from pykraft.net import scram
 from pykraft.protocol.framing import decode_response, encode_request, request_type
 
 __all__ = [
+    "AuthenticationFailed",
     "ProtocolClient",
     "active_controller",
     "error_message",
     "error_name",
     "find_coordinator",
     "request_module",
+    "ssl_context",
     "topic_partition_counts",
 ]
 
@@ -38,6 +60,9 @@ DESCRIBE_CLUSTER: Final = 60
 _CONTROLLER_ENDPOINTS: Final = 2  # DescribeCluster's endpoint type for controllers (KIP-919)
 _RETRY_BACKOFF_S: Final = 0.2
 API_VERSIONS: Final = 18
+SASL_HANDSHAKE: Final = 17
+SASL_AUTHENTICATE: Final = 36
+_SASL_ROUNDS_MAX: Final = 4  # SCRAM takes two, PLAIN one, OAUTHBEARER one (two refused)
 _API_VERSIONS_VERSION: Final = 3
 _SIZE: Final = struct.Struct(">i")
 _ERROR_CODE: Final = struct.Struct(">h")
@@ -98,9 +123,15 @@ class _WithoutError:
 class ProtocolClient:
     """Connected to the first reachable of `bootstrap` (`host:port[,host:port...]`)."""
 
-    def __init__(self, bootstrap: str, *, timeout_s: float, client_id: str = "pykraft-cli") -> None:
+    def __init__(self, bootstrap: str, *, timeout_s: float, client_id: str = "pykraft-cli",
+                 properties: Mapping[str, str] | None = None) -> None:
         self.timeout_s = timeout_s
         self.client_id = client_id
+        # the tool's properties, passed on to the clients this one leads to (coordinators,
+        # other brokers, the active controller)
+        self.properties: Mapping[str, str] = properties or {}
+        self.security = security_settings(self.properties)
+        self._ssl_context = ssl_context(self.security) if self.security.uses_tls else None
         self._correlation_id = 0
         self._sock: socket.socket | None = None
         self.address = ""
@@ -124,7 +155,11 @@ class ProtocolClient:
                 continue
             self.address = server
             try:
+                if self._ssl_context is not None:
+                    self._sock = self._tls(self._sock, host)
                 self._versions = self._api_versions()
+                if self.security.sasl is not None:
+                    self._authenticate(self.security.sasl)
             except CommandError:
                 self.close()
                 raise
@@ -157,6 +192,63 @@ class ProtocolClient:
             int(api.api_key): (int(api.min_version), int(api.max_version))
             for api in response.api_keys
         }
+
+    def _tls(self, sock: socket.socket, host: str) -> socket.socket:
+        """`sock` after a TLS handshake with `host`; a refused one is one line, as Kafka's
+        clients report an SslAuthenticationException."""
+        assert self._ssl_context is not None
+        try:
+            return self._ssl_context.wrap_socket(sock, server_hostname=host)
+        except ssl.SSLCertVerificationError as error:
+            sock.close()
+            raise CommandError(f"SSL handshake with {self.address} failed: "
+                               f"{error.verify_message or error.reason}") from None
+        except ssl.SSLError as error:
+            sock.close()
+            raise CommandError(f"SSL handshake with {self.address} failed: "
+                               f"{error.reason or error}") from None
+        except TimeoutError:
+            sock.close()
+            raise CommandError(f"SSL handshake with {self.address} took more than "
+                               f"{self.timeout_s:g} s") from None
+        except OSError as error:
+            sock.close()
+            raise CommandError(f"SSL handshake with {self.address} failed: "
+                               f"{error.strerror or error or 'connection closed'}") from None
+
+    def _authenticate(self, login: SaslLogin) -> None:
+        """SaslHandshake v1, then SaslAuthenticate until the mechanism is done."""
+        def handshake(module: ModuleType, version: int) -> Any:
+            return module.SaslHandshakeRequest(mechanism=login.mechanism)
+
+        _, answer = self.request(SASL_HANDSHAKE, "SaslHandshake", (1, 1), handshake)
+        if answer.error_code == ErrorCode.unsupported_sasl_mechanism:
+            raise AuthenticationFailed(
+                f"Client SASL mechanism '{login.mechanism}' not enabled in the server, enabled "
+                f"mechanisms are {list(answer.mechanisms)}")
+        if answer.error_code != ErrorCode.none:
+            raise AuthenticationFailed(f"SaslHandshake refused by {self.address}: "
+                                       f"{error_name(answer.error_code)}")
+        mechanism = sasl_mechanism(login)
+        token: bytes | None = mechanism.first()
+        for _ in range(_SASL_ROUNDS_MAX):
+            if token is None:
+                return
+            token = mechanism.step(self._sasl_round(token))
+        raise AuthenticationFailed(f"Authentication failed: {self.address} did not finish "
+                                   f"{login.mechanism} in {_SASL_ROUNDS_MAX} rounds")
+
+    def _sasl_round(self, token: bytes) -> bytes:
+        """One SaslAuthenticate: our token out, the server's challenge back."""
+        def authenticate(module: ModuleType, version: int) -> Any:
+            return module.SaslAuthenticateRequest(auth_bytes=token)
+
+        _, answer = self.request(SASL_AUTHENTICATE, "SaslAuthenticate", (0, 2), authenticate)
+        if answer.error_code != ErrorCode.none:
+            text = answer.error_message or error_name(answer.error_code)
+            raise AuthenticationFailed(text if text.startswith("Authentication failed") else
+                                       f"Authentication failed: {text}")
+        return bytes(answer.auth_bytes)
 
     def version_for(self, api_key: int, name: str, ours: tuple[int, int]) -> int:
         """The highest version of `api_key` both sides speak."""
@@ -244,6 +336,199 @@ class ProtocolClient:
         self.close()
 
 
+class AuthenticationFailed(CommandError):
+    """The server refused the login (SASL_AUTHENTICATION_FAILED and friends); the message is
+    the line Kafka's tools print: "Authentication failed: ..."."""
+
+
+# -- TLS -------------------------------------------------------------------------------------
+
+
+def ssl_context(settings: SecuritySettings) -> ssl.SSLContext:
+    """A client context from the checked settings: TLS 1.2 or later (Kafka's enabled
+    protocols), the trust store or the system's, the key store for mTLS."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.check_hostname = settings.check_hostname
+    context.verify_mode = ssl.CERT_REQUIRED
+    trust = settings.truststore
+    try:
+        if trust is None:
+            context.load_default_certs()
+        elif trust.location is not None:
+            context.load_verify_locations(cafile=trust.location)
+        else:
+            context.load_verify_locations(cadata=trust.pem)
+    except ssl.SSLError as error:
+        raise CommandError(f"cannot use the trust store: {error.reason or error}") from None
+    if settings.keystore is not None:
+        _load_key_store(context, settings.keystore)
+    return context
+
+
+def _load_key_store(context: ssl.SSLContext, keys: KeyStore) -> None:
+    try:
+        if keys.kind == "PEM" and keys.location is not None:
+            context.load_cert_chain(keys.location, keys.location, password=keys.password)
+            return
+        if keys.kind == "PEM":
+            chain, key, password = str(keys.certificate_pem), str(keys.key_pem), keys.password
+        else:
+            chain, key, password = _pkcs12_as_pem(str(keys.location), keys.password)
+        with _private_file(key + chain) as path:
+            context.load_cert_chain(path, path, password=password)
+    except ssl.SSLError as error:
+        where = keys.location or "ssl.keystore.key"
+        raise CommandError(f"cannot use the key store {where}: {error.reason or error} (a "
+                           "wrong ssl.key.password, or a key not the certificate's)") from None
+
+
+def _pkcs12_as_pem(location: str, password: str | None) -> tuple[str, str, str]:
+    """A PKCS12 key store as PEM for the ssl module, the key encrypted again under a fresh
+    random password: the key is never on disk unencrypted, even for a moment."""
+    with open(location, "rb") as file:
+        store = pkcs12.load_pkcs12(file.read(), password.encode() if password else None)
+    if store.key is None or store.cert is None:
+        raise CommandError(f"ssl.keystore.location {location} holds no key and certificate")
+    fresh = secrets.token_urlsafe(24)
+    key = store.key.private_bytes(serialization.Encoding.PEM,
+                                  serialization.PrivateFormat.PKCS8,
+                                  serialization.BestAvailableEncryption(fresh.encode()))
+    chain = [store.cert.certificate, *(entry.certificate for entry in store.additional_certs)]
+    pem = b"".join(c.public_bytes(serialization.Encoding.PEM) for c in chain)
+    return pem.decode(), key.decode(), fresh
+
+
+@contextlib.contextmanager
+def _private_file(text: str) -> Iterator[str]:
+    """A file only this user reads, removed as soon as the ssl module has loaded it."""
+    descriptor, path = tempfile.mkstemp(prefix="pykraft-tool-", suffix=".pem")
+    try:
+        with os.fdopen(descriptor, "w") as file:
+            file.write(text)
+        yield path
+    finally:
+        os.unlink(path)
+
+
+# -- SASL mechanisms (sans-I/O: bytes in, bytes out) -----------------------------------------
+
+
+class _Mechanism:
+    def first(self) -> bytes:
+        raise NotImplementedError
+
+    def step(self, challenge: bytes) -> bytes | None:
+        """The next token for the server's `challenge`; None when the login is complete."""
+        raise NotImplementedError
+
+
+class _Plain(_Mechanism):
+    """RFC 4616: one message, no authorization identity."""
+
+    def __init__(self, login: SaslLogin) -> None:
+        self.login = login
+
+    def first(self) -> bytes:
+        return b"\0" + self.login.username.encode() + b"\0" + self.login.password.encode()
+
+    def step(self, challenge: bytes) -> bytes | None:
+        return None
+
+
+class _Scram(_Mechanism):
+    """RFC 5802's client: client-first, then the proof for the server's salt and iteration
+    count; the server's signature is checked, so a server that does not hold the
+    credential cannot pass for one that does."""
+
+    def __init__(self, login: SaslLogin) -> None:
+        mechanism = scram.mechanism_named(login.mechanism)
+        assert mechanism is not None  # security_settings accepts only the two SCRAMs
+        self.mechanism = mechanism
+        self.login = login
+        self.nonce = secrets.token_urlsafe(24)
+        name = login.username.replace("=", "=3D").replace(",", "=2C")
+        self.first_bare = f"n={name},r={self.nonce}"
+        self.server_signature: bytes | None = None
+
+    def first(self) -> bytes:
+        return f"n,,{self.first_bare}".encode()
+
+    def step(self, challenge: bytes) -> bytes | None:
+        if self.server_signature is not None:
+            return self._check_final(challenge)
+        text = challenge.decode("utf-8", "replace")
+        attributes = dict(part.split("=", 1) for part in text.split(",") if "=" in part)
+        nonce, salt, iterations = attributes.get("r", ""), attributes.get("s"), attributes.get("i")
+        if not nonce.startswith(self.nonce) or salt is None or not (iterations or "").isdigit():
+            raise AuthenticationFailed("Authentication failed: the server's SCRAM first "
+                                       "message is invalid")
+        count = int(str(iterations))
+        if not scram.ITERATIONS_MIN <= count <= scram.ITERATIONS_MAX:
+            raise AuthenticationFailed(f"Authentication failed: the server asks {count} SCRAM "
+                                       f"iterations, outside {scram.ITERATIONS_MIN}-"
+                                       f"{scram.ITERATIONS_MAX}")
+        salted = self.mechanism.salted_password(self.login.password.encode(),
+                                                base64.b64decode(salt), count)
+        client_key = self.mechanism.client_key(salted)
+        without_proof = f"c=biws,r={nonce}"
+        auth_message = f"{self.first_bare},{text},{without_proof}".encode()
+        signature = self.mechanism.hmac(self.mechanism.stored_key(client_key), auth_message)
+        proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
+        self.server_signature = self.mechanism.hmac(self.mechanism.server_key(salted),
+                                                    auth_message)
+        return f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
+
+    def _check_final(self, challenge: bytes) -> bytes | None:
+        text = challenge.decode("utf-8", "replace")
+        if text.startswith("e="):
+            raise AuthenticationFailed(f"Authentication failed: {text[2:]}")
+        expected = base64.b64encode(self.server_signature or b"").decode()
+        if not text.startswith("v=") or not secrets.compare_digest(text[2:], expected):
+            raise AuthenticationFailed("Authentication failed: the server's SCRAM signature "
+                                       "is invalid")
+        return None
+
+
+class _OAuthBearer(_Mechanism):
+    """RFC 7628's client with Kafka's unsecured token (KIP-255: alg none, empty signature),
+    as OAuthBearerUnsecuredLoginCallbackHandler makes it. A refused token comes back as an
+    error challenge, answered with a lone separator so the server reports its failure."""
+
+    def __init__(self, login: SaslLogin, now_s: float) -> None:
+        self.login = login
+        self.now_s = now_s
+        self.sent = False
+
+    def token(self) -> str:
+        def encoded(value: Mapping[str, Any]) -> str:
+            raw = json.dumps(value, separators=(",", ":")).encode()
+            return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+        claims = {**self.login.claims, "iat": self.now_s,
+                  "exp": self.now_s + self.login.lifetime_s}
+        return f"{encoded({'alg': 'none'})}.{encoded(claims)}."
+
+    def first(self) -> bytes:
+        extensions = "".join(f"{name}={value}\x01"
+                             for name, value in self.login.extensions.items())
+        return f"n,,\x01auth=Bearer {self.token()}\x01{extensions}\x01".encode()
+
+    def step(self, challenge: bytes) -> bytes | None:
+        if challenge and not self.sent:
+            self.sent = True
+            return b"\x01"
+        return None
+
+
+def sasl_mechanism(login: SaslLogin) -> _Mechanism:
+    if login.mechanism == "PLAIN":
+        return _Plain(login)
+    if login.mechanism == "OAUTHBEARER":
+        return _OAuthBearer(login, time.time())
+    return _Scram(login)
+
+
 def find_coordinator(client: ProtocolClient, key: str, *, key_type: int) -> str:
     """The `host:port` of the coordinator of a group (key type 0) or transactional id (1)."""
     def build(module: ModuleType, version: int) -> Any:
@@ -276,7 +561,7 @@ def topic_partition_counts(client: ProtocolClient, topics: list[str]) -> dict[st
 
 
 def active_controller(bootstrap: str, *, timeout_s: float, client_id: str,
-                      call: str) -> ProtocolClient:
+                      call: str, properties: Mapping[str, str] | None = None) -> ProtocolClient:
     """A client connected to the active controller, found from any of the controllers in
     `bootstrap` as Kafka's admin client does with bootstrap.controllers (KIP-919): each is
     asked DescribeCluster for the controllers' endpoints and the active one's id. Through an
@@ -284,7 +569,8 @@ def active_controller(bootstrap: str, *, timeout_s: float, client_id: str,
     `timeout_s` has passed, then fails as Kafka's does: "Timed out waiting for a node
     assignment. Call: `call`". When none of `bootstrap` accepts a connection the error is
     at once that (a wrong address is not an election). A server that does not describe its
-    controllers (an older one) is used as it is."""
+    controllers (an older one) is used as it is. Every connection is made with the tool's
+    security `properties`; a refused login ends the search at once."""
     servers = [server.strip() for server in bootstrap.split(",") if server.strip()]
     deadline = time.monotonic() + timeout_s
     last = ""
@@ -294,7 +580,9 @@ def active_controller(bootstrap: str, *, timeout_s: float, client_id: str,
             remaining = max(0.1, deadline - time.monotonic())
             try:
                 client = ProtocolClient(server, timeout_s=min(timeout_s, remaining),
-                                        client_id=client_id)
+                                        client_id=client_id, properties=properties)
+            except AuthenticationFailed:
+                raise
             except CommandError as error:
                 last = str(error)
                 unreachable.append(last)
@@ -312,7 +600,10 @@ def active_controller(bootstrap: str, *, timeout_s: float, client_id: str,
                 last = f"{server} knows no active controller"
                 continue
             try:
-                active = ProtocolClient(leader, timeout_s=timeout_s, client_id=client_id)
+                active = ProtocolClient(leader, timeout_s=timeout_s, client_id=client_id,
+                                        properties=properties)
+            except AuthenticationFailed:
+                raise
             except CommandError as error:
                 last = str(error)
                 continue

@@ -227,3 +227,21 @@ def test_credentials_survive_a_snapshot_and_a_restart(node: LocalCluster) -> Non
     node.start()
     # the bootstrap credentials are not written again: admin2 stays deleted
     assert {user: described(node, user) for user in before} == before
+
+
+def test_a_broker_forwards_to_the_controller_and_a_controller_listener_serves_them() -> None:
+    """With the controller in another process the broker forwards AlterUserScramCredentials
+    over the network (its refusals come back as they are), and a controller listener takes
+    the APIs itself (KIP-919 tools with --bootstrap-controller)."""
+    with LocalCluster(controllers=1, brokers=1) as cluster:
+        broker = cluster.node(cluster.broker_ids[0])
+        controller = f"127.0.0.1:{cluster.node(cluster.controller_ids[0]).controller_port}"
+        assert alter(broker, UserScramCredentialUpsertion(
+            "frank", ScramCredentialInfo(SHA512, 4096), b"frank-secret")) == {"frank": 0}
+        assert alter(broker, UserScramCredentialDeletion("nobody", SHA512)) \
+            == {"nobody": KafkaError.RESOURCE_NOT_FOUND}
+        eventually(lambda: _expect(described(broker, "frank"), [("SCRAM_SHA_512", 4096)]))
+        done = pykraft("configs", "--bootstrap-controller", controller, "--alter",
+                       "--user", "gina", "--add-config", "SCRAM-SHA-256=[password=gina-secret]")
+        assert (done.returncode, done.stderr) == (0, ""), done.stderr
+        eventually(lambda: _expect(described(broker, "gina"), [("SCRAM_SHA_256", 4096)]))

@@ -26,6 +26,7 @@ import enum
 import logging
 import socket
 import struct
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol, cast, runtime_checkable
@@ -45,6 +46,14 @@ from pykraft.net.limits import (
     quotas_for,
 )
 from pykraft.net.principal import ANONYMOUS, KafkaPrincipal
+from pykraft.net.sasl import (
+    SASL_APIS,
+    Decision,
+    ListenerSasl,
+    Outcome,
+    SaslServerAuthenticator,
+    illegal_state_response,
+)
 from pykraft.protocol.api import ApiKey, supports
 from pykraft.protocol.framing import (
     FrameError,
@@ -238,6 +247,10 @@ class _Connection(asyncio.BufferedProtocol):
         self._eof = False
         self._write_paused = False
         self._idle_timer: asyncio.TimerHandle | None = None
+        # who the connection speaks for: ANONYMOUS until SASL authenticates it
+        self.principal = ANONYMOUS
+        # SASL listeners: the connection's authentication (net/sasl.py), else None
+        self._sasl: SaslServerAuthenticator | None = None
 
     # -- transport callbacks -----------------------------------------------------------
 
@@ -261,6 +274,10 @@ class _Connection(asyncio.BufferedProtocol):
             return
         self._counted = True
         self.limits.connections.add(self)
+        if self.listener.sasl is not None:
+            self._sasl = SaslServerAuthenticator(self.listener.sasl,
+                                                 self.listener.dispatcher.apis,
+                                                 f"{self.host}:{self.port}")
         self._task = self.loop.create_task(self._run())
         self.listener._connections.add(self._task)
         self._arm_idle_timer(self.last_active)
@@ -340,9 +357,10 @@ class _Connection(asyncio.BufferedProtocol):
                 self._fail(ConnectionResetError("connection closed by the client"))
             return
         (size,) = _SIZE.unpack_from(self._pending)
-        if size <= 0 or size > self.listener.request_bytes_max:
+        if size <= 0 or size > self._frame_bytes_max():
             self._fail(FrameError(f"request of {size} bytes (socket.request.max.bytes="
-                                  f"{self.listener.request_bytes_max})"))
+                                  f"{self.listener.request_bytes_max}, "
+                                  f"sasl.server.max.receive.size before authentication)"))
             return
         self._state = _State.WAITING
         reservation = self.limits.reserve(self, size)
@@ -412,11 +430,22 @@ class _Connection(asyncio.BufferedProtocol):
     async def _serve(self) -> None:
         while True:
             frame = await self._next_frame()
+            ended: Outcome | None = None
             try:
-                response = await self.listener._respond(frame, self.host, self.port)
+                outcome = self._sasl_step(frame)
+                if outcome is None or outcome.decision is Decision.PASS_TO_DISPATCHER:
+                    response = await self.listener._respond(frame, self.host, self.port,
+                                                            self.principal)
+                elif outcome.decision is Decision.RESPOND:
+                    response = outcome.response
+                else:
+                    response, ended = None, outcome
             finally:
                 del frame  # the frame's bytes go before its reservation does
                 self._release_memory()
+            if ended is not None:
+                await self._end_authentication(ended)
+                return
             if self.closing:
                 return
             self._state = _State.WRITING
@@ -428,6 +457,48 @@ class _Connection(asyncio.BufferedProtocol):
             self._state = _State.HEADER
             self._advance()  # the next frame may have been read ahead already
             self._sync_reading()
+
+    # -- SASL (net/sasl.py decides; this only moves its frames) ----------------------------
+
+    def _sasl_step(self, frame: memoryview) -> Outcome | None:
+        """What the connection's SASL state makes of a frame; None: an ordinary request.
+        On a listener without SASL, SaslHandshake and SaslAuthenticate are answered
+        ILLEGAL_SASL_STATE, as Kafka's KafkaApis answers them."""
+        authenticator = self._sasl
+        if authenticator is None:
+            if len(frame) < 2 or int.from_bytes(frame[:2], "big") not in SASL_APIS:
+                return None
+            response = illegal_state_response(parse_request_header(frame), frame)
+            if response is None:
+                raise FrameError("malformed SASL request")
+            return Outcome(Decision.RESPOND, response)
+        outcome = authenticator.receive(frame, int(time.time() * 1000))
+        if authenticator.authenticated and authenticator.principal is not None:
+            self.principal = authenticator.principal
+        return outcome
+
+    async def _end_authentication(self, outcome: Outcome) -> None:
+        """Close after a refused authentication (FAIL: Kafka's error response after
+        connection.failed.authentication.delay.ms, so a guesser gains no speed) or a request
+        SASL does not allow (CLOSE: at once). The frame's memory is already released; the
+        connection keeps only its place in the quotas meanwhile."""
+        log.info("closing connection from %s:%d on listener %s: %s", self.host, self.port,
+                 self.listener.name, outcome.reason)
+        if outcome.decision is not Decision.FAIL:
+            return
+        assert self.listener.sasl is not None
+        delay_ms = self.listener.sasl.failed_authentication_delay_ms
+        if delay_ms > 0:
+            await asyncio.sleep(delay_ms / 1000)
+        if outcome.response is not None and not self.closing:
+            self._transport().write(outcome.response)  # close() below flushes it first
+
+    def _frame_bytes_max(self) -> int:
+        """Before authentication a frame is at most sasl.server.max.receive.size."""
+        authenticator = self._sasl
+        if authenticator is not None and not authenticator.authenticated:
+            return min(self.listener.request_bytes_max, authenticator.frame_bytes_max)
+        return self.listener.request_bytes_max
 
     async def _next_frame(self) -> memoryview:
         while self._ready is None:
@@ -513,6 +584,8 @@ class Listener:
         request_bytes_max: int,
         on_fatal: Callable[[BaseException], None],
         limits: NetworkLimits | None = None,
+        security_protocol: str = "PLAINTEXT",
+        sasl: ListenerSasl | None = None,
     ) -> None:
         self.name = name
         self.host = host
@@ -523,6 +596,9 @@ class Listener:
         # no limits given (tools, tests of one layer): Kafka's defaults, unbounded
         self.limits = limits if limits is not None else NetworkLimits()
         self.limits.quotas.add_listener(name)
+        self.security_protocol = security_protocol
+        # SASL_PLAINTEXT and SASL_SSL listeners: what connections authenticate with
+        self.sasl = sasl
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
         self._closing = False
@@ -550,7 +626,8 @@ class Listener:
         if self._server is not None:
             await self._server.wait_closed()
 
-    async def _respond(self, frame: memoryview, host: str, port: int) -> bytes | None:
+    async def _respond(self, frame: memoryview, host: str, port: int,
+                       principal: KafkaPrincipal = ANONYMOUS) -> bytes | None:
         header = parse_request_header(frame)
         if not supports(self.dispatcher.apis, header.api_key, header.api_version):
             if header.api_key == ApiKey.API_VERSIONS:
@@ -567,7 +644,8 @@ class Listener:
             request = decode_request(header, frame)
         except (InvalidRequest, UnknownAPIKey, UnknownEntity) as error:
             raise FrameError(str(error)) from error
-        context = RequestContext(header, self.name, host, port)
+        context = RequestContext(header, self.name, host, port, principal,
+                                 self.security_protocol)
         response = await self.dispatcher.handle(context, request)
         if response is None:
             return None

@@ -16,6 +16,7 @@ class ApiKey(IntEnum):
     FETCH = 1
     LIST_OFFSETS = 2
     METADATA = 3
+    SASL_HANDSHAKE = 17
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
@@ -34,6 +35,7 @@ class ApiKey(IntEnum):
     INCREMENTAL_ALTER_CONFIGS = 44
     DESCRIBE_CLIENT_QUOTAS = 48
     ALTER_CLIENT_QUOTAS = 49
+    SASL_AUTHENTICATE = 36
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
     ALTER_USER_SCRAM_CREDENTIALS = 51
     DESCRIBE_QUORUM = 55
@@ -59,6 +61,9 @@ DATA_APIS: Final[dict[int, tuple[int, int]]] = {
     ApiKey.LIST_OFFSETS: (1, 10),  # v10: a timeout for tiered reads (KIP-1075); none here
     ApiKey.METADATA: (0, 13),  # v13: a top-level error code (KIP-1102)
     ApiKey.API_VERSIONS: (0, 4),
+    # answered by the connection itself (net/sasl.py), on every listener as Kafka 4.0 does
+    ApiKey.SASL_HANDSHAKE: (0, 1),
+    ApiKey.SASL_AUTHENTICATE: (0, 2),
 }
 
 ADMIN_APIS: Final[dict[int, tuple[int, int]]] = {
@@ -99,6 +104,8 @@ BROKER_APIS: Final[dict[int, tuple[int, int]]] = {**DATA_APIS, **BROKER_ADMIN_AP
 # as on broker listeners (more come with the multi-node controller)
 CONTROLLER_APIS: Final[dict[int, tuple[int, int]]] = {
     ApiKey.API_VERSIONS: DATA_APIS[ApiKey.API_VERSIONS],
+    ApiKey.SASL_HANDSHAKE: DATA_APIS[ApiKey.SASL_HANDSHAKE],
+    ApiKey.SASL_AUTHENTICATE: DATA_APIS[ApiKey.SASL_AUTHENTICATE],
     **ADMIN_APIS,
 }
 

@@ -35,6 +35,8 @@ from pykraft.broker.group_coordinator.core import GroupConfig
 from pykraft.controller.configs import DYNAMIC_BROKER_CONFIGS
 from pykraft.errors import InvalidConfig
 from pykraft.net.limits import parse_per_ip_overrides
+from pykraft.net.sasl import ListenerSasl
+from pykraft.net.sasl_client import client_sasl_from_config
 from pykraft.server.kafka_keys import KAFKA_KEYS, check_kafka_value, listener_prefixed_key
 from pykraft.storage import log_config
 from pykraft.storage.log_config import ConfigType
@@ -107,6 +109,13 @@ SERVER_KEYS: Final[dict[str, ServerKey]] = {
         ServerKey("max.connections.per.ip", "int", "2147483647", 0),
         ServerKey("max.connections.per.ip.overrides", "string", ""),
         ServerKey("connections.max.idle.ms", "long", "600000"),
+        # SASL (net/sasl.py, net/sasl_client.py); GSSAPI, Kafka's default, is refused
+        ServerKey("sasl.enabled.mechanisms", "list", "GSSAPI"),
+        ServerKey("sasl.mechanism.inter.broker.protocol", "string", "GSSAPI"),
+        ServerKey("sasl.mechanism.controller.protocol", "string", "GSSAPI"),
+        ServerKey("connections.max.reauth.ms", "long", "0"),
+        ServerKey("connection.failed.authentication.delay.ms", "int", "100", 0),
+        ServerKey("sasl.server.max.receive.size", "int", "524288"),
         ServerKey("log.retention.check.interval.ms", "long", "300000", 1),
         ServerKey("log.cleaner.enable", "boolean", "true"),
         ServerKey("group.min.session.timeout.ms", "int", "6000", 0),
@@ -193,9 +202,6 @@ _NOT_ACTED_ON: Final = frozenset({
 # knows them, pykraft has no such plug-ins.
 _PLUGIN_PREFIXES: Final = ("config.providers", "rlmm.config.", "rsm.config.",
                            "remote.log.metadata.", "remote.log.storage.")
-# Kafka's connection.failed.authentication.delay.ms default (pykraft has no SASL yet), which
-# KafkaConfig requires to be below connections.max.idle.ms
-_FAILED_AUTHENTICATION_DELAY_MS: Final = 100
 # Server keys that set a topic config's default (log.segment.bytes -> segment.bytes, ...).
 _TOPIC_SYNONYMS: Final = {
     synonym.name: definition.name
@@ -211,6 +217,12 @@ _IGNORED_WARNING: Final = ("The configuration '{}' is a Kafka config that pykraf
 _UNKNOWN_WARNING: Final = ("The configuration '{}' was supplied but isn't a known config; "
                            "it is ignored")
 _LISTENER_MAX_CONNECTIONS: Final = re.compile(r"^listener\.name\.[^.]+\.max\.connections$")
+# the listener- (and mechanism-) prefixed SASL keys the node reads (net/sasl.py)
+_LISTENER_SASL_KEY: Final = re.compile(
+    r"^listener\.name\.[^.]+\.(?:(?:plain|scram-sha-256|scram-sha-512|oauthbearer)\."
+    r"(?:sasl\.jaas\.config|connections\.max\.reauth\.ms)|sasl\.enabled\.mechanisms|"
+    r"connections\.max\.reauth\.ms|connection\.failed\.authentication\.delay\.ms|"
+    r"sasl\.server\.max\.receive\.size)$", re.IGNORECASE)
 
 
 def single_node_defaults(data_dir: str) -> dict[str, str]:
@@ -349,7 +361,7 @@ def is_known_key(name: str) -> bool:
 def is_used_key(name: str) -> bool:
     """Whether pykraft acts on the key (the topic defaults count: they are what a topic
     created without its own value gets, and what DescribeConfigs reports)."""
-    if _LISTENER_MAX_CONNECTIONS.match(name):
+    if _LISTENER_MAX_CONNECTIONS.match(name) or _LISTENER_SASL_KEY.match(name):
         return True
     known = name in SERVER_KEYS or name in _TOPIC_SYNONYMS or name in DYNAMIC_BROKER_CONFIGS
     return known and name not in _NOT_ACTED_ON
@@ -391,6 +403,7 @@ class ServerConfig:
         self._validate_shape()
         self._validate_socket_limits()
         self._validate_replication_and_cleaner()
+        self._validate_sasl()
 
     def _validate_replication_and_cleaner(self) -> None:
         """KafkaConfig's cross-key rules of the replica fetcher and the log cleaner."""
@@ -420,11 +433,31 @@ class ServerConfig:
             raise ConfigError("max.connections.per.ip can be set to zero only if "
                               "max.connections.per.ip.overrides property is set.")
         idle_ms = self.get_int("connections.max.idle.ms")
-        if 0 <= idle_ms <= _FAILED_AUTHENTICATION_DELAY_MS:
+        delay_ms = self.get_int("connection.failed.authentication.delay.ms")
+        if 0 <= idle_ms <= delay_ms:
             raise ConfigError(f"connection.failed.authentication.delay.ms="
-                              f"{_FAILED_AUTHENTICATION_DELAY_MS} should always be less than "
+                              f"{delay_ms} should always be less than "
                               f"connections.max.idle.ms={idle_ms} to prevent failed "
                               "authentication responses from timing out")
+
+    def _validate_sasl(self) -> None:
+        """Each SASL listener's mechanisms and JAAS login modules, and the node's own
+        credentials for the SASL listeners it connects to (the inter-broker listener on a
+        broker, the controller listener on every node), read now so that a mistake stops the
+        node before it starts, naming the key."""
+        protocols = self.security_protocols
+        sasl = ("SASL_PLAINTEXT", "SASL_SSL")
+        try:
+            for endpoint in self.listeners:
+                if protocols.get(endpoint.listener_name) in sasl:
+                    ListenerSasl.from_config(self.get, endpoint.listener_name)
+            if "broker" in self.roles and protocols.get(self.inter_broker_listener) in sasl:
+                client_sasl_from_config(self.get, self.inter_broker_listener, "inter.broker")
+            controllers = self.controller_listeners
+            if controllers and protocols.get(controllers[0]) in sasl:
+                client_sasl_from_config(self.get, controllers[0], "controller")
+        except ValueError as error:
+            raise ConfigError(str(error)) from None
 
     def _apply_broker_id_synonym(self) -> None:
         """Kafka's node.id and broker.id name the same thing; either may be given."""
@@ -645,7 +678,7 @@ class ServerConfig:
                                   f"'{self.get('listeners')}': No security protocol defined "
                                   f"for listener {endpoint.listener_name}")
             protocol = protocols[endpoint.listener_name]
-            if protocol != "PLAINTEXT":  # docs/deviations.md: no SSL or SASL yet
+            if protocol not in ("PLAINTEXT", "SASL_PLAINTEXT"):  # docs/deviations.md
                 raise ConfigError(f"listener {endpoint.listener_name} uses {protocol}; only "
                                   "PLAINTEXT listeners are supported yet")
         given = self.get("advertised.listeners")

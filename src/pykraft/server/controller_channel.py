@@ -35,6 +35,13 @@ from kio.schema.errors import ErrorCode
 
 from pykraft.broker.credential_apis import derive_keys
 from pykraft.controller import quotas, scram
+from pykraft.controller.acls import (
+    AclBindingFilter,
+    AclCreationResult,
+    AclDeletionResult,
+)
+from pykraft.controller.acls import create_acls as create_acl_bindings
+from pykraft.controller.acls import delete_acls as delete_acl_bindings
 from pykraft.controller.features import FeatureUpdate, UpdateFeaturesResult
 from pykraft.controller.producer_ids import ProducerIdsBlock
 from pykraft.controller.requests import (
@@ -66,6 +73,7 @@ from pykraft.controller.requests import (
     TopicElectionResult,
 )
 from pykraft.errors import KafkaError, NotController
+from pykraft.metadata.registrations import StandardAcl
 from pykraft.protocol.api import ApiKey
 from pykraft.protocol.entities import make
 from pykraft.protocol.framing import request_type
@@ -100,6 +108,8 @@ LIST_REASSIGNMENTS_VERSION: Final = 0
 ALLOCATE_PRODUCER_IDS_VERSION: Final = 0
 UNREGISTER_BROKER_VERSION: Final = 0
 UPDATE_FEATURES_VERSION: Final = 2
+CREATE_ACLS_VERSION: Final = 3
+DELETE_ACLS_VERSION: Final = 3
 ALTER_CLIENT_QUOTAS_VERSION: Final = 1
 ALTER_USER_SCRAM_CREDENTIALS_VERSION: Final = 0
 NOT_CONTROLLER_MESSAGE: Final = "no active controller answered in time"
@@ -424,6 +434,75 @@ class QuorumControllerChannel:
         # an upsertion sent twice stores the same keys: safe to resend; a deletion sent twice
         # would answer RESOURCE_NOT_FOUND for a credential this very request deleted
         return await self._route(local, remote, failed, idempotent=not deletions)
+
+    async def create_acls(self, creations: Sequence[StandardAcl]) -> Sequence[AclCreationResult]:
+        """CreateAcls, decided by the active controller (controller.acls); ids come from the
+        controller's rng, the shell's randomness."""
+
+        def decide(core: Any) -> OpResult[tuple[AclCreationResult, ...]]:
+            if not core.is_active:
+                raise NotController("This controller is not the active one.")
+            records, results = create_acl_bindings(core.image.acls.by_id, creations, core.rng)
+            return OpResult(tuple(records), tuple(results))
+
+        async def local(server: ControllerServer) -> Sequence[AclCreationResult]:
+            return await server.run(decide)
+
+        async def remote(client: ActiveControllerClient) -> Sequence[AclCreationResult] | None:
+            module = _module(ApiKey.CREATE_ACLS, CREATE_ACLS_VERSION)
+            request = make(module.CreateAclsRequest, creations=tuple(
+                make(module.AclCreation, resource_type=c.resource_type,
+                     resource_name=c.resource_name, resource_pattern_type=c.pattern_type,
+                     principal=c.principal, host=c.host, operation=c.operation,
+                     permission_type=c.permission_type)
+                for c in creations))
+            _, answer = await client.send(ApiKey.CREATE_ACLS, CREATE_ACLS_VERSION, request)
+            results = tuple(AclCreationResult(r.error_code, r.error_message)
+                            for r in answer.results)
+            return None if _retry_needed([r.error_code for r in results]) else results
+
+        def failed(code: ErrorCode, message: str) -> Sequence[AclCreationResult]:
+            return tuple(AclCreationResult(code, message) for _ in creations)
+
+        # a binding created twice is created once (the second is a no-op): safe to resend
+        return await self._route(local, remote, failed, idempotent=True)
+
+    async def delete_acls(
+        self, filters: Sequence[AclBindingFilter]
+    ) -> Sequence[AclDeletionResult]:
+        """DeleteAcls, decided by the active controller (controller.acls)."""
+
+        def decide(core: Any) -> OpResult[tuple[AclDeletionResult, ...]]:
+            if not core.is_active:
+                raise NotController("This controller is not the active one.")
+            records, results = delete_acl_bindings(core.image.acls.by_id, filters)
+            return OpResult(tuple(records), tuple(results))
+
+        async def local(server: ControllerServer) -> Sequence[AclDeletionResult]:
+            return await server.run(decide)
+
+        async def remote(client: ActiveControllerClient) -> Sequence[AclDeletionResult] | None:
+            module = _module(ApiKey.DELETE_ACLS, DELETE_ACLS_VERSION)
+            request = make(module.DeleteAclsRequest, filters=tuple(
+                make(module.DeleteAclsFilter, resource_type_filter=f.resource_type,
+                     resource_name_filter=f.resource_name, pattern_type_filter=f.pattern_type,
+                     principal_filter=f.principal, host_filter=f.host, operation=f.operation,
+                     permission_type=f.permission_type)
+                for f in filters))
+            _, answer = await client.send(ApiKey.DELETE_ACLS, DELETE_ACLS_VERSION, request)
+            results = tuple(
+                AclDeletionResult(r.error_code, r.error_message, tuple(
+                    StandardAcl(m.resource_type, m.resource_name, m.pattern_type, m.principal,
+                                m.host, m.operation, m.permission_type)
+                    for m in r.matching_acls))
+                for r in answer.filter_results)
+            return None if _retry_needed([r.error_code for r in results]) else results
+
+        def failed(code: ErrorCode, message: str) -> Sequence[AclDeletionResult]:
+            return tuple(AclDeletionResult(code, message, ()) for _ in filters)
+
+        # a deletion sent twice would list nothing the second time: never resent blindly
+        return await self._route(local, remote, failed)
 
     async def auto_create_topics(self, names: list[str]) -> None:
         """Metadata-triggered topic creation with the cluster defaults (auto.create.topics)."""

@@ -69,6 +69,8 @@ from pykraft.metadata.codec import decode_metadata_record
 from pykraft.metadata.image import MetadataImage
 from pykraft.metadata.loader import MetadataLoader
 from pykraft.metadata.records import MetadataRecord
+from pykraft.metadata.registrations import ScramCredential, ScramKey
+from pykraft.net.sasl import ListenerSasl
 from pykraft.net.server import Listener, NetworkLimits
 from pykraft.raft.core import CommittedBatch, RaftConfig
 from pykraft.raft.driver import RaftNode
@@ -469,6 +471,8 @@ class Node:
             name, host, port, dispatcher,
             request_bytes_max=self.config.get_int("socket.request.max.bytes"),
             on_fatal=self._fatal, limits=self._limits_of(name),
+            security_protocol=self.config.security_protocols.get(name, "PLAINTEXT"),
+            sasl=self._listener_sasl(name),
         )
         try:
             await listener.start()
@@ -476,6 +480,22 @@ class Node:
             raise NodeStartError(f"cannot listen on {name}://{host}:{port}: "
                                  f"{error.strerror}") from error
         self.listeners.append(listener)
+
+    def _listener_sasl(self, name: str) -> ListenerSasl | None:
+        """A SASL listener's mechanisms and users (checked when the config was loaded); its
+        SCRAM credentials are read from the current metadata image at each authentication,
+        so a credential added or removed counts from the next login on."""
+        if self.config.security_protocols.get(name) not in ("SASL_PLAINTEXT", "SASL_SSL"):
+            return None
+        try:
+            sasl = ListenerSasl.from_config(self.config.get, name)
+        except ValueError as error:
+            raise NodeStartError(str(error)) from None
+        sasl.scram_lookup = self._scram_credential
+        return sasl
+
+    def _scram_credential(self, mechanism: int, user: str) -> ScramCredential | None:
+        return self.cache.image.scram.credentials.get(ScramKey(mechanism, user))
 
     def _limits_of(self, name: str) -> NetworkLimits:
         """One request memory pool and one set of connection quotas for the controller

@@ -123,16 +123,31 @@ def test_kafka_refusals_per_role(values: dict[str, str], message: str) -> None:
 
 def test_kafka_keys_pykraft_ignores_warn_once_each_naming_the_key() -> None:
     config = ServerConfig({**COMBINED, "num.network.threads": "3", "num.io.threads": "8",
-                           "ssl.keystore.location": "/k.jks", "authorizer.class.name": "X",
+                           "ssl.keystore.location": "/k.jks",
+                           "password.encoder.iterations": "4096",
                            "listener.name.plaintext.ssl.keystore.password": "secret",
                            "config.providers": "file", "num.partitions": "3"})
     ignored = ["num.network.threads", "num.io.threads", "ssl.keystore.location",
-               "authorizer.class.name", "listener.name.plaintext.ssl.keystore.password",
+               "password.encoder.iterations", "listener.name.plaintext.ssl.keystore.password",
                "config.providers"]
     assert len(config.warnings) == len(ignored)
     for name, warning in zip(ignored, config.warnings, strict=True):
         assert warning == (f"The configuration '{name}' is a Kafka config that pykraft does "
                            "not use; it is ignored")
+
+
+def test_an_authorizer_class_pykraft_lacks_is_refused() -> None:
+    """authorizer.class.name names Kafka's StandardAuthorizer or nothing: another class
+    stops the node at its configuration, naming the one it could use."""
+    with pytest.raises(ConfigError, match="pykraft provides one authorizer, "
+                       "org.apache.kafka.metadata.authorizer.StandardAuthorizer"):
+        ServerConfig({**COMBINED,
+                      "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer"})
+    config = ServerConfig({**COMBINED, "authorizer.class.name":
+                           "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                           "super.users": "User:admin;User:broker",
+                           "allow.everyone.if.no.acl.found": "true"})
+    assert config.warnings == []
 
 
 def test_unknown_keys_warn_but_do_not_stop_the_node() -> None:
@@ -192,7 +207,9 @@ def test_the_keys_pykraft_declares_are_kafkas_or_its_own() -> None:
     # (min.incremental.fetch.session.eviction.ms is Kafka 4.0's, newer than the table)
     own = {name for name in SERVER_KEYS if name.startswith("pykraft.")}
     newer = {"min.incremental.fetch.session.eviction.ms"}
-    assert set(SERVER_KEYS) - set(KAFKA_KEYS) == own | newer
+    # the StandardAuthorizer's own keys, which Kafka's authorizer reads, not KafkaConfig
+    authorizer = {"super.users", "allow.everyone.if.no.acl.found"}
+    assert set(SERVER_KEYS) - set(KAFKA_KEYS) == own | newer | authorizer
     assert all(is_known_key(name) for name in KAFKA_KEYS)
     assert len(KAFKA_KEYS) > 300
 

@@ -1,0 +1,149 @@
+"""ACLs against a real node: confluent-kafka's AdminClient creates, describes and deletes
+bindings (CreateAcls/DescribeAcls/DeleteAcls, committed as metadata records), Kafka's
+refusals come back per creation, and the bindings survive a metadata snapshot and a restart.
+
+One combined node per module, with the StandardAuthorizer and the PLAINTEXT principal
+(User:ANONYMOUS) a super user, so the admin client may change ACLs."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    ResourcePatternType,
+    ResourceType,
+)
+from kio.schema.create_acls.v3 import request as create_v3
+from kio.schema.errors import ErrorCode
+
+from pykraft.protocol.api import ApiKey
+from pykraft.testing.local_cluster import LocalCluster
+from pykraft.testing.wire import WireClient
+
+STANDARD = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+CONFIGS = {
+    "authorizer.class.name": STANDARD,
+    "super.users": "User:ANONYMOUS",
+    # a snapshot after a few records, so the bindings are read back from one on restart
+    "metadata.log.max.record.bytes.between.snapshots": "1000",
+    "metadata.log.max.snapshot.interval.ms": "0",
+}
+TIMEOUT_S = 15.0
+
+
+@pytest.fixture(scope="module")
+def node() -> Iterator[LocalCluster]:
+    with LocalCluster(configs=CONFIGS) as cluster:
+        yield cluster
+
+
+def admin(node: LocalCluster) -> AdminClient:
+    return AdminClient({"bootstrap.servers": node.bootstrap_servers})
+
+
+def binding(name: str, principal: str = "User:alice", *,
+            kind: ResourceType = ResourceType.TOPIC,
+            pattern: ResourcePatternType = ResourcePatternType.LITERAL,
+            operation: AclOperation = AclOperation.READ,
+            permission: AclPermissionType = AclPermissionType.ALLOW) -> AclBinding:
+    return AclBinding(kind, name, pattern, principal, "*", operation, permission)
+
+
+def any_filter(name: str | None = None,
+               pattern: ResourcePatternType = ResourcePatternType.ANY) -> AclBindingFilter:
+    return AclBindingFilter(ResourceType.ANY, name, pattern, None, None, AclOperation.ANY,
+                            AclPermissionType.ANY)
+
+
+def create(client: AdminClient, bindings: list[AclBinding]) -> None:
+    for future in client.create_acls(bindings, request_timeout=TIMEOUT_S).values():
+        future.result()
+
+
+def describe(client: AdminClient, acl_filter: AclBindingFilter) -> set[AclBinding]:
+    return set(client.describe_acls(acl_filter, request_timeout=TIMEOUT_S).result())
+
+
+def test_admin_client_creates_describes_and_deletes(node: LocalCluster) -> None:
+    """confluent-kafka's create_acls/describe_acls/delete_acls: the bindings are listed
+    back by ANY and MATCH filters, a deletion lists what it removed, and the rest stay."""
+    client = admin(node)
+    made = [binding("rt-orders"), binding("rt-ord", "User:bob",
+                                          pattern=ResourcePatternType.PREFIXED,
+                                          operation=AclOperation.WRITE),
+            binding("rt-app", kind=ResourceType.GROUP, operation=AclOperation.ALL,
+                    permission=AclPermissionType.DENY)]
+    create(client, made)
+    create(client, made[:1])  # an existing binding again: no second record, success
+    assert set(made) <= describe(client, any_filter())
+    listed = client.describe_acls(any_filter("rt-orders"), request_timeout=TIMEOUT_S).result()
+    assert listed == [made[0]]  # created twice, stored once
+    match = describe(client, any_filter("rt-orders", ResourcePatternType.MATCH))
+    assert set(made[:2]) <= match and made[2] not in match
+    assert describe(client, any_filter("rt-ord", ResourcePatternType.LITERAL)) == set()
+
+    deleted = client.delete_acls([any_filter("rt-ord", ResourcePatternType.PREFIXED)],
+                                 request_timeout=TIMEOUT_S)
+    assert [set(f.result()) for f in deleted.values()] == [{made[1]}]
+    remaining = describe(client, any_filter())
+    assert made[0] in remaining and made[2] in remaining and made[1] not in remaining
+
+
+def test_invalid_creations_are_refused_with_kafkas_messages(node: LocalCluster) -> None:
+    """Raw CreateAcls: a MATCH pattern, an empty name, a principal without a type and a
+    cluster with another name are each INVALID_REQUEST with Kafka's message; the valid
+    creation beside them is made."""
+    def creation(name: str, *, pattern: int = 3, principal: str = "User:carol",
+                 kind: int = 2) -> create_v3.AclCreation:
+        return create_v3.AclCreation(resource_type=kind, resource_name=name,
+                                     resource_pattern_type=pattern, principal=principal,
+                                     host="*", operation=3, permission_type=3)
+
+    with WireClient(node.bootstrap_servers) as wire:
+        answer = wire.request(ApiKey.CREATE_ACLS, 3, create_v3.CreateAclsRequest(creations=(
+            creation("x", pattern=2), creation(""), creation("x", principal="carol"),
+            creation("other", kind=4), creation("rt-valid"))))
+    assert [(r.error_code, r.error_message) for r in answer.results] == [
+        (ErrorCode.invalid_request, "Invalid patternType MATCH"),
+        (ErrorCode.invalid_request, "Resource name should not be empty"),
+        (ErrorCode.invalid_request, "Could not parse principal from `carol` (no colon is "
+         "present separating the principal type from the principal name)"),
+        (ErrorCode.invalid_request, "The only valid name for the CLUSTER resource is "
+         "kafka-cluster"),
+        (ErrorCode.none, None)]
+    assert binding("rt-valid", "User:carol") in describe(admin(node), any_filter("rt-valid"))
+
+
+def _snapshots(node: LocalCluster) -> list[Path]:
+    return sorted((node.data_dir).rglob("__cluster_metadata-0/*.checkpoint"))
+
+
+def test_bindings_survive_a_snapshot_and_a_restart(node: LocalCluster) -> None:
+    """Bindings written before the latest metadata snapshot and after it are all back after
+    a kill -9 and restart (the node loads the snapshot, then the log after it)."""
+    client = admin(node)
+    before = [binding(f"rs-{i}", f"User:u{i}") for i in range(20)]
+    create(client, before)
+    first = {p.name for p in _snapshots(node)}
+    deadline = time.monotonic() + TIMEOUT_S
+    while not {p.name for p in _snapshots(node)} - first or not _snapshots(node):
+        assert time.monotonic() < deadline, "no metadata snapshot after the bindings"
+        create(client, [binding(f"rs-pad-{time.monotonic_ns()}")])
+        time.sleep(0.1)
+    after = binding("rs-after", "User:late", operation=AclOperation.DESCRIBE)
+    create(client, [after])
+    node.kill()
+    node.start()
+    found = describe(admin(node), any_filter())
+    assert set(before) | {after} <= found
+    with pytest.raises(KafkaException):  # still a secured node: a bad creation is refused
+        create(admin(node), [binding("", "User:x")])

@@ -26,6 +26,9 @@ class ApiKey(IntEnum):
     END_TXN = 26
     WRITE_TXN_MARKERS = 27
     TXN_OFFSET_COMMIT = 28
+    DESCRIBE_ACLS = 29
+    CREATE_ACLS = 30
+    DELETE_ACLS = 31
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
     CREATE_PARTITIONS = 37
@@ -95,6 +98,14 @@ BROKER_ADMIN_APIS: Final[dict[int, tuple[int, int]]] = {
 CREDENTIAL_APIS: Final[dict[int, tuple[int, int]]] = {
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
+}
+
+# ACLs in the metadata log, served by broker.acl_apis on broker and controller listeners
+# alike (Kafka 4.0's listeners are ["broker", "controller"]; v0 went with KIP-896)
+ACL_APIS: Final[dict[int, tuple[int, int]]] = {
+    ApiKey.DESCRIBE_ACLS: (1, 3),
+    ApiKey.CREATE_ACLS: (1, 3),
+    ApiKey.DELETE_ACLS: (1, 3),
 }
 
 # what a broker listener serves before any feature adds its own APIs

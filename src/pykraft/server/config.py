@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from pykraft.broker.authorizer import STANDARD_AUTHORIZER_CLASS, AuthorizerSettings
 from pykraft.broker.group_coordinator.core import GroupConfig
 from pykraft.controller.configs import DYNAMIC_BROKER_CONFIGS
 from pykraft.errors import InvalidConfig
@@ -102,6 +103,10 @@ SERVER_KEYS: Final[dict[str, ServerKey]] = {
         ServerKey("request.timeout.ms", "int", "30000"),
         # picks the inter-broker listener when inter.broker.listener.name is unset
         ServerKey("security.inter.broker.protocol", "string", "PLAINTEXT"),
+        # the authorizer (authorizer_settings): empty = none, every request allowed
+        ServerKey("authorizer.class.name", "string", ""),
+        ServerKey("super.users", "string", ""),
+        ServerKey("allow.everyone.if.no.acl.found", "boolean", "false"),
         # unset: 100 MiB, or socket.request.max.bytes if larger (Kafka's -1, unbounded, is
         # still accepted); see net/limits.py and docs/deviations.md
         ServerKey("queued.max.request.bytes", "long", None),
@@ -302,6 +307,23 @@ def parse_quorum_bootstrap_servers(value: str) -> list[tuple[str, int]]:
     return servers
 
 
+def authorizer_settings(values: Mapping[str, str]) -> AuthorizerSettings:
+    """The authorizer keys: `authorizer.class.name` (empty: no authorizer, as Kafka's default;
+    Kafka 4.0's StandardAuthorizer; any other class is refused, as Kafka refuses a class it
+    cannot load), `super.users` (principals separated by semicolons, Kafka's
+    StandardAuthorizer.getConfiguredSuperUsers) and `allow.everyone.if.no.acl.found`."""
+    class_name = values.get("authorizer.class.name", "").strip()
+    if class_name and class_name != STANDARD_AUTHORIZER_CLASS:
+        raise ConfigError(
+            f"Invalid value {class_name} for configuration authorizer.class.name: pykraft "
+            f"provides one authorizer, {STANDARD_AUTHORIZER_CLASS} (or leave the key empty "
+            f"for none)")
+    super_users = frozenset(
+        user.strip() for user in values.get("super.users", "").split(";") if user.strip())
+    allow_everyone = values.get("allow.everyone.if.no.acl.found", "false").strip().lower()
+    return AuthorizerSettings(class_name, super_users, allow_everyone == "true")
+
+
 def _routable_name(endpoint: Endpoint) -> Endpoint:
     """An empty listener host is advertised as this machine's canonical host name."""
     if endpoint.host:
@@ -404,6 +426,7 @@ class ServerConfig:
         self._validate_socket_limits()
         self._validate_replication_and_cleaner()
         self._validate_sasl()
+        authorizer_settings(self.values)  # a class we do not have: refused at start
 
     def _validate_replication_and_cleaner(self) -> None:
         """KafkaConfig's cross-key rules of the replica fetcher and the log cleaner."""

@@ -33,8 +33,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from pykraft.broker.acl_apis import AclApis
 from pykraft.broker.admin_apis import AdminApis, UnenforcedQuotaNotice
 from pykraft.broker.apis import BrokerApis
+from pykraft.broker.authorizer import ALLOW_ALL, Authorizer, StandardAuthorizer
 from pykraft.broker.credential_apis import CredentialApis
 from pykraft.broker.fetch_sessions import FetchSessionCache
 from pykraft.broker.group_apis import GroupApis
@@ -77,7 +79,7 @@ from pykraft.raft.driver import RaftNode
 from pykraft.raft.log_store import RaftLogView
 from pykraft.raft.messages import SnapshotId
 from pykraft.raft.network import RaftApis, RaftChannels
-from pykraft.server.config import ServerConfig
+from pykraft.server.config import ServerConfig, authorizer_settings
 from pykraft.server.controller_channel import ControllerRefused, QuorumControllerChannel
 from pykraft.server.controller_client import ActiveControllerClient, Backoff, ControllerUnavailable
 from pykraft.server.controller_server import (
@@ -152,6 +154,8 @@ class Node:
         self._join_deadline: float | None = None
         self._registration_error: str | None = None  # the last refusal, for start-up errors
         self.snapshots: MetadataSnapshots | None = None  # once the metadata log is open
+        # what every request handler asks (authorizer.class.name; none: allow all)
+        self.authorizer: Authorizer = ALLOW_ALL
 
     # -- start ------------------------------------------------------------------------
 
@@ -169,6 +173,11 @@ class Node:
         self.cache = MetadataCache(self.node_id, self.cluster_id)
         self.loader = MetadataLoader()
         self.loader.publishers.append(self.cache.publish)
+        settings = authorizer_settings(values)
+        if settings.class_name:  # follows the image's ACL bindings from the first one
+            standard = StandardAuthorizer(settings)
+            self.loader.publishers.append(standard.publish)
+            self.authorizer = standard
         if self.is_broker:
             self._compose_broker(now)
         voters = self.config.voters
@@ -409,7 +418,8 @@ class Node:
             self.node_id, self.cache, self.replicas,
             [self._admin_apis(), RecordsApis(self.cache, self.replicas, self._checkpoint_logs),
              PartitionApis(self.cache, self.replicas, self.config.values),
-             group_apis, transactions, CredentialApis(self.cache, self.channel)],
+             group_apis, transactions, CredentialApis(self.cache, self.channel),
+             AclApis(self.cache, self.channel)],
             auto_create_topics=functools.partial(self._auto_create_topics, {
                 CONSUMER_OFFSETS_TOPIC: group_apis.ensure_offsets_topic,
                 TRANSACTION_STATE_TOPIC: transactions.ensure_state_topic,
@@ -419,6 +429,7 @@ class Node:
                 eviction_ms=self.config.get_int("min.incremental.fetch.session.eviction.ms")),
         )
         apis.verify_transactional = transactions.verify_produce
+        apis.authorizer = self.authorizer  # and every API group's
         for endpoint in self.config.listeners:
             if endpoint.listener_name not in controller_names:
                 await self._listen(endpoint.listener_name, endpoint.host, endpoint.port, apis)
@@ -462,9 +473,12 @@ class Node:
         local = QuorumControllerChannel(self.controller, None, timeout_ms=0)
         admin = AdminApis(self.node_id, self.cache, local, self.config.values, self,
                           clients_listener=False)
-        return ControllerApis(admin, [RaftApis(self.raft, self.cluster_id),
+        apis = ControllerApis(admin, [RaftApis(self.raft, self.cluster_id),
                                       LifecycleApis(self.controller),
-                                      CredentialApis(self.cache, local)])
+                                      CredentialApis(self.cache, local),
+                                      AclApis(self.cache, local)])
+        apis.authorizer = self.authorizer  # and its self-authorizing groups', brokers trusted
+        return apis
 
     async def _listen(self, name: str, host: str, port: int, dispatcher: Any) -> None:
         listener = Listener(

@@ -23,6 +23,7 @@ import argparse
 import importlib
 import pkgutil
 import re
+from collections.abc import Mapping
 from functools import cache
 from typing import Any, Final
 
@@ -81,7 +82,8 @@ def add_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
                         help="REQUIRED: The server to connect to.")
     parser.add_argument("--command-config", metavar="command config property file",
                         help="A property file containing configs to be passed to Admin Client "
-                             "(default.api.timeout.ms is used).")
+                             "(its security settings and default.api.timeout.ms are used for "
+                             "every connection).")
     parser.set_defaults(handler=_run_args)
 
 
@@ -91,17 +93,18 @@ def _run_args(args: argparse.Namespace) -> int:
     bootstrap = parse_bootstrap_servers(args.bootstrap_server)
     properties = load_properties(args.command_config) if args.command_config else {}
     timeout_s = timeout_seconds(properties)
-    with ProtocolClient(bootstrap, timeout_s=timeout_s, client_id="broker-api-versions") as seed:
+    with ProtocolClient(bootstrap, timeout_s=timeout_s, client_id="broker-api-versions",
+                        properties=properties) as seed:
         brokers = describe_cluster(seed, with_topics=False).brokers
     for broker in brokers:
-        print(f"{broker} -> {_broker_text(broker, timeout_s)}", flush=True)
+        print(f"{broker} -> {_broker_text(broker, timeout_s, properties)}", flush=True)
     return 0
 
 
-def _broker_text(broker: BrokerNode, timeout_s: float) -> str:
+def _broker_text(broker: BrokerNode, timeout_s: float, properties: Mapping[str, str]) -> str:
     try:
         with ProtocolClient(broker.address, timeout_s=timeout_s,
-                            client_id="broker-api-versions") as client:
+                            client_id="broker-api-versions", properties=properties) as client:
             return api_versions_text(client.api_versions.api_keys)
     except CommandError as error:
         return f"ERROR: {error}"

@@ -34,6 +34,7 @@ __all__ = [
     "ErrorReporter",
     "JaasConfig",
     "KeyStore",
+    "SECURITY_KEYS",
     "SaslLogin",
     "SecuritySettings",
     "TrustStore",
@@ -87,7 +88,7 @@ def client_config(
     security = security_settings(properties)
     config: dict[str, Any] = {}
     for key, value in properties.items():
-        if key in _SECURITY_KEYS:
+        if key in SECURITY_KEYS:
             continue
         if key in _DROPPED or key in _JAVA_ONLY_SECURITY:
             if key != "default.api.timeout.ms" and warn is not None:
@@ -97,7 +98,7 @@ def client_config(
             config["queue.buffering.max.kbytes"] = str(max(1, _int_property(key, value) // 1024))
             continue
         config[key] = value
-    if _SECURITY_KEYS.intersection(properties):
+    if SECURITY_KEYS.intersection(properties):
         config.update(librdkafka_security(security))
     if bootstrap_servers:
         config["bootstrap.servers"] = parse_bootstrap_servers(bootstrap_servers)
@@ -221,7 +222,7 @@ _JAVA_ONLY_SECURITY: Final = frozenset({
     "sasl.login.retry.backoff.max.ms",
 })
 # the keys read below, which never reach librdkafka under their Java names
-_SECURITY_KEYS: Final = frozenset({
+SECURITY_KEYS: Final = frozenset({
     "security.protocol", "sasl.mechanism", "sasl.jaas.config", "ssl.truststore.location",
     "ssl.truststore.type", "ssl.truststore.password", "ssl.truststore.certificates",
     "ssl.keystore.location", "ssl.keystore.type", "ssl.keystore.password",

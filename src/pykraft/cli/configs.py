@@ -24,7 +24,7 @@ import argparse
 import math
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from types import ModuleType
@@ -95,7 +95,8 @@ def add_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
                     "broker logger, ip, client metrics or group.")
     add_bootstrap_options(parser)
     parser.add_argument("--command-config", metavar="FILE",
-                        help="admin client properties (default.api.timeout.ms is used)")
+                        help="admin client properties: security settings (security.protocol, "
+                             "sasl.*, ssl.*) for every connection, default.api.timeout.ms")
     action = parser.add_mutually_exclusive_group()
     action.add_argument("--describe", action="store_true",
                         help="List configs for the given entity.")
@@ -259,7 +260,7 @@ def _run_args(args: argparse.Namespace) -> int:
     command = _parse(args)
     properties = load_properties(args.command_config) if args.command_config else {}
     timeout_s = timeout_seconds(properties)
-    tool = _Tool(bootstrap_of(args), bool(args.bootstrap_controller), timeout_s)
+    tool = _Tool(bootstrap_of(args), bool(args.bootstrap_controller), timeout_s, properties)
     try:
         if args.describe:
             tool.describe(command)
@@ -271,10 +272,12 @@ def _run_args(args: argparse.Namespace) -> int:
 
 
 class _Tool:
-    def __init__(self, bootstrap: str, to_controllers: bool, timeout_s: float) -> None:
+    def __init__(self, bootstrap: str, to_controllers: bool, timeout_s: float,
+                 properties: Mapping[str, str]) -> None:
         self.to_controllers = to_controllers
         self.timeout_s = timeout_s
-        self.client = ProtocolClient(bootstrap, timeout_s=timeout_s, client_id="pykraft-configs")
+        self.client = ProtocolClient(bootstrap, timeout_s=timeout_s, client_id="pykraft-configs",
+                                     properties=properties)
         self._broker_clients: dict[int, ProtocolClient] = {}
 
     def close(self) -> None:
@@ -360,7 +363,8 @@ class _Tool:
         if node_id not in self._broker_clients:
             broker = describe_cluster(self.client, with_topics=False).broker(node_id)
             self._broker_clients[node_id] = ProtocolClient(
-                broker.address, timeout_s=self.timeout_s, client_id="pykraft-configs")
+                broker.address, timeout_s=self.timeout_s, client_id="pykraft-configs",
+                properties=self.client.properties)
         return self._broker_clients[node_id]
 
     # -- alter --------------------------------------------------------------------------

@@ -259,7 +259,8 @@ def add_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
                         help="a consumer setting (Kafka's Java name; repeatable; overrides "
                              "--consumer.config)")
     parser.add_argument("--consumer.config", dest="consumer_config", metavar="FILE",
-                        help="consumer properties file")
+                        help="consumer properties file (Java client keys, security settings "
+                             "included: security.protocol, sasl.*, ssl.*)")
     parser.add_argument("--isolation-level", choices=("read_committed", "read_uncommitted"),
                         help="read_committed hides records of open and aborted transactions "
                              "(default: read_uncommitted)")

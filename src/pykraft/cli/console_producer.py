@@ -164,7 +164,8 @@ def add_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
                         help="a producer setting (Kafka's Java name; repeatable; overrides "
                              "--producer.config)")
     parser.add_argument("--producer.config", dest="producer_config", metavar="FILE",
-                        help="producer properties file")
+                        help="producer properties file (Java client keys, security settings "
+                             "included: security.protocol, sasl.*, ssl.*)")
     parser.add_argument("--compression-codec", nargs="?", const="gzip", choices=COMPRESSION_CODECS,
                         help="compress batches with this codec (gzip if given without one)")
     parser.add_argument(

@@ -109,7 +109,8 @@ def add_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
     parser.add_argument("--bootstrap-server", metavar="HOST:PORT",
                         help="REQUIRED: the server(s) to connect to")
     parser.add_argument("--command-config", metavar="FILE",
-                        help="a properties file of admin client configs")
+                        help="a properties file of admin client configs (security settings "
+                             "included), used for every connection")
     for action, text in ACTION_HELP.items():
         parser.add_argument(f"--{action}", action="store_true", help=text)
     parser.add_argument("--group", action="append", metavar="GROUP",
@@ -729,7 +730,8 @@ def run_delete_offsets(bootstrap: str, group: str, topics: Sequence[str],
     client_id = properties.get("client.id", "pykraft-consumer-groups")
     results: dict[tuple[str, int], int] = {}
     partitions: list[tuple[str, int]] = []
-    with ProtocolClient(bootstrap, timeout_s=timeout_s, client_id=client_id) as client:
+    with ProtocolClient(bootstrap, timeout_s=timeout_s, client_id=client_id,
+                        properties=properties) as client:
         whole = [topic for topic, chosen in wanted.items() if chosen is None]
         counts = topic_partition_counts(client, whole) if whole else {}
         for topic, chosen in wanted.items():
@@ -742,7 +744,8 @@ def run_delete_offsets(bootstrap: str, group: str, topics: Sequence[str],
         address = find_coordinator(client, group, key_type=0)
     top_level = ErrorCode.none
     if partitions:
-        with ProtocolClient(address, timeout_s=timeout_s, client_id=client_id) as coordinator:
+        with ProtocolClient(address, timeout_s=timeout_s, client_id=client_id,
+                            properties=properties) as coordinator:
             top_level, answered = _offset_delete(coordinator, group, partitions)
         results.update(answered)
     if top_level == ErrorCode.none:  # as Kafka's admin client: a partition's error fails all

@@ -48,7 +48,8 @@ def add_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
     parser.add_argument("--bootstrap-server", metavar="HOST:PORT",
                         help="REQUIRED: the broker(s) to connect to, host:port[,host:port]")
     parser.add_argument("--offset-json-file", metavar="FILE", help="REQUIRED: the offsets")
-    parser.add_argument("--command-config", metavar="FILE", help="admin client properties file")
+    parser.add_argument("--command-config", metavar="FILE",
+                        help="admin client properties file (security settings included)")
     parser.set_defaults(handler=_run_args)
 
 

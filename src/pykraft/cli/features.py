@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import re
+from collections.abc import Mapping
 from types import ModuleType
 from typing import Any, Final
 
@@ -28,7 +29,9 @@ from pykraft.cli.args import (
     UsageError,
     add_bootstrap_options,
     bootstrap_of,
+    load_properties,
 )
+from pykraft.cli.client_config import timeout_seconds
 from pykraft.cli.protocol_client import ProtocolClient, active_controller, error_name
 from pykraft.controller.features import (
     METADATA_VERSION_FEATURE,
@@ -49,7 +52,8 @@ def add_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
         description="This tool manages feature flags in Kafka.")
     add_bootstrap_options(parser)
     parser.add_argument("--command-config", metavar="FILE",
-                        help="admin client properties (ignored: PLAINTEXT only)")
+                        help="Property file containing configs to be passed to Admin Client "
+                             "(security settings, default.api.timeout.ms).")
     actions = parser.add_subparsers(dest="features_command", required=True,
                                     metavar="{describe,upgrade,downgrade,disable}")
     actions.add_parser("describe", help="describes the current active feature flags")
@@ -75,9 +79,11 @@ def add_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
 
 def _run_args(args: argparse.Namespace) -> int:
     servers = bootstrap_of(args)
+    properties = load_properties(args.command_config) if args.command_config else {}
+    timeout_s = timeout_seconds(properties)
     command = args.features_command
     if command == "describe":
-        for line in describe_lines(servers):
+        for line in describe_lines(servers, timeout_s=timeout_s, properties=properties):
             print(line)
         return 0
     levels = _wanted_levels(args)
@@ -85,7 +91,8 @@ def _run_args(args: argparse.Namespace) -> int:
                     else UpgradeType.UNSAFE_DOWNGRADE if args.unsafe
                     else UpgradeType.SAFE_DOWNGRADE)
     error = update_features(servers, levels, upgrade_type, validate_only=args.dry_run,
-                            controllers=args.bootstrap_controller is not None)
+                            timeout_s=timeout_s, controllers=args.bootstrap_controller is not None,
+                            properties=properties)
     verb = {"upgrade": "upgraded", "downgrade": "downgraded", "disable": "disabled"}[command]
     for name, level in sorted(levels.items()):  # as Kafka: by feature name
         target = "" if command == "disable" else f" to {level}"
@@ -134,8 +141,10 @@ def _level_text(name: str, level: int) -> str:
     return metadata_version_name(level) if name == METADATA_VERSION_FEATURE else str(level)
 
 
-def describe_lines(servers: str, *, timeout_s: float = _TIMEOUT_S) -> list[str]:
-    with ProtocolClient(servers, timeout_s=timeout_s, client_id="pykraft-features") as client:
+def describe_lines(servers: str, *, timeout_s: float = _TIMEOUT_S,
+                   properties: Mapping[str, str] | None = None) -> list[str]:
+    with ProtocolClient(servers, timeout_s=timeout_s, client_id="pykraft-features",
+                        properties=properties) as client:
         answer = client.api_versions
     supported = {f.name: (int(f.min_version), int(f.max_version))
                  for f in getattr(answer, "supported_features", ())}
@@ -156,7 +165,8 @@ def describe_lines(servers: str, *, timeout_s: float = _TIMEOUT_S) -> list[str]:
 
 def update_features(servers: str, levels: dict[str, int], upgrade_type: UpgradeType, *,
                     validate_only: bool, timeout_s: float = _TIMEOUT_S,
-                    controllers: bool = False) -> str | None:
+                    controllers: bool = False,
+                    properties: Mapping[str, str] | None = None) -> str | None:
     """UpdateFeatures; None when accepted, else the refusal as one line. A broker forwards
     it to the active controller; given `controllers`, the tool finds that one itself (a
     controller that is not active would refuse it with NOT_CONTROLLER)."""
@@ -178,8 +188,9 @@ def update_features(servers: str, levels: dict[str, int], upgrade_type: UpgradeT
         return module.UpdateFeaturesRequest(**fields)
 
     client = (active_controller(servers, timeout_s=timeout_s, client_id="pykraft-features",
-                                call="updateFeatures") if controllers
-              else ProtocolClient(servers, timeout_s=timeout_s, client_id="pykraft-features"))
+                                call="updateFeatures", properties=properties) if controllers
+              else ProtocolClient(servers, timeout_s=timeout_s, client_id="pykraft-features",
+                                  properties=properties))
     with client:
         _, response = client.request(UPDATE_FEATURES, "UpdateFeatures", (0, 2), build)
     if response.error_code != ErrorCode.none:

@@ -65,7 +65,8 @@ def add_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
                         help="timestamp of the offsets before that (default latest); also -4 "
                              "or earliest-local, -5 or latest-tiered")
     parser.add_argument("--command-config", metavar="FILE",
-                        help="Property file containing configs to be passed to Admin Client.")
+                        help="Property file containing configs to be passed to Admin Client "
+                             "(security settings included).")
     parser.add_argument("--exclude-internal-topics", action="store_true",
                         help="By default, internal topics are included. If specified, internal "
                              "topics are excluded.")

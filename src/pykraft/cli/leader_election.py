@@ -51,7 +51,7 @@ def add_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
     parser.add_argument("--bootstrap-server", metavar="HOST:PORT",
                         help="REQUIRED: the broker(s) to connect to, host:port[,host:port]")
     parser.add_argument("--admin.config", dest="admin_config", metavar="FILE",
-                        help="admin client properties file")
+                        help="admin client properties file (security settings included)")
     parser.add_argument("--election-type", metavar="preferred|unclean",
                         help="REQUIRED: the kind of election")
     parser.add_argument("--all-topic-partitions", action="store_true",

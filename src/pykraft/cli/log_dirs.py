@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+from collections.abc import Mapping
 from types import ModuleType
 from typing import Any, Final
 
@@ -53,7 +54,8 @@ def add_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
                         help="REQUIRED: the server(s) to use for bootstrapping")
     parser.add_argument("--command-config", metavar="FILE",
                         help="Property file containing configs to be passed to Admin Client "
-                             "(default.api.timeout.ms is used).")
+                             "(its security settings and default.api.timeout.ms are used for "
+                             "every connection).")
     parser.add_argument("--describe", action="store_true",
                         help="REQUIRED: Describe the specified log directories on the specified "
                              "brokers.")
@@ -77,7 +79,8 @@ def _run_args(args: argparse.Namespace) -> int:
     wanted = _broker_ids(args.broker_list)
     properties = load_properties(args.command_config) if args.command_config else {}
     timeout_s = timeout_seconds(properties)
-    with ProtocolClient(bootstrap, timeout_s=timeout_s, client_id="log-dirs-tool") as seed:
+    with ProtocolClient(bootstrap, timeout_s=timeout_s, client_id="log-dirs-tool",
+                        properties=properties) as seed:
         cluster_brokers = describe_cluster(seed, with_topics=False).brokers
     known = {broker.node_id for broker in cluster_brokers}
     missing = sorted(wanted - known)
@@ -88,7 +91,8 @@ def _run_args(args: argparse.Namespace) -> int:
             f"{','.join(map(str, sorted(known)))}")
     brokers = [broker for broker in cluster_brokers if not wanted or broker.node_id in wanted]
     print("Querying brokers for log directories information", flush=True)
-    described = {broker.node_id: describe_log_dirs(broker, timeout_s) for broker in brokers}
+    described = {broker.node_id: describe_log_dirs(broker, timeout_s, properties)
+                 for broker in brokers}
     print("Received log directory information from brokers "
           + ",".join(str(broker.node_id) for broker in brokers))
     print(log_dirs_json(described, topics))
@@ -106,13 +110,15 @@ def _broker_ids(text: str) -> set[int]:
     return ids
 
 
-def describe_log_dirs(broker: BrokerNode, timeout_s: float) -> list[Any]:
+def describe_log_dirs(broker: BrokerNode, timeout_s: float,
+                      properties: Mapping[str, str] | None = None) -> list[Any]:
     """One broker's DescribeLogDirs results, every partition included."""
 
     def build(module: ModuleType, version: int) -> Any:
         return module.DescribeLogDirsRequest(topics=None)
 
-    with ProtocolClient(broker.address, timeout_s=timeout_s, client_id="log-dirs-tool") as client:
+    with ProtocolClient(broker.address, timeout_s=timeout_s, client_id="log-dirs-tool",
+                        properties=properties) as client:
         _, response = client.request(DESCRIBE_LOG_DIRS, "DescribeLogDirs", _VERSIONS, build)
     code = getattr(response, "error_code", ErrorCode.none)  # v3 added the top-level code
     if code != ErrorCode.none:

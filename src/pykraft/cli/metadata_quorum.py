@@ -23,7 +23,7 @@ import argparse
 import json
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Final
@@ -38,8 +38,13 @@ from pykraft.cli.args import (
     bootstrap_of,
     load_properties,
 )
-from pykraft.cli.client_config import timeout_seconds, warn
-from pykraft.cli.protocol_client import ProtocolClient, active_controller, error_name
+from pykraft.cli.client_config import SECURITY_KEYS, security_settings, timeout_seconds, warn
+from pykraft.cli.protocol_client import (
+    AuthenticationFailed,
+    ProtocolClient,
+    active_controller,
+    error_name,
+)
 from pykraft.storage.checkpoint import kafka_uuid_string
 
 __all__ = [
@@ -61,7 +66,7 @@ _RETRY_BACKOFF_S: Final = 0.2
 ZERO_UUID: Final = uuid.UUID(int=0)
 # properties of an admin client file that mean something to this tool; the rest are ignored
 _USED_PROPERTIES: Final = frozenset(
-    {"default.api.timeout.ms", "request.timeout.ms", "client.id", "security.protocol"}
+    {"default.api.timeout.ms", "request.timeout.ms", "client.id"}
 )
 
 
@@ -91,7 +96,10 @@ def add_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
         description="This tool describes kraft metadata quorum status.",
     )
     add_bootstrap_options(parser)
-    parser.add_argument("--command-config", metavar="FILE", help="admin client properties")
+    parser.add_argument("--command-config", metavar="FILE",
+                        help="Property file containing configs to be passed to Admin Client: "
+                             "security settings (security.protocol, sasl.*, ssl.*), client.id, "
+                             "default.api.timeout.ms")
     actions = parser.add_subparsers(dest="quorum_command", metavar="describe")
     describe = actions.add_parser("describe", help="describe the metadata quorum info")
     describe.add_argument(
@@ -132,6 +140,7 @@ def _run_args(args: argparse.Namespace) -> int:
         client_id=client_id,
         with_cluster_id=args.status,
         controllers=args.bootstrap_controller is not None,
+        properties=properties,
     )
     if args.status:
         lines = status_lines(cluster_id, quorum)
@@ -145,10 +154,8 @@ def _run_args(args: argparse.Namespace) -> int:
 
 
 def _client_settings(properties: dict[str, str]) -> tuple[float, str]:
-    protocol = properties.get("security.protocol", "PLAINTEXT").upper()
-    if protocol != "PLAINTEXT":
-        raise UsageError(f"security.protocol {protocol} is not supported (PLAINTEXT only)")
-    for key in sorted(set(properties) - _USED_PROPERTIES):
+    security_settings(properties)  # refused before any connection, naming the key
+    for key in sorted(set(properties) - _USED_PROPERTIES - SECURITY_KEYS):
         warn(f"WARN: ignoring property {key} (not used by metadata-quorum)")
     timeout_s = timeout_seconds(properties)
     if "request.timeout.ms" in properties and "default.api.timeout.ms" not in properties:
@@ -166,33 +173,41 @@ def describe_quorum(
     client_id: str,
     with_cluster_id: bool,
     controllers: bool = False,
+    properties: Mapping[str, str] | None = None,
 ) -> tuple[QuorumInfo, str | None]:
     """The quorum, and the cluster id when asked. Brokers (`controllers` False) are asked in
     turn until one answers (one may be down; each forwards to the active controller).
     Controllers are asked as Kafka's admin client asks them (KIP-919): the active one, found
-    from any of them, and again through an election until `timeout_s` has passed."""
+    from any of them, and again through an election until `timeout_s` has passed. A refused
+    login ends the search at once: the next server would refuse it too."""
     if controllers:
-        return _describe_from_controllers(servers, timeout_s, client_id, with_cluster_id)
+        return _describe_from_controllers(servers, timeout_s, client_id, with_cluster_id,
+                                          properties)
     failures = []
     for server in servers.split(","):
         try:
-            with ProtocolClient(server, timeout_s=timeout_s, client_id=client_id) as client:
+            with ProtocolClient(server, timeout_s=timeout_s, client_id=client_id,
+                                properties=properties) as client:
                 quorum = _describe_quorum(client)
                 cluster_id = _cluster_id(client) if with_cluster_id else None
                 return quorum, cluster_id
+        except AuthenticationFailed:
+            raise
         except CommandError as error:  # unreachable, or not the one to ask: try the next
             failures.append(str(error))
     raise CommandError("; ".join(failures))
 
 
 def _describe_from_controllers(
-    servers: str, timeout_s: float, client_id: str, with_cluster_id: bool
+    servers: str, timeout_s: float, client_id: str, with_cluster_id: bool,
+    properties: Mapping[str, str] | None,
 ) -> tuple[QuorumInfo, str | None]:
     deadline = time.monotonic() + timeout_s
     while True:
         remaining = max(0.1, deadline - time.monotonic())
         with active_controller(
-            servers, timeout_s=remaining, client_id=client_id, call=_CALL
+            servers, timeout_s=remaining, client_id=client_id, call=_CALL,
+            properties=properties,
         ) as client:
             try:
                 quorum = _describe_quorum(client)

@@ -114,7 +114,7 @@ def add_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
                          help="producer settings (Kafka's Java names; override "
                               "--producer.config)")
     produce.add_argument("--producer.config", dest="producer_config", metavar="FILE",
-                         help="producer properties file")
+                         help="producer properties file (security settings included)")
     produce.set_defaults(handler=lambda args: run_produce(produce_options(args)))
 
     consume = tests.add_parser("consume", help="kafka-consumer-perf-test.sh")
@@ -142,7 +142,7 @@ def add_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
                          help="consumer settings (Kafka's Java names; override "
                               "--consumer.config)")
     consume.add_argument("--consumer.config", dest="consumer_config", metavar="FILE",
-                         help="consumer properties file")
+                         help="consumer properties file (security settings included)")
     consume.set_defaults(handler=lambda args: run_consume(consume_options(args)))
 
 

@@ -61,7 +61,9 @@ def add_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
         "reassign-partitions", help="move partition replicas (kafka-reassign-partitions.sh)")
     parser.add_argument("--bootstrap-server", metavar="HOST:PORT",
                         help="REQUIRED: the broker(s) to connect to, host:port[,host:port]")
-    parser.add_argument("--command-config", metavar="FILE", help="admin client properties file")
+    parser.add_argument("--command-config", metavar="FILE",
+                        help="Property file containing configs to be passed to Admin Client "
+                             "(security settings, default.api.timeout.ms)")
     for action in _ACTIONS:
         parser.add_argument(f"--{action}", action="store_true", help=_ACTION_HELP[action])
     parser.add_argument("--topics-to-move-json-file", metavar="FILE",
@@ -92,7 +94,7 @@ def _run_args(args: argparse.Namespace) -> int:
     properties = load_properties(args.command_config) if args.command_config else {}
     return run(action, args.bootstrap_server, timeout_seconds(properties),
                topics_file=args.topics_to_move_json_file, broker_list=args.broker_list,
-               reassignment_file=args.reassignment_json_file)
+               reassignment_file=args.reassignment_json_file, properties=properties)
 
 
 # -- files -----------------------------------------------------------------------------------
@@ -271,14 +273,14 @@ def _names(keys: Sequence[tuple[str, int]] | Any) -> str:
 
 def run(action: str, bootstrap: str, timeout_s: float, *, topics_file: str | None = None,
         broker_list: str | None = None, reassignment_file: str | None = None,
-        rng: random.Random | None = None) -> int:
+        rng: random.Random | None = None, properties: Mapping[str, str] | None = None) -> int:
     # the files are read before connecting: a bad file is the error, whatever the cluster
     topics = parse_topics_json(_read(topics_file)) if action == "generate" and topics_file \
         else []
     wanted = parse_reassignment_json(_read(reassignment_file)) \
         if action not in ("generate", "list") and reassignment_file else {}
-    with ProtocolClient(bootstrap, timeout_s=timeout_s,
-                        client_id="pykraft-reassign-partitions") as client:
+    with ProtocolClient(bootstrap, timeout_s=timeout_s, client_id="pykraft-reassign-partitions",
+                        properties=properties) as client:
         if action == "generate":
             assert broker_list is not None
             return _generate(client, topics, broker_list, rng or random.Random())

@@ -14,7 +14,7 @@ import re
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
@@ -137,7 +137,8 @@ def add_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
     parser.add_argument("--bootstrap-server", metavar="HOST:PORT",
                         help="REQUIRED: the broker(s) to connect to, host:port[,host:port]")
     parser.add_argument("--command-config", metavar="FILE",
-                        help="admin client properties file")
+                        help="Property file containing configs to be passed to Admin Client "
+                             "(security.protocol, sasl.*, ssl.*, default.api.timeout.ms ...)")
     for action, text in _ACTION_HELP.items():
         parser.add_argument(f"--{action}", action="store_true", help=text)
     parser.add_argument("--topic", help="a topic name; a regular expression except for --create")
@@ -385,7 +386,7 @@ def run(options: TopicsOptions) -> int:
     config.setdefault("log_level", 0)  # errors reach the user through error_cb, once each
     admin = AdminClient(config)
     session = _Session(admin, timeout_seconds(properties), errors,
-                       str(config.get("bootstrap.servers", "")))
+                       str(config.get("bootstrap.servers", "")), properties)
     try:
         _ACTION_RUNNERS[options.action](session, options)
     except KafkaException as exception:
@@ -404,6 +405,7 @@ class _Session:
     timeout_s: float
     errors: ErrorReporter
     bootstrap: str = ""
+    properties: Mapping[str, str] = field(default_factory=dict)  # --command-config
 
     def metadata(self) -> ClusterMetadata:
         return self.admin.list_topics(timeout=self.timeout_s)
@@ -567,8 +569,9 @@ def _reassignments(
     session: _Session, names: list[str]
 ) -> dict[tuple[str, int], tuple[tuple[int, ...], tuple[int, ...]]]:
     """(topic, partition) -> (adding, removing) of the reassignments in progress, from
-    ListPartitionReassignments (confluent-kafka does not send it). Best effort, as Kafka's
-    tool: a cluster that cannot say (or a secured one) shows no reassignment columns."""
+    ListPartitionReassignments (confluent-kafka does not send it), over a connection secured
+    as --command-config says. Best effort, as Kafka's tool: a cluster that cannot say shows
+    no reassignment columns."""
     from pykraft.cli.protocol_client import ProtocolClient
 
     def build(module: Any, version: int) -> Any:
@@ -579,7 +582,7 @@ def _reassignments(
 
     try:
         with ProtocolClient(session.bootstrap, timeout_s=session.timeout_s,
-                            client_id="pykraft-topics") as client:
+                            client_id="pykraft-topics", properties=session.properties) as client:
             _, answer = client.request(46, "ListPartitionReassignments", (0, 0), build)
     except (CommandError, OSError):
         return {}

@@ -34,7 +34,7 @@ from __future__ import annotations
 import argparse
 import struct
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from kio.schema.describe_transactions.v0.request import DescribeTransactionsRequest
@@ -73,7 +73,8 @@ def add_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
     parser.add_argument("--bootstrap-server", metavar="HOST:PORT",
                         help="REQUIRED: the server(s) to connect to")
     parser.add_argument("--command-config", metavar="FILE",
-                        help="a properties file of admin client configs")
+                        help="a properties file of admin client configs (security settings, "
+                             "default.api.timeout.ms)")
     actions = parser.add_subparsers(
         dest="action", metavar="{list,describe,describe-producers,abort,find-hanging}")
     listing = actions.add_parser("list", help="list transactions")
@@ -124,11 +125,11 @@ def _run_args(args: argparse.Namespace) -> int:
     properties = load_properties(args.command_config) if args.command_config else {}
     timeout_s = timeout_seconds(properties)
     if args.action == "list":
-        return run_list(args.bootstrap_server, timeout_s, args.duration_filter)
+        return run_list(args.bootstrap_server, timeout_s, properties, args.duration_filter)
     if args.action == "describe":
         if not args.transactional_id:
             raise UsageError("Missing required argument \"[transactional-id]\"")
-        return run_describe(args.bootstrap_server, args.transactional_id, timeout_s)
+        return run_describe(args.bootstrap_server, args.transactional_id, timeout_s, properties)
     if args.action == "abort":
         ids = ("producer_id", "producer_epoch", "coordinator_epoch")
         _require(args, ("topic", "partition") if args.start_offset is not None
@@ -137,21 +138,22 @@ def _run_args(args: argparse.Namespace) -> int:
             if any(getattr(args, name) is not None for name in ids):
                 raise UsageError("give --start-offset or the producer's ids, not both")
             return run_abort_at(args.bootstrap_server, args.topic, args.partition,
-                                args.start_offset, timeout_s)
+                                args.start_offset, timeout_s, properties)
         return run_abort(args.bootstrap_server, args.topic, args.partition, args.producer_id,
-                         args.producer_epoch, args.coordinator_epoch, timeout_s)
+                         args.producer_epoch, args.coordinator_epoch, timeout_s, properties)
     if args.action == "describe-producers":
         _require(args, ("topic", "partition"))
         return run_describe_producers(args.bootstrap_server, args.topic, args.partition,
-                                      timeout_s, broker_id=args.broker_id)
+                                      timeout_s, properties, broker_id=args.broker_id)
     if args.action == "find-hanging":
         if args.topic is None and args.broker_id is None:
             raise UsageError("The `find-hanging` command requires either --topic or "
                              "--broker-id to limit the scope of the search")
         if args.partition is not None and args.topic is None:
             raise UsageError("The --partition argument requires --topic to be provided")
-        return run_find_hanging(args.bootstrap_server, timeout_s, broker_id=args.broker_id,
-                                topic=args.topic, partition=args.partition,
+        return run_find_hanging(args.bootstrap_server, timeout_s, properties,
+                                broker_id=args.broker_id, topic=args.topic,
+                                partition=args.partition,
                                 max_timeout_ms=args.max_transaction_timeout * 60_000)
     raise UsageError("name an action: list, describe, describe-producers, abort or "
                      "find-hanging")
@@ -192,11 +194,13 @@ def _address(answer: Any, broker_id: int) -> str:
 # -- list ----------------------------------------------------------------------------------
 
 
-def _list_transactions(bootstrap: str, timeout_s: float, *, duration_ms: int | None = None,
+def _list_transactions(bootstrap: str, timeout_s: float, properties: Mapping[str, str], *,
+                       duration_ms: int | None = None,
                        producer_ids: Sequence[int] = ()) -> tuple[list[list[Any]], bool]:
     """ListTransactions on every broker: rows of (id, coordinator, producer id, state), and
     whether some broker failed (reported on stdout as it goes)."""
-    with ProtocolClient(bootstrap, timeout_s=timeout_s, client_id=CLIENT_ID) as client:
+    with ProtocolClient(bootstrap, timeout_s=timeout_s, client_id=CLIENT_ID,
+                        properties=properties) as client:
         brokers = sorted((int(b.node_id), f"{b.host}:{b.port}")
                          for b in _metadata(client, ()).brokers)
     rows: list[list[Any]] = []
@@ -213,7 +217,8 @@ def _list_transactions(bootstrap: str, timeout_s: float, *, duration_ms: int | N
             return module.ListTransactionsRequest(state_filters=(),
                                                   producer_id_filters=tuple(producer_ids))
 
-        with ProtocolClient(address, timeout_s=timeout_s, client_id=CLIENT_ID) as broker:
+        with ProtocolClient(address, timeout_s=timeout_s, client_id=CLIENT_ID,
+                            properties=properties) as broker:
             _, answer = broker.request(LIST_TRANSACTIONS, "ListTransactions", (0, 1), build)
         if answer.error_code != ErrorCode.none:
             failed = True
@@ -225,8 +230,9 @@ def _list_transactions(bootstrap: str, timeout_s: float, *, duration_ms: int | N
     return rows, failed
 
 
-def run_list(bootstrap: str, timeout_s: float, duration_ms: int | None = None) -> int:
-    rows, failed = _list_transactions(bootstrap, timeout_s, duration_ms=duration_ms)
+def run_list(bootstrap: str, timeout_s: float, properties: Mapping[str, str],
+             duration_ms: int | None = None) -> int:
+    rows, failed = _list_transactions(bootstrap, timeout_s, properties, duration_ms=duration_ms)
     for line in format_table(["TransactionalId", "Coordinator", "ProducerId",
                               "TransactionState"], sorted(rows, key=lambda r: str(r[0]))):
         print(line)
@@ -237,10 +243,11 @@ def run_list(bootstrap: str, timeout_s: float, duration_ms: int | None = None) -
 
 
 def _transaction_state(bootstrap: str, txn_id: str, timeout_s: float,
-                       failure: str) -> tuple[int, dict[str, Any]]:
+                       properties: Mapping[str, str], failure: str) -> tuple[int, dict[str, Any]]:
     """The coordinator's id and its DescribeTransactions answer for `txn_id` (its error
     code included); CommandError "`failure`: reason" when the coordinator is not found."""
-    with ProtocolClient(bootstrap, timeout_s=timeout_s, client_id=CLIENT_ID) as client:
+    with ProtocolClient(bootstrap, timeout_s=timeout_s, client_id=CLIENT_ID,
+                        properties=properties) as client:
         def find(module: Any, version: int) -> Any:
             return module.FindCoordinatorRequest(key_type=1, coordinator_keys=(txn_id,))
 
@@ -249,7 +256,7 @@ def _transaction_state(bootstrap: str, txn_id: str, timeout_s: float,
     if coordinator.error_code != ErrorCode.none:
         raise CommandError(f"{failure}: {error_message(coordinator.error_code)}")
     address = f"{coordinator.host}:{coordinator.port}"
-    broker = _Client(address, timeout_s=timeout_s, client_id=CLIENT_ID)
+    broker = _Client(address, timeout_s=timeout_s, client_id=CLIENT_ID, properties=properties)
     try:
         frame = broker.raw(DESCRIBE_TRANSACTIONS, 0, DescribeTransactionsRequest(
             transactional_ids=(TransactionalId(txn_id),)))
@@ -261,9 +268,10 @@ def _transaction_state(bootstrap: str, txn_id: str, timeout_s: float,
     return int(coordinator.node_id), states[0]
 
 
-def run_describe(bootstrap: str, txn_id: str, timeout_s: float) -> int:
+def run_describe(bootstrap: str, txn_id: str, timeout_s: float,
+                 properties: Mapping[str, str]) -> int:
     failure = f"Failed to describe transaction state of transactional-id `{txn_id}`"
-    coordinator_id, state = _transaction_state(bootstrap, txn_id, timeout_s, failure)
+    coordinator_id, state = _transaction_state(bootstrap, txn_id, timeout_s, properties, failure)
     if state["error_code"] != ErrorCode.none:
         raise CommandError(f"{failure}: {error_message(state['error_code'])}")
     start = state["start_ms"]
@@ -342,9 +350,10 @@ def parse_describe_transactions(frame: bytes) -> list[dict[str, Any]]:
 
 
 def _leader_address(bootstrap: str, topic: str, partition: int, timeout_s: float,
-                    failure: str) -> str:
+                    properties: Mapping[str, str], failure: str) -> str:
     """The partition leader's host:port; CommandError "`failure`: reason" if there is none."""
-    with ProtocolClient(bootstrap, timeout_s=timeout_s, client_id=CLIENT_ID) as client:
+    with ProtocolClient(bootstrap, timeout_s=timeout_s, client_id=CLIENT_ID,
+                        properties=properties) as client:
         answer = _metadata(client, [topic])
     found = next((t for t in answer.topics if t.name == topic), None)
     code = ErrorCode.unknown_topic_or_partition if found is None else found.error_code
@@ -361,12 +370,13 @@ def _leader_address(bootstrap: str, topic: str, partition: int, timeout_s: float
 
 
 def _producers(address: str, topic: str, partition: int, timeout_s: float,
-               failure: str) -> list[Any]:
+               properties: Mapping[str, str], failure: str) -> list[Any]:
     def build(module: Any, version: int) -> Any:
         return module.DescribeProducersRequest(topics=(module.TopicRequest(
             name=topic, partition_indexes=(partition,)),))
 
-    with ProtocolClient(address, timeout_s=timeout_s, client_id=CLIENT_ID) as broker:
+    with ProtocolClient(address, timeout_s=timeout_s, client_id=CLIENT_ID,
+                        properties=properties) as broker:
         _, answer = broker.request(DESCRIBE_PRODUCERS, "DescribeProducers", (0, 0), build)
     found = next((p for t in answer.topics if t.name == topic for p in t.partitions
                   if p.partition_index == partition), None)
@@ -377,20 +387,22 @@ def _producers(address: str, topic: str, partition: int, timeout_s: float,
     return list(found.active_producers)
 
 
-def run_describe_producers(bootstrap: str, topic: str, partition: int, timeout_s: float, *,
+def run_describe_producers(bootstrap: str, topic: str, partition: int, timeout_s: float,
+                           properties: Mapping[str, str], *,
                            broker_id: int | None = None) -> int:
     replica = "leader" if broker_id is None else f"broker {broker_id}"
     failure = f"Failed to describe producers for partition {topic}-{partition} on {replica}"
     if broker_id is None:
-        address = _leader_address(bootstrap, topic, partition, timeout_s, failure)
+        address = _leader_address(bootstrap, topic, partition, timeout_s, properties, failure)
     else:
-        with ProtocolClient(bootstrap, timeout_s=timeout_s, client_id=CLIENT_ID) as client:
+        with ProtocolClient(bootstrap, timeout_s=timeout_s, client_id=CLIENT_ID,
+                            properties=properties) as client:
             address = _address(_metadata(client, ()), broker_id)
     rows = [[p.producer_id, p.producer_epoch,
              "None" if p.coordinator_epoch < 0 else p.coordinator_epoch, p.last_sequence,
              p.last_timestamp,
              "None" if p.current_txn_start_offset < 0 else p.current_txn_start_offset]
-            for p in _producers(address, topic, partition, timeout_s, failure)]
+            for p in _producers(address, topic, partition, timeout_s, properties, failure)]
     for line in format_table(["ProducerId", "ProducerEpoch", "LatestCoordinatorEpoch",
                               "LastSequence", "LastTimestamp",
                               "CurrentTransactionStartOffset"], sorted(rows)):
@@ -399,25 +411,27 @@ def run_describe_producers(bootstrap: str, topic: str, partition: int, timeout_s
 
 
 def run_abort_at(bootstrap: str, topic: str, partition: int, start_offset: int,
-                 timeout_s: float) -> int:
+                 timeout_s: float, properties: Mapping[str, str]) -> int:
     """Abort the open transaction of `topic`-`partition` that starts at `start_offset`."""
     failure = f"Failed to validate producer state for partition {topic}-{partition}"
-    address = _leader_address(bootstrap, topic, partition, timeout_s, failure)
-    found = [p for p in _producers(address, topic, partition, timeout_s, failure)
+    address = _leader_address(bootstrap, topic, partition, timeout_s, properties, failure)
+    found = [p for p in _producers(address, topic, partition, timeout_s, properties, failure)
              if p.current_txn_start_offset == start_offset]
     if not found:
         raise CommandError(f"Could not find any open transactions starting at offset "
                            f"{start_offset} on partition {topic}-{partition}")
     producer = found[0]  # as Kafka's tool: one transaction starts at an offset
     return run_abort(bootstrap, topic, partition, producer.producer_id,
-                     producer.producer_epoch, max(producer.coordinator_epoch, 0), timeout_s)
+                     producer.producer_epoch, max(producer.coordinator_epoch, 0), timeout_s,
+                     properties)
 
 
 def run_abort(bootstrap: str, topic: str, partition: int, producer_id: int,
-              producer_epoch: int, coordinator_epoch: int, timeout_s: float) -> int:
+              producer_epoch: int, coordinator_epoch: int, timeout_s: float,
+              properties: Mapping[str, str]) -> int:
     failure = (f"Failed to abort transaction of producer {producer_id} (epoch "
                f"{producer_epoch}) on partition {topic}-{partition}")
-    address = _leader_address(bootstrap, topic, partition, timeout_s, failure)
+    address = _leader_address(bootstrap, topic, partition, timeout_s, properties, failure)
 
     def build(module: Any, version: int) -> Any:
         return module.WriteTxnMarkersRequest(markers=(module.WritableTxnMarker(
@@ -425,7 +439,8 @@ def run_abort(bootstrap: str, topic: str, partition: int, producer_id: int,
             coordinator_epoch=coordinator_epoch, topics=(module.WritableTxnMarkerTopic(
                 name=topic, partition_indexes=(partition,)),)),))
 
-    with ProtocolClient(address, timeout_s=timeout_s, client_id=CLIENT_ID) as broker:
+    with ProtocolClient(address, timeout_s=timeout_s, client_id=CLIENT_ID,
+                        properties=properties) as broker:
         _, written = broker.request(WRITE_TXN_MARKERS, "WriteTxnMarkers", (1, 1), build)
     code = written.markers[0].topics[0].partitions[0].error_code
     if code != ErrorCode.none:
@@ -440,12 +455,14 @@ HANGING_HEADERS: Final = ("Topic", "Partition", "ProducerId", "ProducerEpoch",
 _BATCH: Final = 500  # partitions per DescribeProducers, as Kafka's tool batches them
 
 
-def run_find_hanging(bootstrap: str, timeout_s: float, *, broker_id: int | None,
-                     topic: str | None, partition: int | None, max_timeout_ms: int) -> int:
+def run_find_hanging(bootstrap: str, timeout_s: float, properties: Mapping[str, str], *,
+                     broker_id: int | None, topic: str | None, partition: int | None,
+                     max_timeout_ms: int) -> int:
     """Kafka's find-hanging: the open transactions (DescribeProducers) older than the
     longest transaction timeout whose producer the coordinators do not know, or whose
     transaction no longer includes the partition: no marker will ever close them."""
-    with ProtocolClient(bootstrap, timeout_s=timeout_s, client_id=CLIENT_ID) as client:
+    with ProtocolClient(bootstrap, timeout_s=timeout_s, client_id=CLIENT_ID,
+                        properties=properties) as client:
         answer = _metadata(client, None if topic is None else [topic])
     addresses = {int(b.node_id): f"{b.host}:{b.port}" for b in answer.brokers}
     if broker_id is not None and broker_id not in addresses:
@@ -472,11 +489,11 @@ def run_find_hanging(bootstrap: str, timeout_s: float, *, broker_id: int | None,
         for start in range(0, len(partitions), _BATCH):
             for name, index, producer in _producers_of(addresses[target],
                                                        partitions[start:start + _BATCH],
-                                                       timeout_s):
+                                                       timeout_s, properties):
                 if (producer.current_txn_start_offset >= 0
                         and now_ms - producer.last_timestamp > max_timeout_ms):
                     candidates.append((name, index, producer))
-    hanging = _hanging(bootstrap, timeout_s, candidates)
+    hanging = _hanging(bootstrap, timeout_s, properties, candidates)
     rows = [[name, index, p.producer_id, p.producer_epoch, p.coordinator_epoch,
              p.current_txn_start_offset, p.last_timestamp,
              max(0, now_ms - p.last_timestamp) // 60_000] for name, index, p in hanging]
@@ -486,7 +503,7 @@ def run_find_hanging(bootstrap: str, timeout_s: float, *, broker_id: int | None,
 
 
 def _producers_of(address: str, partitions: Sequence[tuple[str, int]],
-                  timeout_s: float) -> list[tuple[str, int, Any]]:
+                  timeout_s: float, properties: Mapping[str, str]) -> list[tuple[str, int, Any]]:
     by_topic: dict[str, list[int]] = {}
     for name, index in partitions:
         by_topic.setdefault(name, []).append(index)
@@ -496,7 +513,8 @@ def _producers_of(address: str, partitions: Sequence[tuple[str, int]],
             module.TopicRequest(name=name, partition_indexes=tuple(indexes))
             for name, indexes in by_topic.items()))
 
-    with ProtocolClient(address, timeout_s=timeout_s, client_id=CLIENT_ID) as broker:
+    with ProtocolClient(address, timeout_s=timeout_s, client_id=CLIENT_ID,
+                        properties=properties) as broker:
         _, answer = broker.request(DESCRIBE_PRODUCERS, "DescribeProducers", (0, 0), build)
     found = []
     for topic in answer.topics:
@@ -510,19 +528,19 @@ def _producers_of(address: str, partitions: Sequence[tuple[str, int]],
     return found
 
 
-def _hanging(bootstrap: str, timeout_s: float,
+def _hanging(bootstrap: str, timeout_s: float, properties: Mapping[str, str],
              candidates: list[tuple[str, int, Any]]) -> list[tuple[str, int, Any]]:
     if not candidates:
         return []
     producer_ids = sorted({producer.producer_id for _, _, producer in candidates})
-    rows, failed = _list_transactions(bootstrap, timeout_s, producer_ids=producer_ids)
+    rows, failed = _list_transactions(bootstrap, timeout_s, properties, producer_ids=producer_ids)
     if failed:
         raise CommandError(f"Failed to list transactions for {len(producer_ids)} producers")
     ids = {int(row[2]): str(row[0]) for row in rows if int(row[2]) in producer_ids}
     included: dict[str, set[tuple[str, int]] | None] = {}
     for txn_id in sorted(set(ids.values())):
         failure = f"Failed to describe {len(ids)} transactions"
-        _, state = _transaction_state(bootstrap, txn_id, timeout_s, failure)
+        _, state = _transaction_state(bootstrap, txn_id, timeout_s, properties, failure)
         if state["error_code"] == ErrorCode.transactional_id_not_found:
             included[txn_id] = None
         elif state["error_code"] != ErrorCode.none:

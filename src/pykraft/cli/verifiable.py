@@ -92,7 +92,8 @@ def add_parsers(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
     producer.add_argument("--acks", type=int, default=-1, choices=(0, 1, -1), metavar="ACKS",
                           help="Acks required on each produced message (0, 1 or -1).")
     producer.add_argument("--producer.config", dest="producer_config", metavar="CONFIG_FILE",
-                          help="Producer config properties file.")
+                          help="Producer config properties file (security settings "
+                               "included).")
     producer.add_argument("--message-create-time", type=INT64, default=-1, metavar="CREATETIME",
                           help="Send messages with creation time starting at the arguments "
                                "value, in milliseconds since epoch")
@@ -144,7 +145,8 @@ def add_parsers(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
                                "only used if the group protocol is CLASSIC")
     consumer.add_argument("--consumer.config", dest="consumer_config", metavar="CONFIG_FILE",
                           help="Consumer config properties file (config options shared with "
-                               "command line parameters will be overridden).")
+                               "command line parameters will be overridden; security settings "
+                               "included).")
     consumer.set_defaults(handler=_run_consumer)
 
 

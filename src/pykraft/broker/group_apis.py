@@ -371,7 +371,7 @@ class GroupApis(Authorized):
                 groups.append(make(module.DescribedGroup,
                                    error_code=ErrorCode.group_authorization_failed,
                                    error_message=None, group_id=group_id, group_state="",
-                                   group_epoch=-1, assignment_epoch=-1, assignor_name="",
+                                   group_epoch=0, assignment_epoch=0, assignor_name="",
                                    members=(),
                                    authorized_operations=AUTHORIZED_OPERATIONS_OMITTED))
                 continue

@@ -28,6 +28,7 @@ from kio.schema.errors import ErrorCode
 from pykraft.protocol.api import ApiKey
 from pykraft.testing.local_cluster import LocalCluster
 from pykraft.testing.wire import WireClient
+from tests.integration.tool_helpers import pykraft
 
 STANDARD = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 CONFIGS = {
@@ -147,3 +148,69 @@ def test_bindings_survive_a_snapshot_and_a_restart(node: LocalCluster) -> None:
     assert set(before) | {after} <= found
     with pytest.raises(KafkaException):  # still a secured node: a bad creation is refused
         create(admin(node), [binding("", "User:x")])
+
+
+def test_the_acls_tool_adds_lists_and_removes(node: LocalCluster) -> None:
+    """`pykraft acls` in kafka-acls.sh's shape: --add prints AclCommand's lines, a second
+    --add reports the binding exists, --list shows the resource's entries, --producer with
+    --idempotent makes the topic and cluster bindings, --remove asks (no: nothing removed)
+    and --force removes."""
+    bootstrap = ("--bootstrap-server", node.bootstrap_servers)
+    added = pykraft("acls", *bootstrap, "--add", "--allow-principal", "User:alice",
+                    "--operation", "Read", "--operation", "describe", "--topic", "cli-t")
+    assert added.returncode == 0, added.stderr
+    pattern = "ResourcePattern(resourceType=TOPIC, name=cli-t, patternType=LITERAL)"
+    assert added.stdout == (
+        f"Adding ACLs for resource `{pattern}`: \n"
+        " \t(principal=User:alice, host=*, operation=READ, permissionType=ALLOW)\n"
+        "\t(principal=User:alice, host=*, operation=DESCRIBE, permissionType=ALLOW)\n\n")
+    again = pykraft("acls", *bootstrap, "--add", "--allow-principal", "User:alice",
+                    "--operation", "Read", "--topic", "cli-t")
+    assert again.stdout == (f"Acl (pattern={pattern}, entry=(principal=User:alice, host=*, "
+                            "operation=READ, permissionType=ALLOW)) already exists.\n")
+    listed = pykraft("acls", *bootstrap, "--list", "--topic", "cli-t")
+    assert listed.stdout == (
+        f"Current ACLs for resource `{pattern}`:\n"
+        "\t(principal=User:alice, host=*, operation=READ, permissionType=ALLOW)\n"
+        "\t(principal=User:alice, host=*, operation=DESCRIBE, permissionType=ALLOW)\n\n")
+
+    producer = pykraft("acls", *bootstrap, "--add", "--allow-principal", "User:prod",
+                       "--producer", "--topic", "cli-p", "--idempotent")
+    assert producer.returncode == 0, producer.stderr
+    cluster = describe(admin(node), AclBindingFilter(
+        ResourceType.BROKER, "kafka-cluster", ResourcePatternType.LITERAL, "User:prod", None,
+        AclOperation.ANY, AclPermissionType.ANY))
+    assert {b.operation for b in cluster} == {AclOperation.IDEMPOTENT_WRITE}
+    topic = describe(admin(node), any_filter("cli-p"))
+    assert {b.operation for b in topic} == {AclOperation.WRITE, AclOperation.DESCRIBE,
+                                           AclOperation.CREATE}
+
+    declined = pykraft("acls", *bootstrap, "--remove", "--topic", "cli-t", stdin="n\n")
+    assert declined.stdout.startswith("Are you sure you want to delete all ACLs for resource "
+                                      f"filter `{pattern}`? (y/n)")
+    assert len(describe(admin(node), any_filter("cli-t"))) == 2
+    removed = pykraft("acls", *bootstrap, "--remove", "--topic", "cli-t", "--force")
+    assert removed.returncode == 0, removed.stderr
+    assert describe(admin(node), any_filter("cli-t")) == set()
+
+
+def test_the_acls_tool_refuses_in_kafkas_words(node: LocalCluster) -> None:
+    """Usage mistakes end as one line on stderr and exit 1, never a traceback."""
+    bootstrap = ("--bootstrap-server", node.bootstrap_servers)
+    cases = [
+        (("--add", "--topic", "t"), "You must specify one of: --allow-principal, "
+         "--deny-principal when trying to add ACLs."),
+        (("--add", "--list", "--topic", "t"), "Command must include exactly one action"),
+        (("--add", "--allow-principal", "alice", "--topic", "t"), "Could not parse principal"),
+        (("--add", "--allow-principal", "User:a", "--group", "g", "--operation", "Write"),
+         "ResourceType GROUP only supports operations"),
+        (("--add", "--allow-principal", "User:a", "--topic", "t",
+          "--resource-pattern-type", "match"),
+         "A '--resource-pattern-type' value of 'MATCH' is not valid when adding acls."),
+        (("--add", "--allow-principal", "User:a"), "You must provide at least one resource"),
+        (("--list", "--consumer", "--topic", "t"), "can't be used with option"),
+    ]
+    for argv, message in cases:
+        result = pykraft("acls", *bootstrap, *argv)
+        assert result.returncode == 1 and message in result.stderr, (argv, result.stderr)
+        assert "Traceback" not in result.stderr

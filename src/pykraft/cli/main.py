@@ -16,6 +16,7 @@
     pykraft broker-api-versions --bootstrap-server H:P
     pykraft log-dirs --describe --bootstrap-server H:P [--broker-list 1] [--topic-list T]
     pykraft verifiable-producer | verifiable-consumer --bootstrap-server H:P --topic T ...
+    pykraft acls --bootstrap-server H:P --add | --remove | --list [--topic T ...]
 
 Every failure the user can act on ends as one line on stderr and exit code 1 (a usage
 mistake, a broker's refusal, an unreadable file); `--help` and `--version` exit 0. Server
@@ -35,6 +36,7 @@ from confluent_kafka import KafkaException
 
 import pykraft
 from pykraft.cli import (
+    acls,
     broker_api_versions,
     cluster,
     configs,
@@ -89,6 +91,7 @@ def build_parser() -> ArgumentParser:
     broker_api_versions.add_parser(commands)
     log_dirs.add_parser(commands)
     verifiable.add_parsers(commands)
+    acls.add_parser(commands)
     return parser
 
 

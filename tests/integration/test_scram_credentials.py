@@ -20,12 +20,15 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     UserScramCredentialDeletion,
     UserScramCredentialUpsertion,
 )
+from kio.schema.describe_user_scram_credentials.v0 import request as describe_v0
+from kio.schema.errors import ErrorCode
 
 from pykraft.cli.main import main
 from pykraft.metadata.codec import decode_metadata_record
 from pykraft.metadata.records import UserScramCredentialRecord
 from pykraft.raft.snapshot import parse_snapshot_file_name, snapshot_values
 from pykraft.testing import LocalCluster
+from pykraft.testing.wire import WireClient
 from tests.integration.tool_helpers import eventually, pykraft
 
 SNAPSHOT_CONFIGS = {
@@ -265,3 +268,14 @@ def test_a_broker_forwards_to_the_controller_and_a_controller_listener_serves_th
                        "--user", "gina", "--add-config", "SCRAM-SHA-256=[password=gina-secret]")
         assert (done.returncode, done.stderr) == (0, ""), done.stderr
         eventually(lambda: _expect(described(broker, "gina"), [("SCRAM_SHA_256", 4096)]))
+
+        def from_the_controller() -> None:  # its own image, on its controller listener
+            with WireClient(controller) as wire:
+                answer = wire.request(50, 0, describe_v0.DescribeUserScramCredentialsRequest(
+                    users=None))
+            assert [(r.user, r.error_code, [(i.mechanism, i.iterations)
+                                            for i in r.credential_infos])
+                    for r in answer.results] == [("frank", ErrorCode.none, [(2, 4096)]),
+                                                 ("gina", ErrorCode.none, [(1, 4096)])]
+
+        eventually(from_the_controller)

@@ -53,6 +53,7 @@ from pykraft.cli.client_config import (
     timeout_seconds,
     warn,
 )
+from pykraft.cli.protocol_client import check_login
 
 __all__ = [
     "ConsumerOptions",
@@ -346,6 +347,7 @@ def run(options: ConsumerOptions, output: BinaryIO | None = None) -> int:
 def _consumer(options: ConsumerOptions, errors: ErrorReporter) -> Consumer:
     properties = dict(options.properties)
     config = client_config(options.bootstrap_servers, properties, warn=warn)
+    check_login(config, properties)
     config["error_cb"] = errors
     config.setdefault("log_level", 0)  # errors reach the user through error_cb, once each
     if options.group is not None:

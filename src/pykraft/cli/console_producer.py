@@ -34,6 +34,7 @@ from pykraft.cli.client_config import (
     producer_defaults,
     warn,
 )
+from pykraft.cli.protocol_client import check_login
 
 __all__ = ["LineReader", "ProducerRecord", "add_parser", "line_reader", "run"]
 
@@ -222,6 +223,7 @@ def run(
 ) -> int:
     errors = ErrorReporter()
     config = producer_defaults(client_config(bootstrap_servers, properties, warn=warn))
+    check_login(config, properties)
     config["error_cb"] = errors
     config.setdefault("log_level", 0)  # errors reach the user through error_cb, once each
     try:

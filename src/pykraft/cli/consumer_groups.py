@@ -68,6 +68,7 @@ from pykraft.cli.client_config import (
 )
 from pykraft.cli.protocol_client import (
     ProtocolClient,
+    check_login,
     error_message,
     error_name,
     find_coordinator,
@@ -232,6 +233,7 @@ def _run_action(args: argparse.Namespace,
         raise UsageError("Option [verbose] can be used only with [describe]")
     if args.export and action != "reset-offsets":
         raise UsageError("Option [export] can be used only with [reset-offsets]")
+    check_login(config, properties)
     admin, errors = admin_client(config)
     connections.append((admin, errors))
     timeout_s = timeout_seconds(properties)

@@ -35,6 +35,7 @@ from pykraft.cli.client_config import (
     timeout_seconds,
     warn,
 )
+from pykraft.cli.protocol_client import check_login
 
 __all__ = ["add_parser", "parse_offset_json", "run"]
 
@@ -60,6 +61,7 @@ def _run_args(args: argparse.Namespace) -> int:
     text = read_text_file(args.offset_json_file)
     partitions = parse_offset_json(text)
     config = client_config(args.bootstrap_server, properties, warn=warn)
+    check_login(config, properties)
     return run(config, partitions, timeout_seconds(properties))
 
 

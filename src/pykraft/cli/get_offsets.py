@@ -30,6 +30,7 @@ from pykraft.cli.client_config import (
     timeout_seconds,
     warn,
 )
+from pykraft.cli.protocol_client import check_login
 
 __all__ = ["add_parser", "parse_time", "partition_filter"]
 
@@ -143,6 +144,7 @@ def _run_args(args: argparse.Namespace) -> int:
     properties = load_properties(args.command_config) if args.command_config else {}
     config = client_config(args.bootstrap_server, properties, warn=warn)
     config.setdefault("client.id", "GetOffsetShell")
+    check_login(config, properties)
     timeout_s = timeout_seconds(properties)
     for topic, partition, offset in fetch_offsets(config, rules, time_ms, timeout_s,
                                                   args.exclude_internal_topics):

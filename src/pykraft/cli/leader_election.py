@@ -39,6 +39,7 @@ from pykraft.cli.client_config import (
     timeout_seconds,
     warn,
 )
+from pykraft.cli.protocol_client import check_login
 
 __all__ = ["add_parser", "parse_partitions_json", "run"]
 
@@ -89,6 +90,7 @@ def _run_args(args: argparse.Namespace) -> int:
         partitions = parse_partitions_json(read_text_file(args.path_to_json_file))
     properties = load_properties(args.admin_config) if args.admin_config else {}
     config = client_config(args.bootstrap_server, properties, warn=warn)
+    check_login(config, properties)
     return run(config, election, partitions, timeout_seconds(properties))
 
 

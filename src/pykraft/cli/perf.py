@@ -63,6 +63,7 @@ from pykraft.cli.client_config import (
     warn,
 )
 from pykraft.cli.console_consumer import wait_for_partitions
+from pykraft.cli.protocol_client import check_login
 
 __all__ = [
     "ConsumeOptions",
@@ -299,6 +300,7 @@ def run_produce(options: ProduceOptions, out: TextIO | None = None) -> int:
     errors = ErrorReporter()
     config = producer_defaults(
         client_config(options.bootstrap_servers, dict(options.properties), warn=warn))
+    check_login(config, dict(options.properties))
     config["error_cb"] = errors
     config.setdefault("log_level", 0)  # errors reach the user through error_cb, once each
     try:
@@ -465,6 +467,7 @@ def _wall_time(seconds: float) -> str:
 
 def _perf_consumer(options: ConsumeOptions, errors: ErrorReporter) -> Consumer:
     config = client_config(options.bootstrap_servers, dict(options.properties), warn=warn)
+    check_login(config, dict(options.properties))
     config["error_cb"] = errors
     config.setdefault("log_level", 0)
     # librdkafka stops fetching a partition whose local queue holds queued.min.messages and

@@ -38,14 +38,22 @@ from cryptography.hazmat.primitives.serialization import pkcs12
 from kio.schema.errors import ErrorCode
 
 from pykraft.cli.args import CommandError
-from pykraft.cli.client_config import KeyStore, SaslLogin, SecuritySettings, security_settings
+from pykraft.cli.client_config import (
+    KeyStore,
+    SaslLogin,
+    SecuritySettings,
+    security_settings,
+    timeout_seconds,
+)
 from pykraft.net import scram
 from pykraft.protocol.framing import decode_response, encode_request, request_type
 
 __all__ = [
     "AuthenticationFailed",
     "ProtocolClient",
+    "TlsHandshakeFailed",
     "active_controller",
+    "check_login",
     "error_message",
     "error_name",
     "find_coordinator",
@@ -201,20 +209,21 @@ class ProtocolClient:
             return self._ssl_context.wrap_socket(sock, server_hostname=host)
         except ssl.SSLCertVerificationError as error:
             sock.close()
-            raise CommandError(f"SSL handshake with {self.address} failed: "
-                               f"{error.verify_message or error.reason}") from None
+            raise TlsHandshakeFailed(f"SSL handshake with {self.address} failed: "
+                                     f"{error.verify_message or error.reason}") from None
         except ssl.SSLError as error:
             sock.close()
-            raise CommandError(f"SSL handshake with {self.address} failed: "
-                               f"{error.reason or error}") from None
+            raise TlsHandshakeFailed(f"SSL handshake with {self.address} failed: "
+                                     f"{error.reason or error}") from None
         except TimeoutError:
             sock.close()
-            raise CommandError(f"SSL handshake with {self.address} took more than "
-                               f"{self.timeout_s:g} s") from None
+            raise TlsHandshakeFailed(f"SSL handshake with {self.address} took more than "
+                                     f"{self.timeout_s:g} s") from None
         except OSError as error:
             sock.close()
-            raise CommandError(f"SSL handshake with {self.address} failed: "
-                               f"{error.strerror or error or 'connection closed'}") from None
+            raise TlsHandshakeFailed(f"SSL handshake with {self.address} failed: "
+                                     f"{error.strerror or error or 'connection closed'}") \
+                from None
 
     def _authenticate(self, login: SaslLogin) -> None:
         """SaslHandshake v1, then SaslAuthenticate until the mechanism is done."""
@@ -339,6 +348,30 @@ class ProtocolClient:
 class AuthenticationFailed(CommandError):
     """The server refused the login (SASL_AUTHENTICATION_FAILED and friends); the message is
     the line Kafka's tools print: "Authentication failed: ..."."""
+
+
+class TlsHandshakeFailed(CommandError):
+    """The TLS handshake failed: an untrusted certificate, a host name that does not match,
+    a server that is not speaking TLS."""
+
+
+def check_login(config: Mapping[str, Any], properties: Mapping[str, str]) -> None:
+    """Before a confluent-kafka client starts with `config` (client_config's translation of
+    `properties`): log in once to the first reachable bootstrap server with the tool's
+    security settings, so that a refused login or an untrusted certificate is the tool's
+    one line at once. librdkafka retries those quietly until the call's timeout and then
+    reports only "Broker transport failure"; Kafka's Java tools fail at once with the
+    authentication error. Nothing to check for PLAINTEXT; a server
+    that cannot be reached is left to the client, which reports it as before."""
+    if security_settings(properties).protocol == "PLAINTEXT":
+        return
+    try:
+        ProtocolClient(str(config["bootstrap.servers"]), timeout_s=timeout_seconds(properties),
+                       client_id="pykraft-login-check", properties=properties).close()
+    except (AuthenticationFailed, TlsHandshakeFailed):
+        raise
+    except CommandError:
+        pass
 
 
 # -- TLS -------------------------------------------------------------------------------------

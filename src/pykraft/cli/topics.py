@@ -46,6 +46,7 @@ from pykraft.cli.client_config import (
     timeout_seconds,
     warn,
 )
+from pykraft.cli.protocol_client import check_login
 
 __all__ = [
     "INTERNAL_TOPICS",
@@ -382,6 +383,7 @@ def run(options: TopicsOptions) -> int:
     properties = dict(options.command_config)
     errors = ErrorReporter()
     config = client_config(options.bootstrap_servers, properties, warn=warn)
+    check_login(config, properties)
     config["error_cb"] = errors
     config.setdefault("log_level", 0)  # errors reach the user through error_cb, once each
     admin = AdminClient(config)

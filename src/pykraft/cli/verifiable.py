@@ -41,6 +41,7 @@ from pykraft.cli.args import (
     parse_bootstrap_servers,
 )
 from pykraft.cli.client_config import client_config, producer_defaults, warn
+from pykraft.cli.protocol_client import check_login
 
 __all__ = ["add_parsers", "exception_class"]
 
@@ -197,6 +198,7 @@ def _run_producer(args: argparse.Namespace) -> int:
     config = producer_defaults(client_config(args.bootstrap_server, settings, warn=warn))
     if args.repeating_keys is not None and args.repeating_keys <= 0:
         raise UsageError("--repeating-keys must be positive")
+    check_login(config, settings)
     producer = Producer({**config, "error_cb": lambda error: None, "log_level": 0})
     tool = _VerifiableProducer(producer, args)
     with _StopFlag() as stop:
@@ -328,6 +330,7 @@ def _run_consumer(args: argparse.Namespace) -> int:
     settings["enable.auto.commit"] = "true" if args.enable_autocommit else "false"
     settings["auto.offset.reset"] = "error" if args.reset_policy == "none" else args.reset_policy
     config = client_config(parse_bootstrap_servers(args.bootstrap_server), settings, warn=warn)
+    check_login(config, settings)
     consumer = Consumer({**config, "error_cb": lambda error: None, "log_level": 0})
     tool = _VerifiableConsumer(consumer, args.topic, args.max_messages,
                                auto_commit=args.enable_autocommit, verbose=args.verbose)

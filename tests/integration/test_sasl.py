@@ -1,0 +1,453 @@
+"""SASL_PLAINTEXT listeners on one real node of this module's own: confluent-kafka,
+kafka-python and aiokafka each produce and consume with PLAIN (users from the listener's JAAS
+config), SCRAM-SHA-256 and SCRAM-SHA-512 (credentials from `storage format --add-scram`, and
+one added at runtime with AlterUserScramCredentials) and OAUTHBEARER (unsecured tokens); a
+wrong password, an unknown user and an expired token each fail with the client's
+authentication error while the node keeps serving everyone else. Raw requests check what no
+client shows: the order of requests before authentication, the failed-authentication delay,
+ILLEGAL_SASL_STATE on a PLAINTEXT listener, and re-authentication (KIP-368) on a listener with
+connections.max.reauth.ms."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import struct
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialUpsertion,
+)
+from kio.schema.errors import ErrorCode
+
+from pykraft.net.sasl_client import (
+    ClientSasl,
+    SaslAuthenticationError,
+    SaslClientExchange,
+    authenticate,
+)
+from pykraft.protocol.api import ApiKey
+from pykraft.protocol.entities import make
+from pykraft.protocol.framing import request_type
+from pykraft.testing import LocalCluster
+from pykraft.testing.ports import free_port
+from pykraft.testing.wire import WireClient
+from tests.integration.tool_helpers import eventually
+
+MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+# (user, password) per mechanism; OAUTHBEARER's user is its token's subject
+USERS = {"PLAIN": ("alice", "alice-secret"), "SCRAM-SHA-256": ("bob", "bob-secret"),
+         "SCRAM-SHA-512": ("carol", "carol-secret"), "OAUTHBEARER": ("dave", "")}
+REAUTH_MS = 1500
+
+
+@dataclass
+class SaslNode:
+    cluster: LocalCluster
+    sasl: str  # host:port of the SASL_PLAINTEXT listener
+    reauth: str  # host:port of the one with connections.max.reauth.ms
+
+
+@pytest.fixture(scope="module")
+def node() -> Iterator[SaslNode]:
+    sasl_port, reauth_port = free_port(), free_port()
+    cluster = LocalCluster()
+    broker, controller = cluster.broker_port, cluster.controller_port
+    cluster.extra_configs.update({
+        "listeners": f"PLAINTEXT://127.0.0.1:{broker},CONTROLLER://127.0.0.1:{controller},"
+                     f"SASL://127.0.0.1:{sasl_port},REAUTH://127.0.0.1:{reauth_port}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{broker},SASL://127.0.0.1:{sasl_port},"
+                                f"REAUTH://127.0.0.1:{reauth_port}",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,"
+                                          "SASL:SASL_PLAINTEXT,REAUTH:SASL_PLAINTEXT",
+        "listener.name.sasl.sasl.enabled.mechanisms": ",".join(MECHANISMS),
+        "listener.name.sasl.plain.sasl.jaas.config":
+            "org.apache.kafka.common.security.plain.PlainLoginModule required "
+            'user_alice="alice-secret" user_erin="erin-secret";',
+        "listener.name.sasl.oauthbearer.sasl.jaas.config":
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;",
+        "listener.name.reauth.sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.reauth.plain.sasl.jaas.config":
+            "org.apache.kafka.common.security.plain.PlainLoginModule required "
+            'user_alice="alice-secret";',
+        "listener.name.reauth.connections.max.reauth.ms": str(REAUTH_MS),
+        "group.initial.rebalance.delay.ms": "0",
+    })
+    cluster._write_config()
+    try:  # formatted here with the bootstrap credentials; start() leaves it as it is
+        result = subprocess.run(
+            [sys.executable, "-m", "pykraft", "storage", "format", "--config",
+             str(cluster.config_path), "--cluster-id", cluster.cluster_id,
+             "--add-scram", "SCRAM-SHA-256=[name=bob,password=bob-secret]",
+             "--add-scram", "SCRAM-SHA-512=[name=carol,password=carol-secret]"],
+            capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stderr
+        cluster.start()
+        yield SaslNode(cluster, f"127.0.0.1:{sasl_port}", f"127.0.0.1:{reauth_port}")
+    finally:
+        cluster.close()
+
+
+def _topic() -> str:
+    return f"sasl-{uuid.uuid4().hex[:8]}"
+
+
+def unsecured_token(subject: str, expires_in_s: float) -> str:
+    def part(value: dict[str, Any]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(value).encode()).rstrip(b"=").decode()
+
+    now = time.time()
+    claims = {"sub": subject, "iat": now - 120, "exp": now + expires_in_s}
+    return f"{part({'alg': 'none'})}.{part(claims)}."
+
+
+# -- confluent-kafka ---------------------------------------------------------------------
+
+
+def confluent_config(node: SaslNode, mechanism: str, user: str, password: str,
+                     ) -> dict[str, Any]:
+    config: dict[str, Any] = {"bootstrap.servers": node.sasl,
+                              "security.protocol": "SASL_PLAINTEXT",
+                              "sasl.mechanism": mechanism}
+    if mechanism == "OAUTHBEARER":  # librdkafka makes the unsecured token itself
+        config.update({"enable.sasl.oauthbearer.unsecure.jwt": True,
+                       "sasl.oauthbearer.config": f"principal={user}"})
+    else:
+        config.update({"sasl.username": user, "sasl.password": password})
+    return config
+
+
+def confluent_round_trip(config: dict[str, Any]) -> None:
+    topic = _topic()
+    producer = Producer(config)
+    delivered: list[Any] = []
+    producer.produce(topic, b"over sasl", on_delivery=lambda error, _: delivered.append(error))
+    assert producer.flush(15) == 0 and delivered == [None]
+    consumer = Consumer({**config, "group.id": f"g-{topic}", "enable.auto.commit": False})
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        message = eventually(lambda: _polled(consumer), timeout_s=15)
+        assert message.value() == b"over sasl"
+    finally:
+        consumer.close()
+
+
+def _polled(consumer: Consumer) -> Any:
+    message = consumer.poll(0.5)
+    assert message is not None and message.error() is None, message
+    return message
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_confluent_kafka_produces_and_consumes(node: SaslNode, mechanism: str) -> None:
+    """librdkafka authenticates with each mechanism, then produces and consumes."""
+    user, password = USERS[mechanism]
+    confluent_round_trip(confluent_config(node, mechanism, user, password))
+
+
+def confluent_authentication_error(config: dict[str, Any]) -> KafkaError:
+    errors: list[KafkaError] = []
+    producer = Producer({**config, "error_cb": errors.append})
+    deadline = time.monotonic() + 15
+    while not any(e.code() == KafkaError._AUTHENTICATION for e in errors):
+        assert time.monotonic() < deadline, errors
+        producer.poll(0.2)
+    return next(e for e in errors if e.code() == KafkaError._AUTHENTICATION)
+
+
+@pytest.mark.parametrize(("mechanism", "user", "password", "message"), [
+    ("PLAIN", "alice", "wrong", "Authentication failed: Invalid username or password"),
+    ("PLAIN", "nobody", "x", "Authentication failed: Invalid username or password"),
+    ("SCRAM-SHA-256", "bob", "wrong", "Authentication failed during authentication due to "
+     "invalid credentials with SASL mechanism SCRAM-SHA-256"),
+    ("SCRAM-SHA-512", "nobody", "x", "Authentication failed during authentication due to "
+     "invalid credentials with SASL mechanism SCRAM-SHA-512"),
+], ids=["plain-password", "plain-user", "scram-password", "scram-user"])
+def test_confluent_kafka_bad_credentials_fail_with_kafkas_message(
+        node: SaslNode, mechanism: str, user: str, password: str, message: str) -> None:
+    """librdkafka reports _AUTHENTICATION with Kafka's message; others keep being served."""
+    error = confluent_authentication_error(confluent_config(node, mechanism, user, password))
+    assert message in error.str()
+    confluent_round_trip(confluent_config(node, "PLAIN", "alice", "alice-secret"))
+
+
+def test_scram_credential_added_at_runtime_counts_from_the_next_login(node: SaslNode) -> None:
+    """AlterUserScramCredentials (through the PLAINTEXT listener) commits a credential the
+    SASL listener accepts as soon as the broker's image has it."""
+    admin = AdminClient({"bootstrap.servers": node.cluster.bootstrap_servers})
+    upsert = UserScramCredentialUpsertion(
+        "frank", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), b"frank-secret")
+    for future in admin.alter_user_scram_credentials([upsert]).values():
+        future.result(timeout=15)
+    config = confluent_config(node, "SCRAM-SHA-512", "frank", "frank-secret")
+    confluent_round_trip(config)
+
+
+# -- kafka-python ---------------------------------------------------------------------------
+
+
+def kafka_python_config(node: SaslNode, mechanism: str, user: str, password: str,
+                        token: str | None = None) -> dict[str, Any]:
+    from kafka.net.sasl.oauth import AbstractTokenProvider
+
+    class Tokens(AbstractTokenProvider):  # type: ignore[misc]
+        def token(self) -> str:
+            return token or unsecured_token(user, 600)
+
+    config: dict[str, Any] = {"bootstrap_servers": node.sasl,
+                              "security_protocol": "SASL_PLAINTEXT",
+                              "sasl_mechanism": mechanism}
+    if mechanism == "OAUTHBEARER":
+        config["sasl_oauth_token_provider"] = Tokens()
+    else:
+        config.update(sasl_plain_username=user, sasl_plain_password=password)
+    return config
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_kafka_python_produces_and_consumes(node: SaslNode, mechanism: str) -> None:
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka import TopicPartition as KafkaTopicPartition
+
+    user, password = USERS[mechanism]
+    config = kafka_python_config(node, mechanism, user, password)
+    topic = _topic()
+    producer = KafkaProducer(**config)
+    try:
+        producer.send(topic, b"over sasl").get(timeout=15)
+    finally:
+        producer.close()
+    consumer = KafkaConsumer(**config)
+    try:
+        consumer.assign([KafkaTopicPartition(topic, 0)])
+        consumer.seek_to_beginning()
+        deadline = time.monotonic() + 15
+        values: list[bytes] = []
+        while not values and time.monotonic() < deadline:
+            for records in consumer.poll(timeout_ms=500).values():
+                values.extend(record.value for record in records)
+        assert values == [b"over sasl"]
+    finally:
+        consumer.close()
+
+
+@pytest.mark.parametrize(("mechanism", "token", "expected"), [
+    ("PLAIN", None, "Authentication failed: Invalid username or password"),
+    ("OAUTHBEARER", "expired", '{"status":"invalid_token"}'),
+], ids=["wrong-password", "expired-token"])
+def test_kafka_python_refused_with_sasl_authentication_failed(
+        node: SaslNode, caplog: pytest.LogCaptureFixture, mechanism: str, token: str | None,
+        expected: str) -> None:
+    """kafka-python's connection fails with SaslAuthenticationFailedError carrying Kafka's
+    message (its producer then gives up bootstrapping)."""
+    from kafka import KafkaProducer
+    from kafka.errors import KafkaTimeoutError
+
+    config = kafka_python_config(node, mechanism, "alice", "wrong",
+                                 unsecured_token("alice", -60) if token else None)
+    with caplog.at_level(logging.WARNING, logger="kafka"), \
+            pytest.raises(KafkaTimeoutError, match="Unable to bootstrap"):
+        KafkaProducer(**config, bootstrap_timeout_ms=2000)
+    failures = [r.getMessage() for r in caplog.records
+                if "SaslAuthenticationFailedError" in r.getMessage()]
+    assert failures and expected in failures[0], [r.getMessage() for r in caplog.records]
+
+
+# -- aiokafka -------------------------------------------------------------------------------
+
+
+def aiokafka_config(node: SaslNode, mechanism: str, user: str, password: str,
+                    token: str | None = None) -> dict[str, Any]:
+    from aiokafka.abc import AbstractTokenProvider
+
+    class Tokens(AbstractTokenProvider):  # type: ignore[misc]
+        async def token(self) -> str:
+            return token or unsecured_token(user, 600)
+
+    config: dict[str, Any] = {"bootstrap_servers": node.sasl,
+                              "security_protocol": "SASL_PLAINTEXT",
+                              "sasl_mechanism": mechanism}
+    if mechanism == "OAUTHBEARER":
+        config["sasl_oauth_token_provider"] = Tokens()
+    else:
+        config.update(sasl_plain_username=user, sasl_plain_password=password)
+    return config
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_aiokafka_produces_and_consumes(node: SaslNode, mechanism: str) -> None:
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from aiokafka import TopicPartition as AioTopicPartition
+
+    user, password = USERS[mechanism]
+    config = aiokafka_config(node, mechanism, user, password)
+    topic = _topic()
+
+    async def run() -> list[bytes]:
+        producer = AIOKafkaProducer(**config)
+        await producer.start()
+        try:
+            await producer.send_and_wait(topic, b"over sasl")
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(**config)
+        await consumer.start()
+        try:
+            consumer.assign([AioTopicPartition(topic, 0)])
+            await consumer.seek_to_beginning()
+            batches = await consumer.getmany(timeout_ms=10000)
+            return [record.value for records in batches.values() for record in records]
+        finally:
+            await consumer.stop()
+
+    assert asyncio.run(asyncio.wait_for(run(), 60)) == [b"over sasl"]
+
+
+def test_aiokafka_refused(node: SaslNode, caplog: pytest.LogCaptureFixture) -> None:
+    """A wrong password: aiokafka's SaslAuthenticationFailed with Kafka's message. An expired
+    token: aiokafka does not answer OAUTHBEARER's error challenge (as against Kafka), so it
+    sees the connection closed, and the node's log says which token check failed."""
+    from aiokafka import AIOKafkaProducer
+    from aiokafka.errors import KafkaConnectionError
+
+    async def start(config: dict[str, Any]) -> None:
+        producer = AIOKafkaProducer(**config)
+        try:
+            await producer.start()
+        finally:
+            await producer.stop()
+
+    with caplog.at_level(logging.ERROR, logger="aiokafka"), \
+            pytest.raises(KafkaConnectionError):
+        asyncio.run(start(aiokafka_config(node, "PLAIN", "alice", "wrong")))
+    assert any("SaslAuthenticationFailed: Authentication failed: Invalid username or password"
+               in r.getMessage() for r in caplog.records), caplog.records
+    with pytest.raises(KafkaConnectionError):
+        asyncio.run(start(aiokafka_config(node, "OAUTHBEARER", "dave", "",
+                                          unsecured_token("dave", -60))))
+    eventually(lambda: _logged(node, "invalid token: The indicated time"))
+    confluent_round_trip(confluent_config(node, "OAUTHBEARER", "dave", ""))
+
+
+def _logged(node: SaslNode, text: str) -> None:
+    assert text in node.cluster.log_path.read_text(errors="replace")
+
+
+# -- raw requests ------------------------------------------------------------------------------
+
+
+def _entity(api_key: int, version: int, **fields: Any) -> Any:
+    return make(request_type(api_key, version), **fields)
+
+
+def _metadata() -> Any:
+    return _entity(ApiKey.METADATA, 12, topics=None, allow_auto_topic_creation=False,
+                   include_topic_authorized_operations=False)
+
+
+def _authenticate(wire: WireClient, sasl: ClientSasl) -> SaslClientExchange:
+    exchange = SaslClientExchange(sasl, int(time.time() * 1000))
+    frame = exchange.next_request()
+    while frame is not None:
+        wire.send_raw(frame)
+        (size,) = struct.unpack(">i", wire._read_exactly(4))
+        exchange.receive(wire._read_exactly(size))
+        frame = exchange.next_request()
+    return exchange
+
+
+def test_only_api_versions_and_sasl_before_authentication(node: SaslNode) -> None:
+    """ApiVersions is served before authentication and lists both SASL APIs; Metadata
+    before authentication closes the connection, as Kafka's SaslServerAuthenticator does."""
+    with WireClient(node.sasl) as wire:
+        versions = wire.request(ApiKey.API_VERSIONS, 3, _entity(
+            ApiKey.API_VERSIONS, 3, client_software_name="wire", client_software_version="1"))
+        listed = {key.api_key: (key.min_version, key.max_version) for key in versions.api_keys}
+        assert listed[ApiKey.SASL_HANDSHAKE] == (0, 1)
+        assert listed[ApiKey.SASL_AUTHENTICATE] == (0, 2)
+        _authenticate(wire, ClientSasl("PLAIN", "erin", "erin-secret"))
+        metadata = wire.request(ApiKey.METADATA, 12, _metadata())
+        assert [broker.node_id for broker in metadata.brokers] == [1]
+    with WireClient(node.sasl) as wire:
+        wire.send(ApiKey.METADATA, 12, _metadata())
+        assert wire.is_closed_by_peer()
+
+
+def test_sasl_requests_on_a_plaintext_listener_are_illegal_state(node: SaslNode) -> None:
+    with WireClient(node.cluster.bootstrap_servers) as wire:
+        handshake = wire.request(ApiKey.SASL_HANDSHAKE, 1, _entity(
+            ApiKey.SASL_HANDSHAKE, 1, mechanism="PLAIN"))
+        assert handshake.error_code == ErrorCode.illegal_sasl_state
+        assert wire.request(ApiKey.METADATA, 12, _metadata()).brokers  # still served
+
+
+def test_failed_authentication_answers_after_the_delay_and_closes(node: SaslNode) -> None:
+    """Our own client against the node: Kafka's error arrives no sooner than
+    connection.failed.authentication.delay.ms (100), then the connection is closed."""
+    async def attempt(sasl: ClientSasl) -> float:
+        host, port = node.sasl.split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        started = time.monotonic()
+        try:
+            with pytest.raises(SaslAuthenticationError, match="SASL_AUTHENTICATION_FAILED"):
+                await authenticate(reader, writer, sasl)
+            elapsed = time.monotonic() - started
+            assert await asyncio.wait_for(reader.read(1), 5) == b""  # closed
+            return elapsed
+        finally:
+            writer.close()
+
+    elapsed = asyncio.run(attempt(ClientSasl("SCRAM-SHA-256", "bob", "wrong")))
+    assert elapsed >= 0.09
+
+
+def test_reauthentication_on_a_listener_with_a_session_lifetime(node: SaslNode) -> None:
+    """connections.max.reauth.ms: SaslAuthenticate answers the lifetime; re-authenticating
+    on the same connection is served; past the session's end, a request that is not
+    re-authentication closes the connection (KIP-368)."""
+    sasl = ClientSasl("PLAIN", "alice", "alice-secret")
+    with WireClient(node.reauth) as wire:
+        started = time.monotonic()
+        assert _authenticate(wire, sasl).session_lifetime_ms == REAUTH_MS
+        assert wire.request(ApiKey.METADATA, 12, _metadata()).brokers
+        again = _authenticate(wire, sasl)
+        renewed = time.monotonic()
+        assert again.session_lifetime_ms == REAUTH_MS
+        assert wire.request(ApiKey.METADATA, 12, _metadata()).brokers
+        assert renewed - started < REAUTH_MS / 1000, "too slow to tell a renewal apart"
+        time.sleep(max(0.0, renewed + REAUTH_MS / 1000 + 0.2 - time.monotonic()))
+        wire.send(ApiKey.METADATA, 12, _metadata())
+        assert wire.is_closed_by_peer()
+    _logged(node, "expired without re-authentication")
+
+
+def test_librdkafka_reauthenticates_across_sessions(node: SaslNode) -> None:
+    """librdkafka re-authenticates before its session ends (KIP-368): a producer keeps
+    delivering for several session lifetimes without losing a message."""
+    config = confluent_config(node, "PLAIN", "alice", "alice-secret")
+    config["bootstrap.servers"] = node.reauth
+    topic = _topic()
+    producer = Producer(config)
+    delivered: list[Any] = []
+    ends = time.monotonic() + 3 * REAUTH_MS / 1000
+    sent = 0
+    while time.monotonic() < ends:
+        producer.produce(topic, b"%d" % sent, on_delivery=lambda e, _: delivered.append(e))
+        sent += 1
+        producer.flush(10)
+        time.sleep(0.1)
+    assert producer.flush(15) == 0
+    assert delivered == [None] * sent

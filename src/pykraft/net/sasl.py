@@ -582,6 +582,11 @@ class _OAuthBearerServer:
     def credential_expiry_ms(self) -> int | None:
         return self._expiry_ms
 
+    @property
+    def refusal(self) -> str | None:
+        """Why the token was refused, while the client has not acknowledged the error."""
+        return f"refusing the token: {self._reason}" if self._error is not None else None
+
     def evaluate(self, token: bytes, now_ms: int) -> bytes:
         if token == b"\x01" and self._error is not None:
             raise _Failure(self._error, detail=f"invalid token: {self._reason}")
@@ -715,8 +720,10 @@ class SaslServerAuthenticator:
             during = "handshake" if api_key not in SASL_APIS and state in (
                 State.HANDSHAKE_OR_VERSIONS, State.HANDSHAKE) else "authentication"
             self.state = State.FAILED
+            refused = getattr(self._server, "refusal", None)  # a client that ignored it
             return Outcome(Decision.CLOSE, reason=f"Unexpected Kafka request of type {name} "
-                                                  f"during SASL {during}.")
+                                                  f"during SASL {during}." + (
+                                                      f" (after {refused})" if refused else ""))
         if api_key == ApiKey.API_VERSIONS:
             if supports(self._apis, api_key, header.api_version):
                 self.state = State.HANDSHAKE

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
 from pykraft.metadata.registrations import ScramCredential
@@ -434,3 +436,37 @@ def test_scram_credential_with_too_few_iterations_is_refused() -> None:
     outcome = _run(server, SaslClientExchange(ClientSasl("SCRAM-SHA-256", "alice", "x"),
                                               NOW_MS))
     assert outcome.decision is Decision.FAIL and "Iterations 1000" in outcome.reason
+
+
+def test_a_client_that_ignores_the_token_error_is_closed_with_the_reason() -> None:
+    """aiokafka sends its next request instead of answering the error challenge."""
+    server = _server()
+    server.receive(_request(ApiKey.SASL_HANDSHAKE, 1, mechanism="OAUTHBEARER"), NOW_MS)
+    expired = _token({"sub": "bob", "exp": NOW_MS / 1000 - 5})
+    server.receive(_request(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=_oauth_response(expired)),
+                   NOW_MS)
+    metadata = _request(ApiKey.METADATA, 12, topics=None, allow_auto_topic_creation=False,
+                        include_topic_authorized_operations=False)
+    outcome = server.receive(metadata, NOW_MS)
+    assert outcome.decision is Decision.CLOSE
+    assert "refusing the token: The indicated time" in outcome.reason
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"]),
+       st.integers(0, 2), st.lists(st.binary(max_size=300), min_size=1, max_size=4))
+def test_garbage_tokens_get_an_outcome_never_an_exception(mechanism: str, version: int,
+                                                          tokens: list[bytes]) -> None:
+    """Any bytes as SASL tokens (in SaslAuthenticate at each version, or raw after a v0
+    handshake) give a decision; none raises, none authenticates."""
+    server = _server()
+    handshake = 0 if version == 0 and tokens[0][:1] == b"\0" else 1
+    server.receive(_request(ApiKey.SASL_HANDSHAKE, handshake, mechanism=mechanism), NOW_MS)
+    for token in tokens:
+        frame = memoryview(token) if handshake == 0 else _request(
+            ApiKey.SASL_AUTHENTICATE, version, auth_bytes=token)
+        outcome = server.receive(frame, NOW_MS)
+        assert isinstance(outcome, Outcome)
+        if outcome.decision in (Decision.FAIL, Decision.CLOSE):
+            break
+    assert server.principal is None

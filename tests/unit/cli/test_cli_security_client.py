@@ -30,7 +30,12 @@ from kio.schema.errors import ErrorCode
 
 from pykraft.cli.args import CommandError
 from pykraft.cli.client_config import SaslLogin
-from pykraft.cli.protocol_client import AuthenticationFailed, ProtocolClient, sasl_mechanism
+from pykraft.cli.protocol_client import (
+    AuthenticationFailed,
+    ProtocolClient,
+    check_login,
+    sasl_mechanism,
+)
 from pykraft.net import scram
 from pykraft.protocol.framing import (
     decode_request,
@@ -425,3 +430,16 @@ def test_scram_sha_256_follows_rfc_7677s_example() -> None:
     assert mechanism.step(b"v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4=") is None
     with pytest.raises(AuthenticationFailed, match="signature is invalid"):
         mechanism.step(b"v=AAAA")
+
+
+def test_check_login_refuses_a_wrong_password_and_leaves_the_rest_to_the_client(
+        serve: Callable[..., Server]) -> None:
+    """The confluent-kafka tools' login check: a refused login is raised at once; an
+    unreachable server is left for the client to report; PLAINTEXT makes no connection."""
+    server = serve(None)
+    wrong = _sasl("PLAIN", 'username="alice" password="wrong"')
+    with pytest.raises(AuthenticationFailed, match="Invalid username or password"):
+        check_login({"bootstrap.servers": f"127.0.0.1:{server.port}"}, wrong)
+    check_login({"bootstrap.servers": "127.0.0.1:1"}, wrong)
+    check_login({"bootstrap.servers": f"127.0.0.1:{server.port}"}, {})
+    assert server.seen == ["18v3", "17v1", "36v2"]

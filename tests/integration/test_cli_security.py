@@ -1,0 +1,155 @@
+"""The tools with --command-config against a real node whose client listener is
+SASL_PLAINTEXT (PLAIN users from its JAAS config, SCRAM-SHA-512 users made with the configs
+tool itself): configs, topics, metadata-quorum, console-producer/-consumer and
+broker-api-versions each work with a Kafka client properties file, and a wrong password is
+one readable line and exit code 1 from a ProtocolClient tool and a confluent-kafka tool
+alike, at once (not after the 30 s timeout).
+
+One node for the module; the tools run as a user runs them (subprocesses)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from pykraft.testing import LocalCluster
+from pykraft.testing.ports import free_port
+from tests.integration.tool_helpers import eventually, pykraft
+
+PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
+SCRAM_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
+WRONG_PASSWORD_S = 10.0  # far below the tools' 30 s default.api.timeout.ms
+
+
+@dataclass
+class Node:
+    cluster: LocalCluster
+    sasl: str  # host:port of the SASL_PLAINTEXT listener
+    files: Path
+
+    def properties(self, name: str, mechanism: str, user: str, password: str) -> str:
+        """A Kafka client properties file, continuation lines and all."""
+        module = PLAIN_MODULE if mechanism == "PLAIN" else SCRAM_MODULE
+        path = self.files / f"{name}.properties"
+        path.write_text(f"security.protocol=SASL_PLAINTEXT\nsasl.mechanism={mechanism}\n"
+                        f"sasl.jaas.config={module} required \\\n"
+                        f'    username="{user}" \\\n    password="{password}";\n')
+        return str(path)
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
+    sasl_port = free_port()
+    cluster = LocalCluster()
+    broker, controller = cluster.broker_port, cluster.controller_port
+    cluster.extra_configs.update({
+        "listeners": f"PLAINTEXT://127.0.0.1:{broker},CONTROLLER://127.0.0.1:{controller},"
+                     f"SASL://127.0.0.1:{sasl_port}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{broker},SASL://127.0.0.1:{sasl_port}",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,"
+                                          "SASL:SASL_PLAINTEXT",
+        "listener.name.sasl.sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512",
+        "listener.name.sasl.plain.sasl.jaas.config":
+            f'{PLAIN_MODULE} required user_admin="admin-secret";',
+    })
+    cluster._write_config()
+    with cluster:
+        yield Node(cluster, f"127.0.0.1:{sasl_port}", tmp_path_factory.mktemp("client"))
+
+
+@pytest.fixture(scope="module")
+def scram(node: Node) -> str:
+    """alice's SCRAM-SHA-512 properties; the configs tool made her credential, logged in
+    with PLAIN (a ProtocolClient tool over SASL)."""
+    admin = node.properties("admin", "PLAIN", "admin", "admin-secret")
+    made = pykraft("configs", "--bootstrap-server", node.sasl, "--command-config", admin,
+                   "--alter", "--entity-type", "users", "--entity-name", "alice",
+                   "--add-config", "SCRAM-SHA-512=[iterations=4096,password=alice-secret]")
+    assert made.returncode == 0, made.stderr
+    assert made.stdout == "Completed updating config for user alice.\n"
+    return node.properties("alice", "SCRAM-SHA-512", "alice", "alice-secret")
+
+
+def test_topics_create_and_list_over_scram(node: Node, scram: str) -> None:
+    topic = f"secured-{uuid.uuid4().hex[:8]}"
+    created = pykraft("topics", "--bootstrap-server", node.sasl, "--command-config", scram,
+                      "--create", "--topic", topic, "--partitions", "2")
+    assert created.returncode == 0, created.stderr
+    listed = pykraft("topics", "--bootstrap-server", node.sasl, "--command-config", scram,
+                     "--list")
+    assert listed.returncode == 0, listed.stderr
+    assert topic in listed.stdout.split()
+
+
+def test_metadata_quorum_status_over_scram(node: Node, scram: str) -> None:
+    described = pykraft("metadata-quorum", "--bootstrap-server", node.sasl,
+                        "--command-config", scram, "describe", "--status")
+    assert described.returncode == 0, described.stderr
+    assert f"ClusterId:              {node.cluster.cluster_id}" in described.stdout
+    assert "LeaderId:               1" in described.stdout
+
+
+def test_console_producer_and_consumer_over_scram(node: Node, scram: str) -> None:
+    topic = f"secured-console-{uuid.uuid4().hex[:8]}"
+    produced = pykraft("console-producer", "--bootstrap-server", node.sasl,
+                       "--producer.config", scram, "--topic", topic, stdin="one\ntwo\n")
+    assert produced.returncode == 0, produced.stderr
+    consumed = pykraft("console-consumer", "--bootstrap-server", node.sasl,
+                       "--consumer.config", scram, "--topic", topic, "--from-beginning",
+                       "--max-messages", "2", "--timeout-ms", "20000")
+    assert consumed.returncode == 0, consumed.stderr
+    assert consumed.stdout.split() == ["one", "two"]
+
+
+def test_broker_api_versions_reaches_every_broker_over_scram(node: Node, scram: str) -> None:
+    """The tool connects again to each broker it finds: those connections log in too."""
+    answered = pykraft("broker-api-versions", "--bootstrap-server", node.sasl,
+                       "--command-config", scram)
+    assert answered.returncode == 0, answered.stderr
+    assert f"{node.sasl} (id: 1 rack: null isFenced: false) -> (" in answered.stdout
+    assert "SaslAuthenticate(36): 0 to 2 [usable: 2]" in answered.stdout
+    assert "ERROR" not in answered.stdout
+
+
+@pytest.mark.parametrize(("tool", "message"), [
+    (("metadata-quorum", "--bootstrap-server", "{sasl}", "--command-config", "{file}",
+      "describe", "--status"),
+     "Error: Authentication failed during authentication due to invalid credentials with "
+     "SASL mechanism SCRAM-SHA-512"),
+    (("topics", "--bootstrap-server", "{sasl}", "--command-config", "{file}", "--list"),
+     "Error: Authentication failed during authentication due to invalid credentials with "
+     "SASL mechanism SCRAM-SHA-512"),
+    (("console-consumer", "--bootstrap-server", "{sasl}", "--consumer.config", "{file}",
+      "--topic", "anything", "--max-messages", "1"),
+     "Error: Authentication failed during authentication due to invalid credentials with "
+     "SASL mechanism SCRAM-SHA-512"),
+])
+def test_a_wrong_password_is_one_line_at_once(node: Node, scram: str, tool: tuple[str, ...],
+                                              message: str) -> None:
+    wrong = node.properties("alice-wrong", "SCRAM-SHA-512", "alice", "not-her-password")
+    argv = [part.format(sasl=node.sasl, file=wrong) for part in tool]
+    started = time.monotonic()
+    refused = pykraft(*argv)
+    assert (refused.returncode, refused.stdout, refused.stderr) == (1, "", message + "\n")
+    assert time.monotonic() - started < WRONG_PASSWORD_S
+
+
+def test_an_unknown_plain_user_is_kafkas_plain_message(node: Node) -> None:
+    stranger = node.properties("stranger", "PLAIN", "mallory", "guess")
+    refused = pykraft("broker-api-versions", "--bootstrap-server", node.sasl,
+                      "--command-config", stranger)
+    assert (refused.returncode, refused.stderr) == (
+        1, "Error: Authentication failed: Invalid username or password\n")
+
+
+def test_the_node_keeps_serving_after_refused_logins(node: Node, scram: str) -> None:
+    def listed() -> None:
+        answered = pykraft("topics", "--bootstrap-server", node.sasl, "--command-config",
+                           scram, "--list")
+        assert answered.returncode == 0, answered.stderr
+    eventually(listed)

@@ -13,14 +13,15 @@ when the server asks for a certificate; the host name checked unless
 ssl.endpoint.identification.algorithm is empty), then for SASL_PLAINTEXT and SASL_SSL, after
 ApiVersions, SaslHandshake v1 and SaslAuthenticate rounds as Kafka's Java client sends them
 (KIP-152) with PLAIN, SCRAM-SHA-256/512 (RFC 5802) or an unsecured OAUTHBEARER token
-(KIP-255). A refused login is `AuthenticationFailed`: one line, as Kafka's tools print it.
+(KIP-255), through the node's own sans-I/O exchange (net/sasl_client.py; it sends no
+OAUTHBEARER SASL extensions). A refused login is `AuthenticationFailed`: one line, as
+Kafka's tools print it.
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import json
+import itertools
 import os
 import secrets
 import socket
@@ -45,7 +46,7 @@ from pykraft.cli.client_config import (
     security_settings,
     timeout_seconds,
 )
-from pykraft.net import scram
+from pykraft.net.sasl_client import ClientSasl, SaslAuthenticationError, SaslClientExchange
 from pykraft.protocol.framing import decode_response, encode_request, request_type
 
 __all__ = [
@@ -69,8 +70,7 @@ _CONTROLLER_ENDPOINTS: Final = 2  # DescribeCluster's endpoint type for controll
 _RETRY_BACKOFF_S: Final = 0.2
 API_VERSIONS: Final = 18
 SASL_HANDSHAKE: Final = 17
-SASL_AUTHENTICATE: Final = 36
-_SASL_ROUNDS_MAX: Final = 4  # SCRAM takes two, PLAIN one, OAUTHBEARER one (two refused)
+_REQUEST_HEAD: Final = struct.Struct(">hhi")  # api key, version, correlation id
 _API_VERSIONS_VERSION: Final = 3
 _SIZE: Final = struct.Struct(">i")
 _ERROR_CODE: Final = struct.Struct(">h")
@@ -226,38 +226,23 @@ class ProtocolClient:
                 from None
 
     def _authenticate(self, login: SaslLogin) -> None:
-        """SaslHandshake v1, then SaslAuthenticate until the mechanism is done."""
-        def handshake(module: ModuleType, version: int) -> Any:
-            return module.SaslHandshakeRequest(mechanism=login.mechanism)
-
-        _, answer = self.request(SASL_HANDSHAKE, "SaslHandshake", (1, 1), handshake)
-        if answer.error_code == ErrorCode.unsupported_sasl_mechanism:
-            raise AuthenticationFailed(
-                f"Client SASL mechanism '{login.mechanism}' not enabled in the server, enabled "
-                f"mechanisms are {list(answer.mechanisms)}")
-        if answer.error_code != ErrorCode.none:
-            raise AuthenticationFailed(f"SaslHandshake refused by {self.address}: "
-                                       f"{error_name(answer.error_code)}")
-        mechanism = sasl_mechanism(login)
-        token: bytes | None = mechanism.first()
-        for _ in range(_SASL_ROUNDS_MAX):
-            if token is None:
-                return
-            token = mechanism.step(self._sasl_round(token))
-        raise AuthenticationFailed(f"Authentication failed: {self.address} did not finish "
-                                   f"{login.mechanism} in {_SASL_ROUNDS_MAX} rounds")
-
-    def _sasl_round(self, token: bytes) -> bytes:
-        """One SaslAuthenticate: our token out, the server's challenge back."""
-        def authenticate(module: ModuleType, version: int) -> Any:
-            return module.SaslAuthenticateRequest(auth_bytes=token)
-
-        _, answer = self.request(SASL_AUTHENTICATE, "SaslAuthenticate", (0, 2), authenticate)
-        if answer.error_code != ErrorCode.none:
-            text = answer.error_message or error_name(answer.error_code)
-            raise AuthenticationFailed(text if text.startswith("Authentication failed") else
-                                       f"Authentication failed: {text}")
-        return bytes(answer.auth_bytes)
+        """SaslHandshake v1, then SaslAuthenticate until the mechanism is done: the node's
+        own sans-I/O exchange (net/sasl_client.py), driven over this blocking socket. The
+        server's refusals are read here first, to report them in Kafka's words."""
+        assert self._sock is not None
+        exchange = SaslClientExchange(
+            client_sasl(login), int(time.time() * 1000), client_id=self.client_id,
+            correlation_ids=itertools.count(self._correlation_id + 1))
+        frame = exchange.next_request()
+        while frame is not None:
+            api_key, version, self._correlation_id = _REQUEST_HEAD.unpack_from(frame, 4)
+            response = self._frame_round_trip(self._sock, frame)
+            _raise_refusal(api_key, version, response, login.mechanism)
+            try:
+                exchange.receive(response)
+            except SaslAuthenticationError as error:
+                raise AuthenticationFailed(f"Authentication failed: {error}") from None
+            frame = exchange.next_request()
 
     def version_for(self, api_key: int, name: str, ours: tuple[int, int]) -> int:
         """The highest version of `api_key` both sides speak."""
@@ -296,6 +281,11 @@ class ProtocolClient:
             raise CommandError("not connected")
         self._correlation_id += 1
         frame = encode_request(api_key, version, self._correlation_id, self.client_id, request)
+        return self._frame_round_trip(sock, frame)
+
+    def _frame_round_trip(self, sock: socket.socket, frame: bytes) -> bytes:
+        """Send an encoded request (correlation id `self._correlation_id`), return the
+        response frame after its size."""
         try:
             sock.sendall(frame)
             (size,) = _SIZE.unpack(self._read_exactly(sock, _SIZE.size))
@@ -444,122 +434,35 @@ def _private_file(text: str) -> Iterator[str]:
         os.unlink(path)
 
 
-# -- SASL mechanisms (sans-I/O: bytes in, bytes out) -----------------------------------------
+# -- SASL -----------------------------------------------------------------------------------
 
 
-class _Mechanism:
-    def first(self) -> bytes:
-        raise NotImplementedError
-
-    def step(self, challenge: bytes) -> bytes | None:
-        """The next token for the server's `challenge`; None when the login is complete."""
-        raise NotImplementedError
-
-
-class _Plain(_Mechanism):
-    """RFC 4616: one message, no authorization identity."""
-
-    def __init__(self, login: SaslLogin) -> None:
-        self.login = login
-
-    def first(self) -> bytes:
-        return b"\0" + self.login.username.encode() + b"\0" + self.login.password.encode()
-
-    def step(self, challenge: bytes) -> bytes | None:
-        return None
-
-
-class _Scram(_Mechanism):
-    """RFC 5802's client: client-first, then the proof for the server's salt and iteration
-    count; the server's signature is checked, so a server that does not hold the
-    credential cannot pass for one that does."""
-
-    def __init__(self, login: SaslLogin) -> None:
-        mechanism = scram.mechanism_named(login.mechanism)
-        assert mechanism is not None  # security_settings accepts only the two SCRAMs
-        self.mechanism = mechanism
-        self.login = login
-        self.nonce = secrets.token_urlsafe(24)
-        name = login.username.replace("=", "=3D").replace(",", "=2C")
-        self.first_bare = f"n={name},r={self.nonce}"
-        self.server_signature: bytes | None = None
-
-    def first(self) -> bytes:
-        return f"n,,{self.first_bare}".encode()
-
-    def step(self, challenge: bytes) -> bytes | None:
-        if self.server_signature is not None:
-            return self._check_final(challenge)
-        text = challenge.decode("utf-8", "replace")
-        attributes = dict(part.split("=", 1) for part in text.split(",") if "=" in part)
-        nonce, salt, iterations = attributes.get("r", ""), attributes.get("s"), attributes.get("i")
-        if not nonce.startswith(self.nonce) or salt is None or not (iterations or "").isdigit():
-            raise AuthenticationFailed("Authentication failed: the server's SCRAM first "
-                                       "message is invalid")
-        count = int(str(iterations))
-        if not scram.ITERATIONS_MIN <= count <= scram.ITERATIONS_MAX:
-            raise AuthenticationFailed(f"Authentication failed: the server asks {count} SCRAM "
-                                       f"iterations, outside {scram.ITERATIONS_MIN}-"
-                                       f"{scram.ITERATIONS_MAX}")
-        salted = self.mechanism.salted_password(self.login.password.encode(),
-                                                base64.b64decode(salt), count)
-        client_key = self.mechanism.client_key(salted)
-        without_proof = f"c=biws,r={nonce}"
-        auth_message = f"{self.first_bare},{text},{without_proof}".encode()
-        signature = self.mechanism.hmac(self.mechanism.stored_key(client_key), auth_message)
-        proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
-        self.server_signature = self.mechanism.hmac(self.mechanism.server_key(salted),
-                                                    auth_message)
-        return f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
-
-    def _check_final(self, challenge: bytes) -> bytes | None:
-        text = challenge.decode("utf-8", "replace")
-        if text.startswith("e="):
-            raise AuthenticationFailed(f"Authentication failed: {text[2:]}")
-        expected = base64.b64encode(self.server_signature or b"").decode()
-        if not text.startswith("v=") or not secrets.compare_digest(text[2:], expected):
-            raise AuthenticationFailed("Authentication failed: the server's SCRAM signature "
-                                       "is invalid")
-        return None
-
-
-class _OAuthBearer(_Mechanism):
-    """RFC 7628's client with Kafka's unsecured token (KIP-255: alg none, empty signature),
-    as OAuthBearerUnsecuredLoginCallbackHandler makes it. A refused token comes back as an
-    error challenge, answered with a lone separator so the server reports its failure."""
-
-    def __init__(self, login: SaslLogin, now_s: float) -> None:
-        self.login = login
-        self.now_s = now_s
-        self.sent = False
-
-    def token(self) -> str:
-        def encoded(value: Mapping[str, Any]) -> str:
-            raw = json.dumps(value, separators=(",", ":")).encode()
-            return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
-
-        claims = {**self.login.claims, "iat": self.now_s,
-                  "exp": self.now_s + self.login.lifetime_s}
-        return f"{encoded({'alg': 'none'})}.{encoded(claims)}."
-
-    def first(self) -> bytes:
-        extensions = "".join(f"{name}={value}\x01"
-                             for name, value in self.login.extensions.items())
-        return f"n,,\x01auth=Bearer {self.token()}\x01{extensions}\x01".encode()
-
-    def step(self, challenge: bytes) -> bytes | None:
-        if challenge and not self.sent:
-            self.sent = True
-            return b"\x01"
-        return None
-
-
-def sasl_mechanism(login: SaslLogin) -> _Mechanism:
-    if login.mechanism == "PLAIN":
-        return _Plain(login)
+def client_sasl(login: SaslLogin) -> ClientSasl:
+    """The node's client-side credentials from a tool's login."""
     if login.mechanism == "OAUTHBEARER":
-        return _OAuthBearer(login, time.time())
-    return _Scram(login)
+        return ClientSasl(login.mechanism, token_claims=dict(login.claims),
+                          token_lifetime_s=login.lifetime_s,
+                          principal_claim=login.principal_claim)
+    return ClientSasl(login.mechanism, login.username, login.password)
+
+
+def _raise_refusal(api_key: int, version: int, frame: bytes, mechanism: str) -> None:
+    """AuthenticationFailed with the server's own words for a refused SaslHandshake or
+    SaslAuthenticate (Kafka's tools print the server's message as it is)."""
+    try:
+        _, answer = decode_response(api_key, version, frame)
+    except Exception:
+        return  # the exchange reports an unreadable answer itself
+    code = int(answer.error_code)
+    if code == ErrorCode.none:
+        return
+    if api_key == SASL_HANDSHAKE and code == ErrorCode.unsupported_sasl_mechanism:
+        raise AuthenticationFailed(
+            f"Client SASL mechanism '{mechanism}' not enabled in the server, enabled "
+            f"mechanisms are {list(answer.mechanisms)}")
+    text = getattr(answer, "error_message", None) or error_name(code)
+    raise AuthenticationFailed(text if text.startswith("Authentication failed")
+                               else f"Authentication failed: {text}")
 
 
 def find_coordinator(client: ProtocolClient, key: str, *, key_type: int) -> str:

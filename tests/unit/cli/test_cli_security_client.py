@@ -1,7 +1,8 @@
 """ProtocolClient speaks TLS and SASL as the tool's properties say, against a small server
 made here with the standard library (one layer: the client): trust, host name checks, mTLS
-from PEM and PKCS12 key stores, PLAIN, SCRAM (RFC 7677's vector and a live exchange) and
-unsecured OAUTHBEARER, and each refusal as one readable line."""
+from PEM and PKCS12 key stores, PLAIN, SCRAM and unsecured OAUTHBEARER (the mechanisms are
+net/sasl_client.py's, tested with RFC 7677's vector in tests/unit/net/test_sasl.py), and each
+refusal as one readable line."""
 
 from __future__ import annotations
 
@@ -29,12 +30,10 @@ from cryptography.x509.oid import NameOID
 from kio.schema.errors import ErrorCode
 
 from pykraft.cli.args import CommandError
-from pykraft.cli.client_config import SaslLogin
 from pykraft.cli.protocol_client import (
     AuthenticationFailed,
     ProtocolClient,
     check_login,
-    sasl_mechanism,
 )
 from pykraft.net import scram
 from pykraft.protocol.framing import (
@@ -415,21 +414,6 @@ def test_a_mechanism_the_server_does_not_enable_is_named(serve: Callable[..., Se
                                                    r"\['SCRAM-SHA-512'\]"):
         ProtocolClient(f"127.0.0.1:{server.port}", timeout_s=5,
                        properties=_sasl("PLAIN", 'username="a" password="b"'))
-
-
-def test_scram_sha_256_follows_rfc_7677s_example() -> None:
-    """The client side of RFC 7677's exchange: user "user", password "pencil"."""
-    mechanism = sasl_mechanism(SaslLogin("SCRAM-SHA-256", username="user", password="pencil"))
-    mechanism.nonce = "rOprNGfwEbeRWgbNEkqO"  # type: ignore[attr-defined]
-    mechanism.first_bare = "n=user,r=rOprNGfwEbeRWgbNEkqO"  # type: ignore[attr-defined]
-    assert mechanism.first() == b"n,,n=user,r=rOprNGfwEbeRWgbNEkqO"
-    final = mechanism.step(b"r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,"
-                           b"s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096")
-    assert final == (b"c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,"
-                     b"p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ=")
-    assert mechanism.step(b"v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4=") is None
-    with pytest.raises(AuthenticationFailed, match="signature is invalid"):
-        mechanism.step(b"v=AAAA")
 
 
 def test_check_login_refuses_a_wrong_password_and_leaves_the_rest_to_the_client(

@@ -122,8 +122,8 @@ def test_broker_api_versions_reaches_every_broker_over_scram(node: Node, scram: 
      "Error: Authentication failed during authentication due to invalid credentials with "
      "SASL mechanism SCRAM-SHA-512"),
     (("topics", "--bootstrap-server", "{sasl}", "--command-config", "{file}", "--list"),
-     "Error: Authentication failed during authentication due to invalid credentials with "
-     "SASL mechanism SCRAM-SHA-512"),
+     "Error while executing topic command : Authentication failed during authentication due "
+     "to invalid credentials with SASL mechanism SCRAM-SHA-512"),
     (("console-consumer", "--bootstrap-server", "{sasl}", "--consumer.config", "{file}",
       "--topic", "anything", "--max-messages", "1"),
      "Error: Authentication failed during authentication due to invalid credentials with "

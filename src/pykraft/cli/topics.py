@@ -383,13 +383,13 @@ def run(options: TopicsOptions) -> int:
     properties = dict(options.command_config)
     errors = ErrorReporter()
     config = client_config(options.bootstrap_servers, properties, warn=warn)
-    check_login(config, properties)
     config["error_cb"] = errors
     config.setdefault("log_level", 0)  # errors reach the user through error_cb, once each
     admin = AdminClient(config)
     session = _Session(admin, timeout_seconds(properties), errors,
                        str(config.get("bootstrap.servers", "")), properties)
     try:
+        check_login(config, properties)
         _ACTION_RUNNERS[options.action](session, options)
     except KafkaException as exception:
         message = kafka_error_message(exception) + errors.describe_last()

@@ -52,6 +52,7 @@ from pykraft.broker.fetch_sessions import INITIAL_EPOCH, NO_SESSION, next_epoch
 from pykraft.broker.partition_events import PartitionEvents
 from pykraft.broker.replica_manager import Partition
 from pykraft.errors import KafkaError
+from pykraft.net.connect import ClientSecurity, open_connection
 from pykraft.protocol.api import ApiKey
 from pykraft.protocol.entities import make
 from pykraft.protocol.framing import FrameError, decode_response, encode_request
@@ -160,8 +161,9 @@ class BrokerConnection:
     """One TCP connection to a broker listener; one request at a time."""
 
     def __init__(self, address: Callable[[], tuple[str, int] | None], client_id: str,
-                 timeout_ms: int) -> None:
+                 timeout_ms: int, security: ClientSecurity | None = None) -> None:
         self.address = address
+        self.security = security  # the inter-broker listener's TLS / SASL, None: plaintext
         self.client_id = client_id
         self.timeout_ms = timeout_ms
         self._reader: asyncio.StreamReader | None = None
@@ -182,7 +184,7 @@ class BrokerConnection:
             address = self.address()
             if address is None:
                 raise ConnectionError("the leader has no known address")
-            self._reader, self._writer = await asyncio.open_connection(*address)
+            self._reader, self._writer = await open_connection(*address, self.security)
         reader, writer = self._reader, self._writer
         assert reader is not None
         self._correlation_id = (self._correlation_id + 1) & 0x7FFFFFFF
@@ -572,8 +574,10 @@ class ReplicaFetcherManager:
     def __init__(
         self, node_id: int, address_of: Callable[[int], tuple[str, int] | None],
         config: FetcherConfig, broker_epoch: Callable[[], int], now_ms: Callable[[], int],
+        security: ClientSecurity | None = None,
     ) -> None:
         self.node_id = node_id
+        self.security = security
         self.address_of = address_of
         self.config = config
         self.broker_epoch = broker_epoch
@@ -590,7 +594,8 @@ class ReplicaFetcherManager:
         if fetcher is None:
             connection = BrokerConnection(
                 lambda: self.address_of(leader_id),
-                f"broker-{self.node_id}-fetcher-{leader_id}", self.config.socket_timeout_ms)
+                f"broker-{self.node_id}-fetcher-{leader_id}", self.config.socket_timeout_ms,
+                self.security)
             fetcher = ReplicaFetcher(self.node_id, leader_id, connection, self.config,
                                      self.broker_epoch, self.now_ms)
             fetcher.task = asyncio.get_running_loop().create_task(

@@ -48,6 +48,7 @@ from pykraft.broker.transaction_coordinator.shell import (
     TransactionCoordinatorShell,
 )
 from pykraft.broker.txn_markers import Marker, MarkerSender, MarkerWriter
+from pykraft.net.connect import ClientSecurity
 from pykraft.net.server import RequestContext
 from pykraft.protocol.acls import AclOperation, ResourceType
 from pykraft.protocol.api import ApiKey
@@ -422,7 +423,8 @@ class TransactionParts:
                  values: Mapping[str, str],
                  broker_address: Callable[[int], tuple[str, int] | None],
                  now_ms: Callable[[], int],
-                 producer_ids: Callable[[], int | None] | None = None) -> None:
+                 producer_ids: Callable[[], int | None] | None = None,
+                 security: ClientSecurity | None = None) -> None:
         self.node_id = node_id
         self.cache = cache
         self.values = values
@@ -437,7 +439,7 @@ class TransactionParts:
             if connection is None:
                 connection = connections[broker_id] = BrokerConnection(
                     lambda: broker_address(broker_id), f"broker-{node_id}-txn-markers",
-                    timeout_ms)
+                    timeout_ms, security)
             return connection
         self.connections = connections
         self.sender = MarkerSender(node_id, cache, self.writer, connect)

@@ -25,6 +25,7 @@ import asyncio
 import enum
 import logging
 import socket
+import ssl
 import struct
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -54,6 +55,7 @@ from pykraft.net.sasl import (
     SaslServerAuthenticator,
     illegal_state_response,
 )
+from pykraft.net.tls import PrincipalMapper, principal_name
 from pykraft.protocol.api import ApiKey, supports
 from pykraft.protocol.framing import (
     FrameError,
@@ -218,6 +220,9 @@ _BUSY: Final = (_State.WAITING, _State.HANDLING)  # not idle, whatever the clock
 # turn of the loop instead of three. Bounded per connection, as Kafka's TLS channels keep
 # their own read buffers outside its pool.
 READ_AHEAD_BYTES: Final = 16 * 1024
+# How long a TLS handshake may take from accept: a stalled or garbage one holds its
+# connection (and its place in the quotas) no longer than this.
+TLS_HANDSHAKE_TIMEOUT_S: Final = 10.0
 
 
 class _Connection(asyncio.BufferedProtocol):
@@ -247,10 +252,16 @@ class _Connection(asyncio.BufferedProtocol):
         self._eof = False
         self._write_paused = False
         self._idle_timer: asyncio.TimerHandle | None = None
-        # who the connection speaks for: ANONYMOUS until SASL authenticates it
-        self.principal = ANONYMOUS
         # SASL listeners: the connection's authentication (net/sasl.py), else None
         self._sasl: SaslServerAuthenticator | None = None
+        # who the connection speaks for: a verified client certificate's user on an SSL
+        # listener, else ANONYMOUS
+        self.principal = ANONYMOUS
+        self._tls_pending = False  # TLS listener, handshake not yet handed to TLS
+        # TLS has the transport, but start_tls has not returned its own to us yet: what
+        # TLS delivers meanwhile (its first read follows the handshake at once) is read as
+        # usual, but reading cannot be paused until we hold TLS's transport
+        self._tls_swapping = False
 
     # -- transport callbacks -----------------------------------------------------------
 
@@ -278,6 +289,13 @@ class _Connection(asyncio.BufferedProtocol):
             self._sasl = SaslServerAuthenticator(self.listener.sasl,
                                                  self.listener.dispatcher.apis,
                                                  f"{self.host}:{self.port}")
+        if self.listener.ssl_context is not None:
+            # nothing is read as Kafka frames before the handshake: its bytes go to TLS.
+            # (uvloop starts reading after connection_made whatever it paused: what it
+            # reads meanwhile is kept and handed to TLS, see _feed_tls.)
+            self._tls_pending = True
+            self.transport.pause_reading()
+            self._reading = False
         self._task = self.loop.create_task(self._run())
         self.listener._connections.add(self._task)
         self._arm_idle_timer(self.last_active)
@@ -288,10 +306,17 @@ class _Connection(asyncio.BufferedProtocol):
             assert self._body is not None
             return memoryview(self._body)[self._filled:]
         room = READ_AHEAD_BYTES - len(self._pending)  # > 0, or reading would be paused
+        if self._tls_swapping:  # (reading cannot be paused yet: never offer no room)
+            room = max(room, 1024)
         return memoryview(self.limits.scratch)[:room]
 
     def buffer_updated(self, nbytes: int) -> None:
         self.last_active = self.loop.time()
+        if self._tls_pending:  # the start of the handshake, read before TLS took over
+            self._pending += memoryview(self.limits.scratch)[:nbytes]
+            if len(self._pending) >= READ_AHEAD_BYTES:
+                self._transport().pause_reading()
+            return
         if self._state is _State.BODY:
             self._filled += nbytes
             if self._filled == len(self._body or b""):
@@ -393,6 +418,8 @@ class _Connection(asyncio.BufferedProtocol):
     def _sync_reading(self) -> None:
         """Read while a frame's bytes are wanted and the read-ahead has room; not while
         waiting for memory (Kafka mutes the channel), nor after a failure or the end."""
+        if self._tls_swapping:
+            return  # synced once start_tls hands us TLS's transport
         transport = self._transport()
         want = (not self.closing and self._failure is None and not self._eof
                 and self._state is not _State.WAITING
@@ -428,6 +455,8 @@ class _Connection(asyncio.BufferedProtocol):
                 dispatcher.connection_closed(self.host, self.port)
 
     async def _serve(self) -> None:
+        if self.listener.ssl_context is not None:
+            await self._start_tls(self.listener.ssl_context)
         while True:
             frame = await self._next_frame()
             ended: Outcome | None = None
@@ -457,6 +486,68 @@ class _Connection(asyncio.BufferedProtocol):
             self._state = _State.HEADER
             self._advance()  # the next frame may have been read ahead already
             self._sync_reading()
+
+    # -- TLS -----------------------------------------------------------------------------
+
+    async def _start_tls(self, context: ssl.SSLContext) -> None:
+        """The server side of the handshake, on the accepted connection (so that a failed
+        one is logged here with the peer and OpenSSL's reason, which asyncio's own accept
+        path would keep to itself); then frames are read from the TLS transport."""
+        raw = self._transport()
+        # runs after start_tls has put its TLS protocol on the transport, before that
+        # protocol's connection_made starts the handshake
+        self.loop.call_soon(self._feed_tls, raw)
+        try:
+            tls = await self.loop.start_tls(
+                raw, self, context, server_side=True,
+                ssl_handshake_timeout=self.listener.tls_handshake_timeout_s)
+        except (ssl.SSLError, OSError, TimeoutError, EOFError) as error:
+            if not self.listener._closing:  # (a timeout may have closed the connection)
+                log.info("TLS handshake with %s:%d on listener %s failed: %s", self.host,
+                         self.port, self.listener.name, _tls_reason(error))
+            raise ConnectionResetError("TLS handshake failed") from None
+        if tls is None or self.closing:
+            raise ConnectionResetError("closed during the TLS handshake")
+        self.transport = tls
+        self._tls_swapping = False
+        self.principal = self._certificate_principal(tls.get_extra_info("ssl_object"))
+        self._reading = True  # a new TLS transport reads from the start
+        self._sync_reading()
+
+    def _feed_tls(self, raw: asyncio.Transport) -> None:
+        """Hand the bytes read before TLS took the transport over to its protocol (through
+        the BufferedProtocol calls the transport itself would make)."""
+        protocol = raw.get_protocol()
+        if protocol is self:
+            return
+        self._tls_pending, self._tls_swapping = False, True
+        if not self._pending:
+            return
+        # (uvloop's TLS protocol has the calls without subclassing asyncio's class)
+        protocol = cast(asyncio.BufferedProtocol, protocol)
+        data, self._pending = self._pending, bytearray()
+        offset = 0
+        while offset < len(data):
+            buffer = memoryview(protocol.get_buffer(len(data) - offset))
+            count = min(len(buffer), len(data) - offset)
+            buffer[:count] = data[offset:offset + count]
+            protocol.buffer_updated(count)
+            offset += count
+
+    def _certificate_principal(self, ssl_object: ssl.SSLObject | None) -> KafkaPrincipal:
+        """SSL: the user the verified client certificate's name maps to; SASL_SSL: ANONYMOUS
+        until SASL authenticates."""
+        if self.listener.security_protocol != "SSL" or ssl_object is None:
+            return ANONYMOUS
+        der = ssl_object.getpeercert(binary_form=True)
+        if not der:
+            return ANONYMOUS
+        try:
+            return KafkaPrincipal.user(principal_name(der, self.listener.principal_mapper))
+        except ValueError as error:  # NoMatchingRule, an unreadable certificate
+            log.info("refusing the TLS connection from %s:%d on listener %s: %s", self.host,
+                     self.port, self.listener.name, error)
+            raise ConnectionResetError("no principal for the certificate") from None
 
     # -- SASL (net/sasl.py decides; this only moves its frames) ----------------------------
 
@@ -584,7 +675,10 @@ class Listener:
         request_bytes_max: int,
         on_fatal: Callable[[BaseException], None],
         limits: NetworkLimits | None = None,
+        ssl_context: ssl.SSLContext | None = None,
         security_protocol: str = "PLAINTEXT",
+        principal_mapper: PrincipalMapper | None = None,
+        tls_handshake_timeout_s: float = TLS_HANDSHAKE_TIMEOUT_S,
         sasl: ListenerSasl | None = None,
     ) -> None:
         self.name = name
@@ -593,12 +687,16 @@ class Listener:
         self.dispatcher = dispatcher
         self.request_bytes_max = request_bytes_max
         self.on_fatal = on_fatal
+        # TLS (SSL and SASL_SSL listeners): None is plaintext
+        self.ssl_context = ssl_context
+        self.security_protocol = security_protocol
+        self.principal_mapper = principal_mapper or PrincipalMapper.parse(None)
+        self.tls_handshake_timeout_s = tls_handshake_timeout_s
+        # SASL_PLAINTEXT and SASL_SSL listeners: what connections authenticate with
+        self.sasl = sasl
         # no limits given (tools, tests of one layer): Kafka's defaults, unbounded
         self.limits = limits if limits is not None else NetworkLimits()
         self.limits.quotas.add_listener(name)
-        self.security_protocol = security_protocol
-        # SASL_PLAINTEXT and SASL_SSL listeners: what connections authenticate with
-        self.sasl = sasl
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
         self._closing = False
@@ -650,6 +748,17 @@ class Listener:
         if response is None:
             return None
         return encode_response(header.correlation_id, response)
+
+
+def _tls_reason(error: BaseException) -> str:
+    """OpenSSL's reason for a failed handshake, in one line."""
+    if isinstance(error, ssl.SSLCertVerificationError):
+        return f"{error.reason}: {error.verify_message}"
+    if isinstance(error, ssl.SSLError):
+        return str(error.reason or error)
+    if isinstance(error, TimeoutError):
+        return "timed out"
+    return str(error) or type(error).__name__
 
 
 Handler = Callable[[RequestContext, Any], Awaitable[Any | None]]

@@ -42,6 +42,7 @@ from typing import Any, Final, Protocol, TypeVar
 from kio.schema.errors import ErrorCode
 
 from pykraft.errors import InvariantViolation
+from pykraft.net.connect import ClientSecurity, open_connection
 from pykraft.protocol.api import ApiKey
 from pykraft.protocol.entities import NO_THROTTLE, make, response_module
 from pykraft.protocol.framing import FrameError, decode_response, encode_request
@@ -212,7 +213,7 @@ class _Lane:
         )
         if self.writer is None:
             host, port = channels.addresses[self.destination_id]
-            self.reader, self.writer = await asyncio.open_connection(host, port)
+            self.reader, self.writer = await open_connection(host, port, channels.security)
         reader, writer = self.reader, self.writer
         assert reader is not None
         self.correlation_id = (self.correlation_id + 1) & 0x7FFFFFFF
@@ -276,8 +277,10 @@ class RaftChannels:
         fetch_max_wait_ms: int = 500,
         fetch_bytes_max: int = 8 * 1024 * 1024 + 1024,
         fetch_snapshot_bytes_max: int = 8 * 1024 * 1024,
+        security: ClientSecurity | None = None,
     ) -> None:
         self.node_id = node_id
+        self.security = security  # the controller listener's TLS / SASL, None: plaintext
         self.cluster_id = cluster_id
         self.addresses = dict(addresses)
         self.request_timeout_ms = request_timeout_ms
@@ -301,6 +304,8 @@ class RaftChannels:
         cluster_id: str,
         voters: Mapping[int, tuple[str, int]],
         config: RaftConfig,
+        *,
+        security: ClientSecurity | None = None,
     ) -> RaftChannels:
         """Channels to `voters` (ServerConfig.voters: id -> (host, port)) with the
         timeouts of the node's raft configuration."""
@@ -313,6 +318,7 @@ class RaftChannels:
             fetch_max_wait_ms=config.fetch_max_wait_ms,
             fetch_bytes_max=config.fetch_bytes_max,
             fetch_snapshot_bytes_max=config.fetch_snapshot_bytes_max,
+            security=security,
         )
 
     def connect(self, deliver: Callable[[InboundMessage], None]) -> None:

@@ -38,6 +38,7 @@ from pykraft.errors import InvalidConfig
 from pykraft.net.limits import parse_per_ip_overrides
 from pykraft.net.sasl import ListenerSasl
 from pykraft.net.sasl_client import client_sasl_from_config
+from pykraft.net.tls import SSL_KEYS
 from pykraft.server.kafka_keys import KAFKA_KEYS, check_kafka_value, listener_prefixed_key
 from pykraft.storage import log_config
 from pykraft.storage.log_config import ConfigType
@@ -383,10 +384,17 @@ def is_known_key(name: str) -> bool:
 def is_used_key(name: str) -> bool:
     """Whether pykraft acts on the key (the topic defaults count: they are what a topic
     created without its own value gets, and what DescribeConfigs reports)."""
-    if _LISTENER_MAX_CONNECTIONS.match(name) or _LISTENER_SASL_KEY.match(name):
+    if (_LISTENER_MAX_CONNECTIONS.match(name) or _LISTENER_SASL_KEY.match(name)
+            or _is_tls_key(name)):
         return True
     known = name in SERVER_KEYS or name in _TOPIC_SYNONYMS or name in DYNAMIC_BROKER_CONFIGS
     return known and name not in _NOT_ACTED_ON
+
+
+def _is_tls_key(name: str) -> bool:
+    """An ssl.* key net/tls.py acts on, plain or listener-prefixed."""
+    prefixed = listener_prefixed_key(name)
+    return (prefixed[1] if prefixed else name) in SSL_KEYS
 
 
 def key_warning(name: str) -> str | None:
@@ -700,10 +708,7 @@ class ServerConfig:
                 raise ConfigError(f"Error creating broker listeners from "
                                   f"'{self.get('listeners')}': No security protocol defined "
                                   f"for listener {endpoint.listener_name}")
-            protocol = protocols[endpoint.listener_name]
-            if protocol not in ("PLAINTEXT", "SASL_PLAINTEXT"):  # docs/deviations.md
-                raise ConfigError(f"listener {endpoint.listener_name} uses {protocol}; only "
-                                  "PLAINTEXT listeners are supported yet")
+        self._validate_security_protocols()
         given = self.get("advertised.listeners")
         if given:
             for endpoint in parse_endpoints(given, "advertised.listeners", distinct=False):
@@ -711,6 +716,17 @@ class ServerConfig:
                     raise ConfigError(f"Error creating broker listeners from '{given}': No "
                                       "security protocol defined for listener "
                                       f"{endpoint.listener_name}")
+
+    def _validate_security_protocols(self) -> None:
+        """Every protocol of listener.security.protocol.map is one Kafka knows (the TLS
+        settings of SSL and SASL_SSL listeners are checked when the node builds them,
+        net/tls.py)."""
+        for name, protocol in self.security_protocols.items():
+            if protocol not in _SECURITY_PROTOCOLS:
+                raise ConfigError(f"Invalid value {self.get('listener.security.protocol.map')} "
+                                  "for configuration listener.security.protocol.map: "
+                                  f"unknown security protocol {protocol} for listener {name} "
+                                  f"(one of {', '.join(_SECURITY_PROTOCOLS)})")
 
     def _validate_inter_broker_protocol(self) -> None:
         """Kafka resolves the inter-broker listener's protocol on every role."""

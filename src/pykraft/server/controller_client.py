@@ -19,6 +19,7 @@ import struct
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+from pykraft.net.connect import ClientSecurity, open_connection
 from pykraft.protocol.framing import FrameError, decode_response, encode_request
 
 log = logging.getLogger(__name__)
@@ -47,8 +48,10 @@ class ActiveControllerClient:
         *,
         request_timeout_ms: int,
         client_id: str | None = None,
+        security: ClientSecurity | None = None,
     ) -> None:
         self.node_id = node_id
+        self.security = security  # the controller listener's TLS / SASL, None: plaintext
         self.voters = dict(voters)
         self.leader_id = leader_id
         self.request_timeout_ms = request_timeout_ms
@@ -92,7 +95,7 @@ class ActiveControllerClient:
             self._close()  # (or the controller closed it: idle for connections.max.idle.ms)
         if self._writer is None:
             host, port = self.voters[destination]
-            self._reader, self._writer = await asyncio.open_connection(host, port)
+            self._reader, self._writer = await open_connection(host, port, self.security)
             self._destination = destination
         reader, writer = self._reader, self._writer
         assert reader is not None

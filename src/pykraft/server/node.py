@@ -26,6 +26,7 @@ import dataclasses
 import functools
 import logging
 import random
+import ssl
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
@@ -72,8 +73,10 @@ from pykraft.metadata.image import MetadataImage
 from pykraft.metadata.loader import MetadataLoader
 from pykraft.metadata.records import MetadataRecord
 from pykraft.metadata.registrations import ScramCredential, ScramKey
+from pykraft.net.connect import ClientSecurity, ClientSecurityError
 from pykraft.net.sasl import ListenerSasl
 from pykraft.net.server import Listener, NetworkLimits
+from pykraft.net.tls import PrincipalMapper, SslConfigError, principal_mapper, server_context
 from pykraft.raft.core import CommittedBatch, RaftConfig
 from pykraft.raft.driver import RaftNode
 from pykraft.raft.log_store import RaftLogView
@@ -110,6 +113,8 @@ log = logging.getLogger("pykraft.server")
 
 METADATA_TOPIC = "__cluster_metadata"
 SECURITY_PROTOCOL_PLAINTEXT = 0
+# Kafka's SecurityProtocol ids, as BrokerRegistration records carry them
+_SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
 # one request to the active controller over the network; a forwarded change or a broker's
 # registration retries across leader changes for up to the channel timeout
 CONTROLLER_REQUEST_TIMEOUT_MS = 5_000
@@ -154,6 +159,12 @@ class Node:
         self._join_deadline: float | None = None
         self._registration_error: str | None = None  # the last refusal, for start-up errors
         self.snapshots: MetadataSnapshots | None = None  # once the metadata log is open
+        # TLS: each SSL/SASL_SSL listener's server side, and how this node reaches the other
+        # nodes' inter-broker and controller listeners (None: plaintext); built as start()
+        # begins, so a bad key store stops the node before it opens any log or socket
+        self._ssl_contexts: dict[str, tuple[ssl.SSLContext, PrincipalMapper]] = {}
+        self._inter_broker_security: ClientSecurity | None = None
+        self._controller_security: ClientSecurity | None = None
         # what every request handler asks (authorizer.class.name; none: allow all)
         self.authorizer: Authorizer = ALLOW_ALL
 
@@ -164,6 +175,7 @@ class Node:
             storage = check_storage(self.config)
         except StorageToolError as error:
             raise NodeStartError(str(error)) from error
+        self._security_setup()  # (after check_storage: it may adopt the formatted voters)
         self.cluster_id = storage.cluster_id
         self.directory_ids = storage.directory_ids
         now = wall_clock_ms()
@@ -192,7 +204,8 @@ class Node:
             config=raft_config,
             server_configs=values,
             transport=None if raft_config is None else RaftChannels.for_voters(
-                self.node_id, self.cluster_id, voters, raft_config),
+                self.node_id, self.cluster_id, voters, raft_config,
+                security=self._controller_security),
         )
         self.snapshots = MetadataSnapshots(  # writes and loads metadata snapshots
             self.raft, self.loader, SnapshotPolicy.from_configs(self.config.get_int),
@@ -287,7 +300,7 @@ class Node:
         self.replicas = ReplicaManager(self.node_id, self.log_manager, values, wall_clock_ms)
         self.fetchers = ReplicaFetcherManager(
             self.node_id, self._broker_address, FetcherConfig.from_configs(values),
-            lambda: self.broker_epoch, wall_clock_ms)
+            lambda: self.broker_epoch, wall_clock_ms, security=self._inter_broker_security)
         self.replicas.fetchers = self.fetchers
         self.replicas.alter_partition = AlterPartitionBatcher(self._send_alter_partition).submit
         self.loader.publishers.append(self.replicas.apply_delta)
@@ -297,7 +310,7 @@ class Node:
         self.loader.publishers.append(self.groups.on_metadata)
         self.transactions = TransactionParts(
             self.node_id, self.replicas, self.cache, values, self._broker_address,
-            wall_clock_ms)
+            wall_clock_ms, security=self._inter_broker_security)
         self.loader.publishers.append(self.transactions.shell.on_metadata)
         self.loader.publishers.append(UnenforcedQuotaNotice(self.node_id).publish)
         self.transactions.writer.listeners.append(  # TxnOffsetCommit offsets at their marker
@@ -327,7 +340,8 @@ class Node:
             self._alter_client = ActiveControllerClient(
                 self.node_id, self.config.voters, lambda: raft.leader_and_epoch.leader_id,
                 request_timeout_ms=CONTROLLER_REQUEST_TIMEOUT_MS,
-                client_id=f"broker-{self.node_id}-alter-partition")
+                client_id=f"broker-{self.node_id}-alter-partition",
+                security=self._controller_security)
             self._controller_clients.append(self._alter_client)
         _, answer = await self._alter_client.send(
             ALTER_PARTITION_API_KEY, ALTER_PARTITION_VERSION,
@@ -394,7 +408,7 @@ class Node:
         client, lifecycle = (ActiveControllerClient(
             self.node_id, self.config.voters, lambda: raft.leader_and_epoch.leader_id,
             request_timeout_ms=CONTROLLER_REQUEST_TIMEOUT_MS,
-            client_id=f"broker-{self.node_id}-{purpose}")
+            client_id=f"broker-{self.node_id}-{purpose}", security=self._controller_security)
             for purpose in ("controller-channel", "lifecycle"))
         self._controller_clients = [client, lifecycle]
         return QuorumControllerChannel(self.controller, client,
@@ -487,6 +501,7 @@ class Node:
             on_fatal=self._fatal, limits=self._limits_of(name),
             security_protocol=self.config.security_protocols.get(name, "PLAINTEXT"),
             sasl=self._listener_sasl(name),
+            **self._listener_tls(name),
         )
         try:
             await listener.start()
@@ -494,6 +509,36 @@ class Node:
             raise NodeStartError(f"cannot listen on {name}://{host}:{port}: "
                                  f"{error.strerror}") from error
         self.listeners.append(listener)
+
+    def _security_setup(self) -> None:
+        """The TLS contexts of this node's SSL and SASL_SSL listeners and the security of its
+        own connections to other nodes, from the ssl.* (and SASL) keys; a setting that cannot
+        be used stops the node here, naming the key."""
+        protocols = self.config.security_protocols
+        try:
+            for endpoint in self.config.listeners:
+                name = endpoint.listener_name
+                if protocols.get(name) in ("SSL", "SASL_SSL"):
+                    self._ssl_contexts[name] = (server_context(self.config.get, name),
+                                                principal_mapper(self.config.get, name))
+            roles = self.config.roles
+            if "broker" in roles:
+                self._inter_broker_security = ClientSecurity.for_listener(
+                    self.config.get, protocols, self.config.inter_broker_listener,
+                    "inter.broker")
+            controllers = self.config.controller_listeners
+            if controllers and (len(self.config.voters) > 1 or roles == {"broker"}):
+                self._controller_security = ClientSecurity.for_listener(
+                    self.config.get, protocols, controllers[0], "controller")
+        except (SslConfigError, ClientSecurityError) as error:
+            raise NodeStartError(str(error)) from None
+
+    def _listener_tls(self, name: str) -> dict[str, Any]:
+        """The TLS arguments of listener `name` (none for a plaintext one)."""
+        if name not in self._ssl_contexts:
+            return {}
+        context, mapper = self._ssl_contexts[name]
+        return {"ssl_context": context, "principal_mapper": mapper}
 
     def _listener_sasl(self, name: str) -> ListenerSasl | None:
         """A SASL listener's mechanisms and users (checked when the config was loaded); its
@@ -545,7 +590,10 @@ class Node:
     # -- broker lifecycle (KIP-631), in-process for the combined node ----------------------
 
     def _advertised(self) -> list[ControllerListener]:
-        return [ControllerListener(e.listener_name, e.host, e.port, SECURITY_PROTOCOL_PLAINTEXT)
+        protocols = self.config.security_protocols
+        return [ControllerListener(e.listener_name, e.host, e.port,
+                                   _SECURITY_PROTOCOL_IDS.get(protocols.get(e.listener_name, ""),
+                                                              SECURITY_PROTOCOL_PLAINTEXT))
                 for e in self.config.advertised_listeners]
 
     async def _register_broker(self) -> None:

@@ -123,17 +123,24 @@ def test_kafka_refusals_per_role(values: dict[str, str], message: str) -> None:
 
 def test_kafka_keys_pykraft_ignores_warn_once_each_naming_the_key() -> None:
     config = ServerConfig({**COMBINED, "num.network.threads": "3", "num.io.threads": "8",
-                           "ssl.keystore.location": "/k.jks",
+                           "ssl.keymanager.algorithm": "SunX509",
                            "password.encoder.iterations": "4096",
-                           "listener.name.plaintext.ssl.keystore.password": "secret",
+                           "listener.name.plaintext.ssl.provider": "SunJSSE",
                            "config.providers": "file", "num.partitions": "3"})
-    ignored = ["num.network.threads", "num.io.threads", "ssl.keystore.location",
-               "password.encoder.iterations", "listener.name.plaintext.ssl.keystore.password",
+    ignored = ["num.network.threads", "num.io.threads", "ssl.keymanager.algorithm",
+               "password.encoder.iterations", "listener.name.plaintext.ssl.provider",
                "config.providers"]
     assert len(config.warnings) == len(ignored)
     for name, warning in zip(ignored, config.warnings, strict=True):
         assert warning == (f"The configuration '{name}' is a Kafka config that pykraft does "
                            "not use; it is ignored")
+
+
+def test_the_ssl_keys_pykraft_acts_on_do_not_warn() -> None:
+    config = ServerConfig({**COMBINED, "ssl.keystore.location": "/k.p12",
+                           "listener.name.plaintext.ssl.keystore.password": "secret",
+                           "ssl.principal.mapping.rules": "DEFAULT"})
+    assert config.warnings == []
 
 
 def test_an_authorizer_class_pykraft_lacks_is_refused() -> None:

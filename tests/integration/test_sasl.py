@@ -451,3 +451,67 @@ def test_librdkafka_reauthenticates_across_sessions(node: SaslNode) -> None:
         time.sleep(0.1)
     assert producer.flush(15) == 0
     assert delivered == [None] * sent
+
+
+def _rss_kib(node: SaslNode) -> int:
+    assert node.cluster.process is not None
+    status = open(f"/proc/{node.cluster.process.pid}/status").read()  # noqa: SIM115
+    return int(next(line.split()[1] for line in status.splitlines()
+                    if line.startswith("VmRSS:")))
+
+
+def test_garbage_sasl_attempts_crash_nothing_and_hold_nothing(node: SaslNode) -> None:
+    """Hundreds of hostile attempts over real sockets (garbage, truncated and oversized
+    frames, unknown mechanisms, random tokens, connections dropped half-way), 50 at a time:
+    every one is closed, the node keeps serving and its memory does not grow with them."""
+    import random
+
+    rng = random.Random(19)
+    handshake = _entity(ApiKey.SASL_HANDSHAKE, 1, mechanism="SCRAM-SHA-512")
+    from pykraft.protocol.framing import encode_request
+
+    def attempt_frames(index: int) -> list[bytes]:
+        kind = index % 6
+        if kind == 0:  # garbage instead of a request
+            return [rng.randbytes(rng.randint(1, 64))]
+        if kind == 1:  # a size prefix far over sasl.server.max.receive.size
+            return [struct.pack(">i", 600_000) + b"\0" * 16]
+        if kind == 2:  # a mechanism nobody enables
+            return [encode_request(ApiKey.SASL_HANDSHAKE, 1, 1, "fuzz", _entity(
+                ApiKey.SASL_HANDSHAKE, 1, mechanism=rng.choice(["GSSAPI", "X" * 300, ""])))]
+        if kind == 3:  # random tokens after a good handshake
+            return [encode_request(ApiKey.SASL_HANDSHAKE, 1, 1, "fuzz", handshake),
+                    encode_request(ApiKey.SASL_AUTHENTICATE, 2, 2, "fuzz", _entity(
+                        ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=rng.randbytes(200)))]
+        if kind == 4:  # a truncated SaslAuthenticate, then nothing
+            frame = encode_request(ApiKey.SASL_HANDSHAKE, 1, 1, "fuzz", handshake)
+            return [frame[:rng.randint(5, len(frame) - 1)]]
+        return [encode_request(ApiKey.SASL_HANDSHAKE, 0, 1, "fuzz", _entity(  # raw, v0
+            ApiKey.SASL_HANDSHAKE, 0, mechanism="PLAIN")), struct.pack(">i", 40)
+            + rng.randbytes(40)]
+
+    async def attempt(index: int) -> None:
+        host, port = node.sasl.split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        try:
+            for frame in attempt_frames(index):
+                writer.write(frame)
+            await writer.drain()
+            if index % 6 in (0, 4):
+                return  # garbage may be a frame's start: dropped half-way
+            while await asyncio.wait_for(reader.read(65536), 10):
+                pass  # read until the node closes the connection
+        finally:
+            writer.close()
+
+    async def run(count: int) -> None:
+        for start in range(0, count, 50):
+            await asyncio.gather(*(attempt(i) for i in range(start, start + 50)))
+
+    asyncio.run(run(300))  # warm up: the first attempts size the node's caches
+    before = _rss_kib(node)
+    asyncio.run(run(600))
+    grown = _rss_kib(node) - before
+    assert grown < 8 * 1024, f"RSS grew {grown} KiB over 600 attempts"
+    confluent_round_trip(confluent_config(node, "SCRAM-SHA-512", "carol", "carol-secret"))
+    assert "Traceback" not in node.cluster.log_path.read_text(errors="replace")

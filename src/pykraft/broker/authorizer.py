@@ -116,6 +116,7 @@ class AuthorizerSettings:
     allow_everyone_if_no_acl_found: bool = False
 
 
+_PRINCIPALS_MAX: Final = 10_000  # principals whose "Type:name" a StandardAuthorizer remembers
 # (resource type, pattern name) -> principal -> the bindings of that pattern and principal
 _PatternIndex = dict[tuple[int, str], dict[str, list["StandardAcl"]]]
 
@@ -151,6 +152,7 @@ class StandardAuthorizer:
         # (resource type, principal) -> id -> binding: authorize_by_resource_type's scan
         self._by_principal: dict[tuple[int, str], dict[uuid.UUID, StandardAcl]] = {}
         self._seen: object = None  # the image's ACL map these indexes were built from
+        self._principals: dict[KafkaPrincipal, str] = {}
 
     # -- the bindings ------------------------------------------------------------------
 
@@ -223,49 +225,52 @@ class StandardAuthorizer:
 
     # -- checks ------------------------------------------------------------------------
 
+    def _principal(self, principal: KafkaPrincipal) -> str:
+        """`principal` as ACLs name it ("User:alice"), remembered: a check must not format
+        a string each time. The memo holds the principals seen lately, at most
+        `_PRINCIPALS_MAX` of them (cleared when full)."""
+        text = self._principals.get(principal)
+        if text is None:
+            if len(self._principals) >= _PRINCIPALS_MAX:
+                self._principals.clear()
+            text = self._principals[principal] = str(principal)
+        return text
+
     def authorize(self, context: RequestContext, operation: AclOperation,
                   resource_type: ResourceType, name: str) -> bool:
-        principal = str(context.principal)
+        principal = self._principal(context.principal)
         if principal in self.super_users:
             return True
-        return self._decide(principal, context.client_host, int(operation),
-                            int(resource_type), name)
-
-    def _decide(self, principal: str, host: str, operation: int, resource_type: int,
-                name: str) -> bool:
-        applies = allowed = False
-        for patterns in self._patterns(resource_type, name):
-            applies = True
-            for who in (principal, WILDCARD_PRINCIPAL):
-                for acl in patterns.get(who, ()):
-                    result = _match(acl, operation, host)
-                    if result == _DENY:
-                        return False
-                    if result == _ALLOW:
-                        allowed = True
-        return allowed or (not applies and self.allow_everyone_if_no_acl_found)
-
-    def _patterns(self, resource_type: int,
-                  name: str) -> Iterable[dict[str, list[StandardAcl]]]:
-        """The bindings (by principal) of each pattern that applies to the resource."""
+        # the patterns that apply to the name (an IntEnum hashes as its int: (TOPIC, name)
+        # finds the (2, name) key): literal, the literal wildcard, then each prefix length
         literal = self._literal
-        exact = literal.get((resource_type, name))
-        if exact is not None:
-            yield exact
-        if name != WILDCARD:
-            wildcard = literal.get((resource_type, WILDCARD))
-            if wildcard is not None:
-                yield wildcard
+        applying = [found for found in (literal.get((resource_type, name)),
+                                        literal.get((resource_type, WILDCARD)))
+                    if found is not None]
         lengths = self._prefix_lengths.get(resource_type)
         if lengths:
-            prefixed = self._prefixed
-            size = len(name)
+            prefixed, size = self._prefixed, len(name)
             for length in lengths:
                 if length > size:
                     break
                 found = prefixed.get((resource_type, name[:length]))
                 if found is not None:
-                    yield found
+                    applying.append(found)
+        if not applying:
+            return self.allow_everyone_if_no_acl_found
+        host, allowed = context.client_host, False
+        for patterns in applying:
+            for who in (principal, WILDCARD_PRINCIPAL):
+                bindings = patterns.get(who)
+                if bindings is None:
+                    continue
+                for acl in bindings:
+                    result = _match(acl, operation, host)
+                    if result == _DENY:
+                        return False
+                    if result == _ALLOW:
+                        allowed = True
+        return allowed
 
     def authorize_by_resource_type(self, context: RequestContext, operation: AclOperation,
                                    resource_type: ResourceType) -> bool:
@@ -280,7 +285,7 @@ class StandardAuthorizer:
                              f"resource type, not {operation.name} and {resource_type.name}")
         if self.authorize(context, operation, resource_type, "hardcode"):
             return True
-        principal, host = str(context.principal), context.client_host
+        principal, host = self._principal(context.principal), context.client_host
         denied: dict[int, set[str]] = {_LITERAL: set(), _PREFIXED: set()}
         allowed: dict[int, set[str]] = {_LITERAL: set(), _PREFIXED: set()}
         wildcard_allowed = False

@@ -1,0 +1,274 @@
+"""SSL listeners on one real node of this module's own (certificates from a throwaway CA,
+testing/certs.py): confluent-kafka, kafka-python and aiokafka each produce and consume over
+SSL without a client certificate (ssl.client.auth=none) and with one (a listener with
+ssl.client.auth=required); a client that does not trust the node's certificate fails with its
+SSL error; a client whose certificate the node does not trust is refused, the reason is in
+the node's log, and the node keeps serving the others. The node's PLAINTEXT listener stays
+for LocalCluster's readiness checks."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+
+from pykraft.testing import LocalCluster
+from pykraft.testing.certs import CertificateAuthority, PemFiles
+from pykraft.testing.ports import free_port
+from tests.integration.tool_helpers import eventually
+
+
+@dataclass
+class TlsNode:
+    cluster: LocalCluster
+    ssl: str  # host:port of the SSL listener (no client certificate asked)
+    mtls: str  # host:port of the one with ssl.client.auth=required
+    node: PemFiles  # the node's files; .ca is the CA clients trust
+    alice: PemFiles  # a client certificate the node trusts
+    mallory: PemFiles  # one from another CA
+    stranger_ca: Path  # a CA that did not sign the node's certificate
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsNode]:
+    certs = tmp_path_factory.mktemp("certs")
+    ca = CertificateAuthority.create()
+    node_files = ca.issue("node-1").write_pem(certs / "node", password="node-key-secret")
+    p12 = ca.issue("node-1").write_pkcs12(certs / "node.p12", "store-secret")
+    alice = ca.issue("alice", organizational_unit="eng").write_pem(certs / "alice")
+    other = CertificateAuthority.create("another CA")
+    mallory = other.issue("mallory").write_pem(certs / "mallory")
+    stranger_ca = other.write_pem(certs / "other-ca.pem")
+    ssl_port, mtls_port = free_port(), free_port()
+    cluster = LocalCluster()
+    broker, controller = cluster.broker_port, cluster.controller_port
+    cluster.extra_configs.update({
+        "listeners": f"PLAINTEXT://127.0.0.1:{broker},CONTROLLER://127.0.0.1:{controller},"
+                     f"SSL://127.0.0.1:{ssl_port},MTLS://127.0.0.1:{mtls_port}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{broker},SSL://127.0.0.1:{ssl_port},"
+                                f"MTLS://127.0.0.1:{mtls_port}",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SSL:SSL,"
+                                          "MTLS:SSL",
+        # the SSL listener: a PEM key store with an encrypted key
+        "listener.name.ssl.ssl.keystore.type": "PEM",
+        "listener.name.ssl.ssl.keystore.location": str(node_files.keystore),
+        "listener.name.ssl.ssl.key.password": "node-key-secret",
+        # the mTLS listener: a PKCS12 key store, a PEM trust store, client certificates asked
+        "listener.name.mtls.ssl.keystore.type": "PKCS12",
+        "listener.name.mtls.ssl.keystore.location": str(p12),
+        "listener.name.mtls.ssl.keystore.password": "store-secret",
+        "listener.name.mtls.ssl.truststore.type": "PEM",
+        "listener.name.mtls.ssl.truststore.location": str(node_files.ca),
+        "listener.name.mtls.ssl.client.auth": "required",
+        "group.initial.rebalance.delay.ms": "0",
+    })
+    cluster._write_config()
+    try:
+        cluster.start()
+        yield TlsNode(cluster, f"127.0.0.1:{ssl_port}", f"127.0.0.1:{mtls_port}", node_files,
+                      alice, mallory, stranger_ca)
+    finally:
+        cluster.close()
+
+
+def _topic() -> str:
+    return f"tls-{uuid.uuid4().hex[:8]}"
+
+
+def _client_files(node: TlsNode, mtls: bool) -> tuple[str, PemFiles | None]:
+    return (node.mtls, node.alice) if mtls else (node.ssl, None)
+
+
+# -- confluent-kafka ---------------------------------------------------------------------
+
+
+def confluent_config(address: str, ca: Path, identity: PemFiles | None) -> dict[str, Any]:
+    config: dict[str, Any] = {"bootstrap.servers": address, "security.protocol": "SSL",
+                              "ssl.ca.location": str(ca)}
+    if identity is not None:
+        config.update({"ssl.certificate.location": str(identity.certificate),
+                       "ssl.key.location": str(identity.key)})
+    return config
+
+
+def confluent_round_trip(config: dict[str, Any]) -> None:
+    topic = _topic()
+    producer = Producer(config)
+    delivered: list[Any] = []
+    producer.produce(topic, b"over tls", on_delivery=lambda error, _: delivered.append(error))
+    assert producer.flush(15) == 0 and delivered == [None]
+    consumer = Consumer({**config, "group.id": f"g-{topic}", "enable.auto.commit": False})
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        message = eventually(lambda: _polled(consumer), timeout_s=15)
+        assert message.value() == b"over tls"
+    finally:
+        consumer.close()
+
+
+def _polled(consumer: Consumer) -> Any:
+    message = consumer.poll(0.5)
+    assert message is not None and message.error() is None, message
+    return message
+
+
+@pytest.mark.parametrize("mtls", [False, True], ids=["server-auth", "mtls"])
+def test_confluent_kafka_produces_and_consumes(node: TlsNode, mtls: bool) -> None:
+    address, identity = _client_files(node, mtls)
+    confluent_round_trip(confluent_config(address, node.node.ca, identity))
+
+
+def confluent_errors(config: dict[str, Any], until: int) -> list[KafkaError]:
+    errors: list[KafkaError] = []
+    producer = Producer({**config, "error_cb": errors.append})
+    deadline = time.monotonic() + 15
+    while not any(e.code() == until for e in errors):
+        assert time.monotonic() < deadline, errors
+        producer.poll(0.2)
+    return errors
+
+
+def test_a_client_that_does_not_trust_the_node_fails_with_its_ssl_error(node: TlsNode) -> None:
+    errors = confluent_errors(confluent_config(node.ssl, node.stranger_ca, None),
+                              KafkaError._SSL)
+    ssl_error = next(e for e in errors if e.code() == KafkaError._SSL)
+    assert "certificate verify failed" in ssl_error.str()
+
+
+def test_an_untrusted_client_certificate_is_refused_and_logged(node: TlsNode) -> None:
+    """librdkafka sees the connection refused; the node's log has the peer and OpenSSL's
+    reason; the node keeps serving a trusted client on the same listener."""
+    def refusals() -> list[str]:
+        return [line for line in node.cluster.log_path.read_text(errors="replace").splitlines()
+                if "TLS handshake with 127.0.0.1:" in line and "listener MTLS failed" in line]
+
+    before = len(refusals())
+    errors = confluent_errors(confluent_config(node.mtls, node.node.ca, node.mallory),
+                              KafkaError._ALL_BROKERS_DOWN)
+    assert errors
+
+    def logged() -> list[str]:
+        lines = refusals()
+        assert len(lines) > before, lines
+        assert "CERTIFICATE_VERIFY_FAILED: self-signed certificate in certificate chain" \
+            in lines[-1], lines
+        return lines
+
+    eventually(logged)
+    confluent_round_trip(confluent_config(node.mtls, node.node.ca, node.alice))
+
+
+# -- kafka-python --------------------------------------------------------------------------
+
+
+def kafka_python_config(address: str, ca: Path, identity: PemFiles | None) -> dict[str, Any]:
+    config: dict[str, Any] = {"bootstrap_servers": address, "security_protocol": "SSL",
+                              "ssl_cafile": str(ca)}
+    if identity is not None:
+        config.update(ssl_certfile=str(identity.certificate), ssl_keyfile=str(identity.key))
+    return config
+
+
+@pytest.mark.parametrize("mtls", [False, True], ids=["server-auth", "mtls"])
+def test_kafka_python_produces_and_consumes(node: TlsNode, mtls: bool) -> None:
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka import TopicPartition as KafkaTopicPartition
+
+    address, identity = _client_files(node, mtls)
+    config = kafka_python_config(address, node.node.ca, identity)
+    topic = _topic()
+    producer = KafkaProducer(**config)
+    try:
+        producer.send(topic, b"over tls").get(timeout=15)
+    finally:
+        producer.close()
+    consumer = KafkaConsumer(**config)
+    try:
+        consumer.assign([KafkaTopicPartition(topic, 0)])
+        consumer.seek_to_beginning()
+        deadline = time.monotonic() + 15
+        values: list[bytes] = []
+        while not values and time.monotonic() < deadline:
+            for records in consumer.poll(timeout_ms=500).values():
+                values.extend(record.value for record in records)
+        assert values == [b"over tls"]
+    finally:
+        consumer.close()
+
+
+def test_kafka_python_that_does_not_trust_the_node_cannot_bootstrap(
+        node: TlsNode, caplog: pytest.LogCaptureFixture) -> None:
+    from kafka import KafkaProducer
+    from kafka.errors import KafkaTimeoutError
+
+    with caplog.at_level(logging.WARNING, logger="kafka"), \
+            pytest.raises(KafkaTimeoutError, match="Unable to bootstrap"):
+        KafkaProducer(**kafka_python_config(node.ssl, node.stranger_ca, None),
+                      bootstrap_timeout_ms=2000)
+    assert any("CERTIFICATE_VERIFY_FAILED" in r.getMessage()
+               or "certificate verify failed" in r.getMessage() for r in caplog.records), \
+        [r.getMessage() for r in caplog.records]
+
+
+# -- aiokafka --------------------------------------------------------------------------------
+
+
+def aiokafka_config(address: str, ca: Path, identity: PemFiles | None) -> dict[str, Any]:
+    from aiokafka.helpers import create_ssl_context
+
+    context = create_ssl_context(
+        cafile=str(ca), certfile=str(identity.certificate) if identity else None,
+        keyfile=str(identity.key) if identity else None)
+    return {"bootstrap_servers": address, "security_protocol": "SSL", "ssl_context": context}
+
+
+@pytest.mark.parametrize("mtls", [False, True], ids=["server-auth", "mtls"])
+def test_aiokafka_produces_and_consumes(node: TlsNode, mtls: bool) -> None:
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from aiokafka.structs import TopicPartition as AioTopicPartition
+
+    address, identity = _client_files(node, mtls)
+    topic = _topic()
+
+    async def run() -> list[bytes]:
+        producer = AIOKafkaProducer(**aiokafka_config(address, node.node.ca, identity))
+        await producer.start()
+        try:
+            await producer.send_and_wait(topic, b"over tls")
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(**aiokafka_config(address, node.node.ca, identity))
+        await consumer.start()
+        try:
+            consumer.assign([AioTopicPartition(topic, 0)])
+            await consumer.seek_to_beginning()
+            batches = await consumer.getmany(timeout_ms=10_000)
+            return [record.value for records in batches.values() for record in records]
+        finally:
+            await consumer.stop()
+
+    assert asyncio.run(asyncio.wait_for(run(), 60)) == [b"over tls"]
+
+
+def test_aiokafka_with_an_untrusted_certificate_fails(node: TlsNode) -> None:
+    from aiokafka import AIOKafkaProducer
+    from aiokafka.errors import KafkaConnectionError
+
+    async def run() -> None:
+        producer = AIOKafkaProducer(
+            **aiokafka_config(node.mtls, node.node.ca, node.mallory), request_timeout_ms=3000)
+        try:
+            await producer.start()
+        finally:
+            await producer.stop()
+
+    with pytest.raises(KafkaConnectionError):
+        asyncio.run(asyncio.wait_for(run(), 60))

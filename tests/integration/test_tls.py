@@ -31,6 +31,7 @@ class TlsNode:
     cluster: LocalCluster
     ssl: str  # host:port of the SSL listener (no client certificate asked)
     mtls: str  # host:port of the one with ssl.client.auth=required
+    sasl_ssl: str  # host:port of a SASL_SSL listener (PLAIN)
     node: PemFiles  # the node's files; .ca is the CA clients trust
     alice: PemFiles  # a client certificate the node trusts
     mallory: PemFiles  # one from another CA
@@ -47,16 +48,25 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsNode]:
     other = CertificateAuthority.create("another CA")
     mallory = other.issue("mallory").write_pem(certs / "mallory")
     stranger_ca = other.write_pem(certs / "other-ca.pem")
-    ssl_port, mtls_port = free_port(), free_port()
+    ssl_port, mtls_port, sasl_port = free_port(), free_port(), free_port()
     cluster = LocalCluster()
     broker, controller = cluster.broker_port, cluster.controller_port
     cluster.extra_configs.update({
         "listeners": f"PLAINTEXT://127.0.0.1:{broker},CONTROLLER://127.0.0.1:{controller},"
-                     f"SSL://127.0.0.1:{ssl_port},MTLS://127.0.0.1:{mtls_port}",
+                     f"SSL://127.0.0.1:{ssl_port},MTLS://127.0.0.1:{mtls_port},"
+                     f"SASLSSL://127.0.0.1:{sasl_port}",
         "advertised.listeners": f"PLAINTEXT://127.0.0.1:{broker},SSL://127.0.0.1:{ssl_port},"
-                                f"MTLS://127.0.0.1:{mtls_port}",
+                                f"MTLS://127.0.0.1:{mtls_port},SASLSSL://127.0.0.1:{sasl_port}",
         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SSL:SSL,"
-                                          "MTLS:SSL",
+                                          "MTLS:SSL,SASLSSL:SASL_SSL",
+        # SASL_SSL: TLS with the un-prefixed keys (the SSL listener's prefixed ones win there)
+        "ssl.keystore.type": "PEM",
+        "ssl.keystore.location": str(node_files.keystore),
+        "ssl.key.password": "node-key-secret",
+        "listener.name.saslssl.sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.saslssl.plain.sasl.jaas.config":
+            "org.apache.kafka.common.security.plain.PlainLoginModule required "
+            'user_alice="alice-secret";',
         # the SSL listener: a PEM key store with an encrypted key
         "listener.name.ssl.ssl.keystore.type": "PEM",
         "listener.name.ssl.ssl.keystore.location": str(node_files.keystore),
@@ -73,8 +83,8 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsNode]:
     cluster._write_config()
     try:
         cluster.start()
-        yield TlsNode(cluster, f"127.0.0.1:{ssl_port}", f"127.0.0.1:{mtls_port}", node_files,
-                      alice, mallory, stranger_ca)
+        yield TlsNode(cluster, f"127.0.0.1:{ssl_port}", f"127.0.0.1:{mtls_port}",
+                      f"127.0.0.1:{sasl_port}", node_files, alice, mallory, stranger_ca)
     finally:
         cluster.close()
 
@@ -124,6 +134,12 @@ def _polled(consumer: Consumer) -> Any:
 def test_confluent_kafka_produces_and_consumes(node: TlsNode, mtls: bool) -> None:
     address, identity = _client_files(node, mtls)
     confluent_round_trip(confluent_config(address, node.node.ca, identity))
+
+
+def test_confluent_kafka_over_sasl_ssl(node: TlsNode) -> None:
+    config = confluent_config(node.sasl_ssl, node.node.ca, None)
+    confluent_round_trip({**config, "security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN",
+                          "sasl.username": "alice", "sasl.password": "alice-secret"})
 
 
 def confluent_errors(config: dict[str, Any], until: int) -> list[KafkaError]:
@@ -272,3 +288,37 @@ def test_aiokafka_with_an_untrusted_certificate_fails(node: TlsNode) -> None:
 
     with pytest.raises(KafkaConnectionError):
         asyncio.run(asyncio.wait_for(run(), 60))
+
+
+# -- refusals at start -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("settings", "message"), [
+    ({}, "listener SSL uses TLS but has no key store: set "
+         "listener.name.ssl.ssl.keystore.location (or ssl.keystore.location)"),
+    ({"ssl.keystore.type": "PEM", "ssl.keystore.location": "{keystore}",
+      "ssl.key.password": "wrong"},
+     "(ssl.keystore.location): the key cannot be read: wrong ssl.key.password"),
+    ({"ssl.keystore.type": "PEM", "ssl.keystore.location": "/nonexistent/keystore.pem"},
+     "cannot read /nonexistent/keystore.pem (ssl.keystore.location): No such file"),
+], ids=["no-key-store", "wrong-password", "unreadable"])
+def test_a_node_with_an_unusable_key_store_stops_at_start_naming_the_key(
+        node: TlsNode, settings: dict[str, str], message: str) -> None:
+    values = {key: value.format(keystore=node.node.keystore) for key, value in settings.items()}
+    cluster = LocalCluster(configs={
+        "listeners": "PLAINTEXT://127.0.0.1:{},CONTROLLER://127.0.0.1:{},SSL://127.0.0.1:{}",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SSL:SSL",
+        **values})
+    try:
+        cluster.extra_configs["listeners"] = cluster.extra_configs["listeners"].format(
+            cluster.broker_port, cluster.controller_port, free_port())
+        cluster._write_config()
+        cluster.format()
+        cluster._start_process()
+        assert cluster.process is not None
+        assert cluster.process.wait(timeout=60) != 0
+        log = cluster.log_path.read_text(errors="replace")
+        assert message in log, log
+        assert "Traceback" not in log, log
+    finally:
+        cluster.close()

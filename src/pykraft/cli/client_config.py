@@ -35,6 +35,7 @@ __all__ = [
     "JaasConfig",
     "KeyStore",
     "SECURITY_KEYS",
+    "TLS_TUNING_KEYS",
     "SaslLogin",
     "SecuritySettings",
     "TrustStore",
@@ -209,12 +210,15 @@ _LOGIN_MODULES: Final = {
     "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule": "OAUTHBEARER",
 }
 _JAAS_FLAGS: Final = ("required", "requisite", "sufficient", "optional")
+# TLS versions and cipher suites: ProtocolClient honours them (net/tls.py reads Java's
+# names); librdkafka has no equivalent of the first two and takes OpenSSL's cipher names
+TLS_TUNING_KEYS: Final = frozenset({"ssl.enabled.protocols", "ssl.protocol", "ssl.cipher.suites"})
 # Java client keys with no librdkafka equivalent (the TLS and SASL machinery of the JVM);
 # warned about and dropped, as the serialiser classes are.
-_JAVA_ONLY_SECURITY: Final = frozenset({
+_JAVA_ONLY_SECURITY: Final = TLS_TUNING_KEYS | frozenset({
     "ssl.keymanager.algorithm", "ssl.trustmanager.algorithm", "ssl.secure.random.implementation",
-    "ssl.engine.factory.class", "ssl.provider", "ssl.enabled.protocols", "ssl.protocol",
-    "ssl.cipher.suites", "sasl.login.class", "sasl.client.callback.handler.class",
+    "ssl.engine.factory.class", "ssl.provider", "sasl.login.class",
+    "sasl.client.callback.handler.class",
     "sasl.login.callback.handler.class", "sasl.login.refresh.window.factor",
     "sasl.login.refresh.window.jitter", "sasl.login.refresh.min.period.seconds",
     "sasl.login.refresh.buffer.seconds", "sasl.login.connect.timeout.ms",

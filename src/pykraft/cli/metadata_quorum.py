@@ -38,7 +38,13 @@ from pykraft.cli.args import (
     bootstrap_of,
     load_properties,
 )
-from pykraft.cli.client_config import SECURITY_KEYS, security_settings, timeout_seconds, warn
+from pykraft.cli.client_config import (
+    SECURITY_KEYS,
+    TLS_TUNING_KEYS,
+    security_settings,
+    timeout_seconds,
+    warn,
+)
 from pykraft.cli.protocol_client import (
     AuthenticationFailed,
     ProtocolClient,
@@ -155,7 +161,7 @@ def _run_args(args: argparse.Namespace) -> int:
 
 def _client_settings(properties: dict[str, str]) -> tuple[float, str]:
     security_settings(properties)  # refused before any connection, naming the key
-    for key in sorted(set(properties) - _USED_PROPERTIES - SECURITY_KEYS):
+    for key in sorted(set(properties) - _USED_PROPERTIES - SECURITY_KEYS - TLS_TUNING_KEYS):
         warn(f"WARN: ignoring property {key} (not used by metadata-quorum)")
     timeout_s = timeout_seconds(properties)
     if "request.timeout.ms" in properties and "default.api.timeout.ms" not in properties:

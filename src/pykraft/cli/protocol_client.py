@@ -20,33 +20,22 @@ Kafka's tools print it.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
-import os
-import secrets
 import socket
 import ssl
 import struct
 import sys
-import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from types import ModuleType, TracebackType
 from typing import Any, Final
 
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.serialization import pkcs12
 from kio.schema.errors import ErrorCode
 
 from pykraft.cli.args import CommandError
-from pykraft.cli.client_config import (
-    KeyStore,
-    SaslLogin,
-    SecuritySettings,
-    security_settings,
-    timeout_seconds,
-)
+from pykraft.cli.client_config import SaslLogin, security_settings, timeout_seconds
 from pykraft.net.sasl_client import ClientSasl, SaslAuthenticationError, SaslClientExchange
+from pykraft.net.tls import SslConfigError, client_context
 from pykraft.protocol.framing import decode_response, encode_request, request_type
 
 __all__ = [
@@ -139,7 +128,7 @@ class ProtocolClient:
         # other brokers, the active controller)
         self.properties: Mapping[str, str] = properties or {}
         self.security = security_settings(self.properties)
-        self._ssl_context = ssl_context(self.security) if self.security.uses_tls else None
+        self._ssl_context = ssl_context(self.properties) if self.security.uses_tls else None
         self._correlation_id = 0
         self._sock: socket.socket | None = None
         self.address = ""
@@ -367,71 +356,15 @@ def check_login(config: Mapping[str, Any], properties: Mapping[str, str]) -> Non
 # -- TLS -------------------------------------------------------------------------------------
 
 
-def ssl_context(settings: SecuritySettings) -> ssl.SSLContext:
-    """A client context from the checked settings: TLS 1.2 or later (Kafka's enabled
-    protocols), the trust store or the system's, the key store for mTLS."""
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.check_hostname = settings.check_hostname
-    context.verify_mode = ssl.CERT_REQUIRED
-    trust = settings.truststore
+def ssl_context(properties: Mapping[str, str]) -> ssl.SSLContext:
+    """The client side of TLS from a tool's ssl.* keys, made as the node makes its own
+    (net/tls.py: PEM, inline and PKCS12 stores, the system's trust store when none is set,
+    ssl.enabled.protocols, ssl.cipher.suites, the host name check); a setting it cannot use
+    is one line naming the key."""
     try:
-        if trust is None:
-            context.load_default_certs()
-        elif trust.location is not None:
-            context.load_verify_locations(cafile=trust.location)
-        else:
-            context.load_verify_locations(cadata=trust.pem)
-    except ssl.SSLError as error:
-        raise CommandError(f"cannot use the trust store: {error.reason or error}") from None
-    if settings.keystore is not None:
-        _load_key_store(context, settings.keystore)
-    return context
-
-
-def _load_key_store(context: ssl.SSLContext, keys: KeyStore) -> None:
-    try:
-        if keys.kind == "PEM" and keys.location is not None:
-            context.load_cert_chain(keys.location, keys.location, password=keys.password)
-            return
-        if keys.kind == "PEM":
-            chain, key, password = str(keys.certificate_pem), str(keys.key_pem), keys.password
-        else:
-            chain, key, password = _pkcs12_as_pem(str(keys.location), keys.password)
-        with _private_file(key + chain) as path:
-            context.load_cert_chain(path, path, password=password)
-    except ssl.SSLError as error:
-        where = keys.location or "ssl.keystore.key"
-        raise CommandError(f"cannot use the key store {where}: {error.reason or error} (a "
-                           "wrong ssl.key.password, or a key not the certificate's)") from None
-
-
-def _pkcs12_as_pem(location: str, password: str | None) -> tuple[str, str, str]:
-    """A PKCS12 key store as PEM for the ssl module, the key encrypted again under a fresh
-    random password: the key is never on disk unencrypted, even for a moment."""
-    with open(location, "rb") as file:
-        store = pkcs12.load_pkcs12(file.read(), password.encode() if password else None)
-    if store.key is None or store.cert is None:
-        raise CommandError(f"ssl.keystore.location {location} holds no key and certificate")
-    fresh = secrets.token_urlsafe(24)
-    key = store.key.private_bytes(serialization.Encoding.PEM,
-                                  serialization.PrivateFormat.PKCS8,
-                                  serialization.BestAvailableEncryption(fresh.encode()))
-    chain = [store.cert.certificate, *(entry.certificate for entry in store.additional_certs)]
-    pem = b"".join(c.public_bytes(serialization.Encoding.PEM) for c in chain)
-    return pem.decode(), key.decode(), fresh
-
-
-@contextlib.contextmanager
-def _private_file(text: str) -> Iterator[str]:
-    """A file only this user reads, removed as soon as the ssl module has loaded it."""
-    descriptor, path = tempfile.mkstemp(prefix="pykraft-tool-", suffix=".pem")
-    try:
-        with os.fdopen(descriptor, "w") as file:
-            file.write(text)
-        yield path
-    finally:
-        os.unlink(path)
+        return client_context(properties.get, "")
+    except SslConfigError as error:
+        raise CommandError(str(error)) from None
 
 
 # -- SASL -----------------------------------------------------------------------------------

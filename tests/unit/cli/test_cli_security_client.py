@@ -350,7 +350,8 @@ def test_a_wrong_key_password_is_one_line(pki: Pki) -> None:
                   "ssl.key.password": "wrong",
                   "ssl.keystore.location": pki.file("client-kp.pem",
                                                     _key(pki.client, b"kp") + chain)}
-    with pytest.raises(CommandError, match="cannot use the key store .*client-kp.pem"):
+    with pytest.raises(CommandError, match=r"client-kp.pem \(ssl.keystore.location\): the key "
+                                           "cannot be read: wrong ssl.key.password"):
         ProtocolClient("127.0.0.1:1", timeout_s=5, properties=properties)
 
 
@@ -427,3 +428,16 @@ def test_check_login_refuses_a_wrong_password_and_leaves_the_rest_to_the_client(
     check_login({"bootstrap.servers": "127.0.0.1:1"}, wrong)
     check_login({"bootstrap.servers": f"127.0.0.1:{server.port}"}, {})
     assert server.seen == ["18v3", "17v1", "36v2"]
+
+
+def test_enabled_protocols_are_honoured(pki: Pki, serve: Callable[..., Server]) -> None:
+    """ssl.enabled.protocols reaches the context (net/tls.py's client side): a TLS 1.3-only
+    tool cannot talk to a TLS 1.2-only server, and says so in one line."""
+    context = _server_context(pki)
+    context.maximum_version = ssl.TLSVersion.TLSv1_2
+    server = serve(context)
+    properties = {"security.protocol": "SSL", **_trust(pki), "ssl.enabled.protocols": "TLSv1.3"}
+    with pytest.raises(CommandError, match=r"^SSL handshake with 127\.0\.0\.1:\d+ failed: "):
+        ProtocolClient(f"127.0.0.1:{server.port}", timeout_s=5, properties=properties)
+    properties["ssl.enabled.protocols"] = "TLSv1.2,TLSv1.3"
+    ProtocolClient(f"127.0.0.1:{server.port}", timeout_s=5, properties=properties).close()

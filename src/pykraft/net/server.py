@@ -220,6 +220,9 @@ _BUSY: Final = (_State.WAITING, _State.HANDLING)  # not idle, whatever the clock
 # turn of the loop instead of three. Bounded per connection, as Kafka's TLS channels keep
 # their own read buffers outside its pool.
 READ_AHEAD_BYTES: Final = 16 * 1024
+# How long a connection whose authentication failed stays open after its error response,
+# unless the client closes first (see _end_authentication)
+FAILED_AUTHENTICATION_LINGER_S: Final = 0.5
 # How long a TLS handshake may take from accept: a stalled or garbage one holds its
 # connection (and its place in the quotas) no longer than this.
 TLS_HANDSHAKE_TIMEOUT_S: Final = 10.0
@@ -581,8 +584,15 @@ class _Connection(asyncio.BufferedProtocol):
         delay_ms = self.listener.sasl.failed_authentication_delay_ms
         if delay_ms > 0:
             await asyncio.sleep(delay_ms / 1000)
-        if outcome.response is not None and not self.closing:
-            self._transport().write(outcome.response)  # close() below flushes it first
+        if outcome.response is None or self.closing:
+            return
+        self._transport().write(outcome.response)  # close() below flushes it first
+        # A client that reads the answer and the close in one go may drop the answer
+        # (kafka-python does): the peer gets a moment to read it and close first.
+        deadline = self.loop.time() + FAILED_AUTHENTICATION_LINGER_S
+        while not (self._eof or self.closing or self._failure is not None) \
+                and self.loop.time() < deadline:
+            await asyncio.sleep(0.01)
 
     def _frame_bytes_max(self) -> int:
         """Before authentication a frame is at most sasl.server.max.receive.size."""

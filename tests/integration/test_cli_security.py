@@ -1,6 +1,7 @@
 """The tools with --command-config against a real node whose client listeners are
 SASL_SSL (PLAIN users from its JAAS config, SCRAM-SHA-512 users made with the configs tool
-itself) and SSL with ssl.client.auth=required: configs, topics, metadata-quorum,
+itself) and SSL with ssl.client.auth=required, and whose controller listener is SSL:
+configs, topics, metadata-quorum (through a broker, and finding the active controller),
 console-producer/-consumer and broker-api-versions each work with a Kafka client properties
 file (PEM and PKCS12 stores, mutual TLS); a wrong password and an untrusted node certificate
 are one readable line and exit code 1 from ProtocolClient and confluent-kafka tools alike,
@@ -34,6 +35,7 @@ SCRAM_REFUSAL = ("Authentication failed during authentication due to invalid cre
 class Node:
     cluster: LocalCluster
     sasl: str  # host:port of the SASL_SSL listener
+    controller: str  # host:port of the controller listener (SSL)
     mtls: str  # host:port of the SSL listener that requires a client certificate
     files: Path
     trust: Path  # a PEM trust store holding the node's CA
@@ -69,7 +71,7 @@ def node(tmp_path_factory: pytest.TempPathFactory, ca: CertificateAuthority) -> 
                      f"SECURE://127.0.0.1:{sasl_port},MTLS://127.0.0.1:{mtls_port}",
         "advertised.listeners": f"PLAINTEXT://127.0.0.1:{broker},"
                                 f"SECURE://127.0.0.1:{sasl_port},MTLS://127.0.0.1:{mtls_port}",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,"
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:SSL,"
                                           "SECURE:SASL_SSL,MTLS:SSL",
         "ssl.keystore.type": "PEM",
         "ssl.keystore.location": str(server.keystore),
@@ -82,7 +84,8 @@ def node(tmp_path_factory: pytest.TempPathFactory, ca: CertificateAuthority) -> 
     })
     cluster._write_config()
     with cluster:
-        yield Node(cluster, f"127.0.0.1:{sasl_port}", f"127.0.0.1:{mtls_port}",
+        yield Node(cluster, f"127.0.0.1:{sasl_port}", f"127.0.0.1:{controller}",
+                   f"127.0.0.1:{mtls_port}",
                    tmp_path_factory.mktemp("client"), server.ca)
 
 
@@ -152,6 +155,17 @@ def test_broker_api_versions_reaches_every_broker_over_sasl_ssl(node: Node, scra
     assert f"{node.sasl} (id: 1 rack: null isFenced: false) -> (" in answered.stdout
     assert "SaslAuthenticate(36): 0 to 2 [usable: 2]" in answered.stdout
     assert "ERROR" not in answered.stdout
+
+
+def test_metadata_quorum_finds_the_active_controller_over_tls(node: Node) -> None:
+    """--bootstrap-controller: every connection active_controller makes is TLS."""
+    path = node.files / "controller.properties"
+    path.write_text(f"security.protocol=SSL\nssl.truststore.type=PEM\n"
+                    f"ssl.truststore.location={node.trust}\n")
+    described = pykraft("metadata-quorum", "--bootstrap-controller", node.controller,
+                        "--command-config", str(path), "describe", "--status")
+    assert described.returncode == 0, described.stderr
+    assert f"ClusterId:              {node.cluster.cluster_id}" in described.stdout
 
 
 def test_mutual_tls_from_pkcs12_stores(node: Node, mtls: str) -> None:

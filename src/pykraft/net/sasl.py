@@ -648,6 +648,9 @@ class Outcome:
     reason: str = ""  # for the log line of FAIL and CLOSE
 
 
+_PASS: Final = Outcome(Decision.PASS_TO_DISPATCHER)
+
+
 class SaslServerAuthenticator:
     """One connection's SASL state (see the module docstring for the transitions)."""
 
@@ -680,6 +683,10 @@ class SaslServerAuthenticator:
         COMPLETE: then it is either a re-authentication's SaslHandshake or passed on."""
         if self.state is State.FAILED:
             return Outcome(Decision.CLOSE, reason="authentication already failed")
+        if self.state is State.COMPLETE and len(frame) >= 2 \
+                and int.from_bytes(frame[:2], "big") not in SASL_APIS \
+                and (self.session_expiry_ms is None or now_ms < self.session_expiry_ms):
+            return _PASS  # the common case, on every request: no header parsed twice
         if self.state in (State.AUTHENTICATE, State.REAUTH_AUTHENTICATE) \
                 and not self._kafka_headers:
             return self._raw_token(bytes(frame), now_ms)

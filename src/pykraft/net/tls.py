@@ -378,9 +378,10 @@ def _ciphers(context: ssl.SSLContext, keys: _Keys) -> None:
         tls12.append(_IANA_TO_OPENSSL.get(name, name))
     if not tls12:  # only TLS 1.3 suites: OpenSSL's TLS 1.3 set (Python cannot narrow it)
         return
+    probe = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # one suite at a time: name the bad one
     for name in tls12:
         try:
-            ssl.create_default_context().set_ciphers(name)
+            probe.set_ciphers(name)
         except ssl.SSLError:
             raise SslConfigError(f"Invalid value {suites} for configuration {suites_key}: "
                                  f"unknown or unavailable cipher suite {name}") from None

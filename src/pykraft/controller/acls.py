@@ -9,12 +9,14 @@ RemoveAccessControlEntryRecord of that id. The image's delta folds both into
 `create_acls` is Kafka's AclControlManager.createAcls: each creation is validated on its
 own (a failure answers INVALID_REQUEST for it alone, in Kafka's words), a binding that exists
 already, or comes twice in the request, is answered success without a second record, and
-each new one gets an id drawn from the shell's `rng` (never zero, never in use).
+each new one gets an id drawn from the shell's `rng` (never zero, never in use). A request
+that would write more than `RECORDS_PER_REQUEST_MAX` records fails whole (every creation
+UNKNOWN_SERVER_ERROR, nothing written), as Kafka's bounded record list makes it fail.
 
 `delete_acls` is AclControlManager.deleteAcls: each filter is checked (an UNKNOWN part
 answers INVALID_REQUEST), then every existing binding it matches is removed and listed in
 its answer; a binding two filters match is listed by both and removed once. One request
-removes at most `DELETE_BINDINGS_MAX` bindings (Kafka's MAX_RECORDS_PER_USER_OP): beyond
+removes at most `RECORDS_PER_REQUEST_MAX` bindings: beyond
 that its filter fails whole, so no batch grows without bound.
 
 `describe_acls` answers a DescribeAcls filter from an image.
@@ -30,7 +32,7 @@ from __future__ import annotations
 
 import random
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -40,7 +42,7 @@ from pykraft.metadata.registrations import StandardAcl
 
 __all__ = [
     "CLUSTER_NAME",
-    "DELETE_BINDINGS_MAX",
+    "RECORDS_PER_REQUEST_MAX",
     "OPERATIONS",
     "PATTERN_TYPES",
     "PERMISSION_TYPES",
@@ -58,7 +60,7 @@ __all__ = [
 ]
 
 WILDCARD: Final = "*"
-DELETE_BINDINGS_MAX: Final = 10_000
+RECORDS_PER_REQUEST_MAX: Final = 10_000  # Kafka's QuorumController.MAX_RECORDS_PER_USER_OP
 _ZERO_UUID: Final = uuid.UUID(int=0)
 CLUSTER_NAME: Final = "kafka-cluster"
 
@@ -172,8 +174,7 @@ def validate_new_acl(binding: StandardAcl) -> str | None:
 
 
 def _new_id(rng: random.Random, in_use: Mapping[uuid.UUID, object],
-            taken: Iterable[uuid.UUID]) -> uuid.UUID:
-    taken = set(taken)
+            taken: set[uuid.UUID]) -> uuid.UUID:
     for _ in range(1000):
         candidate = uuid.UUID(int=rng.getrandbits(128), version=4)
         if candidate != _ZERO_UUID and candidate not in in_use and candidate not in taken:
@@ -189,6 +190,7 @@ def create_acls(
     present = set(existing.values())
     records: list[AccessControlEntryRecord] = []
     results: list[AclCreationResult] = []
+    taken: set[uuid.UUID] = set()  # the ids this request draws
     for binding in creations:
         refusal = validate_new_acl(binding)
         if refusal is not None:
@@ -196,13 +198,19 @@ def create_acls(
             continue
         if binding not in present:  # an existing binding is created again as a no-op
             present.add(binding)
-            acl_id = _new_id(rng, existing, (record.id for record in records))
+            acl_id = _new_id(rng, existing, taken)
+            taken.add(acl_id)
             records.append(AccessControlEntryRecord(
                 id=acl_id, resource_type=binding.resource_type,
                 resource_name=binding.resource_name, pattern_type=binding.pattern_type,
                 principal=binding.principal, host=binding.host, operation=binding.operation,
                 permission_type=binding.permission_type))
         results.append(AclCreationResult())
+    if len(records) > RECORDS_PER_REQUEST_MAX:
+        message = (f"Cannot create more than {RECORDS_PER_REQUEST_MAX} ACLs in a single "
+                   f"request.")
+        return [], [AclCreationResult(ErrorCode.unknown_server_error, message)
+                    for _ in creations]
     return records, results
 
 
@@ -219,10 +227,10 @@ def delete_acls(
             continue
         matched = [(acl_id, acl) for acl_id, acl in existing.items() if acl_filter.matches(acl)]
         fresh = [acl_id for acl_id, _ in matched if acl_id not in removed]
-        if len(removed) + len(fresh) > DELETE_BINDINGS_MAX:
+        if len(removed) + len(fresh) > RECORDS_PER_REQUEST_MAX:
             results.append(AclDeletionResult(
                 ErrorCode.unknown_server_error,
-                f"Cannot remove more than {DELETE_BINDINGS_MAX} ACLs in a single delete "
+                f"Cannot remove more than {RECORDS_PER_REQUEST_MAX} ACLs in a single delete "
                 f"operation.", ()))
             continue
         removed.update(dict.fromkeys(fresh))

@@ -146,3 +146,12 @@ def test_the_core_codes_are_the_protocols(names: tuple[str, ...], kind: type) ->
     """controller.acls keeps its own copy of Kafka's codes (a core may not import
     pykraft.protocol): it names every code as protocol.acls does."""
     assert names == tuple(member.name for member in sorted(kind))
+
+
+def test_create_is_bounded() -> None:
+    """A CreateAcls that would write more than 10,000 records fails whole, writing none."""
+    creations = [binding(f"t{i}") for i in range(10_001)]
+    records, results = create_acls({}, creations, random.Random(3))
+    assert records == [] and {r.error_code for r in results} == {ErrorCode.unknown_server_error}
+    records, _ = create_acls({}, creations[:10_000], random.Random(3))
+    assert len(records) == 10_000

@@ -11,6 +11,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes
 from cryptography.x509.oid import NameOID
 
+from pykraft.net.connect import ClientSecurity, ClientSecurityError
 from pykraft.net.tls import (
     NoMatchingRule,
     PrincipalMapper,
@@ -255,3 +256,25 @@ def test_x500_name_as_java_prints_it(ca: CertificateAuthority) -> None:
                    .not_valid_after(ca.certificate.not_valid_after_utc)
                    .sign(ca.key, hashes.SHA256()))
     assert x500_name(certificate) == r"CN=a\, b,1.2.840.113549.1.9.1=#16056140622e63"
+
+
+# -- the node's own connections (net/connect.py) --------------------------------------------
+
+
+def test_client_security_for_a_listener(node: Identity, tmp_path: Path) -> None:
+    files = node.write_pem(tmp_path / "node")
+    protocols = {"PLAIN": "PLAINTEXT", "INTERNAL": "SSL", "SASL": "SASL_PLAINTEXT"}
+    values = {"listener.name.internal.ssl.truststore.type": "PEM",
+              "listener.name.internal.ssl.truststore.location": str(files.ca),
+              "listener.name.internal.ssl.endpoint.identification.algorithm": ""}
+    assert ClientSecurity.for_listener(values.get, protocols, "PLAIN", "inter.broker") is None
+    security = ClientSecurity.for_listener(values.get, protocols, "INTERNAL", "inter.broker")
+    assert security is not None and security.security_protocol == "SSL"
+    assert security.ssl_context is not None and not security.check_hostname
+    assert security.sasl is None
+    with pytest.raises(ClientSecurityError, match="sasl.mechanism.controller.protocol"):
+        ClientSecurity.for_listener(values.get, protocols, "SASL", "controller")
+    with pytest.raises(SslConfigError, match="ssl.truststore.location"):
+        ClientSecurity.for_listener({"ssl.truststore.type": "PEM",
+                                     "ssl.truststore.location": str(tmp_path / "none")}.get,
+                                    protocols, "INTERNAL", "inter.broker")

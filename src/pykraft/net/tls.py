@@ -388,8 +388,10 @@ def _ciphers(context: ssl.SSLContext, keys: _Keys) -> None:
     context.set_ciphers(":".join(tls12))
 
 
-def server_context(get: Get, listener: str) -> ssl.SSLContext:
-    """The server side of an SSL or SASL_SSL listener. SslConfigError names the key."""
+def server_context(get: Get, listener: str, *, sasl: bool = False) -> ssl.SSLContext:
+    """The server side of an SSL or (`sasl`) SASL_SSL listener. SslConfigError names the key.
+    On SASL_SSL only the listener-prefixed ssl.client.auth counts (KIP-684): a broker-wide
+    ssl.client.auth meant for SSL listeners does not make SASL clients bring certificates."""
     keys = _Keys(get, listener)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     _protocols(context, keys, client=False)
@@ -402,6 +404,8 @@ def server_context(get: Get, listener: str) -> ssl.SSLContext:
             "or ssl.keystore.key and ssl.keystore.certificate.chain with ssl.keystore.type=PEM")
     _load_material(context, material, f"the key store of listener {listener}")
     auth_key, auth = keys.text("ssl.client.auth", DEFAULT_CLIENT_AUTH)
+    if sasl and auth_key == "ssl.client.auth":
+        auth = DEFAULT_CLIENT_AUTH
     mode = _CLIENT_AUTH.get(auth.strip().lower())
     if mode is None:
         raise SslConfigError(f"Invalid value {auth} for configuration {auth_key}: String must "

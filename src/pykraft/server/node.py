@@ -519,7 +519,9 @@ class Node:
             for endpoint in self.config.listeners:
                 name = endpoint.listener_name
                 if protocols.get(name) in ("SSL", "SASL_SSL"):
-                    self._ssl_contexts[name] = (server_context(self.config.get, name),
+                    context = server_context(self.config.get, name,
+                                             sasl=protocols[name] == "SASL_SSL")
+                    self._ssl_contexts[name] = (context,
                                                 principal_mapper(self.config.get, name))
             roles = self.config.roles
             if "broker" in roles:

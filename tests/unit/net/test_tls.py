@@ -278,3 +278,16 @@ def test_client_security_for_a_listener(node: Identity, tmp_path: Path) -> None:
         ClientSecurity.for_listener({"ssl.truststore.type": "PEM",
                                      "ssl.truststore.location": str(tmp_path / "none")}.get,
                                     protocols, "INTERNAL", "inter.broker")
+
+
+def test_sasl_ssl_takes_only_the_prefixed_client_auth(node: Identity, tmp_path: Path) -> None:
+    """KIP-684: the broker-wide ssl.client.auth is for SSL listeners; a SASL_SSL listener
+    asks for certificates only when its own prefixed key says so."""
+    files = node.write_pem(tmp_path / "node")
+    values = {"ssl.keystore.type": "PEM", "ssl.keystore.location": str(files.keystore),
+              "ssl.truststore.type": "PEM", "ssl.truststore.location": str(files.ca),
+              "ssl.client.auth": "required"}
+    assert server_context(values.get, "SSL").verify_mode == ssl.CERT_REQUIRED
+    assert server_context(values.get, "SASL_SSL", sasl=True).verify_mode == ssl.CERT_NONE
+    values["listener.name.sasl_ssl.ssl.client.auth"] = "required"
+    assert server_context(values.get, "SASL_SSL", sasl=True).verify_mode == ssl.CERT_REQUIRED

@@ -59,20 +59,60 @@ class SaslNode:
     cluster: LocalCluster
     sasl: str  # host:port of the SASL_PLAINTEXT listener
     reauth: str  # host:port of the one with connections.max.reauth.ms
+    jwks: str  # host:port of the one whose OAUTHBEARER checks signed tokens (KIP-768)
+    sign: Any  # (claims) -> a token signed with the JWKS's key
+
+
+def _jwks_signer() -> tuple[str, Any]:
+    """A JWK Set with one RSA key, and a function signing RS256 tokens with it."""
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import padding, rsa
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    numbers = key.public_key().public_numbers()
+
+    def b64(data: bytes) -> str:
+        return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+    def number(value: int) -> str:
+        return b64(value.to_bytes((value.bit_length() + 7) // 8, "big"))
+
+    jwks = json.dumps({"keys": [{"kty": "RSA", "kid": "k1", "use": "sig",
+                                 "n": number(numbers.n), "e": number(numbers.e)}]})
+
+    def sign(claims: dict[str, Any]) -> str:
+        signed = (b64(json.dumps({"alg": "RS256", "kid": "k1"}).encode()) + "."
+                  + b64(json.dumps(claims).encode()))
+        signature = key.sign(signed.encode(), padding.PKCS1v15(), hashes.SHA256())
+        return f"{signed}.{b64(signature)}"
+
+    return jwks, sign
 
 
 @pytest.fixture(scope="module")
 def node() -> Iterator[SaslNode]:
-    sasl_port, reauth_port = free_port(), free_port()
+    sasl_port, reauth_port, jwks_port = free_port(), free_port(), free_port()
     cluster = LocalCluster()
+    jwks, sign = _jwks_signer()
+    jwks_path = cluster.data_dir / "jwks.json"
+    jwks_path.write_text(jwks)
     broker, controller = cluster.broker_port, cluster.controller_port
     cluster.extra_configs.update({
         "listeners": f"PLAINTEXT://127.0.0.1:{broker},CONTROLLER://127.0.0.1:{controller},"
-                     f"SASL://127.0.0.1:{sasl_port},REAUTH://127.0.0.1:{reauth_port}",
+                     f"SASL://127.0.0.1:{sasl_port},REAUTH://127.0.0.1:{reauth_port},"
+                     f"JWKS://127.0.0.1:{jwks_port}",
         "advertised.listeners": f"PLAINTEXT://127.0.0.1:{broker},SASL://127.0.0.1:{sasl_port},"
-                                f"REAUTH://127.0.0.1:{reauth_port}",
+                                f"REAUTH://127.0.0.1:{reauth_port},JWKS://127.0.0.1:{jwks_port}",
         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,"
-                                          "SASL:SASL_PLAINTEXT,REAUTH:SASL_PLAINTEXT",
+                                          "SASL:SASL_PLAINTEXT,REAUTH:SASL_PLAINTEXT,"
+                                          "JWKS:SASL_PLAINTEXT",
+        "listener.name.jwks.sasl.enabled.mechanisms": "OAUTHBEARER",
+        "listener.name.jwks.oauthbearer.sasl.jaas.config":
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;",
+        "listener.name.jwks.oauthbearer.sasl.server.callback.handler.class":
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler",
+        "sasl.oauthbearer.jwks.endpoint.url": f"file://{jwks_path}",
+        "sasl.oauthbearer.expected.audience": "pykraft",
         "listener.name.sasl.sasl.enabled.mechanisms": ",".join(MECHANISMS),
         "listener.name.sasl.plain.sasl.jaas.config":
             "org.apache.kafka.common.security.plain.PlainLoginModule required "
@@ -96,7 +136,8 @@ def node() -> Iterator[SaslNode]:
             capture_output=True, text=True, timeout=60)
         assert result.returncode == 0, result.stderr
         cluster.start()
-        yield SaslNode(cluster, f"127.0.0.1:{sasl_port}", f"127.0.0.1:{reauth_port}")
+        yield SaslNode(cluster, f"127.0.0.1:{sasl_port}", f"127.0.0.1:{reauth_port}",
+                       f"127.0.0.1:{jwks_port}", sign)
     finally:
         cluster.close()
 
@@ -516,3 +557,49 @@ def test_garbage_sasl_attempts_crash_nothing_and_hold_nothing(node: SaslNode) ->
     assert grown < 8 * 1024, f"RSS grew {grown} KiB over 600 attempts"
     confluent_round_trip(confluent_config(node, "SCRAM-SHA-512", "carol", "carol-secret"))
     assert "Traceback" not in node.cluster.log_path.read_text(errors="replace")
+
+
+def test_signed_tokens_against_the_jwks(node: SaslNode,
+                                        caplog: pytest.LogCaptureFixture) -> None:
+    """KIP-768: on the listener with Kafka's OAuthBearerValidatorCallbackHandler, kafka-python
+    and aiokafka log in with an RS256 token the JWKS's key signed, and produce and consume;
+    an expired signed token, one for another audience and an unsecured one are refused."""
+    now = time.time()
+    claims = {"sub": "svc", "aud": "pykraft", "iat": now, "exp": now + 600}
+    signed = node.sign(claims)
+    for mechanism_config in (kafka_python_config, aiokafka_config):
+        config = mechanism_config(node, "OAUTHBEARER", "svc", "", signed)
+        config["bootstrap_servers"] = node.jwks
+        if mechanism_config is kafka_python_config:
+            from kafka import KafkaProducer
+
+            producer = KafkaProducer(**config)
+            try:
+                producer.send(_topic(), b"signed").get(timeout=15)
+            finally:
+                producer.close()
+        else:
+            from aiokafka import AIOKafkaProducer
+
+            async def produce(config: dict[str, Any] = config) -> None:
+                producer = AIOKafkaProducer(**config)
+                await producer.start()
+                try:
+                    await producer.send_and_wait(_topic(), b"signed")
+                finally:
+                    await producer.stop()
+
+            asyncio.run(asyncio.wait_for(produce(), 60))
+    from kafka import KafkaProducer
+    from kafka.errors import KafkaTimeoutError
+
+    for refused in (node.sign({**claims, "exp": now - 60, "iat": now - 120}),
+                    node.sign({**claims, "aud": "someone-else"}),
+                    unsecured_token("svc", 600)):
+        config = kafka_python_config(node, "OAUTHBEARER", "svc", "", refused)
+        config["bootstrap_servers"] = node.jwks
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="kafka"), \
+                pytest.raises(KafkaTimeoutError):
+            KafkaProducer(**config, bootstrap_timeout_ms=1500)
+        assert any('{"status":"invalid_token"}' in r.getMessage() for r in caplog.records)

@@ -200,6 +200,10 @@ class ListenerSasl:
     receive_bytes_max: int = SASL_SERVER_MAX_RECEIVE_SIZE
     # the node sets this once the metadata image is there; None: no SCRAM user exists
     scram_lookup: ScramLookup | None = None
+    # OAUTHBEARER with Kafka's OAuthBearerValidatorCallbackHandler (KIP-768): signed tokens
+    # checked against the keys of a JWKS, which the node loads (`jwks_keys`) and refreshes
+    jwks: JwksSettings | None = None
+    jwks_keys: Mapping[str | None, Any] = field(default_factory=dict)
 
     @classmethod
     def from_config(cls, get: Get, listener: str) -> ListenerSasl:
@@ -238,19 +242,27 @@ class ListenerSasl:
             assert module is not None
             oauth_options = dict(module.options)
             _oauth_settings(oauth_options, listener)  # checked now, not at the first client
+        jwks = JwksSettings.from_config(get, listener) if OAUTHBEARER in mechanisms else None
         reauth = {mechanism: _reauth_ms(get, prefix, mechanism) for mechanism in mechanisms}
         delay = value("connection.failed.authentication.delay.ms")
         receive = value("sasl.server.max.receive.size")
         return cls(listener, mechanisms, plain_users, oauth_options, reauth,
                    100 if delay is None else int(delay),
-                   SASL_SERVER_MAX_RECEIVE_SIZE if receive is None else int(receive))
+                   SASL_SERVER_MAX_RECEIVE_SIZE if receive is None else int(receive),
+                   jwks=jwks)
 
     def server_for(self, mechanism: str, now_ms: int,
                    nonce: Callable[[], str] = lambda: secrets.token_urlsafe(24)) -> _Mechanism:
         if mechanism == PLAIN:
             return _PlainServer(self.plain_users)
         if mechanism == OAUTHBEARER:
-            return _OAuthBearerServer(_oauth_settings(self.oauth_options, self.listener))
+            if self.jwks is not None:
+                settings, keys = self.jwks, self.jwks_keys
+                return _OAuthBearerServer(
+                    lambda token, now: validate_signed_token(token, settings, keys, now))
+            unsecured = _oauth_settings(self.oauth_options, self.listener)
+            return _OAuthBearerServer(
+                lambda token, now: validate_unsecured_token(token, unsecured, now))
         found = scram.mechanism_named(mechanism)
         assert found is not None, mechanism
         return _ScramServer(found, self.scram_lookup, nonce)
@@ -559,6 +571,192 @@ def validate_unsecured_token(token: str, settings: _OAuthSettings,
     return principal, int(expiry * 1000)
 
 
+# -- KIP-768: signed tokens checked against a JWKS ---------------------------------------------
+
+# the server callback handler class that turns it on (Kafka 4.0's name, and 3.x's)
+JWKS_VALIDATOR_CLASSES: Final = (
+    "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler",
+    "org.apache.kafka.common.security.oauthbearer.secured.OAuthBearerValidatorCallbackHandler")
+JWKS_BYTES_MAX: Final = 1024 * 1024
+_SIGNATURE_HASHES: Final = {"256": "SHA256", "384": "SHA384", "512": "SHA512"}
+
+
+@dataclass(frozen=True, slots=True)
+class JwksSettings:
+    """Kafka's sasl.oauthbearer.* keys for the JWKS validator (listener- and
+    mechanism-prefixed keys first, as Kafka reads them)."""
+
+    url: str
+    refresh_ms: int = 3600000
+    expected_audience: tuple[str, ...] = ()
+    expected_issuer: str | None = None
+    clock_skew_s: int = 30
+    sub_claim: str = "sub"
+    scope_claim: str = "scope"
+
+    @classmethod
+    def from_config(cls, get: Get, listener: str) -> JwksSettings | None:
+        prefix = f"listener.name.{listener.lower()}."
+
+        def value(key: str) -> str | None:
+            for name in (f"{prefix}oauthbearer.{key}", f"{prefix}{key}", key):
+                given = get(name)
+                if given is not None and given.strip():
+                    return given.strip()
+            return None
+
+        # (Kafka reads the handler class with the listener and mechanism prefix only)
+        handler = get(f"{prefix}oauthbearer.sasl.server.callback.handler.class")
+        handler = handler.strip() if handler is not None and handler.strip() else None
+        if handler is None:
+            return None
+        if handler not in JWKS_VALIDATOR_CLASSES:
+            raise ValueError(f"{prefix}oauthbearer.sasl.server.callback.handler.class: "
+                             f"unsupported class {handler}; pykraft has Kafka's "
+                             f"{JWKS_VALIDATOR_CLASSES[0]} (signed tokens, a JWKS) and, with "
+                             "none set, the unsecured validator")
+        url = value("sasl.oauthbearer.jwks.endpoint.url")
+        if url is None or not url.startswith(("file:", "http://", "https://")):
+            raise ValueError("sasl.oauthbearer.jwks.endpoint.url must be a file:, http:// or "
+                             f"https:// URL for {handler} on listener {listener}, got {url!r}")
+        try:
+            return cls(
+                url=url,
+                refresh_ms=int(value("sasl.oauthbearer.jwks.endpoint.refresh.ms") or 3600000),
+                expected_audience=tuple(
+                    item.strip() for item in (value("sasl.oauthbearer.expected.audience")
+                                              or "").split(",") if item.strip()),
+                expected_issuer=value("sasl.oauthbearer.expected.issuer"),
+                clock_skew_s=int(value("sasl.oauthbearer.clock.skew.seconds") or 30),
+                sub_claim=value("sasl.oauthbearer.sub.claim.name") or "sub",
+                scope_claim=value("sasl.oauthbearer.scope.claim.name") or "scope")
+        except ValueError as error:
+            raise ValueError(f"listener {listener}: sasl.oauthbearer.*: {error}") from None
+
+
+def parse_jwks(text: str | bytes) -> dict[str | None, Any]:
+    """A JWK Set's RSA and EC signing keys by key id (`None` for one without an id);
+    ValueError when it is not one. Keys of other kinds or uses are skipped, as Kafka skips
+    them."""
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
+    curves = {"P-256": ec.SECP256R1(), "P-384": ec.SECP384R1(), "P-521": ec.SECP521R1()}
+    try:
+        document = json.loads(text)
+        entries = document["keys"]
+        if not isinstance(entries, list):
+            raise TypeError("keys is not a list")
+    except (ValueError, TypeError, KeyError) as error:
+        raise ValueError(f"not a JWK Set: {error}") from None
+    keys: dict[str | None, Any] = {}
+    for entry in entries:
+        if not isinstance(entry, dict) or entry.get("use", "sig") != "sig":
+            continue
+        kid = entry.get("kid") if isinstance(entry.get("kid"), str) else None
+        try:
+            if entry.get("kty") == "RSA":
+                keys[kid] = rsa.RSAPublicNumbers(_b64url_int(entry["e"]),
+                                                 _b64url_int(entry["n"])).public_key()
+            elif entry.get("kty") == "EC" and entry.get("crv") in curves:
+                keys[kid] = ec.EllipticCurvePublicNumbers(
+                    _b64url_int(entry["x"]), _b64url_int(entry["y"]),
+                    curves[entry["crv"]]).public_key()
+        except (KeyError, ValueError, TypeError):
+            continue  # an unusable key: the others still count
+    if not keys:
+        raise ValueError("the JWK Set has no RSA or EC signing key")
+    return keys
+
+
+def fetch_jwks(url: str, timeout_s: float = 10.0) -> dict[str | None, Any]:
+    """Blocking: read the JWKS at `url` (file: or http(s)://, at most JWKS_BYTES_MAX).
+    OSError or ValueError say why not. The node calls it in a thread."""
+    import urllib.request
+
+    if url.startswith("file:"):
+        path = url[len("file://"):] if url.startswith("file://") else url[len("file:"):]
+        with open(path, "rb") as source:
+            data = source.read(JWKS_BYTES_MAX + 1)
+    else:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:  # noqa: S310
+            data = response.read(JWKS_BYTES_MAX + 1)
+    if len(data) > JWKS_BYTES_MAX:
+        raise ValueError(f"the JWKS at {url} is over {JWKS_BYTES_MAX} bytes")
+    return parse_jwks(data)
+
+
+def _b64url_bytes(part: str) -> bytes:
+    try:
+        return base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
+    except (binascii.Error, ValueError):
+        raise _InvalidToken("not Base64URL") from None
+
+
+def _b64url_int(part: str) -> int:
+    return int.from_bytes(_b64url_bytes(part), "big")
+
+
+def validate_signed_token(token: str, settings: JwksSettings,
+                          keys: Mapping[str | None, Any], now_ms: int) -> tuple[str, int]:
+    """A JWS signed with RS256/384/512 or ES256/384/512 by a key of the JWKS, checked as
+    Kafka's OAuthBearerValidatorCallbackHandler checks it: the signature, `exp` (required),
+    `iat` and `nbf` (if present) with the clock skew, the audience and issuer when expected,
+    the subject claim. (principal, expiry ms) or _InvalidToken."""
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
+    from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
+
+    parts = token.split(".")
+    if len(parts) != 3 or not all(parts):
+        raise _InvalidToken("a signed JWS compact serialization has 3 non-empty parts")
+    header, claims = _b64url_json(parts[0]), _b64url_json(parts[1])
+    signature = _b64url_bytes(parts[2])
+    algorithm = str(header.get("alg", ""))
+    if algorithm[:2] not in ("RS", "ES") or algorithm[2:] not in _SIGNATURE_HASHES:
+        raise _InvalidToken(f"unsupported signature algorithm {algorithm!r}")
+    kid = header.get("kid")
+    key = keys.get(kid) if kid is not None else (
+        next(iter(keys.values())) if len(keys) == 1 else None)
+    if key is None:
+        raise _InvalidToken(f"no key {kid!r} in the JWKS")
+    digest = getattr(hashes, _SIGNATURE_HASHES[algorithm[2:]])()
+    signed = f"{parts[0]}.{parts[1]}".encode()
+    try:
+        if algorithm.startswith("RS") and isinstance(key, rsa.RSAPublicKey):
+            key.verify(signature, signed, padding.PKCS1v15(), digest)
+        elif algorithm.startswith("ES") and isinstance(key, ec.EllipticCurvePublicKey):
+            half = len(signature) // 2
+            der = encode_dss_signature(int.from_bytes(signature[:half], "big"),
+                                       int.from_bytes(signature[half:], "big"))
+            key.verify(der, signed, ec.ECDSA(digest))
+        else:
+            raise _InvalidToken(f"key {kid!r} does not sign with {algorithm}")
+    except InvalidSignature:
+        raise _InvalidToken("the signature does not verify") from None
+    skew_ms = settings.clock_skew_s * 1000
+    expiry = _number_claim(claims, "exp", required=True)
+    assert expiry is not None
+    if now_ms - skew_ms >= expiry * 1000:
+        raise _InvalidToken(f"the token expired at {expiry} (clock skew {skew_ms} ms)")
+    for name in ("iat", "nbf"):
+        moment = _number_claim(claims, name, required=False)
+        if moment is not None and moment * 1000 > now_ms + skew_ms:
+            raise _InvalidToken(f"the token's {name} ({moment}) is in the future")
+    if settings.expected_issuer is not None and claims.get("iss") != settings.expected_issuer:
+        raise _InvalidToken("unexpected issuer")
+    if settings.expected_audience:
+        audience = claims.get("aud")
+        given = {audience} if isinstance(audience, str) else set(
+            a for a in audience if isinstance(a, str)) if isinstance(audience, list) else set()
+        if not given & set(settings.expected_audience):
+            raise _InvalidToken("unexpected audience")
+    principal = claims.get(settings.sub_claim)
+    if not isinstance(principal, str) or not principal.strip():
+        raise _InvalidToken(f"Required claim missing or not a string: {settings.sub_claim}")
+    return principal, int(expiry * 1000)
+
+
 _OAUTH_RESPONSE: Final = re.compile(
     r"^n,(?:a=(?P<authzid>[^,\x01]*))?,\x01(?P<pairs>(?:[^\x01]*\x01)*)\x01$", re.DOTALL)
 
@@ -570,8 +768,8 @@ class _OAuthBearerServer:
 
     name = OAUTHBEARER
 
-    def __init__(self, settings: _OAuthSettings) -> None:
-        self._settings = settings
+    def __init__(self, validate: Callable[[str, int], tuple[str, int]]) -> None:
+        self._validate = validate
         self.complete = False
         self.user = ""
         self._error: str | None = None
@@ -602,8 +800,7 @@ class _OAuthBearerServer:
             raise _InvalidCredentials("", detail="Invalid OAUTHBEARER client first message: "
                                                  "no bearer token")
         try:
-            principal, expiry_ms = validate_unsecured_token(value.strip(), self._settings,
-                                                            now_ms)
+            principal, expiry_ms = self._validate(value.strip(), now_ms)
         except _InvalidToken as error:
             self._error = json.dumps({"status": error.status}, separators=(",", ":"))
             self.user = "?"

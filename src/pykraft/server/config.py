@@ -122,6 +122,14 @@ SERVER_KEYS: Final[dict[str, ServerKey]] = {
         ServerKey("connections.max.reauth.ms", "long", "0"),
         ServerKey("connection.failed.authentication.delay.ms", "int", "100", 0),
         ServerKey("sasl.server.max.receive.size", "int", "524288"),
+        # OAUTHBEARER's JWKS validator (KIP-768, net/sasl.py's JwksSettings)
+        ServerKey("sasl.oauthbearer.jwks.endpoint.url", "string", None),
+        ServerKey("sasl.oauthbearer.jwks.endpoint.refresh.ms", "long", None),
+        ServerKey("sasl.oauthbearer.expected.audience", "list", None),
+        ServerKey("sasl.oauthbearer.expected.issuer", "string", None),
+        ServerKey("sasl.oauthbearer.clock.skew.seconds", "int", None),
+        ServerKey("sasl.oauthbearer.sub.claim.name", "string", None),
+        ServerKey("sasl.oauthbearer.scope.claim.name", "string", None),
         ServerKey("log.retention.check.interval.ms", "long", "300000", 1),
         ServerKey("log.cleaner.enable", "boolean", "true"),
         ServerKey("group.min.session.timeout.ms", "int", "6000", 0),
@@ -228,7 +236,10 @@ _LISTENER_SASL_KEY: Final = re.compile(
     r"^listener\.name\.[^.]+\.(?:(?:plain|scram-sha-256|scram-sha-512|oauthbearer)\."
     r"(?:sasl\.jaas\.config|connections\.max\.reauth\.ms)|sasl\.enabled\.mechanisms|"
     r"connections\.max\.reauth\.ms|connection\.failed\.authentication\.delay\.ms|"
-    r"sasl\.server\.max\.receive\.size)$", re.IGNORECASE)
+    r"sasl\.server\.max\.receive\.size|oauthbearer\.sasl\.server\.callback\.handler\.class|"
+    r"(?:oauthbearer\.)?sasl\.oauthbearer\.(?:jwks\.endpoint\.url|jwks\.endpoint\.refresh\.ms|"
+    r"expected\.audience|expected\.issuer|clock\.skew\.seconds|sub\.claim\.name|"
+    r"scope\.claim\.name))$", re.IGNORECASE)
 
 
 def single_node_defaults(data_dir: str) -> dict[str, str]:

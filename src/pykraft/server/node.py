@@ -74,7 +74,7 @@ from pykraft.metadata.loader import MetadataLoader
 from pykraft.metadata.records import MetadataRecord
 from pykraft.metadata.registrations import ScramCredential, ScramKey
 from pykraft.net.connect import ClientSecurity, ClientSecurityError
-from pykraft.net.sasl import ListenerSasl
+from pykraft.net.sasl import ListenerSasl, fetch_jwks
 from pykraft.net.server import Listener, NetworkLimits
 from pykraft.net.tls import PrincipalMapper, SslConfigError, principal_mapper, server_context
 from pykraft.raft.core import CommittedBatch, RaftConfig
@@ -500,7 +500,7 @@ class Node:
             request_bytes_max=self.config.get_int("socket.request.max.bytes"),
             on_fatal=self._fatal, limits=self._limits_of(name),
             security_protocol=self.config.security_protocols.get(name, "PLAINTEXT"),
-            sasl=self._listener_sasl(name),
+            sasl=await self._listener_sasl(name),
             **self._listener_tls(name),
         )
         try:
@@ -542,10 +542,12 @@ class Node:
         context, mapper = self._ssl_contexts[name]
         return {"ssl_context": context, "principal_mapper": mapper}
 
-    def _listener_sasl(self, name: str) -> ListenerSasl | None:
+    async def _listener_sasl(self, name: str) -> ListenerSasl | None:
         """A SASL listener's mechanisms and users (checked when the config was loaded); its
         SCRAM credentials are read from the current metadata image at each authentication,
-        so a credential added or removed counts from the next login on."""
+        so a credential added or removed counts from the next login on. With OAUTHBEARER's
+        JWKS validator, the key set is loaded now (the node does not start without it) and
+        refreshed every sasl.oauthbearer.jwks.endpoint.refresh.ms."""
         if self.config.security_protocols.get(name) not in ("SASL_PLAINTEXT", "SASL_SSL"):
             return None
         try:
@@ -553,7 +555,26 @@ class Node:
         except ValueError as error:
             raise NodeStartError(str(error)) from None
         sasl.scram_lookup = self._scram_credential
+        if sasl.jwks is not None:
+            try:
+                sasl.jwks_keys = await asyncio.to_thread(fetch_jwks, sasl.jwks.url)
+            except (OSError, ValueError) as error:
+                raise NodeStartError(f"listener {name}: cannot load the JWKS at "
+                                     f"{sasl.jwks.url}: {error}") from None
+            self._tasks.append(asyncio.create_task(self._refresh_jwks(name, sasl),
+                                                   name=f"jwks-{name}"))
         return sasl
+
+    async def _refresh_jwks(self, name: str, sasl: ListenerSasl) -> None:
+        """A key set that cannot be read keeps the last one (and says so), as Kafka does."""
+        assert sasl.jwks is not None
+        while True:
+            await asyncio.sleep(max(1000, sasl.jwks.refresh_ms) / 1000)
+            try:
+                sasl.jwks_keys = await asyncio.to_thread(fetch_jwks, sasl.jwks.url)
+            except (OSError, ValueError) as error:
+                log.warning("listener %s: cannot refresh the JWKS at %s, keeping the last "
+                            "one: %s", name, sasl.jwks.url, error)
 
     def _scram_credential(self, mechanism: int, user: str) -> ScramCredential | None:
         return self.cache.image.scram.credentials.get(ScramKey(mechanism, user))

@@ -470,3 +470,113 @@ def test_garbage_tokens_get_an_outcome_never_an_exception(mechanism: str, versio
         if outcome.decision in (Decision.FAIL, Decision.CLOSE):
             break
     assert server.principal is None
+
+
+# -- signed tokens against a JWKS (KIP-768) --------------------------------------------------
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _number_b64(value: int) -> str:
+    return _b64(value.to_bytes((value.bit_length() + 7) // 8, "big"))
+
+
+def _jwks_and_signers() -> tuple[str, Callable[[dict[str, Any], str], str]]:
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
+    from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
+
+    rsa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    ec_key = ec.generate_private_key(ec.SECP256R1())
+    rsa_public, ec_public = rsa_key.public_key().public_numbers(), \
+        ec_key.public_key().public_numbers()
+    jwks = json.dumps({"keys": [
+        {"kty": "RSA", "kid": "r1", "use": "sig", "n": _number_b64(rsa_public.n),
+         "e": _number_b64(rsa_public.e)},
+        {"kty": "EC", "kid": "e1", "crv": "P-256", "x": _number_b64(ec_public.x),
+         "y": _number_b64(ec_public.y)},
+        {"kty": "oct", "kid": "skipped", "k": "c2VjcmV0"},
+    ]})
+
+    def sign(claims: dict[str, Any], kid: str) -> str:
+        algorithm = "RS256" if kid.startswith("r") else "ES256"
+        head = _b64(json.dumps({"alg": algorithm, "kid": kid}).encode())
+        body = _b64(json.dumps(claims).encode())
+        signed = f"{head}.{body}".encode()
+        if kid.startswith("r"):
+            signature = rsa_key.sign(signed, padding.PKCS1v15(), hashes.SHA256())
+        else:
+            r, s = decode_dss_signature(ec_key.sign(signed, ec.ECDSA(hashes.SHA256())))
+            signature = r.to_bytes(32, "big") + s.to_bytes(32, "big")
+        return f"{head}.{body}.{_b64(signature)}"
+
+    return jwks, sign
+
+
+def test_signed_tokens_are_checked_against_the_jwks() -> None:
+    from pykraft.net.sasl import JwksSettings, _InvalidToken, parse_jwks, validate_signed_token
+
+    jwks, sign = _jwks_and_signers()
+    keys = parse_jwks(jwks)
+    assert set(keys) == {"r1", "e1"}
+    settings = JwksSettings(url="file:/unused", expected_audience=("kafka",),
+                            expected_issuer="https://issuer", clock_skew_s=30)
+    now = NOW_MS / 1000
+    good = {"sub": "svc", "exp": now + 300, "iat": now, "aud": ["kafka", "x"],
+            "iss": "https://issuer"}
+    for kid in ("r1", "e1"):
+        assert validate_signed_token(sign(good, kid), settings, keys, NOW_MS) == (
+            "svc", int((now + 300) * 1000))
+    forged = sign(good, "r1").rsplit(".", 1)[0] + "." + _b64(b"\0" * 256)
+    tampered_body = _b64(json.dumps({**good, "sub": "admin"}).encode())
+    head, _, signature = sign(good, "e1").split(".")
+    for token in (forged, f"{head}.{tampered_body}.{signature}",
+                  sign({**good, "exp": now - 60}, "r1"), sign({**good, "aud": "other"}, "r1"),
+                  sign({**good, "iss": "https://evil"}, "e1"),
+                  sign({k: v for k, v in good.items() if k != "sub"}, "r1"),
+                  sign({**good, "iat": now + 600}, "e1"), sign(good, "e2"),
+                  _token(good), "a.b.c", ""):
+        with pytest.raises(_InvalidToken):
+            validate_signed_token(token, settings, keys, NOW_MS)
+
+
+def test_jwks_validator_from_config_and_a_login() -> None:
+    from pykraft.net.sasl import JWKS_VALIDATOR_CLASSES, parse_jwks
+
+    jwks, sign = _jwks_and_signers()
+    values = {
+        "listener.name.sasl.sasl.enabled.mechanisms": "OAUTHBEARER",
+        "listener.name.sasl.oauthbearer.sasl.jaas.config": OAUTH_JAAS,
+        "listener.name.sasl.oauthbearer.sasl.server.callback.handler.class":
+            JWKS_VALIDATOR_CLASSES[0],
+        "sasl.oauthbearer.jwks.endpoint.url": "file:/etc/jwks.json",
+        "sasl.oauthbearer.expected.audience": "kafka",
+    }
+    sasl = ListenerSasl.from_config(_config(values), "SASL")
+    assert sasl.jwks is not None and sasl.jwks.expected_audience == ("kafka",)
+    sasl.jwks_keys = parse_jwks(jwks)
+    token = sign({"sub": "svc", "exp": NOW_MS / 1000 + 60, "aud": "kafka"}, "r1")
+    server = _server(sasl)
+    server.receive(_request(ApiKey.SASL_HANDSHAKE, 1, mechanism="OAUTHBEARER"), NOW_MS)
+    outcome = server.receive(_request(ApiKey.SASL_AUTHENTICATE, 2,
+                                      auth_bytes=_oauth_response(token)), NOW_MS)
+    assert outcome.decision is Decision.RESPOND and server.principal == KafkaPrincipal.user(
+        "svc")
+    # an unsecured token is no longer enough
+    server = _server(sasl)
+    server.receive(_request(ApiKey.SASL_HANDSHAKE, 1, mechanism="OAUTHBEARER"), NOW_MS)
+    challenge = server.receive(_request(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=_oauth_response(
+        _token({"sub": "svc", "exp": NOW_MS / 1000 + 60}))), NOW_MS)
+    assert json.loads(_response(challenge, ApiKey.SASL_AUTHENTICATE, 2).auth_bytes) == {
+        "status": "invalid_token"}
+    with pytest.raises(ValueError, match="unsupported class"):
+        ListenerSasl.from_config(_config({
+            **values, "listener.name.sasl.oauthbearer.sasl.server.callback.handler.class":
+                "com.example.Mine"}), "SASL")
+    with pytest.raises(ValueError, match="jwks.endpoint.url"):
+        ListenerSasl.from_config(_config({
+            **values, "sasl.oauthbearer.jwks.endpoint.url": "ftp://x"}), "SASL")
+    with pytest.raises(ValueError, match="JWK Set"):
+        parse_jwks('{"keys": [{"kty": "oct", "k": "x"}]}')

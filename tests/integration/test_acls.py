@@ -245,10 +245,11 @@ def test_a_broker_forwards_acl_changes_to_the_controller_process() -> None:
             (ErrorCode.invalid_request, "Resource name should not be empty")]
 
 
-def test_changing_acls_needs_alter_on_the_cluster(node: LocalCluster) -> None:
+def test_changing_acls_needs_alter_on_the_cluster(node: LocalCluster, tmp_path: Path) -> None:
     """User:alice over SASL/PLAIN: without ACLs her CreateAcls and DescribeAcls are refused
-    CLUSTER_AUTHORIZATION_FAILED; once granted ALTER on the cluster she creates bindings and,
-    ALTER implying DESCRIBE, lists them."""
+    CLUSTER_AUTHORIZATION_FAILED (`pykraft acls --list --command-config` says so and exits
+    1); once granted ALTER on the cluster she creates bindings and, ALTER implying DESCRIBE,
+    lists them, with the tool too."""
     alice = AdminClient({"bootstrap.servers": f"127.0.0.1:{SASL_PORTS['alice']}",
                          "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
                          "sasl.username": "alice", "sasl.password": "alice-secret"})
@@ -266,6 +267,15 @@ def test_changing_acls_needs_alter_on_the_cluster(node: LocalCluster) -> None:
                               operation=1, permission_type=1)))
     assert (described.error_code, described.resources) == (
         ErrorCode.cluster_authorization_failed, ())
+    config = tmp_path / "alice.properties"
+    config.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+                      "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule"
+                      ' required username="alice" password="alice-secret";\n')
+    tool = ("acls", "--bootstrap-server", f"127.0.0.1:{SASL_PORTS['alice']}",
+            "--command-config", str(config))
+    refused = pykraft(*tool, "--list")
+    assert refused.returncode == 1 and refused.stderr.strip().endswith(
+        "Error while executing ACL command: Cluster authorization failed."), refused.stderr
     create(admin(node), [binding("kafka-cluster", "User:alice", kind=ResourceType.BROKER,
                                  operation=AclOperation.ALTER)])
     deadline = time.monotonic() + TIMEOUT_S
@@ -277,3 +287,6 @@ def test_changing_acls_needs_alter_on_the_cluster(node: LocalCluster) -> None:
             assert time.monotonic() < deadline, "alice never got ALTER on the cluster"
             time.sleep(0.1)
     assert wanted in describe(alice, any_filter("al-topic"))
+    listed = pykraft(*tool, "--list", "--topic", "al-topic")
+    assert listed.returncode == 0 and "(principal=User:dave, host=*, operation=READ, " \
+        "permissionType=ALLOW)" in listed.stdout, listed.stderr

@@ -27,33 +27,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from confluent_kafka import KafkaException
-from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported, not in __all__
-    AclBinding,
-    AclBindingFilter,
-)
-from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported, not in __all__
-    AclOperation as ClientOperation,
-)
-from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported, not in __all__
-    AclPermissionType as ClientPermission,
-)
-from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported, not in __all__
-    ResourcePatternType as ClientPatternType,
-)
-from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported, not in __all__
-    ResourceType as ClientResourceType,
-)
-
 from pykraft.cli.args import ArgumentParser, CommandError, UsageError, load_properties
-from pykraft.cli.client_config import (
-    admin_client,
-    client_config,
-    kafka_error_message,
-    result_of,
-    timeout_seconds,
-    warn,
-)
+from pykraft.cli.client_config import timeout_seconds
+from pykraft.cli.protocol_client import ProtocolClient, error_message
+from pykraft.errors import ErrorCode
 from pykraft.protocol.acls import (
     CLUSTER_NAME,
     AclOperation,
@@ -61,6 +38,7 @@ from pykraft.protocol.acls import (
     PatternType,
     ResourceType,
 )
+from pykraft.protocol.api import ApiKey
 
 __all__ = ["Entry", "Pattern", "add_parser", "operation_of", "plan"]
 
@@ -292,10 +270,14 @@ def _run_args(args: argparse.Namespace) -> int:
     if args.add and planned is not None and any(not e for e in planned.values()):
         raise UsageError("You must specify one of: --allow-principal, --deny-principal when "
                          "trying to add ACLs.")
-    config = client_config(args.bootstrap_server, properties, warn=warn)
-    client, _ = admin_client(config)
-    tool = _Tool(client, timeout_seconds(properties))
-    try:
+    bootstrap = args.bootstrap_server or properties.get("bootstrap.servers")
+    if not bootstrap:
+        raise UsageError("One of --bootstrap-server or --bootstrap-controller must be specified")
+    # raw requests, not librdkafka: its DescribeAcls drops the answer's error (a principal
+    # without DESCRIBE on the cluster would list nothing and succeed)
+    with ProtocolClient(bootstrap, timeout_s=timeout_seconds(properties),
+                        client_id="acls-tool", properties=properties) as client:
+        tool = _Tool(client)
         if args.add:
             assert planned is not None
             tool.add(planned)
@@ -305,37 +287,15 @@ def _run_args(args: argparse.Namespace) -> int:
         else:
             tool.list(_patterns(args, required=False),
                       [_principal(p) for p in args.principal])
-    except KafkaException as exception:
-        raise CommandError(f"Error while executing ACL command: "
-                           f"{kafka_error_message(exception)}") from None
     return 0
 
 
-# confluent-kafka's enums carry Kafka's codes (its ResourceType.BROKER is the CLUSTER, 4)
-def _binding(pattern: Pattern, entry: Entry) -> Any:
-    assert pattern.name is not None  # a binding's pattern has its name
-    return AclBinding(
-        ClientResourceType(int(pattern.resource_type)), pattern.name,
-        ClientPatternType(int(pattern.pattern_type)), entry.principal, entry.host,
-        ClientOperation(int(entry.operation)), ClientPermission(int(entry.permission_type)))
+VERSIONS: Final = (1, 3)  # of the three ACL APIs, as Kafka 4.0 serves them
 
 
-def _filter(pattern: Pattern, entry: Entry | None = None) -> Any:
-    arguments: list[Any] = [
-        ClientResourceType(int(pattern.resource_type)), pattern.name,
-        ClientPatternType(int(pattern.pattern_type)),
-        None if entry is None else entry.principal, None if entry is None else entry.host,
-        ClientOperation(int(Op.ANY if entry is None else entry.operation)),
-        ClientPermission(int(AclPermissionType.ANY if entry is None
-                             else entry.permission_type))]
-    return AclBindingFilter(*arguments)
-
-
-def _read(binding: Any) -> tuple[Pattern, Entry]:
-    return (Pattern(ResourceType(int(binding.restype.value)), binding.name,
-                    PatternType(int(binding.resource_pattern_type.value))),
-            Entry(binding.principal, binding.host, AclOperation(int(binding.operation.value)),
-                  AclPermissionType(int(binding.permission_type.value))))
+def _failed(code: int, message: str | None) -> CommandError:
+    return CommandError(f"Error while executing ACL command: "
+                        f"{message or error_message(code)}")
 
 
 def _lines(entries: Iterable[Entry]) -> str:
@@ -343,18 +303,30 @@ def _lines(entries: Iterable[Entry]) -> str:
 
 
 class _Tool:
-    def __init__(self, client: Any, timeout_s: float) -> None:
+    def __init__(self, client: ProtocolClient) -> None:
         self.client = client
-        self.timeout_s = timeout_s
 
-    def _describe(self, acl_filter: Any) -> list[tuple[Pattern, Entry]]:
-        future = self.client.describe_acls(acl_filter, request_timeout=self.timeout_s)
-        return [_read(binding) for binding in result_of(future, self.timeout_s)]
+    def _describe(self, pattern: Pattern) -> list[tuple[Pattern, Entry]]:
+        def build(module: Any, _: int) -> Any:
+            return module.DescribeAclsRequest(
+                resource_type_filter=int(pattern.resource_type),
+                resource_name_filter=pattern.name,
+                pattern_type_filter=int(pattern.pattern_type), principal_filter=None,
+                host_filter=None, operation=int(Op.ANY),
+                permission_type=int(AclPermissionType.ANY))
+
+        _, answer = self.client.request(ApiKey.DESCRIBE_ACLS, "DescribeAcls", VERSIONS, build)
+        if answer.error_code != ErrorCode.none:
+            raise _failed(answer.error_code, answer.error_message)
+        return [(Pattern(ResourceType(r.resource_type), r.resource_name,
+                         PatternType(r.pattern_type)),
+                 Entry(acl.principal, acl.host, AclOperation(acl.operation),
+                       AclPermissionType(acl.permission_type)))
+                for r in answer.resources for acl in r.acls]
 
     def add(self, planned: dict[Pattern, set[Entry]]) -> None:
         for pattern, entries in sorted(planned.items()):
-            existing = {entry for _, entry in self._describe(_filter(pattern))
-                        if _ == pattern}
+            existing = {entry for found, entry in self._describe(pattern) if found == pattern}
             new = set()
             for entry in sorted(entries):
                 if entry in existing:
@@ -363,11 +335,23 @@ class _Tool:
                     new.add(entry)
             if not new:
                 continue
-            print(f"Adding ACLs for resource `{pattern}`: \n {_lines(new)}\n")
-            futures = self.client.create_acls([_binding(pattern, e) for e in sorted(new)],
-                                              request_timeout=self.timeout_s)
-            for future in futures.values():
-                result_of(future, self.timeout_s)
+            print(f"Adding ACLs for resource `{pattern}`: \n {_lines(new)}\n", flush=True)
+
+            def build(module: Any, _: int, new: set[Entry] = new,
+                      pattern: Pattern = pattern) -> Any:
+                return module.CreateAclsRequest(creations=tuple(
+                    module.AclCreation(resource_type=int(pattern.resource_type),
+                                       resource_name=pattern.name,
+                                       resource_pattern_type=int(pattern.pattern_type),
+                                       principal=e.principal, host=e.host,
+                                       operation=int(e.operation),
+                                       permission_type=int(e.permission_type))
+                    for e in sorted(new)))
+
+            _, answer = self.client.request(ApiKey.CREATE_ACLS, "CreateAcls", VERSIONS, build)
+            for result in answer.results:
+                if result.error_code != ErrorCode.none:
+                    raise _failed(result.error_code, result.error_message)
 
     def remove(self, planned: dict[Pattern, set[Entry]], *, force: bool) -> None:
         for pattern, entries in sorted(planned.items()):
@@ -381,19 +365,31 @@ class _Tool:
                 print(question, flush=True)
                 if sys.stdin.readline().strip().lower() != "y":
                     continue
-            filters = ([_filter(pattern, e) for e in sorted(entries)] if entries
-                       else [_filter(pattern)])
-            futures = self.client.delete_acls(filters, request_timeout=self.timeout_s)
-            for future in futures.values():
-                result_of(future, self.timeout_s)
+            filters = ([(e.principal, e.host, e.operation, e.permission_type)
+                        for e in sorted(entries)] if entries
+                       else [(None, None, Op.ANY, AclPermissionType.ANY)])
+
+            def build(module: Any, _: int, filters: list[Any] = filters,
+                      pattern: Pattern = pattern) -> Any:
+                return module.DeleteAclsRequest(filters=tuple(
+                    module.DeleteAclsFilter(
+                        resource_type_filter=int(pattern.resource_type),
+                        resource_name_filter=pattern.name,
+                        pattern_type_filter=int(pattern.pattern_type), principal_filter=who,
+                        host_filter=host, operation=int(operation),
+                        permission_type=int(permission))
+                    for who, host, operation, permission in filters))
+
+            _, answer = self.client.request(ApiKey.DELETE_ACLS, "DeleteAcls", VERSIONS, build)
+            for result in answer.filter_results:
+                if result.error_code != ErrorCode.none:
+                    raise _failed(result.error_code, result.error_message)
 
     def list(self, patterns: Sequence[Pattern], principals: Sequence[str]) -> None:
         found: dict[Pattern, set[Entry]] = {}
-        filters = [_filter(p) for p in patterns] or [_filter(
-            Pattern(ResourceType.ANY, None, PatternType.ANY))]
-        for acl_filter in filters:
-            for pattern, entry in self._describe(acl_filter):
-                found.setdefault(pattern, set()).add(entry)
+        for pattern in patterns or [Pattern(ResourceType.ANY, None, PatternType.ANY)]:
+            for resource, entry in self._describe(pattern):
+                found.setdefault(resource, set()).add(entry)
         if not principals:
             self._print(found)
             return

@@ -160,30 +160,20 @@ KAFKA_4_0_CONTROLLER: Final[dict[int, tuple[int, int]]] = {
 
 # Kafka 4.0 serves these on a broker listener; we do not yet (docs/deviations.md)
 BROKER_NOT_YET_SERVED: Final[dict[int, str]] = {
-    17: "SaslHandshake: no SASL",
-    29: "DescribeAcls: no authorizer",
-    30: "CreateAcls: no authorizer",
-    31: "DeleteAcls: no authorizer",
-    36: "SaslAuthenticate: no SASL",
-    38: "CreateDelegationToken: no SASL",
-    39: "RenewDelegationToken: no SASL",
-    40: "ExpireDelegationToken: no SASL",
-    41: "DescribeDelegationToken: no SASL",
+    38: "CreateDelegationToken: no delegation tokens",
+    39: "RenewDelegationToken: no delegation tokens",
+    40: "ExpireDelegationToken: no delegation tokens",
+    41: "DescribeDelegationToken: no delegation tokens",
     74: "ListClientMetricsResources: no client metrics (KIP-714)",
     80: "AddRaftVoter: a static quorum",
     81: "RemoveRaftVoter: a static quorum",
 }
 
 CONTROLLER_NOT_YET_SERVED: Final[dict[int, str]] = {
-    17: "SaslHandshake: no SASL",
-    29: "DescribeAcls: no authorizer",
-    30: "CreateAcls: no authorizer",
-    31: "DeleteAcls: no authorizer",
-    36: "SaslAuthenticate: no SASL",
-    38: "CreateDelegationToken: no SASL",
-    39: "RenewDelegationToken: no SASL",
-    40: "ExpireDelegationToken: no SASL",
-    41: "DescribeDelegationToken: no SASL",
+    38: "CreateDelegationToken: no delegation tokens",
+    39: "RenewDelegationToken: no delegation tokens",
+    40: "ExpireDelegationToken: no delegation tokens",
+    41: "DescribeDelegationToken: no delegation tokens",
     58: "Envelope: brokers forward with the request itself",
     70: "ControllerRegistration: controllers are known from controller.quorum.voters",
     73: "AssignReplicasToDirs: one log directory per broker for now",

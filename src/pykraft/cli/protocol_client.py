@@ -6,10 +6,10 @@ order until one accepts the connection, asks it ApiVersions, and then sends each
 the highest version both sides speak. Every failure is a `CommandError` with one readable
 line: a refused connection, a timeout, a closed connection, no common version.
 
-Security comes from the tool's properties (`--command-config`), read by
-`client_config.security_settings` as the confluent-kafka tools read them: TLS with the
-standard `ssl` module for SSL and SASL_SSL (the trust store, or the system's; the key store
-when the server asks for a certificate; the host name checked unless
+Security comes from the tool's properties (`--command-config`), checked by
+`client_config.security_settings` as for the confluent-kafka tools: for SSL and SASL_SSL,
+TLS with the node's own client side of net/tls.py (the trust store, or the system's; the
+key store when the server asks for a certificate; the host name checked unless
 ssl.endpoint.identification.algorithm is empty), then for SASL_PLAINTEXT and SASL_SSL, after
 ApiVersions, SaslHandshake v1 and SaslAuthenticate rounds as Kafka's Java client sends them
 (KIP-152) with PLAIN, SCRAM-SHA-256/512 (RFC 5802) or an unsecured OAUTHBEARER token

@@ -26,6 +26,7 @@ from tests.integration.tool_helpers import eventually, pykraft
 
 PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 SCRAM_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
+OAUTH_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
 REFUSED_WITHIN_S = 10.0  # far below the tools' 30 s default.api.timeout.ms
 SCRAM_REFUSAL = ("Authentication failed during authentication due to invalid credentials "
                  "with SASL mechanism SCRAM-SHA-512")
@@ -78,9 +79,10 @@ def node(tmp_path_factory: pytest.TempPathFactory, ca: CertificateAuthority) -> 
         "ssl.truststore.type": "PEM",
         "ssl.truststore.location": str(server.ca),
         "listener.name.mtls.ssl.client.auth": "required",
-        "listener.name.secure.sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512",
+        "listener.name.secure.sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512,OAUTHBEARER",
         "listener.name.secure.plain.sasl.jaas.config":
             f'{PLAIN_MODULE} required user_admin="admin-secret";',
+        "listener.name.secure.oauthbearer.sasl.jaas.config": f"{OAUTH_MODULE} required;",
     })
     cluster._write_config()
     with cluster:
@@ -163,6 +165,25 @@ def test_metadata_quorum_finds_the_active_controller_over_tls(node: Node) -> Non
     path.write_text(f"security.protocol=SSL\nssl.truststore.type=PEM\n"
                     f"ssl.truststore.location={node.trust}\n")
     described = pykraft("metadata-quorum", "--bootstrap-controller", node.controller,
+                        "--command-config", str(path), "describe", "--status")
+    assert described.returncode == 0, described.stderr
+    assert f"ClusterId:              {node.cluster.cluster_id}" in described.stdout
+
+
+def test_unsecured_oauthbearer_tokens_from_the_jaas_options(node: Node) -> None:
+    """OAuthBearerLoginModule's unsecuredLogin* options become librdkafka's unsecured JWT
+    settings (topics) and the protocol client's own token (metadata-quorum); the node's
+    unsecured validator takes both."""
+    path = node.files / "oauth.properties"
+    path.write_text(f"security.protocol=SASL_SSL\nsasl.mechanism=OAUTHBEARER\n"
+                    f"sasl.jaas.config={OAUTH_MODULE} required \\\n"
+                    f'    unsecuredLoginStringClaim_sub="dave" \\\n'
+                    f'    unsecuredLoginLifetimeSeconds="300";\n'
+                    f"ssl.truststore.type=PEM\nssl.truststore.location={node.trust}\n")
+    listed = pykraft("topics", "--bootstrap-server", node.sasl, "--command-config", str(path),
+                     "--list")
+    assert listed.returncode == 0, listed.stderr
+    described = pykraft("metadata-quorum", "--bootstrap-server", node.sasl,
                         "--command-config", str(path), "describe", "--status")
     assert described.returncode == 0, described.stderr
     assert f"ClusterId:              {node.cluster.cluster_id}" in described.stdout

@@ -1,12 +1,13 @@
-"""SASL_PLAINTEXT listeners on one real node of this module's own: confluent-kafka,
-kafka-python and aiokafka each produce and consume with PLAIN (users from the listener's JAAS
-config), SCRAM-SHA-256 and SCRAM-SHA-512 (credentials from `storage format --add-scram`, and
-one added at runtime with AlterUserScramCredentials) and OAUTHBEARER (unsecured tokens); a
+"""SASL_PLAINTEXT and SASL_SSL listeners on one real node of this module's own:
+confluent-kafka, kafka-python and aiokafka each produce and consume over both with PLAIN
+(users from the listener's JAAS config), SCRAM-SHA-256 and SCRAM-SHA-512 (credentials from
+`storage format --add-scram`, and one added at runtime with AlterUserScramCredentials) and
+OAUTHBEARER (unsecured tokens; signed ones against a JWKS on another listener, KIP-768); a
 wrong password, an unknown user and an expired token each fail with the client's
 authentication error while the node keeps serving everyone else. Raw requests check what no
 client shows: the order of requests before authentication, the failed-authentication delay,
-ILLEGAL_SASL_STATE on a PLAINTEXT listener, and re-authentication (KIP-368) on a listener with
-connections.max.reauth.ms."""
+ILLEGAL_SASL_STATE on a PLAINTEXT listener, re-authentication (KIP-368) on a listener with
+connections.max.reauth.ms, and hundreds of hostile attempts."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -43,11 +45,13 @@ from pykraft.protocol.api import ApiKey
 from pykraft.protocol.entities import make
 from pykraft.protocol.framing import request_type
 from pykraft.testing import LocalCluster
+from pykraft.testing.certs import CertificateAuthority
 from pykraft.testing.ports import free_port
 from pykraft.testing.wire import WireClient
 from tests.integration.tool_helpers import eventually
 
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+PROTOCOLS = ("SASL_PLAINTEXT", "SASL_SSL")
 # (user, password) per mechanism; OAUTHBEARER's user is its token's subject
 USERS = {"PLAIN": ("alice", "alice-secret"), "SCRAM-SHA-256": ("bob", "bob-secret"),
          "SCRAM-SHA-512": ("carol", "carol-secret"), "OAUTHBEARER": ("dave", "")}
@@ -61,6 +65,11 @@ class SaslNode:
     reauth: str  # host:port of the one with connections.max.reauth.ms
     jwks: str  # host:port of the one whose OAUTHBEARER checks signed tokens (KIP-768)
     sign: Any  # (claims) -> a token signed with the JWKS's key
+    sasl_ssl: str  # host:port of a SASL_SSL listener with the same mechanisms and users
+    ca: Path  # the CA the SASL_SSL listener's certificate comes from
+
+    def address(self, protocol: str) -> str:
+        return self.sasl_ssl if protocol == "SASL_SSL" else self.sasl
 
 
 def _jwks_signer() -> tuple[str, Any]:
@@ -90,8 +99,11 @@ def _jwks_signer() -> tuple[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def node() -> Iterator[SaslNode]:
-    sasl_port, reauth_port, jwks_port = free_port(), free_port(), free_port()
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SaslNode]:
+    sasl_port, reauth_port, jwks_port, ssl_port = free_port(), free_port(), free_port(), \
+        free_port()
+    certificates = CertificateAuthority.create().issue("node-1").write_pem(
+        tmp_path_factory.mktemp("certs"))
     cluster = LocalCluster()
     jwks, sign = _jwks_signer()
     jwks_path = cluster.data_dir / "jwks.json"
@@ -100,12 +112,21 @@ def node() -> Iterator[SaslNode]:
     cluster.extra_configs.update({
         "listeners": f"PLAINTEXT://127.0.0.1:{broker},CONTROLLER://127.0.0.1:{controller},"
                      f"SASL://127.0.0.1:{sasl_port},REAUTH://127.0.0.1:{reauth_port},"
-                     f"JWKS://127.0.0.1:{jwks_port}",
+                     f"JWKS://127.0.0.1:{jwks_port},SASLSSL://127.0.0.1:{ssl_port}",
         "advertised.listeners": f"PLAINTEXT://127.0.0.1:{broker},SASL://127.0.0.1:{sasl_port},"
-                                f"REAUTH://127.0.0.1:{reauth_port},JWKS://127.0.0.1:{jwks_port}",
+                                f"REAUTH://127.0.0.1:{reauth_port},JWKS://127.0.0.1:{jwks_port},"
+                                f"SASLSSL://127.0.0.1:{ssl_port}",
         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,"
                                           "SASL:SASL_PLAINTEXT,REAUTH:SASL_PLAINTEXT,"
-                                          "JWKS:SASL_PLAINTEXT",
+                                          "JWKS:SASL_PLAINTEXT,SASLSSL:SASL_SSL",
+        "listener.name.saslssl.ssl.keystore.type": "PEM",
+        "listener.name.saslssl.ssl.keystore.location": str(certificates.keystore),
+        "listener.name.saslssl.sasl.enabled.mechanisms": ",".join(MECHANISMS),
+        "listener.name.saslssl.plain.sasl.jaas.config":
+            "org.apache.kafka.common.security.plain.PlainLoginModule required "
+            'user_alice="alice-secret";',
+        "listener.name.saslssl.oauthbearer.sasl.jaas.config":
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;",
         "listener.name.jwks.sasl.enabled.mechanisms": "OAUTHBEARER",
         "listener.name.jwks.oauthbearer.sasl.jaas.config":
             "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;",
@@ -137,7 +158,8 @@ def node() -> Iterator[SaslNode]:
         assert result.returncode == 0, result.stderr
         cluster.start()
         yield SaslNode(cluster, f"127.0.0.1:{sasl_port}", f"127.0.0.1:{reauth_port}",
-                       f"127.0.0.1:{jwks_port}", sign)
+                       f"127.0.0.1:{jwks_port}", sign, f"127.0.0.1:{ssl_port}",
+                       certificates.ca)
     finally:
         cluster.close()
 
@@ -159,10 +181,12 @@ def unsecured_token(subject: str, expires_in_s: float) -> str:
 
 
 def confluent_config(node: SaslNode, mechanism: str, user: str, password: str,
-                     ) -> dict[str, Any]:
-    config: dict[str, Any] = {"bootstrap.servers": node.sasl,
-                              "security.protocol": "SASL_PLAINTEXT",
+                     protocol: str = "SASL_PLAINTEXT") -> dict[str, Any]:
+    config: dict[str, Any] = {"bootstrap.servers": node.address(protocol),
+                              "security.protocol": protocol,
                               "sasl.mechanism": mechanism}
+    if protocol == "SASL_SSL":
+        config["ssl.ca.location"] = str(node.ca)
     if mechanism == "OAUTHBEARER":  # librdkafka makes the unsecured token itself
         config.update({"enable.sasl.oauthbearer.unsecure.jwt": True,
                        "sasl.oauthbearer.config": f"principal={user}"})
@@ -192,11 +216,13 @@ def _polled(consumer: Consumer) -> Any:
     return message
 
 
+@pytest.mark.parametrize("protocol", PROTOCOLS)
 @pytest.mark.parametrize("mechanism", MECHANISMS)
-def test_confluent_kafka_produces_and_consumes(node: SaslNode, mechanism: str) -> None:
+def test_confluent_kafka_produces_and_consumes(node: SaslNode, mechanism: str,
+                                               protocol: str) -> None:
     """librdkafka authenticates with each mechanism, then produces and consumes."""
     user, password = USERS[mechanism]
-    confluent_round_trip(confluent_config(node, mechanism, user, password))
+    confluent_round_trip(confluent_config(node, mechanism, user, password, protocol))
 
 
 def confluent_authentication_error(config: dict[str, Any]) -> KafkaError:
@@ -225,6 +251,15 @@ def test_confluent_kafka_bad_credentials_fail_with_kafkas_message(
     confluent_round_trip(confluent_config(node, "PLAIN", "alice", "alice-secret"))
 
 
+def test_confluent_kafka_wrong_password_over_sasl_ssl(node: SaslNode) -> None:
+    """Over TLS too: _AUTHENTICATION with Kafka's message, then a good login is served."""
+    error = confluent_authentication_error(
+        confluent_config(node, "SCRAM-SHA-512", "carol", "wrong", "SASL_SSL"))
+    assert "invalid credentials with SASL mechanism SCRAM-SHA-512" in error.str()
+    confluent_round_trip(confluent_config(node, "SCRAM-SHA-512", "carol", "carol-secret",
+                                          "SASL_SSL"))
+
+
 def test_scram_credential_added_at_runtime_counts_from_the_next_login(node: SaslNode) -> None:
     """AlterUserScramCredentials (through the PLAINTEXT listener) commits a credential the
     SASL listener accepts as soon as the broker's image has it."""
@@ -241,16 +276,19 @@ def test_scram_credential_added_at_runtime_counts_from_the_next_login(node: Sasl
 
 
 def kafka_python_config(node: SaslNode, mechanism: str, user: str, password: str,
-                        token: str | None = None) -> dict[str, Any]:
+                        token: str | None = None,
+                        protocol: str = "SASL_PLAINTEXT") -> dict[str, Any]:
     from kafka.net.sasl.oauth import AbstractTokenProvider
 
     class Tokens(AbstractTokenProvider):  # type: ignore[misc]
         def token(self) -> str:
             return token or unsecured_token(user, 600)
 
-    config: dict[str, Any] = {"bootstrap_servers": node.sasl,
-                              "security_protocol": "SASL_PLAINTEXT",
+    config: dict[str, Any] = {"bootstrap_servers": node.address(protocol),
+                              "security_protocol": protocol,
                               "sasl_mechanism": mechanism}
+    if protocol == "SASL_SSL":
+        config["ssl_cafile"] = str(node.ca)
     if mechanism == "OAUTHBEARER":
         config["sasl_oauth_token_provider"] = Tokens()
     else:
@@ -258,13 +296,15 @@ def kafka_python_config(node: SaslNode, mechanism: str, user: str, password: str
     return config
 
 
+@pytest.mark.parametrize("protocol", PROTOCOLS)
 @pytest.mark.parametrize("mechanism", MECHANISMS)
-def test_kafka_python_produces_and_consumes(node: SaslNode, mechanism: str) -> None:
+def test_kafka_python_produces_and_consumes(node: SaslNode, mechanism: str,
+                                            protocol: str) -> None:
     from kafka import KafkaConsumer, KafkaProducer
     from kafka import TopicPartition as KafkaTopicPartition
 
     user, password = USERS[mechanism]
-    config = kafka_python_config(node, mechanism, user, password)
+    config = kafka_python_config(node, mechanism, user, password, protocol=protocol)
     topic = _topic()
     producer = KafkaProducer(**config)
     try:
@@ -311,16 +351,21 @@ def test_kafka_python_refused_with_sasl_authentication_failed(
 
 
 def aiokafka_config(node: SaslNode, mechanism: str, user: str, password: str,
-                    token: str | None = None) -> dict[str, Any]:
+                    token: str | None = None,
+                    protocol: str = "SASL_PLAINTEXT") -> dict[str, Any]:
     from aiokafka.abc import AbstractTokenProvider
 
     class Tokens(AbstractTokenProvider):  # type: ignore[misc]
         async def token(self) -> str:
             return token or unsecured_token(user, 600)
 
-    config: dict[str, Any] = {"bootstrap_servers": node.sasl,
-                              "security_protocol": "SASL_PLAINTEXT",
+    config: dict[str, Any] = {"bootstrap_servers": node.address(protocol),
+                              "security_protocol": protocol,
                               "sasl_mechanism": mechanism}
+    if protocol == "SASL_SSL":
+        from aiokafka.helpers import create_ssl_context
+
+        config["ssl_context"] = create_ssl_context(cafile=str(node.ca))
     if mechanism == "OAUTHBEARER":
         config["sasl_oauth_token_provider"] = Tokens()
     else:
@@ -328,13 +373,14 @@ def aiokafka_config(node: SaslNode, mechanism: str, user: str, password: str,
     return config
 
 
+@pytest.mark.parametrize("protocol", PROTOCOLS)
 @pytest.mark.parametrize("mechanism", MECHANISMS)
-def test_aiokafka_produces_and_consumes(node: SaslNode, mechanism: str) -> None:
+def test_aiokafka_produces_and_consumes(node: SaslNode, mechanism: str, protocol: str) -> None:
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
     from aiokafka import TopicPartition as AioTopicPartition
 
     user, password = USERS[mechanism]
-    config = aiokafka_config(node, mechanism, user, password)
+    config = aiokafka_config(node, mechanism, user, password, protocol=protocol)
     topic = _topic()
 
     async def run() -> list[bytes]:

@@ -1,10 +1,11 @@
-"""A cluster of 3 controllers and 2 brokers whose controller and inter-broker listeners are
-SSL with client certificates required (mTLS between the nodes, each node its own certificate
-from one throwaway CA): the quorum forms over TLS (controller.quorum.voters names the SSL
-controller listeners only), brokers register and heartbeat over it, and replication works
-through the SSL inter-broker listener (acks=all with min.insync.replicas=2 succeeds only
-when the follower fetches). Each node keeps a PLAINTEXT listener, which is what LocalCluster's
-readiness checks and this test's clients use."""
+"""A cluster of 3 controllers and 2 brokers whose controller listener is SSL and whose
+inter-broker listener is SASL_SSL (PLAIN), both with client certificates required (mTLS
+between the nodes, each node its own certificate from one throwaway CA): the quorum forms over
+TLS (controller.quorum.voters names the SSL controller listeners only), brokers register and
+heartbeat over it, replication works through the inter-broker listener (acks=all with
+min.insync.replicas=2 succeeds only when the follower fetches), and so do a transaction's
+markers to the other broker. Each node keeps a PLAINTEXT listener, which is what
+LocalCluster's readiness checks and this test's clients use."""
 
 from __future__ import annotations
 
@@ -22,7 +23,9 @@ from pykraft.testing.certs import CertificateAuthority
 from pykraft.testing.ports import free_port
 from tests.integration.tool_helpers import eventually
 
-_PROTOCOLS = "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,CSSL:SSL,INTERNAL:SSL"
+_PROTOCOLS = "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,CSSL:SSL,INTERNAL:SASL_SSL"
+_JAAS = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
+         'username="broker" password="broker-secret" user_broker="broker-secret";')
 
 
 @pytest.fixture(scope="module")
@@ -33,6 +36,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         "listener.security.protocol.map": _PROTOCOLS,
         # brokers reach the controllers on CSSL, the first controller listener
         "controller.listener.names": "CSSL,CONTROLLER",
+        "sasl.mechanism.inter.broker.protocol": "PLAIN",
+        "listener.name.internal.sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.internal.plain.sasl.jaas.config": _JAAS,
     })
     ssl_ports = {node_id: free_port() for node_id in local.nodes}
     voters = ",".join(f"{i}@127.0.0.1:{ssl_ports[i]}" for i in local.controller_ids)
@@ -93,6 +99,35 @@ def test_replication_through_the_ssl_inter_broker_listener(cluster: LocalCluster
             if message is not None and message.error() is None:
                 values.add(message.value())
         assert values == {f"record-{index}".encode() for index in range(20)}
+    finally:
+        consumer.close()
+
+
+def test_a_transaction_across_both_brokers(cluster: LocalCluster) -> None:
+    """The coordinator's markers reach the other broker over the SASL_SSL listener."""
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    topic = f"txn-{uuid.uuid4().hex[:8]}"
+    admin.create_topics([NewTopic(topic, num_partitions=4, replication_factor=1)])[topic] \
+        .result(timeout=30)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers,
+                         "transactional.id": f"t-{topic}"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for partition in range(4):  # partitions led by both brokers
+        producer.produce(topic, f"txn-{partition}".encode(), partition=partition)
+    producer.commit_transaction(30)
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers,
+                         "group.id": f"g-{topic}", "isolation.level": "read_committed",
+                         "enable.auto.commit": False})
+    try:
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(4)])
+        values: set[bytes] = set()
+        deadline = time.monotonic() + 30
+        while len(values) < 4 and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                values.add(message.value())
+        assert values == {f"txn-{p}".encode() for p in range(4)}
     finally:
         consumer.close()
 

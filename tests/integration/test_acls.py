@@ -8,7 +8,7 @@ One combined node per module, with the StandardAuthorizer and the PLAINTEXT prin
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -23,6 +23,8 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 from kio.schema.create_acls.v3 import request as create_v3
+from kio.schema.delete_acls.v3 import request as delete_v3
+from kio.schema.describe_acls.v3 import request as describe_v3
 from kio.schema.errors import ErrorCode
 
 from pykraft.cli.protocol_client import ProtocolClient
@@ -290,3 +292,61 @@ def test_changing_acls_needs_alter_on_the_cluster(node: LocalCluster, tmp_path: 
     listed = pykraft(*tool, "--list", "--topic", "al-topic")
     assert listed.returncode == 0 and "(principal=User:dave, host=*, operation=READ, " \
         "permissionType=ALLOW)" in listed.stdout, listed.stderr
+
+
+def _until(check: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def _names_on(address: str) -> set[str]:
+    """The resource names of the bindings one node's DescribeAcls lists (its own image)."""
+    with WireClient(address) as wire:
+        answer = wire.request(ApiKey.DESCRIBE_ACLS, 3, describe_v3.DescribeAclsRequest(
+            resource_type_filter=1, resource_name_filter=None, pattern_type_filter=1,
+            principal_filter=None, host_filter=None, operation=1, permission_type=1))
+    assert answer.error_code == ErrorCode.none, answer
+    return {resource.resource_name for resource in answer.resources}
+
+
+@pytest.mark.slow  # a fault test; in ./scripts/test-long to keep CI under 30 minutes
+def test_bindings_survive_controller_failover_and_reach_a_broker_that_was_down() -> None:
+    """Three controllers and a broker: a binding made before the active controller is
+    killed is kept by the next one, which takes new ones; bindings changed on a controller
+    while the broker is down are what the broker lists once it is back and caught up, and
+    the killed controller, restarted, has them all too."""
+    with LocalCluster(controllers=3, brokers=1, configs=CONFIGS,
+                      startup_timeout_s=60) as cluster:
+        client = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+        create(client, [binding("fo-before")])
+        leader = cluster.active_controller()
+        cluster.kill_node(leader)
+        _until(lambda: cluster.active_controller() not in (-1, leader), "a new leader")
+        create(client, [binding("fo-after")])
+        assert {"fo-before", "fo-after"} <= {b.name for b in describe(client, any_filter())}
+
+        broker = cluster.broker_ids[0]
+        cluster.kill_node(broker)
+        active = cluster.nodes[cluster.active_controller()]
+        with WireClient(f"127.0.0.1:{active.controller_port}") as wire:  # KIP-919's way
+            created = wire.request(ApiKey.CREATE_ACLS, 3, create_v3.CreateAclsRequest(
+                creations=(create_v3.AclCreation(
+                    resource_type=2, resource_name="fo-while-down", resource_pattern_type=3,
+                    principal="User:alice", host="*", operation=3, permission_type=3),)))
+            deleted = wire.request(ApiKey.DELETE_ACLS, 3, delete_v3.DeleteAclsRequest(
+                filters=(delete_v3.DeleteAclsFilter(
+                    resource_type_filter=2, resource_name_filter="fo-before",
+                    pattern_type_filter=3, principal_filter=None, host_filter=None,
+                    operation=1, permission_type=1),)))
+        assert [r.error_code for r in created.results] == [ErrorCode.none]
+        assert [len(r.matching_acls) for r in deleted.filter_results] == [1]
+        cluster.restart_node(broker)
+        broker_address = cluster.nodes[broker].bootstrap_servers
+        _until(lambda: {"fo-after", "fo-while-down"} <= _names_on(broker_address)
+               and "fo-before" not in _names_on(broker_address), "the broker's bindings")
+        cluster.restart_node(leader)
+        old_leader = f"127.0.0.1:{cluster.nodes[leader].controller_port}"
+        _until(lambda: {"fo-after", "fo-while-down"} <= _names_on(old_leader)
+               and "fo-before" not in _names_on(old_leader), "the old leader's bindings")

@@ -24,8 +24,9 @@ principal); a request other than that after the session's end closes the connect
 
 Mechanisms: PLAIN (users from the listener's PlainLoginModule options `user_<name>="<pw>"`,
 compared in constant time), SCRAM-SHA-256/512 (RFC 5802/7677; credentials from the metadata
-image through `ScramLookup`), OAUTHBEARER with Kafka's unsecured JWS validator (KIP-255).
-Secrets never reach a log line or an error message.
+image through `ScramLookup`), OAUTHBEARER with Kafka's unsecured JWS validator (KIP-255) or,
+with Kafka's OAuthBearerValidatorCallbackHandler configured, signed tokens checked against a
+JWKS the node loads (KIP-768). Secrets never reach a log line or an error message.
 """
 
 from __future__ import annotations
@@ -64,9 +65,11 @@ from pykraft.protocol.framing import (
 )
 
 __all__ = [
-    "GSSAPI", "MECHANISMS", "OAUTHBEARER", "PLAIN", "SASL_APIS", "SASL_SERVER_MAX_RECEIVE_SIZE",
-    "Decision", "JaasConfigError", "LoginModule", "Outcome", "SaslServerAuthenticator",
-    "ListenerSasl", "illegal_state_response", "parse_jaas_config",
+    "GSSAPI", "JWKS_VALIDATOR_CLASSES", "MECHANISMS", "OAUTHBEARER", "PLAIN", "SASL_APIS",
+    "SASL_SERVER_MAX_RECEIVE_SIZE", "Decision", "JaasConfigError", "JwksSettings",
+    "ListenerSasl", "LoginModule", "Outcome", "SaslServerAuthenticator", "State",
+    "fetch_jwks", "illegal_state_response", "jaas_module", "parse_jaas_config", "parse_jwks",
+    "validate_signed_token", "validate_unsecured_token",
 ]
 
 log = logging.getLogger(__name__)

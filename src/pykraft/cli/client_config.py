@@ -193,9 +193,10 @@ def warn(message: str) -> None:
 #
 # A tool's properties file is a Java client's: `security.protocol`, `sasl.mechanism`,
 # `sasl.jaas.config` and the `ssl.*` store keys. librdkafka names the same things otherwise
-# (sasl.username, ssl.ca.location ...) and reads no JKS and no PKCS12 trust store; Python's
-# ssl module reads PEM files only. Both paths start from the same checked reading below, so
-# a file works alike for the confluent-kafka tools and for the protocol-level ones.
+# (sasl.username, ssl.ca.location ...) and reads no JKS and no PKCS12 trust store. The
+# checked reading below serves both paths: librdkafka gets its translation, and
+# ProtocolClient (whose TLS context net/tls.py makes from the same keys, as the node's own)
+# gets the SASL login, so a file works alike for the confluent-kafka tools and the others.
 
 SECURITY_PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS: Final = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
@@ -234,8 +235,9 @@ SECURITY_KEYS: Final = frozenset({
     "ssl.endpoint.identification.algorithm",
 })
 _JAAS_OPTION: Final = re.compile(r'\s*([^\s=;"]+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^\s;"]+))')
-_PEM_BLOCK: Final = re.compile(
-    r"-----BEGIN ([A-Z0-9 ]+)-----(.*?)-----END \1-----", re.DOTALL)
+# a block's body holds no "-----": each match attempt stops at the next marker, so a file
+# of a million BEGIN lines costs one pass, not one pass per line
+_PEM_BLOCK: Final = re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----((?:[^-]|-(?!----))*)-----END \1-----")
 
 
 @dataclass(frozen=True, slots=True)

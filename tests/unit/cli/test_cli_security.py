@@ -263,3 +263,17 @@ def test_librdkafka_loads_every_translated_store(
     for key_store in key_stores:
         config = client_config("127.0.0.1:1", {"security.protocol": "SSL", **trust, **key_store})
         Producer(config).flush(0)  # a store librdkafka cannot read raises KafkaException
+
+
+def test_a_hostile_pem_file_costs_one_pass(tmp_path: Path) -> None:
+    """Sixty thousand BEGIN lines and no END: refused in well under a second (a lazy
+    pattern would rescan the rest of the file from every line)."""
+    import time
+
+    hostile = tmp_path / "hostile.pem"
+    hostile.write_text("-----BEGIN CERTIFICATE-----\n" * 60_000)
+    started = time.monotonic()
+    with pytest.raises(UsageError, match="holds no PEM certificate"):
+        client_config("h:1", {"security.protocol": "SSL", "ssl.truststore.type": "PEM",
+                              "ssl.truststore.location": str(hostile)})
+    assert time.monotonic() - started < 1.0

@@ -322,3 +322,12 @@ def test_a_node_with_an_unusable_key_store_stops_at_start_naming_the_key(
         assert "Traceback" not in log, log
     finally:
         cluster.close()
+
+
+def test_the_node_logged_no_error_or_traceback(node: TlsNode) -> None:
+    """After every client above (refused ones included): refusals are INFO lines, nothing
+    escaped as an error or a traceback."""
+    log = node.cluster.log_path.read_text(errors="replace")
+    assert "Traceback" not in log and " ERROR " not in log and " WARNING " not in log, \
+        "\n".join(line for line in log.splitlines()
+                  if "ERROR" in line or "WARNING" in line or "Traceback" in line)

@@ -339,7 +339,9 @@ class _Connection(asyncio.BufferedProtocol):
             and len(self._pending) - 4 >= _SIZE.unpack_from(self._pending)[0])
         if not keep_open:
             self._fail(ConnectionResetError("connection closed by the client"))
-        return keep_open
+        # TLS has no half-close: its transport closes after a close_notify whatever this
+        # returns (and asyncio warns on True), so the answer in process is dropped there
+        return keep_open and self.listener.ssl_context is None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True

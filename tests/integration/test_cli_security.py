@@ -249,6 +249,30 @@ def test_an_untrusted_node_certificate_is_one_line_at_once(node: Node, tool: str
     assert time.monotonic() - started < REFUSED_WITHIN_S
 
 
+def test_the_wrong_security_protocol_for_a_listener_is_one_line(node: Node) -> None:
+    """SASL or TLS settings pointed at the node's PLAINTEXT listener: one line each, at once
+    (the listener answers SaslHandshake with ILLEGAL_SASL_STATE; it closes on a TLS
+    ClientHello)."""
+    plaintext = node.cluster.bootstrap_servers
+    sasl = node.properties("sasl-at-plaintext", "PLAIN", "admin", "admin-secret")
+    path = Path(sasl)
+    path.write_text(path.read_text().replace("SASL_SSL", "SASL_PLAINTEXT"))
+    refused = pykraft("metadata-quorum", "--bootstrap-server", plaintext, "--command-config",
+                      sasl, "describe", "--status")
+    assert (refused.returncode, refused.stderr) == (
+        1, f"Error: Authentication failed: {plaintext} does not take SASL (ILLEGAL_SASL_STATE): "
+           "is security.protocol right for this listener?\n")
+    tls = node.files / "tls-at-plaintext.properties"
+    tls.write_text(f"security.protocol=SSL\nssl.truststore.type=PEM\n"
+                   f"ssl.truststore.location={node.trust}\n")
+    refused = pykraft("topics", "--bootstrap-server", plaintext, "--command-config", str(tls),
+                      "--list")
+    assert refused.returncode == 1
+    assert refused.stderr.startswith(f"Error while executing topic command : SSL handshake "
+                                     f"with {plaintext} failed: ")
+    assert refused.stderr.count("\n") == 1
+
+
 def test_the_node_keeps_serving_after_refused_logins(node: Node, scram: str) -> None:
     def listed() -> None:
         answered = pykraft("topics", "--bootstrap-server", node.sasl, "--command-config",

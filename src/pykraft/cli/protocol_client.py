@@ -226,7 +226,7 @@ class ProtocolClient:
         while frame is not None:
             api_key, version, self._correlation_id = _REQUEST_HEAD.unpack_from(frame, 4)
             response = self._frame_round_trip(self._sock, frame)
-            _raise_refusal(api_key, version, response, login.mechanism)
+            _raise_refusal(api_key, version, response, login.mechanism, self.address)
             try:
                 exchange.receive(response)
             except SaslAuthenticationError as error:
@@ -379,7 +379,8 @@ def client_sasl(login: SaslLogin) -> ClientSasl:
     return ClientSasl(login.mechanism, login.username, login.password)
 
 
-def _raise_refusal(api_key: int, version: int, frame: bytes, mechanism: str) -> None:
+def _raise_refusal(api_key: int, version: int, frame: bytes, mechanism: str,
+                   address: str) -> None:
     """AuthenticationFailed with the server's own words for a refused SaslHandshake or
     SaslAuthenticate (Kafka's tools print the server's message as it is)."""
     try:
@@ -393,6 +394,11 @@ def _raise_refusal(api_key: int, version: int, frame: bytes, mechanism: str) -> 
         raise AuthenticationFailed(
             f"Client SASL mechanism '{mechanism}' not enabled in the server, enabled "
             f"mechanisms are {list(answer.mechanisms)}")
+    if api_key == SASL_HANDSHAKE and code == ErrorCode.illegal_sasl_state:
+        # what a listener without SASL answers: the properties name the wrong listener
+        raise AuthenticationFailed(
+            f"Authentication failed: {address} does not take SASL (ILLEGAL_SASL_STATE): is "
+            f"security.protocol right for this listener?")
     text = getattr(answer, "error_message", None) or error_name(code)
     raise AuthenticationFailed(text if text.startswith("Authentication failed")
                                else f"Authentication failed: {text}")

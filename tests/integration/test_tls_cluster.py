@@ -133,9 +133,10 @@ def test_a_transaction_across_both_brokers(cluster: LocalCluster) -> None:
 
 
 def test_the_nodes_reach_each_other_only_over_tls(cluster: LocalCluster) -> None:
-    """Every node's log shows its TLS listener, and no node refused another's certificate
-    (each checks the others' against the CA, host name included)."""
+    """Every node's log shows its TLS listener, no node refused another's certificate (each
+    checks the others' against the CA, host name included), and nothing failed."""
     for node in cluster.nodes.values():
         log = node.log_path.read_text(errors="replace")
         assert "listener CSSL on" in log or "listener INTERNAL on" in log, node.node_id
         assert "CERTIFICATE_VERIFY_FAILED" not in log, node.tail_log()
+        assert "Traceback" not in log and " ERROR " not in log, node.tail_log(200)

@@ -195,3 +195,26 @@ def test_garbage_and_stalled_handshakes_are_closed(loop_name: str, tmp_path: Pat
         _run(loop_name, scenario)
     lines = [r.getMessage() for r in caplog.records if "TLS handshake with" in r.getMessage()]
     assert len(lines) == 2, lines
+
+
+@LOOPS
+def test_the_node_checks_the_peers_host_name_unless_told_not_to(loop_name: str,
+                                                                 tmp_path: Path) -> None:
+    """ssl.endpoint.identification.algorithm=https (Kafka's default): a peer whose
+    certificate does not name the address connected to is refused; empty: accepted."""
+    ca = CertificateAuthority.create()
+    elsewhere = ca.issue("node", hosts=("kafka9.example.com",)).write_pem(tmp_path / "node")
+    server = {"ssl.keystore.type": "PEM", "ssl.keystore.location": str(elsewhere.keystore)}
+    trust = {"ssl.truststore.type": "PEM", "ssl.truststore.location": str(elsewhere.ca)}
+    checking = ClientSecurity("SSL", client_context(trust.get, "SSL"))
+    lenient = ClientSecurity("SSL", client_context(
+        {**trust, "ssl.endpoint.identification.algorithm": ""}.get, "SSL"))
+
+    async def scenario() -> None:
+        async def body(listener: Listener, recorder: _Recorder) -> None:
+            with pytest.raises(ssl.SSLCertVerificationError, match="mismatch"):
+                await _round_trip(listener.port, checking)
+            assert await _round_trip(listener.port, lenient) == 7
+        await _with_listener(server, body)
+
+    _run(loop_name, scenario)

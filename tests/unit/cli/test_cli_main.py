@@ -96,20 +96,24 @@ def test_storage_format_takes_kafkas_short_flags(monkeypatch: pytest.MonkeyPatch
     from pykraft.server import storage_cli, storage_tool
 
     calls: list[tuple[object, dict[str, object]]] = []
-    monkeypatch.setattr(storage_cli, "_load", lambda path: path)
+    class Loaded(str):
+        roles = ("controller",)  # --add-scram is for controllers
+
+    monkeypatch.setattr(storage_cli, "_load", Loaded)
     monkeypatch.setattr(storage_tool, "format_command",
                         lambda config, **options: calls.append((config, options)))
     assert main(["storage", "format", "-c", "f.properties", "-t", "abc", "-g", "-s",
-                 "-r", "3.9"]) == 0
+                 "-r", "3.9", "-S", "SCRAM-SHA-256=[name=a,password=b]"]) == 0
     assert main(["storage", "format", "--config", "g", "--cluster-id", "x",
                  "-I", "1@h:9093:AAAAAAAAAAAAAAAAAAAAAA"]) == 0
     assert calls == [
         ("f.properties", {"cluster_id": "abc", "ignore_formatted": True, "release_version": "3.9",
                           "standalone": True, "initial_controllers": None,
-                          "no_initial_controllers": False}),
+                          "no_initial_controllers": False,
+                          "add_scram": ["SCRAM-SHA-256=[name=a,password=b]"]}),
         ("g", {"cluster_id": "x", "ignore_formatted": False, "release_version": None,
                "standalone": False, "initial_controllers": "1@h:9093:AAAAAAAAAAAAAAAAAAAAAA",
-               "no_initial_controllers": False}),
+               "no_initial_controllers": False, "add_scram": ()}),
     ]
 
 

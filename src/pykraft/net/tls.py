@@ -303,10 +303,10 @@ def load_truststore(keys: _Keys) -> list[x509.Certificate] | None:
 
 
 @contextlib.contextmanager
-def _in_memory_file(data: bytes) -> Iterator[str]:
+def _in_memory_file(data: bytes, *, memory: bool = True) -> Iterator[str]:
     """A path OpenSSL can read `data` from: an anonymous memory file where Linux has them
     (a decrypted key never reaches a disk), else a private temporary file, gone at once."""
-    if hasattr(os, "memfd_create"):
+    if memory and hasattr(os, "memfd_create"):
         fd = os.memfd_create("pykraft-tls", 0)
         try:
             os.write(fd, data)
@@ -324,12 +324,18 @@ def _in_memory_file(data: bytes) -> Iterator[str]:
 
 
 def _load_material(context: ssl.SSLContext, material: KeyMaterial, source: str) -> None:
-    with _in_memory_file(material.pem()) as path:
+    for memory in (True, False):  # (no memfd or /proc/self/fd, as in some sandboxes)
         try:
-            context.load_cert_chain(path)
+            with _in_memory_file(material.pem(), memory=memory) as path:
+                context.load_cert_chain(path)
+            return
         except ssl.SSLError as error:
             raise SslConfigError(f"{source}: OpenSSL refuses the key or certificate: "
                                  f"{error.reason or error}") from None
+        except OSError as error:
+            if not memory:
+                raise SslConfigError(f"{source}: cannot hand the key to OpenSSL: "
+                                     f"{error}") from None
 
 
 def _trust(context: ssl.SSLContext, keys: _Keys, purpose: ssl.Purpose) -> None:

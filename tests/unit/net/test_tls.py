@@ -291,3 +291,18 @@ def test_sasl_ssl_takes_only_the_prefixed_client_auth(node: Identity, tmp_path: 
     assert server_context(values.get, "SASL_SSL", sasl=True).verify_mode == ssl.CERT_NONE
     values["listener.name.sasl_ssl.ssl.client.auth"] = "required"
     assert server_context(values.get, "SASL_SSL", sasl=True).verify_mode == ssl.CERT_REQUIRED
+
+
+def test_without_memory_files_the_key_goes_through_a_private_temporary_file(
+        node: Identity, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import pykraft.net.tls as tls
+
+    def no_memfd(name: str, flags: int = 0) -> int:
+        raise OSError(38, "Function not implemented")
+
+    monkeypatch.setattr(tls.os, "memfd_create", no_memfd)
+    monkeypatch.setattr(tls.tempfile, "tempdir", str(tmp_path))
+    files = node.write_pem(tmp_path / "node")
+    server_context({"ssl.keystore.type": "PEM",
+                    "ssl.keystore.location": str(files.keystore)}.get, "SSL")
+    assert not list(tmp_path.glob("pykraft-tls-*"))  # gone once loaded

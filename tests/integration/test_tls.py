@@ -19,6 +19,15 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    NewTopic,
+    ResourcePatternType,
+    ResourceType,
+)
 
 from pykraft.testing import LocalCluster
 from pykraft.testing.certs import CertificateAuthority, PemFiles
@@ -78,6 +87,12 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsNode]:
         "listener.name.mtls.ssl.truststore.type": "PEM",
         "listener.name.mtls.ssl.truststore.location": str(node_files.ca),
         "listener.name.mtls.ssl.client.auth": "required",
+        # the user a certificate speaks for: CN=alice,OU=eng,... is User:alice
+        "listener.name.mtls.ssl.principal.mapping.rules": "RULE:^CN=([^,]+),OU=eng,.*$/$1/L,"
+                                                          "DEFAULT",
+        # ACLs decide for the topics that have some; every other resource is open
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "allow.everyone.if.no.acl.found": "true",
         "group.initial.rebalance.delay.ms": "0",
     })
     cluster._write_config()
@@ -140,6 +155,32 @@ def test_confluent_kafka_over_sasl_ssl(node: TlsNode) -> None:
     config = confluent_config(node.sasl_ssl, node.node.ca, None)
     confluent_round_trip({**config, "security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN",
                           "sasl.username": "alice", "sasl.password": "alice-secret"})
+
+
+def test_the_certificate_principal_is_the_user_acls_name(node: TlsNode) -> None:
+    """alice's certificate maps to User:alice (ssl.principal.mapping.rules), whom an ACL
+    lets write a topic; a client without a certificate is User:ANONYMOUS and is refused."""
+    admin = AdminClient({"bootstrap.servers": node.cluster.bootstrap_servers})
+    topic = f"secret-{uuid.uuid4().hex[:8]}"
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(timeout=15)
+    for future in admin.create_acls([AclBinding(
+            ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:alice", "*",
+            AclOperation.WRITE, AclPermissionType.ALLOW)], request_timeout=15).values():
+        future.result()
+
+    def delivered(config: dict[str, Any]) -> Any:
+        outcome: list[Any] = []
+        producer = Producer({**config, "message.timeout.ms": 5000})
+        producer.produce(topic, b"for alice", on_delivery=lambda error, _: outcome.append(error))
+        producer.flush(15)
+        return outcome[0] if outcome else "not delivered"
+
+    def alice_writes() -> None:  # once the broker's image has the ACL
+        assert delivered(confluent_config(node.mtls, node.node.ca, node.alice)) is None
+
+    eventually(alice_writes)
+    refused = delivered(confluent_config(node.ssl, node.node.ca, None))
+    assert refused is not None and refused.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
 
 
 def confluent_errors(config: dict[str, Any], until: int) -> list[KafkaError]:

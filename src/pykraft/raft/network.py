@@ -42,7 +42,6 @@ from typing import Any, Final, Protocol, TypeVar
 from kio.schema.errors import ErrorCode
 
 from pykraft.errors import InvariantViolation
-from pykraft.net.connect import ClientSecurity, open_connection
 from pykraft.protocol.api import ApiKey
 from pykraft.protocol.entities import NO_THROTTLE, make, response_module
 from pykraft.protocol.framing import FrameError, decode_response, encode_request
@@ -60,6 +59,9 @@ from pykraft.raft.messages import (
 )
 
 __all__ = ["RaftChannels", "RaftEndpoint", "RaftApis", "RaftDispatcher", "LANE_QUEUE_MAX"]
+
+# (host, port) -> a connected stream, TLS and SASL done as the node's config asks
+Opener = Callable[[str, int], Awaitable[tuple[asyncio.StreamReader, asyncio.StreamWriter]]]
 
 log = logging.getLogger("pykraft.raft.network")
 
@@ -213,7 +215,7 @@ class _Lane:
         )
         if self.writer is None:
             host, port = channels.addresses[self.destination_id]
-            self.reader, self.writer = await open_connection(host, port, channels.security)
+            self.reader, self.writer = await channels.open_connection(host, port)
         reader, writer = self.reader, self.writer
         assert reader is not None
         self.correlation_id = (self.correlation_id + 1) & 0x7FFFFFFF
@@ -277,10 +279,12 @@ class RaftChannels:
         fetch_max_wait_ms: int = 500,
         fetch_bytes_max: int = 8 * 1024 * 1024 + 1024,
         fetch_snapshot_bytes_max: int = 8 * 1024 * 1024,
-        security: ClientSecurity | None = None,
+        open_connection: Opener = asyncio.open_connection,
     ) -> None:
         self.node_id = node_id
-        self.security = security  # the controller listener's TLS / SASL, None: plaintext
+        # how a connection to a voter is made: the node's opener does the controller
+        # listener's TLS and SASL (net.connect, a layer raft does not import)
+        self.open_connection = open_connection
         self.cluster_id = cluster_id
         self.addresses = dict(addresses)
         self.request_timeout_ms = request_timeout_ms
@@ -305,7 +309,7 @@ class RaftChannels:
         voters: Mapping[int, tuple[str, int]],
         config: RaftConfig,
         *,
-        security: ClientSecurity | None = None,
+        open_connection: Opener = asyncio.open_connection,
     ) -> RaftChannels:
         """Channels to `voters` (ServerConfig.voters: id -> (host, port)) with the
         timeouts of the node's raft configuration."""
@@ -318,7 +322,7 @@ class RaftChannels:
             fetch_max_wait_ms=config.fetch_max_wait_ms,
             fetch_bytes_max=config.fetch_bytes_max,
             fetch_snapshot_bytes_max=config.fetch_snapshot_bytes_max,
-            security=security,
+            open_connection=open_connection,
         )
 
     def connect(self, deliver: Callable[[InboundMessage], None]) -> None:

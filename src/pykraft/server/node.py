@@ -73,7 +73,7 @@ from pykraft.metadata.image import MetadataImage
 from pykraft.metadata.loader import MetadataLoader
 from pykraft.metadata.records import MetadataRecord
 from pykraft.metadata.registrations import ScramCredential, ScramKey
-from pykraft.net.connect import ClientSecurity, ClientSecurityError
+from pykraft.net.connect import ClientSecurity, ClientSecurityError, open_connection
 from pykraft.net.sasl import ListenerSasl, fetch_jwks
 from pykraft.net.server import Listener, NetworkLimits
 from pykraft.net.tls import PrincipalMapper, SslConfigError, principal_mapper, server_context
@@ -205,7 +205,8 @@ class Node:
             server_configs=values,
             transport=None if raft_config is None else RaftChannels.for_voters(
                 self.node_id, self.cluster_id, voters, raft_config,
-                security=self._controller_security),
+                open_connection=functools.partial(open_connection,
+                                                  security=self._controller_security)),
         )
         self.snapshots = MetadataSnapshots(  # writes and loads metadata snapshots
             self.raft, self.loader, SnapshotPolicy.from_configs(self.config.get_int),

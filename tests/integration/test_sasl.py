@@ -547,62 +547,141 @@ def _rss_kib(node: SaslNode) -> int:
                     if line.startswith("VmRSS:")))
 
 
-def test_garbage_sasl_attempts_crash_nothing_and_hold_nothing(node: SaslNode) -> None:
-    """Hundreds of hostile attempts over real sockets (garbage, truncated and oversized
-    frames, unknown mechanisms, random tokens, connections dropped half-way), 50 at a time:
-    every one is answered or closed, the node keeps serving and its memory does not grow
-    with them."""
-    import random
+class HostileAttempts:
+    """Hostile SASL attempts over real sockets, of seven kinds in turn: garbage instead of a
+    request, a size prefix far over sasl.server.max.receive.size, an unknown mechanism,
+    random tokens after a good handshake, a truncated request then nothing, random raw tokens
+    after handshake v0, and (with `slow`) a request trickled a byte at a time then abandoned,
+    which only connections.max.idle.ms ends."""
 
-    rng = random.Random(19)
-    handshake = _entity(ApiKey.SASL_HANDSHAKE, 1, mechanism="SCRAM-SHA-512")
-    from pykraft.protocol.framing import encode_request
+    def __init__(self, address: str, *, seed: int, slow: bool = False) -> None:
+        import random
 
-    def attempt_frames(index: int) -> list[bytes]:
-        kind = index % 6
-        if kind == 0:  # garbage instead of a request
+        from pykraft.protocol.framing import encode_request
+
+        self.host, port = address.split(":")
+        self.port = int(port)
+        self.rng = random.Random(seed)
+        self.kinds = 7 if slow else 6
+        self.encode = encode_request
+        self.handshake = encode_request(ApiKey.SASL_HANDSHAKE, 1, 1, "fuzz", _entity(
+            ApiKey.SASL_HANDSHAKE, 1, mechanism="SCRAM-SHA-512"))
+
+    def frames(self, kind: int) -> list[bytes]:
+        rng, encode = self.rng, self.encode
+        if kind == 0:
             return [rng.randbytes(rng.randint(1, 64))]
-        if kind == 1:  # a size prefix far over sasl.server.max.receive.size
+        if kind == 1:
             return [struct.pack(">i", 600_000) + b"\0" * 16]
-        if kind == 2:  # a mechanism nobody enables
-            return [encode_request(ApiKey.SASL_HANDSHAKE, 1, 1, "fuzz", _entity(
+        if kind == 2:
+            return [encode(ApiKey.SASL_HANDSHAKE, 1, 1, "fuzz", _entity(
                 ApiKey.SASL_HANDSHAKE, 1, mechanism=rng.choice(["GSSAPI", "X" * 300, ""])))]
-        if kind == 3:  # random tokens after a good handshake
-            return [encode_request(ApiKey.SASL_HANDSHAKE, 1, 1, "fuzz", handshake),
-                    encode_request(ApiKey.SASL_AUTHENTICATE, 2, 2, "fuzz", _entity(
-                        ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=rng.randbytes(200)))]
-        if kind == 4:  # a truncated SaslAuthenticate, then nothing
-            frame = encode_request(ApiKey.SASL_HANDSHAKE, 1, 1, "fuzz", handshake)
-            return [frame[:rng.randint(5, len(frame) - 1)]]
-        return [encode_request(ApiKey.SASL_HANDSHAKE, 0, 1, "fuzz", _entity(  # raw, v0
+        if kind == 3:
+            return [self.handshake, encode(ApiKey.SASL_AUTHENTICATE, 2, 2, "fuzz", _entity(
+                ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=rng.randbytes(200)))]
+        if kind in (4, 6):
+            return [self.handshake[:rng.randint(5, len(self.handshake) - 1)]]
+        return [encode(ApiKey.SASL_HANDSHAKE, 0, 1, "fuzz", _entity(
             ApiKey.SASL_HANDSHAKE, 0, mechanism="PLAIN")), struct.pack(">i", 40)
             + rng.randbytes(40)]
 
-    async def attempt(index: int) -> None:
-        host, port = node.sasl.split(":")
-        reader, writer = await asyncio.open_connection(host, int(port))
+    async def attempt(self, index: int) -> None:
+        kind = index % self.kinds
+        reader, writer = await asyncio.open_connection(self.host, self.port)
         try:
-            for frame in attempt_frames(index):
+            for frame in self.frames(kind):
+                if kind == 6:  # slow: a byte at a time, then silence until the node closes
+                    for byte in frame:
+                        writer.write(bytes([byte]))
+                        await writer.drain()
+                        await asyncio.sleep(0.05)
+                    assert await asyncio.wait_for(reader.read(1), 30) == b""
+                    return
                 writer.write(frame)
             await writer.drain()
-            if index % 6 in (0, 4):
+            if kind in (0, 4):
                 return  # garbage may be a frame's start: dropped half-way
             # the node answers (then closes) or closes: either ends the wait
             await asyncio.wait_for(reader.read(65536), 10)
         finally:
             writer.close()
 
-    async def run(count: int) -> None:
-        for start in range(0, count, 50):
-            await asyncio.gather(*(attempt(i) for i in range(start, start + 50)))
+    def run(self, start: int, count: int, at_once: int) -> None:
+        async def batches() -> None:
+            for first in range(start, start + count, at_once):
+                await asyncio.gather(*(self.attempt(i) for i in range(
+                    first, min(first + at_once, start + count))))
 
-    asyncio.run(run(300))  # warm up: the first attempts size the node's caches
+        asyncio.run(batches())
+
+
+def _open_fds(process: Any) -> int:
+    return len(list(Path(f"/proc/{process.pid}/fd").iterdir()))
+
+
+def test_garbage_sasl_attempts_crash_nothing_and_hold_nothing(node: SaslNode) -> None:
+    """Hundreds of hostile attempts (HostileAttempts, without the slow kind), 50 at a time:
+    every one is answered or closed, the node keeps serving and its memory does not grow
+    with them."""
+    attempts = HostileAttempts(node.sasl, seed=19)
+    attempts.run(0, 300, 50)  # warm up: the first attempts size the node's caches
     before = _rss_kib(node)
-    asyncio.run(run(600))
+    attempts.run(300, 600, 50)
     grown = _rss_kib(node) - before
     assert grown < 8 * 1024, f"RSS grew {grown} KiB over 600 attempts"
     confluent_round_trip(confluent_config(node, "SCRAM-SHA-512", "carol", "carol-secret"))
     assert "Traceback" not in node.cluster.log_path.read_text(errors="replace")
+
+
+@pytest.mark.slow
+def test_ten_thousand_hostile_attempts_with_slow_ones(tmp_path: Path) -> None:
+    """Issue 19's bound: 10,000 hostile attempts, slow ones among them (ended by
+    connections.max.idle.ms, 1 s here), 100 at a time against a node of its own: nothing
+    crashes, every connection is let go (open descriptors back to where they were), memory
+    stays flat, and a client is served after."""
+    port = free_port()
+    cluster = LocalCluster(data_dir=tmp_path / "node")
+    cluster.extra_configs.update({
+        "listeners": f"PLAINTEXT://127.0.0.1:{cluster.broker_port},"
+                     f"CONTROLLER://127.0.0.1:{cluster.controller_port},"
+                     f"SASL://127.0.0.1:{port}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{cluster.broker_port},"
+                                f"SASL://127.0.0.1:{port}",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,"
+                                          "SASL:SASL_PLAINTEXT",
+        "listener.name.sasl.sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512",
+        "listener.name.sasl.plain.sasl.jaas.config":
+            "org.apache.kafka.common.security.plain.PlainLoginModule required "
+            'user_alice="alice-secret";',
+        "connections.max.idle.ms": "1000",
+    })
+    cluster._write_config()
+    with cluster:  # (started by the context manager)
+        assert cluster.process is not None
+        attempts = HostileAttempts(f"127.0.0.1:{port}", seed=1919, slow=True)
+        attempts.run(0, 1000, 100)
+        time.sleep(2)  # the last slow ones reach the idle timeout
+        rss, fds = _rss_kib_of(cluster), _open_fds(cluster.process)
+        attempts.run(1000, 9000, 100)
+        eventually(lambda: _at_most(_open_fds(cluster.process), fds), timeout_s=10)
+        grown = _rss_kib_of(cluster) - rss
+        assert grown < 16 * 1024, f"RSS grew {grown} KiB over 9,000 attempts"
+        sasl = {"bootstrap.servers": f"127.0.0.1:{port}", "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanism": "PLAIN", "sasl.username": "alice",
+                "sasl.password": "alice-secret"}
+        confluent_round_trip(sasl)
+        assert "Traceback" not in cluster.log_path.read_text(errors="replace")
+
+
+def _at_most(value: int, bound: int) -> None:
+    assert value <= bound, (value, bound)
+
+
+def _rss_kib_of(cluster: LocalCluster) -> int:
+    assert cluster.process is not None
+    status = Path(f"/proc/{cluster.process.pid}/status").read_text()
+    return int(next(line.split()[1] for line in status.splitlines()
+                    if line.startswith("VmRSS:")))
 
 
 def test_signed_tokens_against_the_jwks(node: SaslNode,

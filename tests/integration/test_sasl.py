@@ -425,7 +425,7 @@ def test_aiokafka_refused(node: SaslNode, caplog: pytest.LogCaptureFixture) -> N
     with pytest.raises(KafkaConnectionError):
         asyncio.run(start(aiokafka_config(node, "OAUTHBEARER", "dave", "",
                                           unsecured_token("dave", -60))))
-    eventually(lambda: _logged(node, "invalid token: The indicated time"))
+    eventually(lambda: _logged(node, "refusing the token: The indicated time"))
     confluent_round_trip(confluent_config(node, "OAUTHBEARER", "dave", ""))
 
 

@@ -17,6 +17,7 @@ import signal
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,8 +46,6 @@ from pykraft.protocol.api import ApiKey
 from pykraft.raft.snapshot import parse_snapshot_file_name, snapshot_values
 from pykraft.testing import LocalCluster
 from pykraft.testing.ports import free_port
-
-pytestmark = pytest.mark.slow  # six processes restarted three ways: ./scripts/test-long
 
 STANDARD = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 ADMIN_PASSWORD = "admin-secret"
@@ -123,9 +122,12 @@ class Secured:
                             "sasl.username": "admin", "sasl.password": ADMIN_PASSWORD})
 
 
-@pytest.fixture(scope="module")
-def secured() -> Iterator[Secured]:
-    cluster = LocalCluster(controllers=3, brokers=3, configs=CONFIGS, startup_timeout_s=60)
+@contextmanager
+def _secured_cluster(controllers: int, brokers: int,
+                     configs: dict[str, str]) -> Iterator[Secured]:
+    """A LocalCluster whose brokers each have a SASL listener besides the PLAINTEXT one."""
+    cluster = LocalCluster(controllers=controllers, brokers=brokers, configs=configs,
+                           startup_timeout_s=60)
     try:
         ports: dict[int, int] = {}
         for broker in cluster.broker_ids:
@@ -139,6 +141,12 @@ def secured() -> Iterator[Secured]:
         yield Secured(cluster, ports)
     finally:
         cluster.close()
+
+
+@pytest.fixture(scope="module")
+def secured() -> Iterator[Secured]:
+    with _secured_cluster(3, 3, CONFIGS) as made:
+        yield made
 
 
 def _until(check: Callable[[], bool], what: str, timeout_s: float = TIMEOUT_S) -> None:
@@ -275,17 +283,63 @@ def _metadata_offset(cluster: LocalCluster, node_id: int) -> int:
     return int(cluster.metadata_image(node_id)[0])
 
 
-def test_acls_and_credentials_survive_snapshot_failover_a_down_broker_and_a_full_restart(
-        secured: Secured) -> None:
-    started = time.monotonic()
+def _change_while_a_broker_is_down(secured: Secured, down: int) -> None:
+    """Stop broker `down`; change alice's password, delete her WRITE on `side` and DENY her
+    dur-denied through the others; start it again and, as soon as its metadata offset has
+    reached theirs, find it refusing the old password and enforcing the new ACLs."""
     cluster = secured.cluster
+    others = [b for b in cluster.broker_ids if b != down]
+    cluster.kill_node(down, signal.SIGTERM)
     admin = secured.admin()
-    for future in admin.create_topics([NewTopic(t, 1, 3) for t in TOPICS],
+    _set_password(admin, AFTER.password)
+    deleted = admin.delete_acls([AclBindingFilter(
+        WRITE_SIDE.restype, WRITE_SIDE.name, WRITE_SIDE.resource_pattern_type,
+        WRITE_SIDE.principal, WRITE_SIDE.host, WRITE_SIDE.operation,
+        WRITE_SIDE.permission_type)], request_timeout=TIMEOUT_S)
+    assert [f.result() for f in deleted.values()] == [[WRITE_SIDE]]
+    _create_acls(admin, [DENY_DENIED])
+    for broker in others:
+        _until(lambda: _settled(secured.address(broker), AFTER),  # noqa: B023
+               f"running broker {broker} to have the changes")
+    target = max(_metadata_offset(cluster, b) for b in others)
+    cluster.restart_node(down)
+    _until(lambda: _metadata_offset(cluster, down) >= target,
+           f"broker {down} to catch up to metadata offset {target}")
+    _check_broker(secured.address(down), AFTER)  # at once: no waiting for it to settle
+
+
+def _prepare(secured: Secured, replicas: int) -> None:
+    """As the admin: the topics, alice's first password and her ACLs."""
+    admin = secured.admin()
+    for future in admin.create_topics([NewTopic(t, 1, replicas) for t in TOPICS],
                                       request_timeout=TIMEOUT_S).values():
         future.result()
     _set_password(admin, BEFORE.password)
     _create_acls(admin, INITIAL_ACLS)
+
+
+LEAN_CONFIGS = {**CONFIGS, "offsets.topic.replication.factor": "2"}
+
+
+def test_a_broker_that_was_down_enforces_the_changes_made_meanwhile() -> None:
+    """CI's lean variant (one controller, two brokers) of the down broker part of the slow
+    test below."""
+    with _secured_cluster(1, 2, LEAN_CONFIGS) as secured:
+        _prepare(secured, 2)
+        for broker in secured.cluster.broker_ids:
+            _until(lambda: _settled(secured.address(broker), BEFORE),  # noqa: B023
+                   f"broker {broker} to have alice's credential and ACLs")
+        _change_while_a_broker_is_down(secured, secured.cluster.broker_ids[0])
+
+
+@pytest.mark.slow  # six processes restarted three ways (about a minute): ./scripts/test-long
+def test_acls_and_credentials_survive_snapshot_failover_a_down_broker_and_a_full_restart(
+        secured: Secured) -> None:
+    started = time.monotonic()
+    cluster = secured.cluster
+    _prepare(secured, 3)
     _check_every_broker(secured, BEFORE)
+    admin = secured.admin()
 
     # -- a snapshot holds them; the active controller dies; the next one serves them --
     leader = cluster.active_controller()
@@ -305,28 +359,14 @@ def test_acls_and_credentials_survive_snapshot_failover_a_down_broker_and_a_full
                               AclOperation.ANY, AclPermissionType.ANY)
     described = admin.describe_acls(alices, request_timeout=TIMEOUT_S).result()
     assert set(described) == set(INITIAL_ACLS)
+    position = cluster.nodes[leader].log_path.stat().st_size
     cluster.restart_node(leader)  # from its snapshot and log, a follower now
+    with cluster.nodes[leader].log_path.open(errors="replace") as log:
+        log.seek(position)
+        assert "loaded metadata snapshot" in log.read()
 
     # -- a broker is down while alice's password and ACLs change --
-    down = cluster.broker_ids[0]
-    others = [b for b in cluster.broker_ids if b != down]
-    cluster.kill_node(down, signal.SIGTERM)
-    admin = secured.admin()
-    _set_password(admin, AFTER.password)
-    deleted = admin.delete_acls([AclBindingFilter(
-        WRITE_SIDE.restype, WRITE_SIDE.name, WRITE_SIDE.resource_pattern_type,
-        WRITE_SIDE.principal, WRITE_SIDE.host, WRITE_SIDE.operation,
-        WRITE_SIDE.permission_type)], request_timeout=TIMEOUT_S)
-    assert [f.result() for f in deleted.values()] == [[WRITE_SIDE]]
-    _create_acls(admin, [DENY_DENIED])
-    for broker in others:
-        _until(lambda: _settled(secured.address(broker), AFTER),  # noqa: B023
-               f"running broker {broker} to have the changes")
-    target = max(_metadata_offset(cluster, b) for b in others)
-    cluster.restart_node(down)
-    _until(lambda: _metadata_offset(cluster, down) >= target,
-           f"broker {down} to catch up to metadata offset {target}")
-    _check_broker(secured.address(down), AFTER)  # at once: no waiting for it to settle
+    _change_while_a_broker_is_down(secured, cluster.broker_ids[0])
 
     # -- every node restarts --
     cluster.stop()

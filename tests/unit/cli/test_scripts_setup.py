@@ -151,8 +151,17 @@ def test_a_failed_kcat_install_stops_test_setup(project: Path) -> None:
     assert "could not install kcat" in result.stderr
 
 
+def test_a_failed_openssl_install_stops_test_setup(project: Path) -> None:
+    _executable(project / "bin" / "kcat", "#!/bin/bash\n")
+    result = run_setup(project, "--test")
+    assert result.returncode != 0
+    assert "E: Unable to locate package openssl" in result.stderr
+    assert "could not install openssl" in result.stderr
+
+
 def test_a_failed_java_install_stops_test_setup(project: Path) -> None:
     _executable(project / "bin" / "kcat", "#!/bin/bash\n")
+    _executable(project / "bin" / "openssl", "#!/bin/bash\n")
     result = run_setup(project, "--test")
     assert result.returncode != 0
     assert "E: Unable to locate package openjdk-17-jre-headless" in result.stderr

@@ -8,7 +8,7 @@ controllers included), Strimzi-like files (hyphenated listener names, config pro
 ssl.* keys left over from TLS listeners) and Confluent cp-kafka-like files (PLAINTEXT_HOST,
 confluent.* keys). Every shape is formatted through the CLI's entry point (`main`, in this
 process: format is cheap, an interpreter per shape is not) and must print a warning naming
-each key pykraft ignores.
+each key pykraft ignores, and none for the keys it acts on (the shapes' SASL and TLS keys).
 
 Starting costs seconds per node, so one node per role starts as a real `pykraft server start`
 process and must answer Metadata (brokers) or ApiVersions (controllers): the Kafka 4 combined
@@ -148,10 +148,10 @@ def _bitnami_common(logs: Path) -> dict[str, str]:
     }
 
 
-BITNAMI_IGNORED = ["sasl.enabled.mechanisms", "sasl.mechanism.inter.broker.protocol",
-                   "num.network.threads", "num.io.threads", "socket.send.buffer.bytes",
+BITNAMI_IGNORED = ["num.network.threads", "num.io.threads", "socket.send.buffer.bytes",
                    "socket.receive.buffer.bytes", "num.recovery.threads.per.data.dir"]
 BITNAMI_UNKNOWN = ["max.partition.fetch.bytes", "max.request.size"]  # client keys
+BITNAMI_USED = ["sasl.enabled.mechanisms", "sasl.mechanism.inter.broker.protocol"]  # SASL's
 
 
 def bitnami_combined(ports: Ports, logs: Path) -> dict[str, str]:
@@ -242,6 +242,7 @@ class Shape:
     ignored: tuple[str, ...]  # keys that must each get the "ignored" warning
     unknown: tuple[str, ...] = ()  # keys that must each get the "unknown" warning
     format_options: tuple[str, ...] = ()
+    used: tuple[str, ...] = ()  # keys pykraft acts on: no warning
 
 
 SHAPES = {
@@ -254,17 +255,20 @@ SHAPES = {
     "apache-docker-image": Shape(apache_docker_image,
                                  ("share.coordinator.state.topic.replication.factor",
                                   "share.coordinator.state.topic.min.isr")),
-    "bitnami-combined": Shape(bitnami_combined, tuple(BITNAMI_IGNORED), tuple(BITNAMI_UNKNOWN)),
+    "bitnami-combined": Shape(bitnami_combined, tuple(BITNAMI_IGNORED), tuple(BITNAMI_UNKNOWN),
+                              used=tuple(BITNAMI_USED)),
     "bitnami-controller": Shape(bitnami_controller, tuple(BITNAMI_IGNORED),
-                                tuple(BITNAMI_UNKNOWN)),
-    "bitnami-broker": Shape(bitnami_broker, tuple(BITNAMI_IGNORED), tuple(BITNAMI_UNKNOWN)),
+                                tuple(BITNAMI_UNKNOWN), used=tuple(BITNAMI_USED)),
+    "bitnami-broker": Shape(bitnami_broker, tuple(BITNAMI_IGNORED), tuple(BITNAMI_UNKNOWN),
+                            used=tuple(BITNAMI_USED)),
     "strimzi-controller": Shape(strimzi_controller, (
         "config.providers", "config.providers.strimzienv.class",
+        "ssl.secure.random.implementation"), used=(
         "listener.name.replication-9091.ssl.keystore.type",
         "listener.name.replication-9091.ssl.client.auth",
-        "ssl.endpoint.identification.algorithm", "ssl.secure.random.implementation")),
-    "strimzi-broker": Shape(strimzi_broker, ("config.providers.strimzifile.class",
-                                             "ssl.endpoint.identification.algorithm")),
+        "ssl.endpoint.identification.algorithm")),
+    "strimzi-broker": Shape(strimzi_broker, ("config.providers.strimzifile.class",),
+                            used=("ssl.endpoint.identification.algorithm",)),
     "confluent-cp-kafka": Shape(confluent_cp_kafka, (), (
         "confluent.support.metrics.enable", "confluent.balancer.enable", "jmx.port")),
 }
@@ -299,6 +303,8 @@ def test_each_shape_formats_and_names_every_key_it_ignores(
         assert f"WARN The configuration '{key}' {IGNORED}" in warnings, (key, err)
     for key in shape.unknown:
         assert f"WARN The configuration '{key}' {UNKNOWN}" in warnings, (key, err)
+    for key in shape.used:
+        assert not [line for line in warnings if f"'{key}'" in line], (key, err)
     assert all(line.startswith("WARN ") for line in warnings), err
 
 

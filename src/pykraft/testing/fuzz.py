@@ -35,7 +35,13 @@ from pykraft.broker.partition_apis import PARTITION_APIS
 from pykraft.broker.records_apis import RECORDS_APIS
 from pykraft.broker.transaction_apis import TRANSACTION_APIS
 from pykraft.errors import InvalidRequest
-from pykraft.protocol.api import BROKER_APIS, CONTROLLER_APIS, supports
+from pykraft.protocol.api import (
+    ACL_APIS,
+    BROKER_APIS,
+    CONTROLLER_APIS,
+    CREDENTIAL_APIS,
+    supports,
+)
 from pykraft.protocol.framing import (
     FrameError,
     RequestHeader,
@@ -71,9 +77,10 @@ __all__ = [
 # fuzz test checks that they agree, so an API added later is fuzzed or the test fails).
 BROKER_LISTENER_APIS: Final[Mapping[int, tuple[int, int]]] = {
     **BROKER_APIS, **GROUP_APIS, **TRANSACTION_APIS, **RECORDS_APIS, **PARTITION_APIS,
+    **ACL_APIS, **CREDENTIAL_APIS,
 }
 CONTROLLER_LISTENER_APIS: Final[Mapping[int, tuple[int, int]]] = {
-    **CONTROLLER_APIS, **LIFECYCLE_APIS, **RAFT_APIS,
+    **CONTROLLER_APIS, **LIFECYCLE_APIS, **RAFT_APIS, **ACL_APIS, **CREDENTIAL_APIS,
 }
 
 # What the listener (net.server) turns into "close this connection": anything else escaping

@@ -117,6 +117,9 @@ class AuthorizerSettings:
 
 
 _PRINCIPALS_MAX: Final = 10_000  # principals whose "Type:name" a StandardAuthorizer remembers
+# resources whose applying patterns a StandardAuthorizer remembers (cleared when full, and at
+# every change of the bindings)
+_APPLYING_MAX: Final = 100_000
 # (resource type, pattern name) -> principal -> the bindings of that pattern and principal
 _PatternIndex = dict[tuple[int, str], dict[str, list["StandardAcl"]]]
 
@@ -153,6 +156,9 @@ class StandardAuthorizer:
         self._by_principal: dict[tuple[int, str], dict[uuid.UUID, StandardAcl]] = {}
         self._seen: object = None  # the image's ACL map these indexes were built from
         self._principals: dict[KafkaPrincipal, str] = {}
+        # (resource type, name) -> the pattern indexes' entries that apply to it, so that a
+        # check probes the prefix lengths once per resource, not each time
+        self._applying: dict[tuple[int, str], tuple[dict[str, list[StandardAcl]], ...]] = {}
 
     # -- the bindings ------------------------------------------------------------------
 
@@ -186,6 +192,7 @@ class StandardAuthorizer:
                 self._add(acl_id, acl)
 
     def _add(self, acl_id: uuid.UUID, acl: StandardAcl) -> None:
+        self._applying.clear()  # a new pattern may apply to any name
         self._by_id[acl_id] = acl
         index = self._prefixed if acl.pattern_type == _PREFIXED else self._literal
         index.setdefault((acl.resource_type, acl.resource_name), {}).setdefault(
@@ -202,6 +209,7 @@ class StandardAuthorizer:
         acl = self._by_id.pop(acl_id, None)
         if acl is None:
             return
+        self._applying.clear()  # a pattern's entry may go
         index = self._prefixed if acl.pattern_type == _PREFIXED else self._literal
         key = (acl.resource_type, acl.resource_name)
         by_principal = index[key]
@@ -241,21 +249,9 @@ class StandardAuthorizer:
         principal = self._principal(context.principal)
         if principal in self.super_users:
             return True
-        # the patterns that apply to the name (an IntEnum hashes as its int: (TOPIC, name)
-        # finds the (2, name) key): literal, the literal wildcard, then each prefix length
-        literal = self._literal
-        applying = [found for found in (literal.get((resource_type, name)),
-                                        literal.get((resource_type, WILDCARD)))
-                    if found is not None]
-        lengths = self._prefix_lengths.get(resource_type)
-        if lengths:
-            prefixed, size = self._prefixed, len(name)
-            for length in lengths:
-                if length > size:
-                    break
-                found = prefixed.get((resource_type, name[:length]))
-                if found is not None:
-                    applying.append(found)
+        applying = self._applying.get((resource_type, name))
+        if applying is None:
+            applying = self._patterns_applying(resource_type, name)
         if not applying:
             return self.allow_everyone_if_no_acl_found
         host, allowed = context.client_host, False
@@ -271,6 +267,29 @@ class StandardAuthorizer:
                     if result == _ALLOW:
                         allowed = True
         return allowed
+
+    def _patterns_applying(self, resource_type: int,
+                           name: str) -> tuple[dict[str, list[StandardAcl]], ...]:
+        """The pattern indexes' entries that apply to the name (an IntEnum hashes as its int:
+        (TOPIC, name) finds the (2, name) key): literal, the literal wildcard, then each
+        prefix length; remembered until the bindings change."""
+        literal = self._literal
+        applying = [found for found in (literal.get((resource_type, name)),
+                                        literal.get((resource_type, WILDCARD)))
+                    if found is not None]
+        lengths = self._prefix_lengths.get(resource_type)
+        if lengths:
+            prefixed, size = self._prefixed, len(name)
+            for length in lengths:
+                if length > size:
+                    break
+                found = prefixed.get((resource_type, name[:length]))
+                if found is not None:
+                    applying.append(found)
+        if len(self._applying) >= _APPLYING_MAX:
+            self._applying.clear()
+        result = self._applying[(resource_type, name)] = tuple(applying)
+        return result
 
     def authorize_by_resource_type(self, context: RequestContext, operation: AclOperation,
                                    resource_type: ResourceType) -> bool:

@@ -24,7 +24,9 @@ bindings: LITERAL and PREFIXED bindings sit in two dicts keyed by (resource type
 holding a dict from principal to the bindings of that pattern. A check looks up the exact
 name, `*`, and the name's prefixes -- only at the prefix lengths some PREFIXED binding of the
 type has (a count per length), so a 200-character name with two prefixed lengths costs two
-lookups, not 200. Under each pattern only the request's principal and `User:*` are read.
+lookups, not 200. The patterns found for a (resource type, name) are remembered until the
+bindings next change (at most _APPLYING_MAX names), so a client's repeated requests pay the
+lookups once. Under each pattern only the request's principal and `User:*` are read.
 `authorize_by_resource_type` reads a third index, bindings by (resource type, principal).
 
 Updates are incremental: `publish(delta, image)` (a metadata publisher) adds and removes the

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
     AdminClient,
     ScramCredentialInfo,
@@ -48,6 +48,7 @@ from pykraft.testing import LocalCluster
 from pykraft.testing.certs import CertificateAuthority
 from pykraft.testing.ports import free_port
 from pykraft.testing.wire import WireClient
+from tests.integration.tool_helpers import confluent_round_trip as shared_round_trip
 from tests.integration.tool_helpers import eventually
 
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
@@ -196,24 +197,7 @@ def confluent_config(node: SaslNode, mechanism: str, user: str, password: str,
 
 
 def confluent_round_trip(config: dict[str, Any]) -> None:
-    topic = _topic()
-    producer = Producer(config)
-    delivered: list[Any] = []
-    producer.produce(topic, b"over sasl", on_delivery=lambda error, _: delivered.append(error))
-    assert producer.flush(15) == 0 and delivered == [None]
-    consumer = Consumer({**config, "group.id": f"g-{topic}", "enable.auto.commit": False})
-    try:
-        consumer.assign([TopicPartition(topic, 0, 0)])
-        message = eventually(lambda: _polled(consumer), timeout_s=15)
-        assert message.value() == b"over sasl"
-    finally:
-        consumer.close()
-
-
-def _polled(consumer: Consumer) -> Any:
-    message = consumer.poll(0.5)
-    assert message is not None and message.error() is None, message
-    return message
+    shared_round_trip(config, _topic(), b"over sasl")
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import (
     AclBinding,
     AclOperation,
@@ -32,6 +32,7 @@ from confluent_kafka.admin import (
 from pykraft.testing import LocalCluster
 from pykraft.testing.certs import CertificateAuthority, PemFiles
 from pykraft.testing.ports import free_port
+from tests.integration.tool_helpers import confluent_round_trip as shared_round_trip
 from tests.integration.tool_helpers import eventually
 
 
@@ -125,24 +126,7 @@ def confluent_config(address: str, ca: Path, identity: PemFiles | None) -> dict[
 
 
 def confluent_round_trip(config: dict[str, Any]) -> None:
-    topic = _topic()
-    producer = Producer(config)
-    delivered: list[Any] = []
-    producer.produce(topic, b"over tls", on_delivery=lambda error, _: delivered.append(error))
-    assert producer.flush(15) == 0 and delivered == [None]
-    consumer = Consumer({**config, "group.id": f"g-{topic}", "enable.auto.commit": False})
-    try:
-        consumer.assign([TopicPartition(topic, 0, 0)])
-        message = eventually(lambda: _polled(consumer), timeout_s=15)
-        assert message.value() == b"over tls"
-    finally:
-        consumer.close()
-
-
-def _polled(consumer: Consumer) -> Any:
-    message = consumer.poll(0.5)
-    assert message is not None and message.error() is None, message
-    return message
+    shared_round_trip(config, _topic(), b"over tls")
 
 
 @pytest.mark.parametrize("mtls", [False, True], ids=["server-auth", "mtls"])

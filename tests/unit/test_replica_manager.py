@@ -106,6 +106,23 @@ def test_high_watermark_is_the_smallest_log_end_over_the_isr(manager: ReplicaMan
     assert partition.log.high_watermark == 5
 
 
+def test_the_injected_bug_lets_the_high_watermark_pass_the_isr(tmp_path: Path,
+                                                             clock: Clock) -> None:
+    """pykraft.testing.unsafe.leader.high.watermark, the fault campaign's injected bug: the
+    HW follows the leader's log end, whatever the followers have."""
+    log_manager = LogManager([tmp_path], {})
+    log_manager.load(clock())
+    try:
+        manager = ReplicaManager(ME, log_manager, {
+            "min.insync.replicas": "2",
+            "pykraft.testing.unsafe.leader.high.watermark": "true"}, clock)
+        partition = place(manager, registration(ME, 0, (1, 2, 3)))
+        manager.append(partition, batch(5), acks=-1)
+        assert partition.log.high_watermark == 5
+    finally:
+        log_manager.close()
+
+
 def test_followers_read_up_to_the_log_end_consumers_up_to_the_hw(
         manager: ReplicaManager) -> None:
     partition = place(manager, registration(ME, 0, (1, 2, 3)))

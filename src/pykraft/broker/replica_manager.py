@@ -86,6 +86,7 @@ REFUSED_PROPOSAL_QUIET_MS = 500
 # KIP-392's replica.selector.class: unset, the leader serves every consumer fetch; the one
 # selector Kafka ships sends a consumer to an in-sync replica in its rack (client.rack)
 REPLICA_SELECTOR_KEY: Final = "replica.selector.class"
+UNSAFE_LEADER_HIGH_WATERMARK_KEY: Final = "pykraft.testing.unsafe.leader.high.watermark"
 RACK_AWARE_REPLICA_SELECTOR: Final = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
 
 
@@ -382,6 +383,9 @@ class ReplicaManager:
             server_configs.get(DECOMPRESSED_BATCH_BYTES_MAX_KEY)
             or DECOMPRESSED_BATCH_BYTES_MAX)
         self.rack_aware = rack_aware_selector(server_configs.get(REPLICA_SELECTOR_KEY))
+        # the fault campaign's injected bug (server/config.py): HW = the leader's log end
+        self.unsafe_leader_high_watermark = (
+            (server_configs.get(UNSAFE_LEADER_HIGH_WATERMARK_KEY) or "").lower() == "true")
         self.fetchers: FetcherControl | None = None
         self.alter_partition: AlterPartitionSender | None = None
         self.retry_backoff_ms = 100
@@ -741,6 +745,8 @@ class ReplicaManager:
         if partition.leader_id != self.node_id:
             return False
         high_watermark = partition.log.log_end_offset
+        if self.unsafe_leader_high_watermark:
+            return partition.log.maybe_increment_high_watermark(high_watermark)
         for replica in partition.maximal_isr:
             if replica == self.node_id:
                 continue

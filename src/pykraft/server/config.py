@@ -195,6 +195,10 @@ SERVER_KEYS: Final[dict[str, ServerKey]] = {
         # checked (records/validate.py); past it the batch gets MESSAGE_TOO_LARGE
         ServerKey("pykraft.produce.decompressed.batch.max.bytes", "long", "134217728",
                   1048576),
+        # pykraft's own, a deliberate bug for the fault campaign (testing/chaos) to catch:
+        # the leader's high watermark follows its own log end, ignoring the ISR, so acks=all
+        # acknowledges records no follower has. Never set it on a cluster that holds data.
+        ServerKey("pykraft.testing.unsafe.leader.high.watermark", "boolean", "false"),
     )
 }
 

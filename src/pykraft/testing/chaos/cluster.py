@@ -220,7 +220,7 @@ class ChaosCluster:
              str(node.config_path), f"--cluster-id={self.cluster_id}"], timeout_s=60)
 
     def _start_process(self, node: ChaosNode) -> None:
-        env = dict(os.environ, PYTHONUNBUFFERED="1", **self.clock.environment(node.node_id))
+        env = self.node_environment(node.node_id)
         with node.log_path.open("ab") as log_file:
             node.process = subprocess.Popen(
                 network.in_netns(node.netns, [sys.executable, "-m", "pykraft", "server",
@@ -270,7 +270,9 @@ class ChaosCluster:
             for node in group:
                 self._signal(node, signal.SIGTERM)
                 self._signal(node, signal.SIGCONT)  # a paused node must run to exit
-            deadline = time.monotonic() + STOP_TIMEOUT_S
+            # the last controller standing waits for a quorum that is gone: it is killed
+            deadline = time.monotonic() + (STOP_TIMEOUT_S / 2 if group and group[0].is_controller
+                                           else STOP_TIMEOUT_S)
             for node in group:
                 self._wait_exit(node, max(0.0, deadline - time.monotonic()))
 
@@ -488,7 +490,15 @@ class ChaosCluster:
 
     def node_environment(self, node_id: int) -> dict[str, str]:
         """The environment a node's process starts with (its libfaketime settings)."""
-        return dict(os.environ, **self.clock.environment(self.node(node_id).node_id))
+        return dict(os.environ, PYTHONUNBUFFERED="1",
+                    **self.clock.environment(self.node(node_id).node_id))
+
+    def run_in_node(self, node_id: int, command: list[str],
+                    timeout_s: float = 30.0) -> subprocess.CompletedProcess[str]:
+        """Run a command as the node runs: in its namespace, with its environment (clock)."""
+        node = self.node(node_id)
+        return subprocess.run(network.in_netns(node.netns, command), capture_output=True,
+                              text=True, timeout=timeout_s, env=self.node_environment(node_id))
 
 
 def check_prerequisites() -> None:

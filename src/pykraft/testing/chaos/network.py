@@ -232,8 +232,10 @@ class NetworkFaults:
                    for source, destination in sorted(self.blocked) if source == node.address]
         loss = self.loss_percent.get(node.address, 0)
         if loss:
-            inputs.append(f"numgen random mod 100 < {loss} drop")
-            outputs.append(f"numgen random mod 100 < {loss} drop")
+            # numgen's values are 0..99: "< 100" is out of its range, and means every packet
+            rule = "drop" if loss >= 100 else f"numgen random mod 100 < {loss} drop"
+            inputs.append(rule)
+            outputs.append(rule)
         lines = ["table inet chaos", "delete table inet chaos", "table inet chaos {",
                  "  chain input {", "    type filter hook input priority 0; policy accept;",
                  '    iifname "lo" accept', *(f"    {rule}" for rule in inputs), "  }",

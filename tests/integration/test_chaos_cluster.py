@@ -1,0 +1,354 @@
+"""The chaos harness's own faults do what they say, on one real cluster (nodes 1-3
+broker,controller, node 4 a broker), each node in its own network namespace: clients on the
+host produce and consume; partitions, one-way drops and isolation cut exactly the links they
+name and heal() restores them; pause, kill and restart act on the node; a full disk fails
+acks=all produce until freed; a clock jump moves the wall clock the broker stamps; close()
+leaves no namespace, link or mount behind, and a crashed run's leftovers are swept.
+
+Needs root (namespaces, nftables, tmpfs): under CI (CI=true, where ./scripts/test runs as
+root after ./scripts/setup --test) a missing prerequisite fails these tests; elsewhere it
+skips them with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Message, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+from pykraft.testing.chaos.cluster import (
+    BROKER_PORT,
+    ChaosCluster,
+    ChaosError,
+    check_prerequisites,
+    sweep_leftovers,
+)
+from pykraft.testing.chaos.network import list_links, list_netns, run
+from tests.integration.waits import wait_for
+
+CONFIGS = {
+    "default.replication.factor": "3",
+    "min.insync.replicas": "2",
+    "offsets.topic.replication.factor": "3",
+    "offsets.topic.num.partitions": "1",
+    "transaction.state.log.replication.factor": "3",
+    "transaction.state.log.min.isr": "2",
+    "transaction.state.log.num.partitions": "1",
+    "group.initial.rebalance.delay.ms": "0",
+    "broker.session.timeout.ms": "4000",
+    "broker.heartbeat.interval.ms": "500",
+    "replica.lag.time.max.ms": "4000",
+}
+DISK_BYTES = 32 * 1024 * 1024  # small: filling it writes this much to memory
+BROKER = 4  # the broker-only node: the disk and clock faults go there
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ChaosCluster]:
+    try:
+        check_prerequisites()
+    except ChaosError as error:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"the chaos harness cannot run here: {error}")
+        pytest.skip(f"the chaos harness cannot run here: {error}")
+    chaos = ChaosCluster(tmp_path_factory.mktemp("chaos"), combined=3, brokers=1,
+                         configs=CONFIGS, disk_bytes=DISK_BYTES)
+    chaos.start()
+    try:
+        yield chaos
+    finally:
+        chaos.close()
+
+
+def _connects_from_host(address: str, port: int = BROKER_PORT, timeout_s: float = 1.0) -> bool:
+    try:
+        socket.create_connection((address, port), timeout=timeout_s).close()
+    except OSError:
+        return False
+    return True
+
+
+def _connects_from_node(cluster: ChaosCluster, node_id: int, address: str,
+                        port: int = BROKER_PORT) -> bool:
+    code = ("import socket, sys\ntry:\n"
+            f"    socket.create_connection(({address!r}, {port}), timeout=1.0).close()\n"
+            "except OSError:\n    sys.exit(1)\n")
+    return cluster.run_in_node(node_id, [sys.executable, "-c", code]).returncode == 0
+
+
+UDP_RECEIVER = """
+import socket, sys
+sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+sock.bind((sys.argv[1], 0))
+print(sock.getsockname()[1], flush=True)
+sock.settimeout(2.0)
+try:
+    sock.recv(64)
+except OSError:
+    sys.exit(1)
+"""
+UDP_SENDER = """
+import socket, sys, time
+sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for _ in range(10):
+    sock.sendto(b"x", (sys.argv[1], int(sys.argv[2])))
+    time.sleep(0.05)
+"""
+
+
+def _udp_reaches(cluster: ChaosCluster, source: int, destination: int) -> bool:
+    """A datagram sent from node `source`'s namespace arrives in node `destination`'s."""
+    address = cluster.nodes[destination].address
+    receiver = subprocess.Popen(
+        ["ip", "netns", "exec", cluster.nodes[destination].netns, sys.executable, "-c",
+         UDP_RECEIVER, address], stdout=subprocess.PIPE, text=True)
+    try:
+        assert receiver.stdout is not None
+        port = receiver.stdout.readline().strip()
+        cluster.run_in_node(source, [sys.executable, "-c", UDP_SENDER, address, port])
+        return receiver.wait(timeout=10) == 0
+    finally:
+        if receiver.poll() is None:
+            receiver.kill()
+            receiver.wait(timeout=10)
+
+
+def _create_topic(cluster: ChaosCluster, name: str, replicas: list[int],
+                  config: dict[str, str] | None = None) -> None:
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    futures = admin.create_topics([NewTopic(name, num_partitions=1,
+                                            replica_assignment=[replicas],
+                                            config=config or {})])
+    futures[name].result(timeout=30)
+    wait_for(lambda: cluster.partition_leaders(name).get(0) == replicas[0],
+             f"{name} led by {replicas[0]}", retry_on=(ChaosError,))
+
+
+def _produce(cluster: ChaosCluster, topic: str, value: bytes,
+             timeout_ms: int = 10_000) -> Message:
+    """One acks=all produce; the delivered message (its error() says how it failed)."""
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all",
+                         "enable.idempotence": False, "message.timeout.ms": timeout_ms,
+                         "linger.ms": 0})
+    delivered: list[Message] = []
+    producer.produce(topic, value=value, partition=0,
+                     on_delivery=lambda _error, message: delivered.append(message))
+    producer.flush(timeout_ms / 1000 + 10)
+    assert len(delivered) == 1, "no delivery report"
+    return delivered[0]
+
+
+def _read_one(cluster: ChaosCluster, topic: str, offset: int | None) -> Message:
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers,
+                         "group.id": f"read-{topic}", "enable.auto.commit": False})
+    try:
+        assert offset is not None and offset >= 0
+        consumer.assign([TopicPartition(topic, 0, offset)])
+        for _ in range(100):
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                return message
+        raise AssertionError(f"nothing read from {topic} at offset {offset}")
+    finally:
+        consumer.close()
+
+
+def test_clients_on_the_host_produce_and_consume(cluster: ChaosCluster) -> None:
+    """Every broker is reachable from the host; a replicated round trip works."""
+    _create_topic(cluster, "round-trip", [1, 2, 3])
+    delivered = _produce(cluster, "round-trip", b"hello")
+    assert delivered.error() is None, delivered.error()
+    message = _read_one(cluster, "round-trip", delivered.offset())
+    assert message.value() == b"hello"
+    assert cluster.partition_isr("round-trip")[0] == [1, 2, 3]
+    assert cluster.active_controller() in (1, 2, 3)
+
+
+def test_partition_cuts_exactly_the_links_between_groups(cluster: ChaosCluster) -> None:
+    """partition([{1}, {2, 3, 4}]): 1 reaches none of 2-4 nor they it; the rest, and the
+    host, still reach everyone; heal() restores every link."""
+    nodes = cluster.nodes
+    cluster.partition([{1}, {2, 3, 4}])
+    try:
+        assert not _connects_from_node(cluster, 1, nodes[2].address)
+        assert not _connects_from_node(cluster, 3, nodes[1].address)
+        assert _connects_from_node(cluster, 2, nodes[3].address)
+        assert _connects_from_host(nodes[1].address)
+        assert _connects_from_host(nodes[2].address)
+    finally:
+        cluster.heal()
+    assert _connects_from_node(cluster, 1, nodes[2].address)
+    assert _connects_from_node(cluster, 3, nodes[1].address)
+    cluster.wait_healthy(30)
+
+
+def test_drop_is_one_way(cluster: ChaosCluster) -> None:
+    """drop(1, 2): datagrams from 1 never reach 2, while 2's still reach 1."""
+    cluster.drop(1, 2)
+    try:
+        assert not _udp_reaches(cluster, 1, 2)
+        assert _udp_reaches(cluster, 2, 1)
+    finally:
+        cluster.heal()
+    assert _udp_reaches(cluster, 1, 2)
+
+
+def test_isolate_from_clients(cluster: ChaosCluster) -> None:
+    """The host cannot reach an isolated node; other nodes still can."""
+    address = cluster.nodes[2].address
+    cluster.isolate_from_clients(2)
+    try:
+        assert not _connects_from_host(address)
+        assert _connects_from_node(cluster, 1, address)
+    finally:
+        cluster.heal()
+    assert _connects_from_host(address)
+
+
+def test_flaky_drops_everything_at_100_percent_and_caps_the_rate(
+        cluster: ChaosCluster) -> None:
+    """flaky(n, 100, rate) drops every packet both ways and puts tbf on both veth ends;
+    heal() removes both."""
+    node = cluster.nodes[3]
+    cluster.flaky(3, 100, rate_kbit=1000)
+    try:
+        assert not _connects_from_host(node.address)
+        assert not _connects_from_node(cluster, 3, cluster.nodes[1].address)
+        assert "tbf" in run(["tc", "qdisc", "show", "dev", node.veth])
+        assert "tbf" in cluster.run_in_node(3, ["tc", "qdisc", "show", "dev", "eth0"]).stdout
+    finally:
+        cluster.heal()
+    assert _connects_from_host(node.address)
+    assert "tbf" not in run(["tc", "qdisc", "show", "dev", node.veth])
+    cluster.wait_healthy(30)
+
+
+def test_pause_stops_answers_and_resume_restores_them(cluster: ChaosCluster) -> None:
+    """A SIGSTOPped node answers no request (the kernel still accepts the connection);
+    after SIGCONT it answers again."""
+    from kio.schema.api_versions.v3.request import ApiVersionsRequest
+
+    from pykraft.testing.wire import WireClient
+
+    request = ApiVersionsRequest(client_software_name="chaos", client_software_version="1")
+    address = f"{cluster.nodes[3].address}:{BROKER_PORT}"
+    cluster.pause(3)
+    try:
+        assert cluster.nodes[3].paused and cluster.nodes[3].running
+        with WireClient(address, timeout_s=1.5) as client, pytest.raises(OSError):
+            client.request(18, 3, request)
+    finally:
+        cluster.resume(3)
+    with WireClient(address, timeout_s=5) as client:
+        assert client.request(18, 3, request).api_keys
+    cluster.wait_healthy(30)
+
+
+def test_full_disk_fails_acks_all_produce_until_freed(cluster: ChaosCluster) -> None:
+    """With the leader's log dir filesystem full, an acks=all produce fails or times out;
+    once freed, produce succeeds again and the node never died."""
+    _create_topic(cluster, "disk", [BROKER], {"min.insync.replicas": "1"})
+    assert _produce(cluster, "disk", b"before").error() is None
+    cluster.fill_disk(BROKER)
+    try:
+        free = os.statvfs(cluster.nodes[BROKER].disk)
+        assert free.f_bavail * free.f_frsize < 64 * 1024
+        failed = _produce(cluster, "disk", b"x" * 100_000, timeout_ms=4000)
+        assert failed.error() is not None
+    finally:
+        cluster.free_disk(BROKER)
+    wait_for(lambda: _produce(cluster, "disk", b"after").error() is None,
+             "produce after the disk was freed", timeout_s=30)
+    assert cluster.nodes[BROKER].running
+
+
+def test_clock_jump_moves_the_wall_clock_the_broker_stamps(cluster: ChaosCluster) -> None:
+    """A topic with LogAppendTime gets the leader's wall clock as each batch's timestamp:
+    one hour ahead after clock_jump(+3600), real again after clock_reset."""
+    _create_topic(cluster, "clock", [BROKER], {"min.insync.replicas": "1",
+                                               "message.timestamp.type": "LogAppendTime"})
+
+    def stamped_skew_s() -> float:
+        delivered = _produce(cluster, "clock", b"tick")
+        assert delivered.error() is None, delivered.error()
+        _, timestamp_ms = _read_one(cluster, "clock", delivered.offset()).timestamp()
+        return timestamp_ms / 1000 - time.time()
+
+    assert abs(stamped_skew_s()) < 30
+    cluster.clock_jump(BROKER, 3600)
+    try:
+        wait_for(lambda: 3500 < stamped_skew_s() < 3700, "a timestamp an hour ahead",
+                 timeout_s=20, interval_s=0.5)
+        shell_time = cluster.run_in_node(BROKER, [sys.executable, "-c",
+                                                  "import time; print(time.time())"])
+        assert 3500 < float(shell_time.stdout) - time.time() < 3700
+    finally:
+        cluster.clock_reset(BROKER)
+    wait_for(lambda: abs(stamped_skew_s()) < 30, "timestamps back to the real clock",
+             timeout_s=20, interval_s=0.5)
+    cluster.wait_healthy(30)
+
+
+def test_kill_and_restart(cluster: ChaosCluster) -> None:
+    """kill -9 stops the node (its port refuses); restart brings it back into the cluster
+    on its data."""
+    address = cluster.nodes[BROKER].address
+    cluster.kill(BROKER)
+    assert not cluster.nodes[BROKER].running
+    assert not _connects_from_host(address)
+    with pytest.raises(ChaosError, match="not running"):
+        cluster.wait_healthy(5)
+    cluster.restart(BROKER)
+    cluster.wait_healthy(60)
+    assert (cluster.nodes[BROKER].log_dir / "disk-0").is_dir()
+
+
+def test_close_leaves_nothing_behind(cluster: ChaosCluster) -> None:
+    """After close() (twice: it is idempotent) no namespace, link or mount of this cluster
+    remains, and no node process runs."""
+    processes = [node.process for node in cluster.nodes.values()]
+    cluster.close()
+    cluster.close()
+    assert all(process is None or process.poll() is not None for process in processes)
+    assert not [name for name in list_netns() if name.startswith(cluster.prefix)]
+    assert not [name for name in list_links() if name.startswith(cluster.prefix)]
+    mounts = Path("/proc/mounts").read_text(encoding="utf-8")
+    assert cluster.prefix not in mounts
+    assert str(cluster.root_dir) not in mounts
+
+
+def test_leftovers_of_a_dead_run_are_swept(tmp_path: Path) -> None:
+    """A namespace, a bridge and a mount named for a pid that no longer runs are removed;
+    those of a live pid are not."""
+    try:
+        check_prerequisites()
+    except ChaosError as error:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"the chaos harness cannot run here: {error}")
+        pytest.skip(f"the chaos harness cannot run here: {error}")
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait(timeout=30)
+    dead = f"pk{gone.pid}-9"
+    run(["ip", "netns", "add", f"{dead}n1"])
+    run(["ip", "link", "add", f"{dead}b", "type", "bridge"])
+    (tmp_path / "disk").mkdir()
+    run(["mount", "-t", "tmpfs", "-o", "size=1m", dead, str(tmp_path / "disk")])
+    try:
+        removed = sweep_leftovers()
+        assert f"{dead}n1" in removed and f"{dead}b" in removed
+        assert f"{dead}n1" not in list_netns()
+        assert f"{dead}b" not in list_links()
+        assert str(tmp_path / "disk") not in Path("/proc/mounts").read_text(encoding="utf-8")
+    finally:
+        run(["ip", "netns", "delete", f"{dead}n1"], check=False)
+        run(["ip", "link", "delete", f"{dead}b"], check=False)
+        run(["umount", str(tmp_path / "disk")], check=False)
+

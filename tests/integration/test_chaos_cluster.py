@@ -13,12 +13,15 @@ skips them with the reason.
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
 
 import pytest
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
@@ -53,12 +56,7 @@ BROKER = 4  # the broker-only node: the disk and clock faults go there
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ChaosCluster]:
-    try:
-        check_prerequisites()
-    except ChaosError as error:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"the chaos harness cannot run here: {error}")
-        pytest.skip(f"the chaos harness cannot run here: {error}")
+    _require_prerequisites()
     chaos = ChaosCluster(tmp_path_factory.mktemp("chaos"), combined=3, brokers=1,
                          configs=CONFIGS, disk_bytes=DISK_BYTES)
     chaos.start()
@@ -272,7 +270,7 @@ def test_full_disk_fails_acks_all_produce_until_freed(cluster: ChaosCluster) -> 
 
 def test_clock_jump_moves_the_wall_clock_the_broker_stamps(cluster: ChaosCluster) -> None:
     """A topic with LogAppendTime gets the leader's wall clock as each batch's timestamp:
-    one hour ahead after clock_jump(+3600), real again after clock_reset."""
+    one hour ahead after clock_jump(+3600), real again after clock_jump(0)."""
     _create_topic(cluster, "clock", [BROKER], {"min.insync.replicas": "1",
                                                "message.timestamp.type": "LogAppendTime"})
 
@@ -291,7 +289,7 @@ def test_clock_jump_moves_the_wall_clock_the_broker_stamps(cluster: ChaosCluster
                                                   "import time; print(time.time())"])
         assert 3500 < float(shell_time.stdout) - time.time() < 3700
     finally:
-        cluster.clock_reset(BROKER)
+        cluster.clock_jump(BROKER, 0)
     wait_for(lambda: abs(stamped_skew_s()) < 30, "timestamps back to the real clock",
              timeout_s=20, interval_s=0.5)
     cluster.wait_healthy(30)
@@ -318,6 +316,19 @@ def test_close_leaves_nothing_behind(cluster: ChaosCluster) -> None:
     cluster.close()
     cluster.close()
     assert all(process is None or process.poll() is not None for process in processes)
+    _assert_nothing_left(cluster)
+
+
+def _require_prerequisites() -> None:
+    try:
+        check_prerequisites()
+    except ChaosError as error:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"the chaos harness cannot run here: {error}")
+        pytest.skip(f"the chaos harness cannot run here: {error}")
+
+
+def _assert_nothing_left(cluster: ChaosCluster) -> None:
     assert not [name for name in list_netns() if name.startswith(cluster.prefix)]
     assert not [name for name in list_links() if name.startswith(cluster.prefix)]
     mounts = Path("/proc/mounts").read_text(encoding="utf-8")
@@ -325,15 +336,36 @@ def test_close_leaves_nothing_behind(cluster: ChaosCluster) -> None:
     assert str(cluster.root_dir) not in mounts
 
 
-def test_leftovers_of_a_dead_run_are_swept(tmp_path: Path) -> None:
-    """A namespace, a bridge and a mount named for a pid that no longer runs are removed;
-    those of a live pid are not."""
+def test_a_failed_or_interrupted_start_tears_down(tmp_path: Path) -> None:
+    """A start that fails (a node cannot start) or is interrupted (Ctrl-C) half-way leaves
+    no namespace, link or mount behind."""
+    _require_prerequisites()
+    broken = ChaosCluster(tmp_path / "broken", combined=1, brokers=0,
+                          configs={"num.network.threads": "many"})
+    with pytest.raises(ChaosError):
+        broken.start()
+    _assert_nothing_left(broken)
+
+    def interrupt(_signum: int, _frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    interrupted = ChaosCluster(tmp_path / "interrupted", combined=1, brokers=0)
+    previous = signal.signal(signal.SIGINT, interrupt)
+    timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
     try:
-        check_prerequisites()
-    except ChaosError as error:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"the chaos harness cannot run here: {error}")
-        pytest.skip(f"the chaos harness cannot run here: {error}")
+        with pytest.raises(KeyboardInterrupt):
+            interrupted.start()
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGINT, previous)
+    _assert_nothing_left(interrupted)
+    assert all(not node.running for node in interrupted.nodes.values())
+
+
+def test_leftovers_of_a_dead_run_are_swept(tmp_path: Path) -> None:
+    """A namespace, a bridge and a mount named for a pid that no longer runs are removed."""
+    _require_prerequisites()
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait(timeout=30)
     dead = f"pk{gone.pid}-9"

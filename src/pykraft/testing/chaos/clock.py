@@ -121,17 +121,11 @@ class FakeClock:
                 "DONT_FAKE_MONOTONIC": "1",
                 "FAKETIME_CACHE_DURATION": str(CACHE_DURATION_S)}
 
-    def jump(self, node_id: int, seconds: float) -> float:
-        """Move the node's wall clock by `seconds` (offsets add up); the new offset."""
+    def jump(self, node_id: int, offset_s: float) -> None:
+        """Set the node's wall clock `offset_s` seconds off the real time (0: real time)."""
         if not self.available:
             raise NotSupported(f"clock jumps: {self.why_not}")
-        offset = self.offsets_s.get(node_id, 0.0) + seconds
-        self._write(node_id, offset)
-        return offset
-
-    def reset(self, node_id: int) -> None:
-        if self.available:
-            self._write(node_id, 0.0)
+        self._write(node_id, offset_s)
 
     def _write(self, node_id: int, offset_s: float) -> None:
         # written whole then renamed: libfaketime never reads half a line

@@ -6,7 +6,7 @@ bridge, and the faults a campaign injects into them.
     Producer({"bootstrap.servers": cluster.bootstrap_servers})   # from this (host) process
     cluster.partition([{1, 4}, {2, 3, 5}]); cluster.heal()
     cluster.pause(2); cluster.resume(2); cluster.kill(3); cluster.restart(3)
-    cluster.fill_disk(4); cluster.free_disk(4); cluster.clock_jump(1, -30.0)
+    cluster.fill_disk(4); cluster.free_disk(4); cluster.clock_jump(1, -30.0)  # 30 s behind
     cluster.close()
 
 Nodes 1..combined are `broker,controller` (the quorum's voters), the rest `broker`. Node i
@@ -70,6 +70,7 @@ class ChaosNode:
     configs: dict[str, str] = field(default_factory=dict)
     process: subprocess.Popen[bytes] | None = None
     paused: bool = False
+    clock_offset_s: float = 0.0  # its wall clock's offset from the real time (clock_jump)
 
     @property
     def log_dir(self) -> Path:
@@ -477,16 +478,16 @@ class ChaosCluster:
         disk.free(self.node(node_id).disk)
 
     def clock_jump(self, node_id: int, seconds: float) -> None:
-        """Move the node's wall clock by `seconds` (offsets add up; its monotonic clock is
-        unchanged); seen by the node within ~1 s, kept across its restarts. NotSupported
-        when libfaketime is absent."""
-        self.node(node_id)
+        """Set the node's wall clock `seconds` off the real time (not cumulative: 0 puts it
+        back); its monotonic clock is unchanged. The node sees it within ~1 s and keeps it
+        across restarts. NotSupported when libfaketime is absent."""
+        node = self.node(node_id)
         self.clock.jump(node_id, seconds)
+        node.clock_offset_s = seconds
 
     def clock_reset(self, node_id: int) -> None:
         """Put the node's wall clock back to the real time."""
-        self.node(node_id)
-        self.clock.reset(node_id)
+        self.clock_jump(node_id, 0.0)
 
     def node_environment(self, node_id: int) -> dict[str, str]:
         """The environment a node's process starts with (its libfaketime settings)."""

@@ -108,8 +108,9 @@ def summary_table(results: list[RoundResult]) -> str:
 
 
 def _longest_gap(result: RoundResult) -> float:
-    value = result.unavailability.get("longest_gap_s", 0.0)
-    return float(value) if isinstance(value, (int, float)) else 0.0
+    """The round's longest stretch without an ok write, over its fault's windows."""
+    windows = result.unavailability.get("by_fault", {}).get(result.fault, [])
+    return max((float(window["longest_gap_s"]) for window in windows), default=0.0)
 
 
 def main(argv: list[str] | None = None) -> int:

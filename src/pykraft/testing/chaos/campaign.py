@@ -24,13 +24,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pykraft.testing.chaos.checker import check
+from pykraft.testing.chaos.checker import ERROR_KINDS, REPORTED_KINDS, check
 from pykraft.testing.chaos.faults import FAULT_KINDS, FaultContext, make_fault, repair_all
 from pykraft.testing.chaos.history import History
 from pykraft.testing.chaos.workloads import make_workload
 
-__all__ = ["WORKLOADS", "CampaignOptions", "RoundResult", "cluster_configs", "run_campaign",
-           "run_round", "schedule"]
+__all__ = ["ERROR_KINDS", "WORKLOADS", "CampaignOptions", "RoundResult", "cluster_configs",
+           "run_campaign", "run_round", "schedule"]
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +152,7 @@ def run_round(cluster: Any, options: CampaignOptions, round_: int) -> RoundResul
     result = RoundResult(
         round=round_, workload=workload_name, fault=fault_kind, fault_detail=detail,
         valid=verdict.valid and error is None, counts=dict(verdict.counts),
-        anomalies={kind: len(examples) for kind, examples in verdict.anomalies.items()},
+        anomalies={kind: verdict.counts[kind] for kind in ERROR_KINDS + REPORTED_KINDS},
         unavailability=verdict.unavailability, seconds=round(time.monotonic() - started, 1),
         error=error)
     (directory / "verdict.json").write_text(json.dumps(
@@ -185,10 +185,6 @@ def run_campaign(options: CampaignOptions) -> list[RoundResult]:
     finally:
         cluster.close()
     return results
-
-
-ERROR_KINDS = ("lost-write", "duplicate", "reorder", "inconsistent-offset", "aborted-read",
-               "failed-write-visible", "non-atomic-txn", "g1c", "lost-metadata")
 
 
 def _write_summary(out: Path, results: list[RoundResult]) -> None:

@@ -261,6 +261,8 @@ def _parse(events: Sequence[Event]) -> Parsed:
 
 def _parse_event(parsed: Parsed, event: Event, invocations: dict[int, Event], *,
                  completed: bool = True) -> None:
+    if event.type not in ("invoke", "ok", "fail", "info"):
+        raise ValueError(f"unknown event type {event.type!r}")
     if event.type == "invoke":
         if event.f in ("send", "txn", "admin"):  # the others are judged on completion only
             invocations[event.index] = event

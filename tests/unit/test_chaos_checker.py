@@ -432,6 +432,7 @@ def test_unavailability_per_fault_window_and_over_the_whole_history() -> None:
     history.at(0.5).send(1, offset=0)
     history.at(1.0).fault("partition", "start")
     history.at(1.2).send(2, offset=1)
+    history.at(2.5).poll([["t", 0, 0, 1]])
     history.at(2.9).send(3, offset=2)
     history.at(3.0).fault("partition", "stop")
     history.at(3.5).send(4, offset=3)
@@ -441,11 +442,16 @@ def test_unavailability_per_fault_window_and_over_the_whole_history() -> None:
     history.at(7.0).fault("kill", "start")
     unavailability = history.check().unavailability
     assert unavailability["by_fault"] == {
-        "partition": [{"start": 1.0, "stop": 3.0, "longest_gap_s": 1.7, "recovery_s": 0.5}],
-        "pause": [{"start": 4.0, "stop": 4.5, "longest_gap_s": 2.0, "recovery_s": 1.5}],
-        "kill": [{"start": 7.0, "stop": None, "longest_gap_s": 0.0, "recovery_s": None}],
+        "partition": [{"start": 1.0, "stop": 3.0, "longest_gap_s": 1.7,
+                       "longest_poll_gap_s": 1.5, "recovery_s": 0.5}],
+        "pause": [{"start": 4.0, "stop": 4.5, "longest_gap_s": 2.0,
+                   "longest_poll_gap_s": 2.0, "recovery_s": 1.5}],
+        "kill": [{"start": 7.0, "stop": None, "longest_gap_s": 0.0,
+                  "longest_poll_gap_s": 0.0, "recovery_s": None}],
     }
-    assert unavailability["whole_history"] == {"longest_gap_s": 2.5, "from": 3.5}
+    assert unavailability["whole_history"] == {"longest_gap_s": 2.5, "from": 3.5,
+                                               "longest_poll_gap_s": 4.5,
+                                               "poll_gap_from": 2.5}
 
 
 # --- the graph ------------------------------------------------------------------------------

@@ -37,9 +37,15 @@ is one pass over those, keyed by (topic, partition), so a million events check i
 - unacknowledged-visible (reported, count only): values of `info` sends seen in drains.
 
 Unavailability: for each fault window (its start to its stop, extended to the first ok
-write after the stop) the longest interval without an ok send or txn completion, and the
-recovery time from the stop to that first ok write; plus the longest such gap in the whole
-history. A write is an ok `send` or a committed `txn`: both workloads that write have one.
+write after the stop) the longest interval without an ok send or txn completion, the longest
+without a poll that returned records, and the recovery time from the stop to that first ok
+write; plus the longest such gaps in the whole history. A write is an ok `send` or a
+committed `txn`, so every workload that writes has them. Seconds, rounded to 3 decimals:
+
+    {"by_fault": {"partition": [{"start": 12.5, "stop": 27.5, "longest_gap_s": 9.1,
+                                 "longest_poll_gap_s": 11.0, "recovery_s": 0.8}, ...], ...},
+     "whole_history": {"longest_gap_s": 9.1, "from": 14.2, "longest_poll_gap_s": 11.0,
+                       "poll_gap_from": 13.9}}
 
 `python -m pykraft.testing.chaos.checker history.jsonl [--json]` prints the verdict and
 exits 0 if valid, 1 if not, 2 if the history cannot be read.
@@ -193,6 +199,7 @@ class Parsed:
     admins: list[Admin] = field(default_factory=list)
     faults: list[tuple[float, str, str]] = field(default_factory=list)  # time, kind, phase
     write_ok_times: list[float] = field(default_factory=list)
+    poll_ok_times: list[float] = field(default_factory=list)  # polls that returned records
     start_time: float = 0.0
     end_time: float = 0.0
     counts: dict[str, int] = field(default_factory=dict)
@@ -256,6 +263,7 @@ def _parse(events: Sequence[Event]) -> Parsed:
             raise HistoryError(f"event {event.index} ({event.f} invoke) is malformed: "
                                f"{type(error).__name__}: {error}") from None
     parsed.write_ok_times.sort()
+    parsed.poll_ok_times.sort()
     return parsed
 
 
@@ -276,6 +284,7 @@ def _parse_event(parsed: Parsed, event: Event, invocations: dict[int, Event], *,
         _parse_txn(parsed, event, invoke, value)
     elif event.f == "poll" and event.type == "ok":
         parsed.count("polls")
+        parsed.poll_ok_times.append(event.time)
         consumer = (event.process, str(value.get("consumer")))
         isolation = str(value.get("isolation", READ_UNCOMMITTED))
         parsed.polls.append(Poll(event.index, consumer, isolation,
@@ -789,13 +798,17 @@ def _unavailability(parsed: Parsed) -> dict[str, Any]:
             if after < len(times):
                 end, recovery = times[after], times[after] - stop
         gap, _ = _longest_gap(times, start, max(end, start))
+        poll_gap, _ = _longest_gap(parsed.poll_ok_times, start, max(end, start))
         by_fault.setdefault(kind, []).append({
             "start": round(start, 3), "stop": None if stop is None else round(stop, 3),
-            "longest_gap_s": round(gap, 3),
+            "longest_gap_s": round(gap, 3), "longest_poll_gap_s": round(poll_gap, 3),
             "recovery_s": None if recovery is None else round(recovery, 3)})
     gap, at = _longest_gap(times, parsed.start_time, parsed.end_time)
+    poll_gap, poll_at = _longest_gap(parsed.poll_ok_times, parsed.start_time, parsed.end_time)
     return {"by_fault": by_fault,
-            "whole_history": {"longest_gap_s": round(gap, 3), "from": round(at, 3)}}
+            "whole_history": {"longest_gap_s": round(gap, 3), "from": round(at, 3),
+                              "longest_poll_gap_s": round(poll_gap, 3),
+                              "poll_gap_from": round(poll_at, 3)}}
 
 
 # --- entry points ---------------------------------------------------------------------------

@@ -791,6 +791,7 @@ def test_the_cli_reads_what_history_writes_and_forgives_a_torn_last_line(
     '{"index": 0, "time": 0, "round": 0, "process": "p", "type": "ok", "f": "drain",'
     ' "value": {"topic": "t", "partition": 0, "records": {"a": 1}}}\n',
     "[]\n",
+    "[" * 100_000 + "\n",  # deeper than the JSON parser's recursion
     "",
     "\udcff",
     None,

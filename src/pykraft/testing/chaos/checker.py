@@ -864,7 +864,7 @@ def load(path: Path) -> list[Event]:
             if data.get("type") not in ("invoke", "ok", "fail", "info"):
                 raise ValueError(f"unknown event type {data.get('type')!r}")
             events.append(Event.from_json(data))
-        except (ValueError, KeyError, TypeError) as error:
+        except (ValueError, KeyError, TypeError, RecursionError) as error:
             if number == len(lines) and not line.endswith("\n"):
                 break  # the run died while writing its last event
             raise HistoryError(f"{path}:{number}: not a history event ({error})") from None

@@ -713,7 +713,7 @@ def _check_polls(parsed: Parsed, drains: Drains, anomalies: Anomalies) -> None:
         for tp, offset, value in poll.records:
             previous = positions.get(tp)
             positions[tp] = (offset, index)
-            if previous is None:
+            if previous is None or offset == previous[0] + 1:
                 continue
             before, before_index = previous
             example = {"topic": tp[0], "partition": tp[1], "process": consumer[0],
@@ -721,13 +721,12 @@ def _check_polls(parsed: Parsed, drains: Drains, anomalies: Anomalies) -> None:
                        "from_event": before_index, "to_event": index, "value": value}
             if offset <= before:
                 anomalies.add("nonmonotonic-poll", example)
-            elif offset > before + 1:
-                drain = drains.matching(tp, poll.isolation)
-                skipped = None if drain is None else drain.holds_between(before, offset)
-                if skipped is not None:
-                    assert drain is not None
-                    anomalies.add("poll-skip", {**example, "skipped_offset": skipped,
-                                                "skipped_value": drain.by_offset[skipped]})
+                continue
+            drain = drains.matching(tp, poll.isolation)
+            skipped = None if drain is None else drain.holds_between(before, offset)
+            if drain is not None and skipped is not None:
+                anomalies.add("poll-skip", {**example, "skipped_offset": skipped,
+                                            "skipped_value": drain.by_offset[skipped]})
 
 
 def _check_metadata(parsed: Parsed, anomalies: Anomalies) -> None:
@@ -739,11 +738,17 @@ def _check_metadata(parsed: Parsed, anomalies: Anomalies) -> None:
     final = max(describes, key=lambda admin: admin.completion or admin.invoke)
     assert final.listed is not None
 
+    # (action, topic) -> the last event at which it may have taken effect: its completion,
+    # or forever if it never completed (it may still be applied)
+    last_effect: dict[tuple[str, str | None], float] = {}
+    for admin in parsed.admins:
+        key = (admin.action, admin.topic)
+        effect = float("inf") if admin.completion is None else admin.completion
+        last_effect[key] = max(last_effect.get(key, -1.0), effect)
+
     def after(action: str, topic: str, index: int) -> bool:
         """Whether an `action` on `topic` may have happened after event `index`."""
-        return any(admin.action == action and admin.topic == topic
-                   and (admin.completion is None or admin.completion > index)
-                   for admin in parsed.admins)
+        return last_effect.get((action, topic), -1.0) > index
 
     for admin in parsed.admins:
         if admin.outcome != "ok" or admin.topic is None or admin.completion is None:

@@ -35,6 +35,7 @@ whole run (`History.next_value()`), written as ASCII decimal in the record value
   to the end offset the drain reached, and "end_offset".
 - "admin": {"action": "create-topic" | "delete-topic" | "reassign" | "elect-leaders" |
   "describe-topics", ...action's fields}; ok adds the action's result.
+  describe-topics: {"asked": [topic, ...]}; ok adds "topics": {name: partition count}.
 - "fault": process "nemesis", ok only: {"kind", "phase": "start" | "stop", "detail"}.
 """
 

@@ -12,7 +12,9 @@ is one pass over those, keyed by (topic, partition), so a million events check i
   from its partition's drain, or the drain holds another value at its acknowledged offset.
   Plain sends are judged against the read_uncommitted drain, txn values against the
   read_committed one (each falls back to the other if it is the only one); a partition
-  without an ok drain is not judged (counted as `values-unchecked`).
+  without an ok drain is not judged (counted as `values-unchecked`). A value a consumer
+  read (poll or txn read) and the drain of its isolation lacks is lost too, acknowledged
+  or not: consumers read only committed data, which must never disappear.
 - duplicate: a value observed at two or more offsets (drains, polls, txn reads) that an
   idempotent producer or a txn wrote; `duplicate-nonidempotent` when a producer without
   idempotence wrote it (its retries may duplicate: allowed).
@@ -464,7 +466,8 @@ def _check_offsets(parsed: Parsed, anomalies: Anomalies) -> None:
 
 
 def _check_lost(parsed: Parsed, drains: Drains, anomalies: Anomalies) -> None:
-    """lost-write: an acknowledged value its partition's drain does not hold."""
+    """lost-write: an acknowledged or consumed value its partition's drain does not hold."""
+    lost: set[int] = set()
     for write in parsed.writes.values():
         if write.outcome != "ok":
             continue
@@ -480,11 +483,31 @@ def _check_lost(parsed: Parsed, drains: Drains, anomalies: Anomalies) -> None:
             reason = f"the drain holds value {held} at its acknowledged offset"
         else:
             continue
+        lost.add(write.value)
         anomalies.add("lost-write", {
             "topic": write.tp[0], "partition": write.tp[1], "value": write.value,
             "offset": write.offset, "process": write.producer[0], "invoke": write.order[0],
             "txn": write.txn, "drain": drain.index, "drain_end_offset": drain.end_offset,
             "reason": reason})
+    # A consumer reads only below the high watermark (or the last stable offset), so what
+    # it read was committed, acknowledged or not, and must stay (Kafka's promise).
+    for source, index, tp, offset, value, isolation in _observations(parsed):
+        if source == "drain" or value is None or value in lost:
+            continue
+        drain = drains.matching(tp, isolation)
+        if drain is None or value in drain.first_offset_of:
+            continue
+        if drain.isolation == READ_COMMITTED and isolation != READ_COMMITTED:
+            continue  # read_uncommitted saw aborted or undecided data: rightly not there
+        writer = parsed.writes.get(value)
+        if writer is not None and writer.outcome == "fail":
+            continue  # an aborted read or a failed write seen: reported as such
+        lost.add(value)
+        anomalies.add("lost-write", {
+            "topic": tp[0], "partition": tp[1], "value": value, "offset": offset,
+            "seen_by": source, "event": index, "drain": drain.index,
+            "drain_end_offset": drain.end_offset,
+            "reason": "read by a consumer, absent from the drain"})
 
 
 def _check_duplicates(parsed: Parsed, anomalies: Anomalies) -> None:

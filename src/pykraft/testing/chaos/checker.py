@@ -109,7 +109,8 @@ class Verdict:
         ops = [key for key in self.counts if key not in ERROR_KINDS + REPORTED_KINDS]
         lines.append("operations: " + ", ".join(f"{key} {self.counts[key]}" for key in ops))
         whole = self.unavailability["whole_history"]
-        lines.append(f"longest gap without an ok write: {whole['longest_gap_s']:.3f} s")
+        lines.append(f"longest gap without an ok write: {whole['longest_gap_s']:.3f} s, "
+                     f"without records polled: {whole['longest_poll_gap_s']:.3f} s")
         for kind, windows in sorted(self.unavailability["by_fault"].items()):
             worst = max(window["longest_gap_s"] for window in windows)
             recoveries = [w["recovery_s"] for w in windows if w["recovery_s"] is not None]

@@ -20,6 +20,11 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from pykraft.testing.chaos.history import Event, EventType, History
 
 log = logging.getLogger("pykraft.testing.chaos.workloads")
+# librdkafka logs every refused connection of a fault at its error level, by the thousand;
+# they go to their own logger, quiet unless someone lowers its level to look.
+librdkafka_log = logging.getLogger("pykraft.testing.chaos.librdkafka")
+if librdkafka_log.level == logging.NOTSET:
+    librdkafka_log.setLevel(logging.CRITICAL)
 
 REPLICATION_FACTOR = 3
 MIN_INSYNC_REPLICAS = 2
@@ -60,7 +65,7 @@ def client_config(bootstrap: str, *parts: dict[str, Any], **extra: Any) -> dict[
     for part in parts:
         config.update(part)
     config.update(extra)
-    config["logger"] = log  # librdkafka's log lines go to logging, not stderr
+    config["logger"] = librdkafka_log  # to logging, not stderr
     return config
 
 
@@ -188,7 +193,7 @@ class ClientThread(threading.Thread):
                 break
             except Restart as restart:
                 log.info("%s: %s; re-creating its client", self.process, restart)
-                self.close_client()
+                self.close_quietly()
                 self.pending.give_up(self.pending.open_of(self.process), str(restart))
                 created = False
                 continue
@@ -196,7 +201,7 @@ class ClientThread(threading.Thread):
                 self.failures += 1
                 log.warning("%s: %s; re-creating its client", self.process,
                             describe(exception), exc_info=error_of(exception) is None)
-                self.close_client()
+                self.close_quietly()
                 self.pending.give_up(self.pending.open_of(self.process), describe(exception))
                 created = False
                 self.stopping.wait(RECREATE_BACKOFF_S)
@@ -205,7 +210,13 @@ class ClientThread(threading.Thread):
         except Exception as exception:  # noqa: BLE001
             log.warning("%s: while stopping: %s", self.process, describe(exception))
         finally:
+            self.close_quietly()
+
+    def close_quietly(self) -> None:
+        try:
             self.close_client()
+        except Exception as exception:  # noqa: BLE001 - closing must not end the thread
+            log.warning("%s: closing its client: %s", self.process, describe(exception))
 
     def create(self) -> None:
         raise NotImplementedError

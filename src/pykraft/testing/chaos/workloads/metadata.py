@@ -36,7 +36,8 @@ from pykraft.testing.chaos.workloads.common import (
 from pykraft.testing.chaos.workloads.drain import drain_topics
 from pykraft.testing.chaos.workloads.queue import ProducerThread, SubscribeConsumerThread
 
-ADMIN_TIMEOUT_S = 15.0
+# Short enough that a fault of 10-30 s sees several admin operations, each bounded.
+ADMIN_TIMEOUT_S = 8.0
 # Errors with which the controller refuses a request: nothing was changed.
 REFUSED = frozenset({
     KafkaError.INVALID_REPLICATION_FACTOR, KafkaError.INVALID_PARTITIONS,
@@ -111,7 +112,7 @@ class AdminThread(ClientThread):
             operation_timeout=ADMIN_TIMEOUT_S, request_timeout=ADMIN_TIMEOUT_S)
         try:
             futures[name].result(timeout=ADMIN_TIMEOUT_S + 5)
-        except KafkaException as exception:
+        except (KafkaException, TimeoutError) as exception:  # TimeoutError: no answer
             self.complete_error(invocation, exception)
             return
         self.pending.complete(invocation, "ok")
@@ -125,7 +126,7 @@ class AdminThread(ClientThread):
                                            request_timeout=ADMIN_TIMEOUT_S)
         try:
             futures[name].result(timeout=ADMIN_TIMEOUT_S + 5)
-        except KafkaException as exception:
+        except (KafkaException, TimeoutError) as exception:  # TimeoutError: no answer
             self.complete_error(invocation, exception)
             return
         self.pending.complete(invocation, "ok")
@@ -176,7 +177,7 @@ class AdminThread(ClientThread):
                 # no timeout arguments: confluent-kafka 2.16's binding raises SystemError on
                 # any; the default is socket.timeout.ms (10 s)
             ).result(timeout=ADMIN_TIMEOUT_S + 5)
-        except KafkaException as exception:
+        except (KafkaException, TimeoutError) as exception:  # TimeoutError: no answer
             self.complete_error(invocation, exception)
             return
         errors = {str(tp.partition): None if error is None else describe(error)

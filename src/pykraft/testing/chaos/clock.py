@@ -71,13 +71,15 @@ class FakeClock:
     `available` is False (and `why_not` says why) when libfaketime or the shim is missing:
     nodes then start with the real clock and `jump` raises NotSupported."""
 
-    def __init__(self, work_dir: Path) -> None:
+    def __init__(self, work_dir: Path, *, enabled: bool = True) -> None:
         self.work_dir = work_dir
         self.offsets_s: dict[int, float] = {}
         self.why_not = ""
         self.library = find_libfaketime()
         self.shim = work_dir / "nanosleep-shim.so"
-        if self.library is None:
+        if not enabled:
+            self.why_not = "the cluster was started with fake_clock=False"
+        elif self.library is None:
             self.why_not = ("libfaketime is not installed (apt-get install faketime; "
                             "./scripts/setup --test does it)")
         else:

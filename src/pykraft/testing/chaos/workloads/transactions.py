@@ -50,8 +50,11 @@ from pykraft.testing.chaos.workloads.common import (
 from pykraft.testing.chaos.workloads.drain import drain_topics
 from pykraft.testing.chaos.workloads.queue import AssignConsumerThread
 
-TXN_TIMEOUT_S = 15.0  # one call of the transactional API
-COMMIT_ATTEMPTS_MAX = 3
+# One call of the transactional API. A transaction's calls together (send offsets, flush,
+# two commit attempts, an abort) stay near the coordinator's transaction.timeout.ms, so a
+# stuck one is settled (info, and a re-created producer) rather than left to the stop bound.
+TXN_TIMEOUT_S = 10.0
+COMMIT_ATTEMPTS_MAX = 2
 PIPELINE_RECORDS_MAX = 5  # "every few records"
 # A transaction the coordinator never hears of again is aborted after this: an abandoned one
 # cannot hold back the last stable offset (and the drain) for long. librdkafka requires

@@ -34,7 +34,7 @@ from pykraft.testing.chaos.cluster import (
     check_prerequisites,
     sweep_leftovers,
 )
-from pykraft.testing.chaos.network import list_links, list_netns, run
+from pykraft.testing.chaos.network import in_netns, list_links, list_netns, run
 from tests.integration.waits import wait_for
 
 CONFIGS = {
@@ -244,6 +244,49 @@ def test_flaky_drops_everything_at_100_percent_and_caps_the_rate(
     assert _connects_from_host(node.address)
     assert "tbf" not in run(["tc", "qdisc", "show", "dev", node.veth])
     cluster.wait_healthy(30)
+
+
+SENDER = """
+import socket, sys
+with socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=10) as sock:
+    sock.sendall(b"x" * int(sys.argv[3]))
+"""
+
+
+def _seconds_to_receive(cluster: ChaosCluster, node_id: int, size_bytes: int) -> float:
+    """How long `size_bytes` sent over TCP from the node's namespace take to reach the host
+    (timed from the accept, so the sender's start does not count)."""
+    with socket.create_server((cluster.host_address, 0)) as server:
+        server.settimeout(30)
+        port = server.getsockname()[1]
+        sender = subprocess.Popen(in_netns(cluster.nodes[node_id].netns, [
+            sys.executable, "-c", SENDER, cluster.host_address, str(port), str(size_bytes)]))
+        try:
+            connection, _ = server.accept()
+            started = time.monotonic()
+            received = 0
+            with connection:
+                connection.settimeout(30)
+                for _ in range(size_bytes):  # bounded: each recv returns >= 1 byte or EOF
+                    chunk = connection.recv(65536)
+                    if not chunk:
+                        break
+                    received += len(chunk)
+            elapsed = time.monotonic() - started
+        finally:
+            assert sender.wait(timeout=30) == 0
+    assert received == size_bytes
+    return elapsed
+
+
+def test_flaky_rate_cap_slows_the_link(cluster: ChaosCluster) -> None:
+    """With an 800 kbit/s cap (100 kB/s), 150 kB from the node take over a second."""
+    cluster.flaky(3, 0, rate_kbit=800)
+    try:
+        assert _seconds_to_receive(cluster, 3, 150_000) > 1.0
+    finally:
+        cluster.heal()
+    assert _seconds_to_receive(cluster, 3, 150_000) < 1.0
 
 
 def test_pause_stops_answers_and_resume_restores_them(cluster: ChaosCluster) -> None:

@@ -166,8 +166,11 @@ class ChaosCluster:
             for node in self.nodes.values():
                 self._start_process(node)
             self.wait_healthy(self.startup_timeout_s)
-        except BaseException:
-            self.close()
+        except BaseException as failure:
+            try:
+                self.close()
+            except ChaosError as teardown:  # the start's own failure is the one to raise
+                failure.add_note(f"and the teardown after it: {teardown}")
             raise
 
     def _make_network(self) -> None:

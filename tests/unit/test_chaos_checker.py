@@ -471,15 +471,33 @@ def test_unavailability_per_fault_window_and_over_the_whole_history() -> None:
     unavailability = history.check().unavailability
     assert unavailability["by_fault"] == {
         "partition": [{"start": 1.0, "stop": 3.0, "longest_gap_s": 1.7,
-                       "longest_poll_gap_s": 1.5, "recovery_s": 0.5}],
+                       "longest_poll_gap_s": 1.5, "longest_partition_gap_s": 1.7,
+                       "stalled_partition": ["t", 0], "recovery_s": 0.5}],
         "pause": [{"start": 4.0, "stop": 4.5, "longest_gap_s": 2.0,
-                   "longest_poll_gap_s": 2.0, "recovery_s": 1.5}],
+                   "longest_poll_gap_s": 2.0, "longest_partition_gap_s": 2.0,
+                   "stalled_partition": ["t", 0], "recovery_s": 1.5}],
         "kill": [{"start": 7.0, "stop": None, "longest_gap_s": 0.0,
-                  "longest_poll_gap_s": 0.0, "recovery_s": None}],
+                  "longest_poll_gap_s": 0.0, "longest_partition_gap_s": 0.0,
+                  "stalled_partition": None, "recovery_s": None}],
     }
     assert unavailability["whole_history"] == {"longest_gap_s": 2.5, "from": 3.5,
                                                "longest_poll_gap_s": 4.5,
                                                "poll_gap_from": 2.5}
+
+
+def test_one_stalled_partition_shows_while_others_keep_writing() -> None:
+    history = Builder()
+    history.at(0.1).send(1, offset=0)
+    history.at(0.2).send(2, ("t", 1), offset=0)
+    history.at(1.0).fault("pause", "start")
+    for step in range(1, 10):  # partition 1 writes on; partition 0's leader is paused
+        history.at(1.0 + step * 0.5).send(10 + step, ("t", 1), offset=step)
+    history.at(5.0).fault("pause", "stop")
+    history.at(5.5).send(3, offset=1)
+    window = history.check().unavailability["by_fault"]["pause"][0]
+    assert window["longest_gap_s"] == 0.5
+    assert window["longest_partition_gap_s"] == 4.0  # to the first write after the stop, 5.0
+    assert window["stalled_partition"] == ["t", 0]
 
 
 # --- the graph ------------------------------------------------------------------------------

@@ -40,12 +40,15 @@ is one pass over those, keyed by (topic, partition), so a million events check i
 
 Unavailability: for each fault window (its start to its stop, extended to the first ok
 write after the stop) the longest interval without an ok send or txn completion, the longest
-without a poll that returned records, and the recovery time from the stop to that first ok
-write; plus the longest such gaps in the whole history. A write is an ok `send` or a
-committed `txn`, so every workload that writes has them. Seconds, rounded to 3 decimals:
+without a poll that returned records, the longest that any one partition written before the
+fault went without an ok write (a stalled leader shows there while other partitions keep
+writing), and the recovery time from the stop to that first ok write; plus the longest such
+gaps in the whole history. A write is an ok `send` or a committed `txn`, so every workload
+that writes has them. Seconds, rounded to 3 decimals:
 
     {"by_fault": {"partition": [{"start": 12.5, "stop": 27.5, "longest_gap_s": 9.1,
-                                 "longest_poll_gap_s": 11.0, "recovery_s": 0.8}, ...], ...},
+                                 "longest_poll_gap_s": 11.0, "longest_partition_gap_s": 9.8,
+                                 "stalled_partition": ["t", 2], "recovery_s": 0.8}, ...], ...},
      "whole_history": {"longest_gap_s": 9.1, "from": 14.2, "longest_poll_gap_s": 11.0,
                        "poll_gap_from": 13.9}}
 
@@ -113,10 +116,12 @@ class Verdict:
                      f"without records polled: {whole['longest_poll_gap_s']:.3f} s")
         for kind, windows in sorted(self.unavailability["by_fault"].items()):
             worst = max(window["longest_gap_s"] for window in windows)
+            stalled = max(window["longest_partition_gap_s"] for window in windows)
             recoveries = [w["recovery_s"] for w in windows if w["recovery_s"] is not None]
             recovery = f"{max(recoveries):.3f} s" if recoveries else "none"
             lines.append(f"  fault {kind}: {len(windows)} window(s), longest gap "
-                         f"{worst:.3f} s, slowest recovery {recovery}")
+                         f"{worst:.3f} s (one partition: {stalled:.3f} s), slowest recovery "
+                         f"{recovery}")
         return "\n".join(lines)
 
 
@@ -202,6 +207,9 @@ class Parsed:
     admins: list[Admin] = field(default_factory=list)
     faults: list[tuple[float, str, str]] = field(default_factory=list)  # time, kind, phase
     write_ok_times: list[float] = field(default_factory=list)
+    # per partition, for the longest time one partition went without an ok write: a fault
+    # that stalls one leader's partitions shows there while the others keep writing
+    partition_ok_times: dict[tuple[str, int], list[float]] = field(default_factory=dict)
     poll_ok_times: list[float] = field(default_factory=list)  # polls that returned records
     start_time: float = 0.0
     end_time: float = 0.0
@@ -266,6 +274,8 @@ def _parse(events: Sequence[Event]) -> Parsed:
             raise HistoryError(f"event {event.index} ({event.f} invoke) is malformed: "
                                f"{type(error).__name__}: {error}") from None
     parsed.write_ok_times.sort()
+    for times in parsed.partition_ok_times.values():
+        times.sort()
     parsed.poll_ok_times.sort()
     return parsed
 
@@ -326,6 +336,7 @@ def _parse_send(parsed: Parsed, event: Event, invoke: int, value: dict[str, Any]
     _add_write(parsed, write)
     if event.type == "ok":
         parsed.write_ok_times.append(event.time)
+        parsed.partition_ok_times.setdefault(write.tp, []).append(event.time)
 
 
 def _parse_txn(parsed: Parsed, event: Event, invoke: int, value: dict[str, Any]) -> None:
@@ -343,6 +354,8 @@ def _parse_txn(parsed: Parsed, event: Event, invoke: int, value: dict[str, Any])
                       outcome, (invoke, position), producer, True, offset, invoke)
         txn.values.append(write.value)
         _add_write(parsed, write)
+        if outcome == "ok":
+            parsed.partition_ok_times.setdefault(write.tp, []).append(event.time)
     parsed.txns.append(txn)
     if outcome == "ok":
         parsed.write_ok_times.append(event.time)
@@ -828,9 +841,18 @@ def _unavailability(parsed: Parsed) -> dict[str, Any]:
                 end, recovery = times[after], times[after] - stop
         gap, _ = _longest_gap(times, start, max(end, start))
         poll_gap, _ = _longest_gap(parsed.poll_ok_times, start, max(end, start))
+        partition_gap, stalled = 0.0, None
+        for tp, partition_times in sorted(parsed.partition_ok_times.items()):
+            if partition_times[0] >= start:
+                continue  # not written before the fault: nothing to be stalled
+            one, _ = _longest_gap(partition_times, start, max(end, start))
+            if one > partition_gap:
+                partition_gap, stalled = one, tp
         by_fault.setdefault(kind, []).append({
             "start": round(start, 3), "stop": None if stop is None else round(stop, 3),
             "longest_gap_s": round(gap, 3), "longest_poll_gap_s": round(poll_gap, 3),
+            "longest_partition_gap_s": round(partition_gap, 3),
+            "stalled_partition": None if stalled is None else list(stalled),
             "recovery_s": None if recovery is None else round(recovery, 3)})
     gap, at = _longest_gap(times, parsed.start_time, parsed.end_time)
     poll_gap, poll_at = _longest_gap(parsed.poll_ok_times, parsed.start_time, parsed.end_time)

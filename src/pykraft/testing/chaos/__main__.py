@@ -86,8 +86,9 @@ def parser() -> argparse.ArgumentParser:
 
 def summary_table(results: list[RoundResult]) -> str:
     """Markdown: one row per fault kind, over every workload it ran with."""
-    rows = ["| fault | rounds | workloads | errors | reported (allowed) | longest "
-            "unavailability (s) |", "|---|---|---|---|---|---|"]
+    rows = ["| fault | rounds | workloads | errors | reported (allowed) | longest gap in "
+            "writes (s) | longest gap in one partition's writes (s) |",
+            "|---|---|---|---|---|---|---|"]
     by_fault: dict[str, list[RoundResult]] = {}
     for result in results:
         by_fault.setdefault(result.fault, []).append(result)
@@ -99,18 +100,20 @@ def summary_table(results: list[RoundResult]) -> str:
             for kind, count in r.anomalies.items():
                 if kind not in ERROR_KINDS and count:
                     reported[kind] = reported.get(kind, 0) + count
-        longest = max((_longest_gap(r) for r in group), default=0.0)
+        longest = max((_longest_gap(r, "longest_gap_s") for r in group), default=0.0)
+        stalled = max((_longest_gap(r, "longest_partition_gap_s") for r in group), default=0.0)
         rows.append(f"| {fault} | {len(group)} | "
                     f"{', '.join(sorted({r.workload for r in group}))} | {errors} | "
                     f"{', '.join(f'{k} {v}' for k, v in sorted(reported.items())) or '-'} | "
-                    f"{longest:.1f} |")
+                    f"{longest:.1f} | {stalled:.1f} |")
     return "\n".join(rows)
 
 
-def _longest_gap(result: RoundResult) -> float:
-    """The round's longest stretch without an ok write, over its fault's windows."""
+def _longest_gap(result: RoundResult, key: str) -> float:
+    """The round's longest stretch without an ok write (`key`: in all writes, or in one
+    partition's), over its fault's windows."""
     windows = result.unavailability.get("by_fault", {}).get(result.fault, [])
-    return max((float(window["longest_gap_s"]) for window in windows), default=0.0)
+    return max((float(window.get(key, 0.0)) for window in windows), default=0.0)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,7 +20,7 @@ from pykraft.testing.chaos.history import Event, History
 from pykraft.testing.chaos.workloads import Workload, make_workload
 from pykraft.testing.ports import free_port
 
-RUN_S = 4.0
+RUN_S = 3.0
 RUN_S_MAX = 30.0
 # controlled.shutdown.enable=false: the three nodes stop together at the end, and a node
 # asking a vanishing quorum to move its leaderships would wait out its timeout.
@@ -214,8 +214,8 @@ def test_workloads_without_a_cluster_stop_in_time_with_every_invocation_complete
     time.sleep(1.0)  # let every thread invoke into the void
     started = time.monotonic()
     for workload in workloads:
-        workload.stop(2.0)
-    assert time.monotonic() - started < 3 * 2.0 + 1.0
+        workload.stop(1.5)
+    assert time.monotonic() - started < 3 * 1.5 + 1.0
     events = list(history.events)
     check_completions(events)
     sends = completions(events, "send")

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from typing import Any
 
 from confluent_kafka import (
@@ -90,7 +91,7 @@ class TransactionalThread(ClientThread):
             self.bootstrap, PRODUCER_CONFIG, TRANSACTION_CONFIG,
             {"transactional.id": self.transactional_id}, error_cb=self.on_error))
         self.new_instance()
-        self.producer.init_transactions(TXN_TIMEOUT_S)
+        self.producer.init_transactions(self.call_timeout())
 
     def transact(self, invocation: Event, sends: list[dict[str, Any]], abort: bool,
                  offsets_of: Any = None) -> bool:
@@ -114,15 +115,16 @@ class TransactionalThread(ClientThread):
                                  on_delivery=delivered(i))
             if offsets_of is not None:
                 positions, group_metadata = offsets_of()
-                producer.send_offsets_to_transaction(positions, group_metadata, TXN_TIMEOUT_S)
+                producer.send_offsets_to_transaction(positions, group_metadata,
+                                                     self.call_timeout())
             if abort:
                 # written first, so an aborted transaction leaves records in the log for
                 # read_committed readers to skip (abort alone purges what is unsent)
-                producer.flush(TXN_TIMEOUT_S)
-                producer.abort_transaction(TXN_TIMEOUT_S)
+                producer.flush(self.call_timeout())
+                self.abort(producer)
                 self.pending.complete(invocation, "fail", {"error": "aborted by choice"})
                 return False
-            producer.flush(TXN_TIMEOUT_S)  # serves the delivery reports: the offsets
+            producer.flush(self.call_timeout())  # serves the delivery reports: the offsets
             self.commit(producer)
         except (KafkaException, BufferError) as exception:
             self.abort_after(invocation, exception)
@@ -134,12 +136,12 @@ class TransactionalThread(ClientThread):
     def commit(self, producer: Producer) -> None:
         for attempt in range(1, COMMIT_ATTEMPTS_MAX + 1):
             try:
-                producer.commit_transaction(TXN_TIMEOUT_S)
+                producer.commit_transaction(self.call_timeout())
                 return
             except KafkaException as exception:
                 error = error_of(exception)
                 if (error is None or not error.retriable() or error.txn_requires_abort()
-                        or attempt == COMMIT_ATTEMPTS_MAX):
+                        or attempt == COMMIT_ATTEMPTS_MAX or self.stopping.is_set()):
                     raise
                 log.info("%s: commit again after %s", self.process, describe(exception))
 
@@ -148,7 +150,7 @@ class TransactionalThread(ClientThread):
         error = error_of(exception)
         if self.producer is not None and (error is None or not error.fatal()):
             try:
-                self.producer.abort_transaction(TXN_TIMEOUT_S)
+                self.abort(self.producer)
             except KafkaException as abort_error:
                 self.pending.complete(invocation, "info", {
                     "error": f"{describe(exception)}; abort: {describe(abort_error)}"})
@@ -157,6 +159,20 @@ class TransactionalThread(ClientThread):
             raise TransactionFailed(describe(exception)) from exception
         self.pending.complete(invocation, "info", {"error": describe(exception)})
         raise exception
+
+    def call_timeout(self) -> float:
+        """TXN_TIMEOUT_S, or less once the workload is stopping: what is left of its bound."""
+        if not self.stopping.is_set():
+            return TXN_TIMEOUT_S
+        return max(0.5, min(TXN_TIMEOUT_S, self.finish_by - time.monotonic()))
+
+    def abort(self, producer: Producer) -> None:
+        """abort_transaction() waits until every outstanding record's delivery report was
+        served, which only this thread does: purge them (what the abort does anyway) and
+        serve their reports first, or the abort times out with records 'remaining'."""
+        producer.purge(in_queue=True, in_flight=True, blocking=False)
+        producer.flush(self.call_timeout())
+        producer.abort_transaction(self.call_timeout())
 
     def close_producer(self) -> None:
         producer, self.producer = self.producer, None

@@ -7,6 +7,7 @@ bridge, and the faults a campaign injects into them.
     cluster.partition([{1, 4}, {2, 3, 5}]); cluster.heal()
     cluster.pause(2); cluster.resume(2); cluster.kill(3); cluster.restart(3)
     cluster.fill_disk(4); cluster.free_disk(4); cluster.clock_jump(1, -30.0)  # 30 s behind
+    cluster.fail_disk(4); cluster.heal_disk(4)   # node 4's log dir returns EIO, then works
     cluster.close()
 
 Nodes 1..combined are `broker,controller` (the quorum's voters), the rest `broker`. Node i
@@ -14,7 +15,8 @@ listens on 10.x.y.(10+i):9092 (PLAINTEXT) and :9093 (CONTROLLER) in namespace
 `<prefix>n<i>`; the clients run on the host, 10.x.y.1 on the bridge `<prefix>b`. The prefix
 is `pk<pid>-<k>` (k counts clusters of this process, mod 10): every namespace, link and
 tmpfs mount the harness makes carries it, and `start()` removes those of runs whose pid is
-dead. Faults: network.py (nftables, tbf), disk.py (tmpfs), clock.py (libfaketime);
+dead. Faults: network.py (nftables, tbf), disk.py (tmpfs; EIO through eiofs.py, a FUSE
+passthrough, on the `eio_nodes`: the broker-only ones by default), clock.py (libfaketime);
 processes are signalled here as whole process groups.
 
 Each node's log dir is on its own tmpfs (`disk_bytes`, default 512 MiB); its metadata log is
@@ -35,7 +37,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -71,11 +73,19 @@ class ChaosNode:
     configs: dict[str, str] = field(default_factory=dict)
     process: subprocess.Popen[bytes] | None = None
     paused: bool = False
+    eio: bool = False  # its log dir is on eiofs (fail_disk works)
+    eio_process: subprocess.Popen[bytes] | None = None
+    disk_failing: bool = False  # fail_disk'ed and not healed
     clock_offset_s: float = 0.0  # its wall clock's offset from the real time (clock_jump)
 
     @property
+    def eio_mount(self) -> Path:
+        """Where eiofs serves `disk` (for an `eio` node)."""
+        return self.dir / "eio"
+
+    @property
     def log_dir(self) -> Path:
-        return self.disk / "logs"
+        return (self.eio_mount if self.eio else self.disk) / "logs"
 
     @property
     def config_path(self) -> Path:
@@ -105,9 +115,13 @@ class ChaosCluster:
     def __init__(self, root_dir: str | Path, *, combined: int = 3, brokers: int = 2,
                  configs: Mapping[str, str] | None = None,
                  disk_bytes: int = DISK_BYTES_DEFAULT,
-                 startup_timeout_s: float = 90.0, fake_clock: bool = True) -> None:
+                 startup_timeout_s: float = 90.0, fake_clock: bool = True,
+                 eio_nodes: Collection[int] | None = None) -> None:
         """`fake_clock=False` starts the nodes without libfaketime (clock_jump then raises
-        NotSupported): it costs each idle node about 1% of a core."""
+        NotSupported): it costs each idle node about 1% of a core. `eio_nodes`: the nodes
+        whose log dir is served through eiofs, so that fail_disk can make it return EIO;
+        by default the broker-only nodes (a Python FUSE passthrough costs throughput, and
+        the quorum's voters keep their plain tmpfs); () for none."""
         if combined < 1 or brokers < 0 or combined + brokers > 99:
             raise ChaosError("a chaos cluster has 1..99 nodes, at least one combined")
         self.root_dir = Path(root_dir).absolute()
@@ -124,6 +138,10 @@ class ChaosCluster:
         self.clock = FakeClock(self.root_dir / "clock", enabled=fake_clock)
         self._combined = combined
         self._brokers = brokers
+        self.eio_nodes = (frozenset(range(combined + 1, combined + brokers + 1))
+                          if eio_nodes is None else frozenset(eio_nodes))
+        if not self.eio_nodes <= set(range(1, combined + brokers + 1)):
+            raise ChaosError(f"eio_nodes {sorted(self.eio_nodes)} are not all node ids")
         self._started = False
         self._closed = False
 
@@ -157,6 +175,8 @@ class ChaosCluster:
             raise ChaosError("a ChaosCluster starts once")
         self._started = True
         check_prerequisites()
+        if self.eio_nodes:
+            disk.check_eio_prerequisites()
         atexit.register(self.close)
         try:
             sweep_leftovers()
@@ -184,7 +204,8 @@ class ChaosCluster:
             node = ChaosNode(node_id=node_id, roles=roles, address=f"10.{x}.{y}.{10 + node_id}",
                              netns=f"{self.prefix}n{node_id}", veth=f"{self.prefix}v{node_id}",
                              dir=node_dir, disk=node_dir / "disk",
-                             log_path=self.root_dir / f"node-{node_id}.log")
+                             log_path=self.root_dir / f"node-{node_id}.log",
+                             eio=node_id in self.eio_nodes)
             self.nodes[node_id] = node
             try:
                 network.create_node_netns(node.netns, node.veth, self.bridge,
@@ -202,6 +223,9 @@ class ChaosCluster:
         for node in self.nodes.values():
             node.dir.mkdir(parents=True, exist_ok=True)
             disk.mount_tmpfs(node.disk, self.prefix, self.disk_bytes)
+            if node.eio:
+                node.eio_process = disk.mount_eio(node.disk, node.eio_mount, self.prefix,
+                                                  node.dir / "eiofs.log")
             broker = f"PLAINTEXT://{node.address}:{BROKER_PORT}"
             controller = f"CONTROLLER://{node.address}:{CONTROLLER_PORT}"
             node.configs = {
@@ -261,13 +285,19 @@ class ChaosCluster:
         self._closed = True
         atexit.unregister(self.close)
         problems: list[str] = []
+        for node in self.nodes.values():
+            if node.disk_failing:  # a healthy disk lets the node shut down quickly
+                try:
+                    self.heal_disk(node.node_id)
+                except ChaosError:
+                    pass  # eiofs is gone: the node is stopped anyway
         try:
             self._stop_all()
         finally:
             for node in self.nodes.values():
                 steps: list[tuple[Callable[[Any], None], Any]] = [
-                    (disk.unmount, node.disk), (network.delete_netns, node.netns),
-                    (network.delete_link, node.veth)]
+                    (self._stop_eio, node), (disk.unmount, node.disk),
+                    (network.delete_netns, node.netns), (network.delete_link, node.veth)]
                 for step, argument in steps:
                     try:
                         step(argument)
@@ -279,6 +309,12 @@ class ChaosCluster:
                 problems.append(str(error))
         if problems:
             raise ChaosError("teardown left something behind: " + "; ".join(problems))
+
+    @staticmethod
+    def _stop_eio(node: ChaosNode) -> None:
+        if node.eio:
+            disk.stop_eio(node.eio_process, node.eio_mount)
+            node.eio_process = None
 
     def _stop_all(self) -> None:
         """Brokers first, while the controllers still run (their controlled shutdown needs
@@ -500,6 +536,33 @@ class ChaosCluster:
     def free_disk(self, node_id: int) -> None:
         disk.free(self.node(node_id).disk)
 
+    def fail_disk(self, node_id: int, mode: str = "all") -> None:
+        """From the next operation on, the node's log dir fails with EIO: every operation
+        (`all`, the default: a dead device) or only those that write (`writes`). Pages the
+        kernel caches are still read from memory, as on a real failing disk. NotSupported
+        for a node not in `eio_nodes`."""
+        node = self._eio_node(node_id)
+        if mode == "ok":
+            raise ChaosError("fail_disk's modes are 'all' and 'writes' (heal_disk heals)")
+        disk.set_eio_mode(node.eio_mount, mode)
+        node.disk_failing = True
+
+    def heal_disk(self, node_id: int) -> None:
+        """The node's log dir works again (a healthy one: nothing to do). NotSupported for a
+        node not in `eio_nodes`."""
+        node = self._eio_node(node_id)
+        if not node.disk_failing:
+            return
+        disk.set_eio_mode(node.eio_mount, "ok")
+        node.disk_failing = False
+
+    def _eio_node(self, node_id: int) -> ChaosNode:
+        node = self.node(node_id)
+        if not node.eio:
+            raise NotSupported(f"node {node_id}'s log dir is not on eiofs (the cluster's "
+                               f"eio_nodes are {sorted(self.eio_nodes)})")
+        return node
+
     def clock_jump(self, node_id: int, seconds: float) -> None:
         """Set the node's wall clock `seconds` off the real time (not cumulative: 0 puts it
         back); its monotonic clock is unchanged. The node sees it within ~1 s and keeps it
@@ -562,7 +625,8 @@ def sweep_leftovers() -> list[str]:
         if _dead_owner(netns):
             network.delete_netns(netns)
             removed.append(netns)
-    for source, point in disk.mounts():
+    # eiofs mounts first: each is served from a tmpfs mount of the same run
+    for source, point, _kind in sorted(disk.mount_table(), key=lambda m: m[2] != "fuse.eiofs"):
         if _dead_owner(source):
             disk.unmount(Path(point))
             removed.append(point)

@@ -15,9 +15,10 @@ write() returns, the next operation already sees the new mode.
   fsync, flush, rename, unlink, truncate, mkdir, readdir, getattr, statfs...): a dead
   device. The default of `fail_disk`, since Kafka takes a log dir offline on any
   IOException, reads included.
-- `writes`: only the operations that would write to the device fail (write, fsync, create,
-  mkdir, rename, unlink, rmdir, truncate, chmod, utimens, fallocate, link, symlink...); a
-  device that went read-only underneath.
+- `writes`: only the operations that would write to the device fail (write, fsync, flush,
+  create, mkdir, rename, unlink, rmdir, truncate and open with O_TRUNC, chmod, utimens,
+  fallocate, link, symlink...); open, read, getattr, readdir and statfs work: a device
+  whose writes fail underneath while its reads still work.
 
 Reads of pages the kernel already caches never reach this process (the page cache is kept
 across opens, `kernel_cache`, for speed), so they succeed while failing: as on a real
@@ -38,6 +39,7 @@ import errno
 import functools
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -220,8 +222,8 @@ class EioFilesystem:
     def open(self, path: str, flags: int) -> int:
         if path == CONTROL_PATH:
             return CONTROL_FH
-        writing = flags & (os.O_WRONLY | os.O_RDWR | os.O_TRUNC | os.O_APPEND)
-        if self.mode == "all" or (self.mode == "writes" and writing):
+        # opening for writing writes nothing to a device; truncating does
+        if self.mode == "all" or (self.mode == "writes" and flags & os.O_TRUNC):
             raise _eio()
         return os.open(self._real(path), flags)
 
@@ -301,6 +303,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not os.path.isdir(args.backing) or not os.path.isdir(args.mount_point):
         parser.error("BACKING and MOUNT_POINT must both be existing directories")
+    if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", args.fsname):
+        # it goes into libfuse's -o list: a comma or '=' would smuggle in options
+        parser.error("--fsname is 1-64 letters, digits, '_', '.' or '-'")
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s")
     try:
         import mfusepy  # type: ignore[import-untyped]

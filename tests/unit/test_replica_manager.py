@@ -28,6 +28,7 @@ from pykraft.errors import (
     NotEnoughReplicasAfterAppend,
     NotLeaderOrFollower,
     OffsetOutOfRange,
+    OutOfOrderSequenceNumber,
     RequestTimedOut,
 )
 from pykraft.metadata.image import MetadataDelta, MetadataImage
@@ -417,6 +418,41 @@ def test_an_append_on_a_full_disk_is_a_storage_error_and_the_next_one_continues(
                         up_to_high_watermark=False).next_offset == 2
     monkeypatch.setattr(os, "pwrite", real_pwrite)
     assert manager.append(partition, batch(3), acks=1).first_offset == 2
+
+
+def idempotent(sequence: int, count: int, producer_id: int = 42) -> bytes:
+    return build_batch([(b"k", b"v", [], 1_000_000) for _ in range(count)],
+                       producer_id=producer_id, producer_epoch=0, base_sequence=sequence)
+
+
+def test_batches_pipelined_behind_one_that_failed_on_storage_fail_the_same_way(
+        manager: ReplicaManager, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An idempotent producer's first batch fails on a full disk; the batches it pipelined
+    behind it get KAFKA_STORAGE_ERROR too, not OUT_OF_ORDER_SEQUENCE_NUMBER (on which
+    librdkafka bumps its epoch and re-sends batches that may be written: duplicates, as
+    the fault campaign found). Another producer's gap is still out of order; once the
+    first batch is retried and written, the rest follow in order."""
+    partition = place(manager, registration(ME, 0, (1, 2, 3)))
+    manager.append(partition, idempotent(0, 2), acks=1)
+    real_pwrite = os.pwrite
+
+    def full(fd: int, data: bytes, position: int) -> int:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "pwrite", full)
+    with pytest.raises(KafkaStorageError):
+        manager.append(partition, idempotent(2, 3), acks=1)
+    monkeypatch.setattr(os, "pwrite", real_pwrite)
+    with pytest.raises(KafkaStorageError):
+        manager.append(partition, idempotent(5, 3), acks=1)  # pipelined behind the failure
+    manager.append(partition, idempotent(0, 1, producer_id=43), acks=1)
+    with pytest.raises(OutOfOrderSequenceNumber):
+        manager.append(partition, idempotent(5, 1, producer_id=43), acks=1)
+    assert manager.append(partition, idempotent(2, 3), acks=1).first_offset == 3
+    assert manager.append(partition, idempotent(5, 3), acks=1).first_offset == 6
+    assert not partition.storage_failed_producers
+    with pytest.raises(OutOfOrderSequenceNumber):  # a real gap, once written in order again
+        manager.append(partition, idempotent(20, 1), acks=1)
 
 
 def test_a_topic_named_as_the_metadata_log_never_gets_a_replica(

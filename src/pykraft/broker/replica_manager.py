@@ -58,6 +58,7 @@ from pykraft.errors import (
     NotEnoughReplicas,
     NotEnoughReplicasAfterAppend,
     NotLeaderOrFollower,
+    OutOfOrderSequenceNumber,
     RequestTimedOut,
     UnknownLeaderEpoch,
     UnknownTopicOrPartition,
@@ -65,6 +66,7 @@ from pykraft.errors import (
 from pykraft.metadata.image import MetadataDelta, MetadataImage
 from pykraft.metadata.registrations import ConfigResourceType, PartitionRegistration
 from pykraft.protocol.entities import make
+from pykraft.records.batch import split_batches
 from pykraft.records.validate import (
     DECOMPRESSED_BATCH_BYTES_MAX,
     DECOMPRESSED_BATCH_BYTES_MAX_KEY,
@@ -290,6 +292,8 @@ class Partition:
     hw_waiters: list[tuple[int, int, asyncio.Future[None]]] = field(default_factory=list)
     hw_waiters_leadership: tuple[int, int] = (-1, -1)  # (leader id, leader epoch) of those
     changes: PartitionChanges | None = None  # its replica manager's, told of each change
+    # idempotent producers whose last append here failed on storage (ReplicaManager.append)
+    storage_failed_producers: set[int] = field(default_factory=set)
 
     def wake_waiters(self) -> None:
         """Something changed (an append, the high watermark, the leadership): parked
@@ -726,8 +730,24 @@ class ReplicaManager:
             # the log undid the append (storage.segment): the request fails, the node goes
             # on serving reads, and the next append tries the disk again (docs/deviations.md)
             self._storage_failed(partition, "append", error)
+            _note_storage_failure(partition, records)
             raise KafkaStorageError(f"cannot append to {partition.name}: {error}") from error
+        except OutOfOrderSequenceNumber as error:
+            # The batches a producer pipelined behind one that failed on storage arrive with
+            # a sequence gap. Kafka never answers them OUT_OF_ORDER_SEQUENCE_NUMBER: its
+            # failed log dir takes the partition offline, so they fail as the first did.
+            # Answered so, a client retries them in order; answered out of order, librdkafka
+            # bumps its producer epoch and re-sends every partition's in-flight batches under
+            # the new one, where a batch already written can no longer be recognised: a
+            # duplicate (found by the fault campaign, docs/reliability.md).
+            if partition.storage_failed_producers & _producer_ids(records):
+                raise KafkaStorageError(
+                    f"an earlier append of this producer to {partition.name} failed on "
+                    f"storage; retry from it ({error})") from error
+            raise
         self._storage_ok(partition)
+        if partition.storage_failed_producers:
+            partition.storage_failed_producers -= _producer_ids(records)
         self._maybe_advance_high_watermark(partition)
         partition.wake_waiters()
         return info
@@ -1030,3 +1050,21 @@ def unpark(partitions: Iterable[Partition], future: asyncio.Future[None]) -> Non
             partition.waiters.remove(future)
         except ValueError:
             pass  # already woken: wake_waiters swapped the list out
+
+
+STORAGE_FAILED_PRODUCERS_MAX = 10_000  # per partition; past it the memory starts over
+
+
+def _producer_ids(records: bytes) -> set[int]:
+    return {header.producer_id for _, header in split_batches(records)
+            if header.producer_id >= 0}
+
+
+def _note_storage_failure(partition: Partition, records: bytes) -> None:
+    """Remember the idempotent producers whose append failed on storage, until one of
+    their appends succeeds (bounded: a producer that never returns is forgotten when the
+    set is full)."""
+    failed = partition.storage_failed_producers
+    if len(failed) >= STORAGE_FAILED_PRODUCERS_MAX:
+        failed.clear()
+    failed |= _producer_ids(records)

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from confluent_kafka.admin import AdminClient
 
 from pykraft.testing import LocalCluster
 from pykraft.testing.chaos.history import Event, History
@@ -94,12 +95,16 @@ def check_sends_in_drain(events: list[Event], drained: dict[tuple[str, int], dic
     return sends
 
 
-def test_queue_workload_records_sends_polls_commits_and_drains(cluster: LocalCluster) -> None:
-    """Producers (idempotent and not), group consumers with commits, an assign consumer."""
+@pytest.mark.parametrize(("round_", "group_type"), [(0, "CLASSIC"), (1, "CONSUMER")])
+def test_queue_workload_records_sends_polls_commits_and_drains(
+        cluster: LocalCluster, round_: int, group_type: str) -> None:
+    """Producers (idempotent and not), group consumers with commits, an assign consumer;
+    the group uses the classic protocol in even rounds and KIP-848's in odd ones."""
     history = History()
-    workload = make_workload("queue", cluster.bootstrap_servers, history, random.Random(7), 1,
-                             rate=20.0)
-    assert workload.topics == ["chaos-queue-r1"]
+    workload = make_workload("queue", cluster.bootstrap_servers, history,
+                             random.Random(7), round_, rate=20.0)
+    topic = f"chaos-queue-r{round_}"
+    assert workload.topics == [topic]
 
     def enough(events: list[Event]) -> bool:
         return bool({"consumer-1", "consumer-2"} & {e.process for e in events if e.f == "commit"})
@@ -115,10 +120,13 @@ def test_queue_workload_records_sends_polls_commits_and_drains(cluster: LocalClu
     assert "consumer-3" in polled and polled & {"consumer-1", "consumer-2"}
     assigns = [e for e in events if e.f == "assign"]
     assert {e.value["mode"] for e in assigns} == {"subscribe", "assign"}
-    whole = [["chaos-queue-r1", p] for p in range(4)]
+    whole = [[topic, p] for p in range(4)]
     assert [e.value["partitions"] for e in assigns if e.value["mode"] == "assign"] == [whole]
     commits = completions(events, "commit", "ok")
-    assert commits and all(c.value["group"] == "chaos-queue-r1" for c in commits)
+    assert commits and all(c.value["group"] == topic for c in commits)
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    described = admin.describe_consumer_groups([topic])[topic].result(timeout=30)
+    assert described.type.name == group_type
     # every value polled by any consumer was acknowledged (or at least invoked) as a send
     sent = {e.value["value"] for e in events if e.f == "send"}
     for poll in completions(events, "poll", "ok"):

@@ -207,21 +207,48 @@ class SubscribeConsumerThread(ConsumerThread):
     poll (synchronously, so the commit op completes with the coordinator's answer)."""
 
     def __init__(self, process: str, pending: Pending, stopping: threading.Event, *,
-                 bootstrap: str, topics: list[str], group: str, isolation: str) -> None:
+                 bootstrap: str, topics: list[str], group: str, isolation: str,
+                 group_protocol: str = "classic") -> None:
         super().__init__(process, pending, stopping, bootstrap=bootstrap, isolation=isolation)
         self.topics = topics
         self.group = group
+        self.group_protocol = group_protocol
+        self.assignment: set[tuple[str, int]] = set()
+
+    def make_consumer(self, group_id: str) -> Consumer:
+        if self.group_protocol == "classic":
+            return super().make_consumer(group_id)
+        # KIP-848: the broker drives the group; the classic protocol's session and heartbeat
+        # settings are refused by librdkafka under group.protocol=consumer
+        self.fatal = None
+        settings = {key: value for key, value in CONSUMER_CONFIG.items()
+                    if key not in ("session.timeout.ms", "heartbeat.interval.ms")}
+        consumer = Consumer(client_config(
+            self.bootstrap, settings, {"group.id": group_id, "group.protocol": "consumer",
+                                       "isolation.level": self.isolation},
+            error_cb=self.on_error))
+        self.new_instance()
+        return consumer
 
     def create(self) -> None:
         assert self.group is not None
+        self.assignment = set()
         self.consumer = self.make_consumer(self.group)
-        # eager rebalancing (the default range assignor): on_assign names the whole
-        # assignment and on_revoke empties it
+        # Eager rebalancing (classic, range assignor) revokes everything and assigns the
+        # whole assignment; KIP-848 assigns and revokes increments. Keeping the set covers
+        # both, and the history always gets the whole assignment.
         self.consumer.subscribe(
             self.topics,
-            on_assign=lambda _, partitions: self.record_assignment("subscribe", partitions),
-            on_revoke=lambda _, partitions: self.record_assignment("subscribe", []),
-            on_lost=lambda _, partitions: self.record_assignment("subscribe", []))
+            on_assign=lambda _, partitions: self.change_assignment(partitions, []),
+            on_revoke=lambda _, partitions: self.change_assignment([], partitions),
+            on_lost=lambda _, partitions: self.change_assignment([], partitions))
+
+    def change_assignment(self, added: list[TopicPartition],
+                          removed: list[TopicPartition]) -> None:
+        self.assignment |= {(tp.topic, tp.partition) for tp in added}
+        self.assignment -= {(tp.topic, tp.partition) for tp in removed}
+        self.record_assignment("subscribe", [TopicPartition(topic, partition)
+                                             for topic, partition in sorted(self.assignment)])
 
     def step(self) -> None:
         records = self.poll_records()
@@ -274,14 +301,17 @@ class AssignConsumerThread(ConsumerThread):
 
 class QueueWorkload:
     """Options: partitions (4), producers (4, half idempotent), consumers (2 in a group,
-    plus one assign consumer), rate (sends per second per producer, 50)."""
+    plus one assign consumer), rate (sends per second per producer, 50), group_protocol
+    ("classic" or KIP-848's "consumer"; by default odd rounds use KIP-848)."""
 
     name = "queue"
 
     def __init__(self, bootstrap: str, history: History, rng: random.Random, round_: int,
                  *, partitions: int = 4, producers: int = 4, consumers: int = 2,
-                 rate: float = 50.0, setup_timeout_s: float = 60.0) -> None:
+                 rate: float = 50.0, setup_timeout_s: float = 60.0,
+                 group_protocol: str | None = None) -> None:
         self.bootstrap, self.history, self.rng, self.round = bootstrap, history, rng, round_
+        self.group_protocol = group_protocol or ("consumer" if round_ % 2 else "classic")
         self.topic = f"chaos-queue-r{round_}"
         self.topics = [self.topic]
         self.partitions, self.producers, self.consumers = partitions, producers, consumers
@@ -303,7 +333,8 @@ class QueueWorkload:
         for i in range(1, self.consumers + 1):
             self.threads.append(SubscribeConsumerThread(
                 f"consumer-{i}", self.pending, self.stopping, bootstrap=self.bootstrap,
-                topics=[self.topic], group=group, isolation="read_uncommitted"))
+                topics=[self.topic], group=group, isolation="read_uncommitted",
+                group_protocol=self.group_protocol))
         self.threads.append(AssignConsumerThread(
             f"consumer-{self.consumers + 1}", self.pending, self.stopping,
             bootstrap=self.bootstrap, topics={self.topic: self.partitions},

@@ -27,8 +27,8 @@ from pathlib import Path
 from pykraft.testing.chaos.eiofs import CONTROL_NAME, MODES
 from pykraft.testing.chaos.network import ChaosError, NotSupported, run
 
-__all__ = ["fill", "free", "mount_eio", "mount_tmpfs", "mounts", "set_eio_mode",
-           "stop_eio", "unmount"]
+__all__ = ["check_eio_prerequisites", "fill", "free", "mount_eio", "mount_table",
+           "mount_tmpfs", "mounts", "set_eio_mode", "stop_eio", "unmount"]
 
 BALLAST_NAME = "chaos-ballast"
 EIO_MOUNT_TIMEOUT_S = 30.0  # the FUSE process imports Python and mounts

@@ -545,13 +545,21 @@ def test_a_disk_returning_eio_does_not_hang_the_cluster(eio_run: EioRun,
     cluster.wait_healthy(30)
 
 
+def test_a_leader_whose_disk_returns_eio_keeps_its_followers_in_the_isr(
+        eio_run: EioRun) -> None:
+    """The followers' lag is the failing leader's own (it cannot read its log for them), so
+    it does not shrink the ISR to itself: once its node is lost, another in-sync replica
+    can still lead."""
+    assert eio_run.isr_while_failing
+    assert all(len(isr) == 3 for isr in eio_run.isr_while_failing), eio_run.isr_while_failing
+
+
 @pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
     "pykraft does not take a failing log dir offline (docs/deviations.md, 'A full disk or "
     "a failing log dir'): node 4 keeps the leadership while its disk returns EIO, its "
-    "followers' fetches fail (OSError from the leader's log read, logged as an unexpected "
-    "error), it shrinks the ISR to [4] after replica.lag.time.max.ms, and no write is "
-    "acknowledged until the disk heals. Kafka marks the dir offline, the controller moves "
-    "leadership to 1 or 2, and writes go on."))
+    "followers' fetches get KAFKA_STORAGE_ERROR, and no write is acknowledged until the "
+    "disk heals. Kafka marks the dir offline, the controller moves leadership to 1 or 2, "
+    "and writes go on."))
 def test_writes_go_on_while_the_leaders_disk_returns_eio(eio_run: EioRun) -> None:
     """Kafka: leadership leaves the failed node and acks=all writes sent after the failure
     are acknowledged by the other replicas within FAILOVER_BOUND_S, disk still failing."""

@@ -251,6 +251,32 @@ async def test_isr_shrinks_after_the_lag_time_and_expands_on_catch_up(
     assert partition.isr == (1, 2, 3) and partition.partition_epoch == 2
 
 
+async def test_a_leader_that_cannot_read_its_log_answers_storage_errors_and_keeps_its_isr(
+        manager: ReplicaManager, clock: Clock, monkeypatch: pytest.MonkeyPatch) -> None:
+    """EIO reading the log (a failing disk) is KAFKA_STORAGE_ERROR to the fetcher, and the
+    followers it could not serve are not dropped from the ISR for lagging: otherwise the
+    failing leader would end up the ISR's only member (found by the fault campaign)."""
+    manager.alter_partition = Controller()
+    partition = place(manager, registration(ME, 0, (1, 2, 3)))
+    manager.append(partition, batch(3), acks=1)
+    manager.follower_fetch(partition, 2, 1, 0)
+    manager.follower_fetch(partition, 3, 1, 0)
+    real_read = partition.log.read
+
+    def failing(*args: object, **kwargs: object) -> object:
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(partition.log, "read", failing)
+    with pytest.raises(KafkaStorageError):
+        manager.read(partition, 1, 10_000, min_one_message=True, up_to_high_watermark=False)
+    clock.ms += 60_000
+    assert manager.maybe_shrink_isr() == 0
+    monkeypatch.setattr(partition.log, "read", real_read)
+    assert manager.read(partition, 1, 10_000, min_one_message=True,
+                        up_to_high_watermark=False).next_offset == 3
+    assert manager.maybe_shrink_isr() == 1  # it reads again: lagging followers are judged
+
+
 async def test_a_refused_isr_change_is_dropped_until_the_metadata_moves(
         manager: ReplicaManager, clock: Clock) -> None:
     controller = Controller(error=95)  # INVALID_UPDATE_VERSION

@@ -294,6 +294,9 @@ class Partition:
     changes: PartitionChanges | None = None  # its replica manager's, told of each change
     # idempotent producers whose last append here failed on storage (ReplicaManager.append)
     storage_failed_producers: set[int] = field(default_factory=set)
+    # the last read of this log (a fetch) failed on storage: its followers' lag is the
+    # leader's own, so they are not dropped from the ISR for it (maybe_shrink_isr)
+    read_failing: bool = False
 
     def wake_waiters(self) -> None:
         """Something changed (an append, the high watermark, the leadership): parked
@@ -817,9 +820,17 @@ class ReplicaManager:
         up_to_high_watermark: bool = True,
     ) -> ReadInfo:
         max_offset = partition.log.high_watermark if up_to_high_watermark else None
-        return partition.log.read(
-            fetch_offset, max_bytes, max_offset=max_offset, min_one_message=min_one_message
-        )
+        try:
+            info = partition.log.read(
+                fetch_offset, max_bytes, max_offset=max_offset, min_one_message=min_one_message
+            )
+        except OSError as error:  # EIO from a failing disk: Kafka's KAFKA_STORAGE_ERROR
+            self.log_manager.storage_errors.report(partition.log.dir.parent,
+                                                   f"read of {partition.name}", error)
+            partition.read_failing = True
+            raise KafkaStorageError(f"cannot read {partition.name}: {error}") from error
+        partition.read_failing = False
+        return info
 
     async def wait_for_data(self, partitions: Iterable[Partition], timeout_ms: int) -> bool:
         """The fetch purgatory: return when any partition changes (True) or the wait times
@@ -844,7 +855,8 @@ class ReplicaManager:
                 return FollowerFetch(epoch, end_offset)
         if not (partition.log.log_start_offset <= fetch_offset
                 <= partition.log.log_end_offset):
-            partition.log.read(fetch_offset, 0)  # raises OffsetOutOfRange
+            self.read(partition, fetch_offset, 0, min_one_message=False,
+                      up_to_high_watermark=False)  # raises OffsetOutOfRange
         self.update_follower(partition, replica_id, fetch_offset)
         partition.followers[replica_id].log_start_offset = log_start_offset
         return FollowerFetch()
@@ -922,8 +934,9 @@ class ReplicaManager:
         now = self.now_ms()
         proposed = 0
         for partition in list(self._partitions.values()):
-            if partition.leader_id != self.node_id or partition.pending_isr is not None:
-                continue
+            if (partition.leader_id != self.node_id or partition.pending_isr is not None
+                    or partition.read_failing):
+                continue  # (a leader that cannot read its log does not judge its followers)
             lagging = self.out_of_sync_replicas(partition, now)
             if not lagging:
                 continue

@@ -19,6 +19,8 @@ active controller, a minority that mixes controllers and brokers. Node ids follo
 - kill: kill -9 of the busiest leader and one other node; restarted at stop.
 - kill-all: kill -9 of every node at once; all restarted at stop.
 - disk-full: the busiest leader's log dir fills up.
+- disk-eio: the log dir of a broker-only node (the busiest leader among them) returns EIO
+  to every operation, through the harness's FUSE layer; healed at stop.
 - clock: two nodes' wall clocks jump by minutes, one forward, one back.
 - crash-isr: a follower is cut off until it leaves the ISR, then every other replica of the
   partition is killed and the follower comes back. With clean elections the partition
@@ -55,6 +57,8 @@ class Cluster(Protocol):
     def heal(self) -> None: ...
     def fill_disk(self, node_id: int) -> None: ...
     def free_disk(self, node_id: int) -> None: ...
+    def fail_disk(self, node_id: int, mode: str = "all") -> None: ...
+    def heal_disk(self, node_id: int) -> None: ...
     def clock_jump(self, node_id: int, seconds: float) -> None: ...
 
 
@@ -102,6 +106,8 @@ def repair_all(cluster: Cluster) -> None:
     for node_id, node in sorted(cluster.nodes.items()):
         if getattr(node, "paused", False):
             cluster.resume(node_id)
+        if getattr(node, "disk_failing", False):
+            cluster.heal_disk(node_id)  # before a restart: a node cannot start on EIO
         cluster.free_disk(node_id)
         if getattr(node, "clock_offset_s", 0):
             cluster.clock_jump(node_id, 0)
@@ -240,6 +246,22 @@ def _disk_full(fault: Fault, ctx: FaultContext) -> None:
     fault._undo.append(lambda: ctx.cluster.free_disk(victim))
 
 
+def _disk_eio(fault: Fault, ctx: FaultContext) -> None:
+    capable = sorted(getattr(ctx.cluster, "eio_nodes", ()))
+    if not capable:
+        raise ValueError("disk-eio needs nodes on the harness's EIO filesystem (eio_nodes)")
+    counts: Counter[int] = Counter()
+    for topic in ctx.topics:
+        try:
+            counts.update(ctx.cluster.partition_leaders(topic).values())
+        except Exception:  # noqa: BLE001 - a victim is picked even when metadata fails
+            continue
+    victim = max(capable, key=lambda node: (counts[node], ctx.rng.random()))
+    ctx.cluster.fail_disk(victim)
+    fault.detail.update(eio=victim)
+    fault._undo.append(lambda: ctx.cluster.heal_disk(victim))
+
+
 def _clock(fault: Fault, ctx: FaultContext) -> None:
     victims = sorted(ctx.rng.sample(_all(ctx), 2))
     jumps = {victims[0]: ctx.rng.uniform(60, 600), victims[1]: -ctx.rng.uniform(60, 600)}
@@ -294,6 +316,7 @@ _STARTS: dict[str, Callable[[Fault, FaultContext], None]] = {
     "kill": _kill,
     "kill-all": _kill_all,
     "disk-full": _disk_full,
+    "disk-eio": _disk_eio,
     "clock": _clock,
     "crash-isr": _crash_isr,
 }

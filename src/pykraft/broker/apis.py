@@ -709,14 +709,10 @@ class BrokerApis:
                         diverging=(seen.diverging_epoch, seen.diverging_end_offset))
             limit = min(wanted.partition_max_bytes, bytes_left)
             committed = committed and replica_id < 0
-            if committed:  # read_committed: up to the last stable offset
-                read = partition.log.read(wanted.fetch_offset, limit,
-                                          max_offset=partition.log.last_stable_offset,
-                                          min_one_message=first)
-            else:
-                read = self.replicas.read(partition, wanted.fetch_offset, limit,
-                                          min_one_message=first,
-                                          up_to_high_watermark=replica_id < 0)
+            read = self.replicas.read(partition, wanted.fetch_offset, limit,
+                                      min_one_message=first,
+                                      up_to_high_watermark=replica_id < 0,
+                                      up_to_last_stable_offset=committed)
         except Exception as error:  # noqa: BLE001 - mapped to the partition's error code
             code, _ = error_of(error)
             if code == ErrorCode.unknown_topic_or_partition and wanted.topic_id is not None:

@@ -818,8 +818,13 @@ class ReplicaManager:
         *,
         min_one_message: bool,
         up_to_high_watermark: bool = True,
+        up_to_last_stable_offset: bool = False,
     ) -> ReadInfo:
+        """A consumer's read stops at the high watermark (read_committed: at the last stable
+        offset), a follower's at the log end. A storage error is KAFKA_STORAGE_ERROR."""
         max_offset = partition.log.high_watermark if up_to_high_watermark else None
+        if up_to_last_stable_offset:
+            max_offset = partition.log.last_stable_offset
         try:
             info = partition.log.read(
                 fetch_offset, max_bytes, max_offset=max_offset, min_one_message=min_one_message

@@ -121,6 +121,11 @@ def run_round(cluster: Any, options: CampaignOptions, round_: int) -> RoundResul
     workload = make_workload(workload_name, cluster.bootstrap_servers, history, rng, round_)
     try:
         workload.setup()
+    except Exception as failure:  # noqa: BLE001 - a cluster that cannot take a new topic
+        history.close()
+        return _judge(directory, history, round_, workload_name, fault_kind, {},
+                      time.monotonic() - started, f"setup failed: {failure}")
+    try:
         workload.start()
         time.sleep(options.warmup_s)
         context = FaultContext(cluster, rng, list(workload.topics),
@@ -148,13 +153,19 @@ def run_round(cluster: Any, options: CampaignOptions, round_: int) -> RoundResul
     if error is None:
         workload.drain(options.drain_timeout_s)
     history.close()
+    return _judge(directory, history, round_, workload_name, fault_kind, detail,
+                  time.monotonic() - started, error)
+
+
+def _judge(directory: Path, history: History, round_: int, workload: str, fault: str,
+           detail: dict[str, Any], seconds: float, error: str | None) -> RoundResult:
+    """Check the round's history; write and return its result (invalid with an error)."""
     verdict = check(history.events)
     result = RoundResult(
-        round=round_, workload=workload_name, fault=fault_kind, fault_detail=detail,
+        round=round_, workload=workload, fault=fault, fault_detail=detail,
         valid=verdict.valid and error is None, counts=dict(verdict.counts),
         anomalies={kind: verdict.counts[kind] for kind in ERROR_KINDS + REPORTED_KINDS},
-        unavailability=verdict.unavailability, seconds=round(time.monotonic() - started, 1),
-        error=error)
+        unavailability=verdict.unavailability, seconds=round(seconds, 1), error=error)
     (directory / "verdict.json").write_text(json.dumps(
         {"result": asdict(result), "verdict": verdict.to_json()}, indent=1), encoding="utf-8")
     return result

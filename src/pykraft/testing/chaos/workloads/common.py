@@ -273,18 +273,22 @@ def create_topics(bootstrap: str, topics: dict[str, int], timeout_s: float,
 
 
 def wait_for_leaders(admin: AdminClient, topics: dict[str, int], deadline: float) -> None:
-    missing: list[str] = list(topics)
+    missing: dict[str, str] = dict.fromkeys(topics, "not asked yet")
     while time.monotonic() < deadline:
-        missing = []
+        missing = {}
         for name, partitions in topics.items():
             try:
-                metadata = admin.list_topics(topic=name, timeout=2).topics.get(name)
-            except KafkaException:
-                metadata = None
-            if (metadata is None or metadata.error is not None
-                    or len(metadata.partitions) != partitions
+                cluster = admin.list_topics(topic=name, timeout=2)
+                metadata = cluster.topics.get(name)
+                answered_by = f"broker {cluster.orig_broker_id}"
+            except KafkaException as exception:
+                metadata, answered_by = None, describe(exception)
+            if metadata is None or metadata.error is not None:
+                missing[name] = f"{answered_by}: {metadata.error if metadata else 'no answer'}"
+            elif (len(metadata.partitions) != partitions
                     or any(p.leader < 0 for p in metadata.partitions.values())):
-                missing.append(name)
+                leaders = {p.id: p.leader for p in metadata.partitions.values()}
+                missing[name] = f"{answered_by}: leaders {leaders}"
         if not missing:
             return
         time.sleep(0.2)

@@ -553,8 +553,9 @@ class QuorumControllerChannel:
         with NOT_CONTROLLER when no active controller answered within the timeout."""
         async def local(server: ControllerServer) -> BrokerRegistrationResult:
             try:
+                # the controller's own clock, not the caller's (ControllerServer.now_ms)
                 return await server.run(lambda core: core.register_broker(
-                    broker_id, incarnation_id, listeners, features, rack, now_ms(),
+                    broker_id, incarnation_id, listeners, features, rack, server.now_ms(),
                     log_dirs=log_dirs, cluster_id=cluster_id))
             except (NotController, OutcomeUnknown):
                 raise
@@ -601,7 +602,7 @@ class QuorumControllerChannel:
                 return await server.run(lambda core: core.broker_heartbeat(
                     broker_id=broker_id, broker_epoch=broker_epoch,
                     current_metadata_offset=current_metadata_offset, want_fence=want_fence,
-                    want_shutdown=want_shutdown, now_ms=now_ms()))
+                    want_shutdown=want_shutdown, now_ms=server.now_ms()))
             except (NotController, OutcomeUnknown):
                 raise
             except KafkaError as error:

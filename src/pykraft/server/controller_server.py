@@ -77,11 +77,18 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def monotonic_ms() -> int:
+    """The controller's clock: broker sessions and its periodic checks measure intervals,
+    which a wall clock that is set forward or back would stretch or cut (as Kafka's
+    heartbeat manager, it uses a monotonic clock)."""
+    return time.monotonic_ns() // 1_000_000
+
+
 class ControllerServer:
     """Runs controller operations and is the in-process `ControllerChannel` of the broker."""
 
     def __init__(self, core: QuorumController, raft: RaftNode,
-                 now_ms: Callable[[], int] = wall_clock_ms,
+                 now_ms: Callable[[], int] = monotonic_ms,
                  off_loop: OffLoop = asyncio.to_thread) -> None:
         self.core = core
         self.raft = raft

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import random
 import threading
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -132,7 +133,7 @@ async def activated(off_loop: OffLoop = inline) -> tuple[ControllerServer, Scrip
     return server, raft
 
 
-async def register(server: ControllerServer, raft: ScriptedRaft, broker_id: int) -> None:
+async def register(server: ControllerServer, raft: ScriptedRaft, broker_id: int) -> int:
     task = asyncio.ensure_future(server.run(lambda core: core.register_broker(
         broker_id, uuid.uuid4(), [Listener("PLAINTEXT", "h", 9092, 0)], FEATURES, None, 1_000,
         log_dirs=[uuid.uuid4()], cluster_id="c")))
@@ -145,6 +146,7 @@ async def register(server: ControllerServer, raft: ScriptedRaft, broker_id: int)
     await settle()
     raft.commit_all()
     assert not (await task).is_fenced
+    return epoch
 
 
 def test_the_leader_activates_and_bootstraps_once() -> None:
@@ -483,6 +485,40 @@ def test_the_active_controller_decides_in_process() -> None:
         assert client.requests == []
         assert "t" in server.core.committed_image.topics.by_name
     asyncio.run(go())
+
+
+def test_broker_sessions_run_on_the_controllers_monotonic_clock(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A heartbeat is timed by the controller's own clock, not by its caller's: a wall clock
+    set an hour ahead (the fault campaign's clock fault) neither keeps a silent broker's
+    session alive nor, set back, fences a live one. By default that clock is monotonic."""
+    async def go() -> None:
+        server, raft = await activated()  # its clock stands at 1,000 ms
+        epoch = await register(server, raft, 3)
+        channel = QuorumControllerChannel(server, ScriptedClient(2, []), timeout_ms=1_000)
+        hour_ahead = 1_000 + 3_600_000
+        task = asyncio.ensure_future(channel.broker_heartbeat(
+            3, epoch, len(raft.log), want_fence=False, want_shutdown=False,
+            now_ms=lambda: hour_ahead))
+        await settle()
+        raft.commit_all()
+        await task
+        expired = 1_000 + server.core.config.broker_session_timeout_ms + 1
+        tick = asyncio.ensure_future(server.run(lambda core: core.tick(expired)))
+        await settle()
+        raft.commit_all()
+        assert (await tick).fenced_broker_ids == (3,)
+    asyncio.run(go())
+
+    core = QuorumController(
+        ControllerConfig.from_properties({"node.id": str(NODE)}, cluster_id="c",
+                                         controller_ids=frozenset({1, 2, 3})),
+        random.Random(1))
+    default = ControllerServer(core, ScriptedRaft())  # type: ignore[arg-type]
+    before = default.now_ms()
+    real = time.time_ns
+    monkeypatch.setattr(time, "time_ns", lambda: real() + 3_600 * 10**9)
+    assert default.now_ms() - before < 60_000
 
 
 def test_fencing_unfencing_and_controlled_shutdown_are_told_with_their_partition_changes(

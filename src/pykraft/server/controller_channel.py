@@ -515,8 +515,8 @@ class QuorumControllerChannel:
     # -- broker lifecycle (KIP-631) -------------------------------------------------------
 
     async def controlled_shutdown(self, broker_id: int, broker_epoch: int,
-                                  metadata_offset: Callable[[], int], *, interval_s: float,
-                                  now_ms: Callable[[], int]) -> None:
+                                  metadata_offset: Callable[[], int], *,
+                                  interval_s: float) -> None:
         """Heartbeat with want-shutdown every `interval_s` until the controller says the
         broker may stop. A heartbeat unanswered within the channel's timeout is sent again
         while the quorum has a known leader -- one busy moving 100,000 leaderships answers
@@ -526,7 +526,7 @@ class QuorumControllerChannel:
             try:
                 result = await self.broker_heartbeat(
                     broker_id, broker_epoch, metadata_offset(), want_fence=False,
-                    want_shutdown=True, now_ms=now_ms)
+                    want_shutdown=True)
             except ControllerRefused as error:
                 if error.code not in _UNANSWERED or not self.controller_known():
                     raise
@@ -547,7 +547,6 @@ class QuorumControllerChannel:
         *,
         log_dirs: Sequence[uuid.UUID],
         cluster_id: str,
-        now_ms: Callable[[], int],
     ) -> BrokerRegistrationResult:
         """BrokerRegistration; raises ControllerRefused with the controller's error, or
         with NOT_CONTROLLER when no active controller answered within the timeout."""
@@ -593,7 +592,6 @@ class QuorumControllerChannel:
         *,
         want_fence: bool,
         want_shutdown: bool,
-        now_ms: Callable[[], int],
     ) -> BrokerHeartbeatResult:
         """BrokerHeartbeat; raises ControllerRefused as `register_broker` does."""
         async def local(server: ControllerServer) -> BrokerHeartbeatResult:

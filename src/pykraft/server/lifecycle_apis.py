@@ -33,7 +33,7 @@ from pykraft.server.controller_channel import (
     ControllerRefused,
     QuorumControllerChannel,
 )
-from pykraft.server.controller_server import ControllerServer, wall_clock_ms
+from pykraft.server.controller_server import ControllerServer
 
 LIFECYCLE_APIS: Final[dict[int, tuple[int, int]]] = {
     BROKER_REGISTRATION: (0, 4),
@@ -88,7 +88,6 @@ class LifecycleApis:
                 request.rack,
                 log_dirs=[d for d in field(request, "log_dirs", ()) if d is not None],
                 cluster_id=request.cluster_id,
-                now_ms=wall_clock_ms,
             )
         except ControllerRefused as refused:
             return make(module.BrokerRegistrationResponse, throttle_time=NO_THROTTLE,
@@ -102,7 +101,6 @@ class LifecycleApis:
             result = await self.channel.broker_heartbeat(
                 request.broker_id, request.broker_epoch, request.current_metadata_offset,
                 want_fence=request.want_fence, want_shutdown=request.want_shut_down,
-                now_ms=wall_clock_ms,
             )
         except ControllerRefused as refused:
             return make(module.BrokerHeartbeatResponse, throttle_time=NO_THROTTLE,

@@ -632,7 +632,7 @@ class Node:
                 result = await self.channel.register_broker(
                     self.node_id, self.incarnation_id, self._advertised(), features,
                     self.config.get("broker.rack"), log_dirs=self.directory_ids,
-                    cluster_id=self.cluster_id, now_ms=wall_clock_ms)
+                    cluster_id=self.cluster_id)
             except ControllerRefused as refused:
                 if refused.code in _REGISTRATION_FATAL:
                     raise NodeStartError(f"the controller refused the registration of broker "
@@ -664,7 +664,7 @@ class Node:
         try:
             return await self.channel.broker_heartbeat(
                 self.node_id, self.broker_epoch, self.loader.last_offset,
-                want_fence=False, want_shutdown=False, now_ms=wall_clock_ms)
+                want_fence=False, want_shutdown=False)
         except ControllerRefused as refused:
             log.warning("broker heartbeat refused: %s", refused.code.name)
             if refused.code in _REREGISTER:
@@ -705,7 +705,7 @@ class Node:
             async with asyncio.timeout(CONTROLLED_SHUTDOWN_TIMEOUT_MS / 1000):
                 await self.channel.controlled_shutdown(
                     self.node_id, self.broker_epoch, lambda: self.loader.last_offset,
-                    interval_s=interval_s, now_ms=wall_clock_ms)
+                    interval_s=interval_s)
             log.info("broker %d: controlled shutdown complete", self.node_id)
         except (TimeoutError, ControllerRefused) as error:
             log.warning("broker %d: controlled shutdown not completed (%s); stopping anyway",

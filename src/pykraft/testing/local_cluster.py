@@ -178,7 +178,7 @@ class LocalCluster:
         for node_id in self.controller_ids:
             if self.running(node_id):
                 try:
-                    return _quorum_leader(f"127.0.0.1:{self.nodes[node_id].controller_port}")
+                    return quorum_leader(f"127.0.0.1:{self.nodes[node_id].controller_port}")
                 except OSError:
                     continue
         return -1
@@ -425,7 +425,9 @@ def _controller_ready(address: str) -> bool:
     return bool(response.api_keys)
 
 
-def _quorum_leader(address: str) -> int:
+def quorum_leader(address: str, *, timeout_s: float = 2, client_id: str = "local-cluster") -> int:
+    """The quorum leader's node id, as the controller at `address` knows it (DescribeQuorum;
+    -1 when it knows none)."""
     from kio.schema.describe_quorum.v1.request import (
         DescribeQuorumRequest,
         PartitionData,
@@ -439,7 +441,7 @@ def _quorum_leader(address: str) -> int:
     request = DescribeQuorumRequest(topics=(TopicData(
         topic_name=TopicName("__cluster_metadata"),
         partitions=(PartitionData(partition_index=i32(0)),)),))
-    with WireClient(address, timeout_s=2, client_id="local-cluster") as client:
+    with WireClient(address, timeout_s=timeout_s, client_id=client_id) as client:
         response = client.request(55, 1, request)
     return int(response.topics[0].partitions[0].leader_id)
 

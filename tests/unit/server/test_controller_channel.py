@@ -390,8 +390,7 @@ def test_no_active_controller_until_the_deadline_is_not_controller() -> None:
         assert [r.error_code for r in results] == [ErrorCode.not_controller]
         assert client.requests == []  # nobody to ask
         with pytest.raises(ControllerRefused) as refused:
-            await channel.broker_heartbeat(3, 10, 5, want_fence=False, want_shutdown=False,
-                                           now_ms=lambda: 0)
+            await channel.broker_heartbeat(3, 10, 5, want_fence=False, want_shutdown=False)
         assert refused.value.code == ErrorCode.not_controller
     asyncio.run(go())
 
@@ -412,7 +411,7 @@ def test_a_controlled_shutdown_asks_a_busy_controller_again_but_not_a_missing_on
                                     heartbeat_answer(ErrorCode.none, should_shut_down=True)])
         channel = QuorumControllerChannel(standby(), client, timeout_ms=1)
         await asyncio.wait_for(channel.controlled_shutdown(
-            3, 10, lambda: 5, interval_s=0.001, now_ms=lambda: 0), 5)
+            3, 10, lambda: 5, interval_s=0.001), 5)
         assert len(client.requests) == 4
         assert all(r.want_shut_down and r.broker_epoch == 10 for _, r in client.requests)
 
@@ -420,14 +419,14 @@ def test_a_controlled_shutdown_asks_a_busy_controller_again_but_not_a_missing_on
         channel = QuorumControllerChannel(standby(), missing, timeout_ms=1)
         with pytest.raises(ControllerRefused) as refused:
             await asyncio.wait_for(channel.controlled_shutdown(
-                3, 10, lambda: 5, interval_s=0.001, now_ms=lambda: 0), 5)
+                3, 10, lambda: 5, interval_s=0.001), 5)
         assert refused.value.code == ErrorCode.not_controller and missing.requests == []
 
         fenced = ScriptedClient(2, [heartbeat_answer(ErrorCode.stale_broker_epoch)])
         channel = QuorumControllerChannel(standby(), fenced, timeout_ms=1)
         with pytest.raises(ControllerRefused) as refused:
             await asyncio.wait_for(channel.controlled_shutdown(
-                3, 10, lambda: 5, interval_s=0.001, now_ms=lambda: 0), 5)
+                3, 10, lambda: 5, interval_s=0.001), 5)
         assert refused.value.code == ErrorCode.stale_broker_epoch
     asyncio.run(go())
 
@@ -440,8 +439,7 @@ def test_heartbeats_go_on_the_lifecycle_connection_and_changes_on_the_other() ->
         channel = QuorumControllerChannel(standby(), main, timeout_ms=5_000,
                                           lifecycle_client=lifecycle)
         await channel.create_topics([CreatableTopic("t", 1, 1)], validate_only=False)
-        await channel.broker_heartbeat(3, 10, 5, want_fence=False, want_shutdown=False,
-                                       now_ms=lambda: 0)
+        await channel.broker_heartbeat(3, 10, 5, want_fence=False, want_shutdown=False)
         assert [key for key, _ in main.requests] == [19]
         assert [key for key, _ in lifecycle.requests] == [BROKER_HEARTBEAT]
     asyncio.run(go())
@@ -461,7 +459,7 @@ def test_registration_is_resent_after_a_lost_answer_and_refusals_are_raised() ->
         async def register_once() -> Any:
             return await channel.register_broker(
                 3, uuid.uuid4(), [Listener("PLAINTEXT", "h", 9092, 0)], [], None,
-                log_dirs=[uuid.uuid4()], cluster_id="c", now_ms=lambda: 0)
+                log_dirs=[uuid.uuid4()], cluster_id="c")
 
         assert (await register_once()).broker_epoch == 42
         with pytest.raises(ControllerRefused) as caught:
@@ -496,13 +494,15 @@ def test_broker_sessions_run_on_the_controllers_monotonic_clock(
         server, raft = await activated()  # its clock stands at 1,000 ms
         epoch = await register(server, raft, 3)
         channel = QuorumControllerChannel(server, ScriptedClient(2, []), timeout_ms=1_000)
-        hour_ahead = 1_000 + 3_600_000
-        task = asyncio.ensure_future(channel.broker_heartbeat(
-            3, epoch, len(raft.log), want_fence=False, want_shutdown=False,
-            now_ms=lambda: hour_ahead))
-        await settle()
-        raft.commit_all()
-        await task
+        real = time.time_ns
+        with monkeypatch.context() as patch:  # every wall clock in the process an hour on
+            patch.setattr(time, "time_ns", lambda: real() + 3_600 * 10**9)
+            patch.setattr(time, "time", lambda: real() / 1e9 + 3_600)
+            task = asyncio.ensure_future(channel.broker_heartbeat(
+                3, epoch, len(raft.log), want_fence=False, want_shutdown=False))
+            await settle()
+            raft.commit_all()
+            await task
         expired = 1_000 + server.core.config.broker_session_timeout_ms + 1
         tick = asyncio.ensure_future(server.run(lambda core: core.tick(expired)))
         await settle()

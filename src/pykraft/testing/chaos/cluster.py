@@ -46,6 +46,7 @@ from pykraft.server.storage_tool import random_uuid
 from pykraft.testing.chaos import disk, network
 from pykraft.testing.chaos.clock import FakeClock
 from pykraft.testing.chaos.network import ChaosError, NetworkFaults, NotSupported
+from pykraft.testing.local_cluster import quorum_leader
 
 __all__ = ["ChaosCluster", "ChaosError", "ChaosNode", "NotSupported"]
 
@@ -413,7 +414,8 @@ class ChaosCluster:
             if not node.running or node.paused:
                 continue
             try:
-                leader = _quorum_leader(f"{node.address}:{CONTROLLER_PORT}")
+                leader = quorum_leader(f"{node.address}:{CONTROLLER_PORT}",
+                                       timeout_s=REQUEST_TIMEOUT_S, client_id="chaos")
             except (OSError, ConnectionError, IndexError):
                 continue
             if leader >= 0:
@@ -635,22 +637,3 @@ def sweep_leftovers() -> list[str]:
             network.delete_link(link)
             removed.append(link)
     return removed
-
-
-def _quorum_leader(address: str) -> int:
-    from kio.schema.describe_quorum.v1.request import (
-        DescribeQuorumRequest,
-        PartitionData,
-        TopicData,
-    )
-    from kio.schema.types import TopicName
-    from kio.static.primitive import i32
-
-    from pykraft.testing.wire import WireClient
-
-    request = DescribeQuorumRequest(topics=(TopicData(
-        topic_name=TopicName("__cluster_metadata"),
-        partitions=(PartitionData(partition_index=i32(0)),)),))
-    with WireClient(address, timeout_s=REQUEST_TIMEOUT_S, client_id="chaos") as client:
-        response = client.request(55, 1, request)
-    return int(response.topics[0].partitions[0].leader_id)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import random
 import threading
 import time
+from concurrent.futures import Future
 from typing import Any
 
 from confluent_kafka import ElectionType, KafkaError, KafkaException, TopicPartition
@@ -110,13 +111,8 @@ class AdminThread(ClientThread):
         futures = self.admin.create_topics(
             [NewTopic(name, partitions, REPLICATION_FACTOR)],
             operation_timeout=ADMIN_TIMEOUT_S, request_timeout=ADMIN_TIMEOUT_S)
-        try:
-            futures[name].result(timeout=ADMIN_TIMEOUT_S + 5)
-        except (KafkaException, TimeoutError) as exception:  # TimeoutError: no answer
-            self.complete_error(invocation, exception)
-            return
-        self.pending.complete(invocation, "ok")
-        self.deletable.append(name)
+        if self.settle(invocation, futures[name]):
+            self.deletable.append(name)
 
     def delete_topic(self) -> None:
         assert self.admin is not None
@@ -124,12 +120,17 @@ class AdminThread(ClientThread):
         invocation = self.invoke({"action": "delete-topic", "topic": name})
         futures = self.admin.delete_topics([name], operation_timeout=ADMIN_TIMEOUT_S,
                                            request_timeout=ADMIN_TIMEOUT_S)
+        self.settle(invocation, futures[name])
+
+    def settle(self, invocation: Event, future: Future[None]) -> bool:
+        """Completes `invocation` with an admin future's outcome; True when it is ok."""
         try:
-            futures[name].result(timeout=ADMIN_TIMEOUT_S + 5)
+            future.result(timeout=ADMIN_TIMEOUT_S + 5)
         except (KafkaException, TimeoutError) as exception:  # TimeoutError: no answer
             self.complete_error(invocation, exception)
-            return
+            return False
         self.pending.complete(invocation, "ok")
+        return True
 
     def reassign(self) -> None:
         assert self.admin is not None

@@ -236,3 +236,10 @@ class OutOfOrderSequenceNumber(KafkaError):
 
 class InvalidProducerEpoch(KafkaError):
     code = ErrorCode.invalid_producer_epoch
+
+
+class TransactionCoordinatorFenced(KafkaError):
+    """A transaction marker from a coordinator older than one whose marker this partition
+    already holds for the producer."""
+
+    code = ErrorCode.transaction_coordinator_fenced

@@ -472,6 +472,35 @@ def test_write_txn_markers_appends_a_control_batch(wire: WireClient,
                        wait_s=3) == []
 
 
+def test_a_marker_of_an_older_coordinator_is_fenced(wire: WireClient,
+                                                   pykraft_cluster: LocalCluster) -> None:
+    """A deposed transaction coordinator's marker that arrives after the new coordinator's
+    (a network partition delayed it) is refused, TRANSACTION_COORDINATOR_FENCED, and takes
+    no offset: it would otherwise end the producer's next transaction on the partition."""
+    topic = unique("txn-fenced-marker")
+    create_topic(pykraft_cluster.bootstrap_servers, topic, partitions=1)
+
+    def marker(coordinator_epoch: int, commit: bool) -> ErrorCode:
+        answer = wire.request(WRITE_TXN_MARKERS, 1, WriteTxnMarkersRequest(markers=(
+            WritableTxnMarker(producer_id=i64(78), producer_epoch=i16(0),
+                              transaction_result=commit,
+                              coordinator_epoch=i32(coordinator_epoch), topics=(
+                                  WritableTxnMarkerTopic(name=topic,
+                                                         partition_indexes=(i32(0),)),)),)))
+        return ErrorCode(answer.markers[0].topics[0].partitions[0].error_code)
+
+    assert marker(5, commit=True) == ErrorCode.none
+    assert marker(4, commit=False) == ErrorCode.transaction_coordinator_fenced
+    assert marker(5, commit=False) == ErrorCode.none
+    assert marker(6, commit=True) == ErrorCode.none
+    consumer = Consumer({"bootstrap.servers": pykraft_cluster.bootstrap_servers,
+                         "group.id": unique("g")})
+    try:
+        assert consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10) == (0, 3)
+    finally:
+        consumer.close()
+
+
 def test_transactional_produce_outside_the_transaction_is_refused(
         wire: WireClient, pykraft_cluster: LocalCluster) -> None:
     topic, txn_id = unique("txn-verify"), unique("tx")

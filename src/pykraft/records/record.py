@@ -512,6 +512,19 @@ def marker_type(batch: bytes | bytearray) -> ControlRecordType | None:
     return kind if kind in (ControlRecordType.COMMIT, ControlRecordType.ABORT) else None
 
 
+def marker_coordinator_epoch(batch: bytes | bytearray) -> int:
+    """The coordinator epoch of a transaction marker batch (a control batch's bytes); -1 for
+    any other control batch, an empty one or one whose record cannot be read."""
+    try:
+        record = next(iter(iter_records(batch)), None)
+        if record is None or read_control_record_type(record.key) not in (
+                ControlRecordType.COMMIT, ControlRecordType.ABORT):
+            return -1
+        return read_end_txn_marker(record.value)
+    except CorruptRecord:
+        return -1
+
+
 def end_txn_marker_value(coordinator_epoch: int) -> bytes:
     """The value of a COMMIT or ABORT control record."""
     return _END_TXN_MARKER.pack(_END_TXN_MARKER_VERSION, coordinator_epoch)

@@ -63,7 +63,12 @@ from pykraft.records.batch import (
     split_batches,
     stamp_batch,
 )
-from pykraft.records.record import ControlRecordType, iter_records, marker_type
+from pykraft.records.record import (
+    ControlRecordType,
+    iter_records,
+    marker_coordinator_epoch,
+    marker_type,
+)
 from pykraft.records.validate import (
     DECOMPRESSED_BATCH_BYTES_MAX,
     RECORD_ERRORS_MAX,
@@ -137,6 +142,13 @@ class ReadInfo:
 
 def _batch_bytes(records: bytes | bytearray, position: int, size: int) -> bytes:
     return bytes(records[position:position + size])
+
+
+def _coordinator_epoch(records: bytes | bytearray, position: int, header: BatchHeader) -> int:
+    """A producer's marker batch's coordinator epoch; -1 for any other batch."""
+    if not header.is_control or header.producer_id < 0:
+        return -1
+    return marker_coordinator_epoch(_batch_bytes(records, position, header.size))
 
 
 def parse_topic_partition(name: str) -> tuple[str, int]:
@@ -334,8 +346,10 @@ class Log:
         max_timestamps = self._validate_producer_batches(
             records, batches, now_ms, decompressed_bytes_max)
         if any(header.producer_id >= 0 for _, header in batches):
-            duplicate = self.producer_state.check((header for _, header in batches),
-                                                  sequences=not from_coordinator)
+            duplicate = self.producer_state.check(
+                (header for _, header in batches), sequences=not from_coordinator,
+                coordinator_epochs=[_coordinator_epoch(records, position, header)
+                                    for position, header in batches])
             if duplicate is not None:
                 return self._duplicate_info(duplicate)
         log_append_time = self._config.is_log_append_time
@@ -722,9 +736,11 @@ class Log:
         for segment in self._segments[self._segment_for(start):]:
             found = segment.find_batch(start)
             if found is not None:
-                for _, header in segment.iter_headers(found[0]):
+                for position, header in segment.iter_headers(found[0]):
                     if header.base_offset >= start:
-                        state.apply(header)
+                        state.apply(header, -1 if not header.is_control else
+                                    _coordinator_epoch(segment.read_batch(position, header.size),
+                                                       0, header))
         state.end_offset = self._log_end_offset
         return state
 
@@ -734,8 +750,9 @@ class Log:
         if state is None:
             return  # not built yet: the first use scans these batches too
         for position, old in batches:
-            if old.producer_id >= 0:
-                state.apply(read_header(records, position))  # with the offsets assigned
+            if old.producer_id >= 0:  # the header re-read: with the offsets assigned
+                state.apply(read_header(records, position),
+                            _coordinator_epoch(records, position, old))
         state.end_offset = self._log_end_offset
 
     def _duplicate_info(self, duplicate: BatchMetadata) -> AppendInfo:

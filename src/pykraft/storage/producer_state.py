@@ -18,13 +18,21 @@ is written:
 
 Batches a coordinator writes for a producer (the group coordinator's TxnOffsetCommit
 offsets, with no sequence) get the epoch check only (Kafka's AppendOrigin.COORDINATOR).
+A transaction marker carries the epoch of the coordinator that wrote it (the leader epoch of
+its `__transaction_state` partition); each producer keeps the newest it has seen, and a
+marker from an older coordinator is refused with TRANSACTION_COORDINATOR_FENCED. Without
+that, a deposed coordinator's marker delayed by a network partition could land after the
+new coordinator had finished the transaction, and end the producer's next one on this
+partition (the fault campaign found it: an ABORT from the old coordinator inside a
+committed transaction).
 
 Followers and the rebuild from the log apply batches without checks (`apply`). The state is
-a fold over the log's batch headers (nothing else is read): `Log` builds it on first use from
-the newest snapshot at or below its log end plus one pass over the headers after it, and keeps
-it current on every append. Snapshots are Kafka's `<offset>.snapshot` files: a version (1),
-a CRC32C of what follows it, then one entry per producer (id, epoch, last sequence, last
-offset, offset delta, timestamp, coordinator epoch, first offset of its open transaction).
+a fold over the log's batch headers and its markers' coordinator epochs: `Log` builds it on
+first use from the newest snapshot at or below its log end plus one pass over the batches
+after it, and keeps it current on every append. Snapshots are Kafka's `<offset>.snapshot`
+files: a version (1), a CRC32C of what follows it, then one entry per producer (id, epoch,
+last sequence, last offset, offset delta, timestamp, coordinator epoch, first offset of its
+open transaction).
 Like Kafka's, a snapshot keeps only each producer's last batch, so after a restart only a
 retry of a producer's last batch is recognised as a duplicate; one of an earlier batch is out
 of order, which the client handles.
@@ -38,14 +46,19 @@ from __future__ import annotations
 import os
 import struct
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
 import crc32c
 
-from pykraft.errors import CorruptRecord, InvalidProducerEpoch, OutOfOrderSequenceNumber
+from pykraft.errors import (
+    CorruptRecord,
+    InvalidProducerEpoch,
+    OutOfOrderSequenceNumber,
+    TransactionCoordinatorFenced,
+)
 from pykraft.records.batch import BatchHeader
 from pykraft.storage.checkpoint import write_atomically
 
@@ -136,14 +149,17 @@ class ProducerStateEntry:
                 return batch
         return None
 
-    def apply(self, header: BatchHeader) -> None:
-        """Fold one written batch (its offsets assigned) into the entry."""
+    def apply(self, header: BatchHeader, coordinator_epoch: int = -1) -> None:
+        """Fold one written batch (its offsets assigned) into the entry; a marker's
+        `coordinator_epoch` (-1: not a marker, or unreadable) becomes the entry's."""
         if header.producer_epoch != self.producer_epoch:
             self.producer_epoch = header.producer_epoch
             self.batches.clear()  # a new epoch numbers its batches from 0 again
         self.last_timestamp = header.max_timestamp
         if header.is_control:  # a COMMIT or ABORT marker ends the open transaction
             self.current_txn_first_offset = -1
+            if coordinator_epoch >= 0:
+                self.coordinator_epoch = coordinator_epoch
             return
         if header.is_transactional and self.current_txn_first_offset < 0:
             self.current_txn_first_offset = header.base_offset
@@ -159,16 +175,18 @@ class ProducerState:
     producers: dict[int, ProducerStateEntry] = field(default_factory=dict)
     end_offset: int = 0
 
-    def check(self, headers: Iterable[BatchHeader], *,
-              sequences: bool = True) -> BatchMetadata | None:
+    def check(self, headers: Iterable[BatchHeader], *, sequences: bool = True,
+              coordinator_epochs: Sequence[int] = ()) -> BatchMetadata | None:
         """Validate a leader append's producer batches in order (raising
-        InvalidProducerEpoch / OutOfOrderSequenceNumber), without changing the state.
-        Return the first copy of a duplicate batch if there is one: the append is then
-        answered with its offsets and nothing is written (as Kafka does). With
-        `sequences=False` (a coordinator's own write) only epochs are checked."""
+        InvalidProducerEpoch / OutOfOrderSequenceNumber / TransactionCoordinatorFenced),
+        without changing the state. Return the first copy of a duplicate batch if there is
+        one: the append is then answered with its offsets and nothing is written (as Kafka
+        does). With `sequences=False` (a coordinator's own write) only epochs are checked.
+        `coordinator_epochs[i]` is the coordinator epoch of the i-th batch if it is a marker
+        (-1 otherwise; missing entries count as -1)."""
         pending: dict[int, ProducerStateEntry] = {}
         offset = self.end_offset
-        for header in headers:
+        for index, header in enumerate(headers):
             if header.producer_id < 0:
                 offset += header.last_offset_delta + 1
                 continue
@@ -177,24 +195,32 @@ class ProducerState:
                 duplicate = entry.find_duplicate(header)
                 if duplicate is not None:
                     return duplicate
+            coordinator_epoch = (coordinator_epochs[index] if header.is_control
+                                 and index < len(coordinator_epochs) else -1)
             if entry is not None:
                 _check_epoch(entry, header)
                 if sequences and not header.is_control:
                     _check_sequence(entry, header)
+                if 0 <= coordinator_epoch < entry.coordinator_epoch:
+                    raise TransactionCoordinatorFenced(
+                        f"marker of coordinator epoch {coordinator_epoch} for producer "
+                        f"{header.producer_id}, which has seen coordinator epoch "
+                        f"{entry.coordinator_epoch}")
             entry = entry.copy() if entry is not None else ProducerStateEntry(header.producer_id)
-            entry.apply(header._replace(base_offset=offset))
+            entry.apply(header._replace(base_offset=offset), coordinator_epoch)
             pending[header.producer_id] = entry
             offset += header.last_offset_delta + 1
         return None
 
-    def apply(self, header: BatchHeader) -> None:
-        """Fold one written batch (offsets assigned) into the state."""
+    def apply(self, header: BatchHeader, coordinator_epoch: int = -1) -> None:
+        """Fold one written batch (offsets assigned; a marker's coordinator epoch) into the
+        state."""
         if header.producer_id >= 0:
             entry = self.producers.get(header.producer_id)
             if entry is None:
                 entry = self.producers[header.producer_id] = ProducerStateEntry(
                     header.producer_id)
-            entry.apply(header)
+            entry.apply(header, coordinator_epoch)
         self.end_offset = max(self.end_offset, header.next_offset)
 
     def expire(self, now_ms: int, expiration_ms: int) -> int:

@@ -9,7 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pykraft.errors import InvalidProducerEpoch, OutOfOrderSequenceNumber
+from pykraft.errors import (
+    InvalidProducerEpoch,
+    OutOfOrderSequenceNumber,
+    TransactionCoordinatorFenced,
+)
 from pykraft.records.batch import read_header
 from pykraft.records.record import ControlRecordType, build_batch, end_txn_marker_value
 from pykraft.storage.producer_state import (
@@ -34,10 +38,11 @@ def producer_batch(count: int = 2, *, producer_id: int = PID, epoch: int = 0,
                                  base_sequence=sequence, is_transactional=transactional))
 
 
-def marker(*, producer_id: int = PID, epoch: int = 0, commit: bool = True) -> bytearray:
+def marker(*, producer_id: int = PID, epoch: int = 0, commit: bool = True,
+           coordinator_epoch: int = 0) -> bytearray:
     kind = ControlRecordType.COMMIT if commit else ControlRecordType.ABORT
     key = b"\x00\x00" + int(kind).to_bytes(2, "big")
-    return bytearray(build_batch([(key, end_txn_marker_value(0), [], 2_000)],
+    return bytearray(build_batch([(key, end_txn_marker_value(coordinator_epoch), [], 2_000)],
                                  producer_id=producer_id, producer_epoch=epoch,
                                  is_transactional=True, is_control=True))
 
@@ -229,3 +234,69 @@ def test_a_coordinators_write_gets_the_epoch_check_only(tmp_path: Path) -> None:
         log.append_as_leader(producer_batch(sequence=-1, epoch=0, transactional=True),
                              leader_epoch=0, now_ms=1_000, from_coordinator=True)
     assert log.log_end_offset == 7
+
+
+def test_a_deposed_coordinators_late_marker_is_fenced(tmp_path: Path) -> None:
+    """The fault campaign's lost write (round 91 of `--rounds 100`, a bridge partition): the
+    coordinator of epoch 3 was cut off while it owed an ABORT for transaction A; the new one
+    (epoch 5) wrote it, finished A, and the producer's transaction B wrote here. Then the
+    old coordinator's ABORT arrived and ended B on this partition, which B's COMMIT
+    elsewhere had already made visible. A marker older than one the producer has seen is
+    TRANSACTION_COORDINATOR_FENCED, and stays so after a restart with or without a
+    snapshot; a newer coordinator's marker is accepted."""
+    directory = tmp_path / "t-0"
+    config = small_config(segment_bytes=1 << 20)
+    log = open_log(directory, config)
+
+    def append(batch: bytearray) -> int:  # markers come from a coordinator
+        is_marker = read_header(batch).is_control
+        info = log.append_as_leader(batch, leader_epoch=0, now_ms=1_000,
+                                    from_coordinator=is_marker)
+        return int(info.first_offset)
+
+    append(producer_batch(2, sequence=0, transactional=True))  # A
+    append(marker(commit=False, coordinator_epoch=3))  # A's abort by its coordinator ...
+    append(producer_batch(2, sequence=2, transactional=True))  # B, under the new one
+    with pytest.raises(TransactionCoordinatorFenced):
+        append(marker(commit=False, coordinator_epoch=2))
+    assert log.producer_state.producers[PID].current_txn_first_offset == 3  # B still open
+    append(marker(commit=True, coordinator_epoch=5))  # B's commit by the new coordinator
+    append(producer_batch(1, sequence=4, transactional=True))  # C
+    end = log.log_end_offset
+    with pytest.raises(TransactionCoordinatorFenced):  # the old one, delayed: C stays open
+        append(marker(commit=False, coordinator_epoch=3))
+    assert log.log_end_offset == end
+    assert log.producer_state.producers[PID].coordinator_epoch == 5
+
+    log.flush()
+    log.close()  # a snapshot at the log end
+    for snapshot in (True, False):
+        if not snapshot:
+            for offset in list_snapshots(directory):
+                (directory / f"{offset:020d}.snapshot").unlink()
+        log = open_log(directory, config, recovery_point=0 if not snapshot else end,
+                       had_clean_shutdown=snapshot)
+        assert log.producer_state.producers[PID].coordinator_epoch == 5
+        with pytest.raises(TransactionCoordinatorFenced):
+            append(marker(commit=False, coordinator_epoch=4))
+        log.close(snapshot=False)
+    log = open_log(directory, config, recovery_point=0)
+    assert append(marker(commit=True, coordinator_epoch=6)) == end  # a newer one: C ends
+    assert log.producer_state.producers[PID].current_txn_first_offset == -1
+
+
+def test_a_follower_takes_the_coordinator_epoch_of_the_markers_it_copies(
+        tmp_path: Path) -> None:
+    """A follower that becomes leader fences the same late markers as its old leader."""
+    log = open_log(tmp_path / "t-0", small_config(segment_bytes=1 << 20))
+    for offset, batch in ((0, producer_batch(2, sequence=0, transactional=True)),
+                          (2, marker(coordinator_epoch=7)),
+                          (3, producer_batch(1, sequence=2, transactional=True))):
+        stamped = bytearray(batch)
+        stamped[0:8] = offset.to_bytes(8, "big")
+        log.append_as_follower(stamped)
+    with pytest.raises(TransactionCoordinatorFenced):
+        log.append_as_leader(marker(commit=False, coordinator_epoch=6), leader_epoch=1,
+                             now_ms=1_000, from_coordinator=True)
+    assert log.append_as_leader(marker(coordinator_epoch=7), leader_epoch=1, now_ms=1_000,
+                                from_coordinator=True).first_offset == 4

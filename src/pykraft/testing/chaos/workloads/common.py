@@ -28,6 +28,11 @@ if librdkafka_log.level == logging.NOTSET:
 
 REPLICATION_FACTOR = 3
 MIN_INSYNC_REPLICAS = 2
+SETUP_RETRY_S = 0.5
+# the admin results' errors carry no retriable flag: the codes a topic creation is asked
+# again after (Kafka's RetriableException subclasses among CreateTopics' answers)
+_SETUP_RETRIABLE = frozenset({KafkaError.REQUEST_TIMED_OUT, KafkaError.NOT_CONTROLLER,
+                              KafkaError._TIMED_OUT, KafkaError._TRANSPORT})
 RECREATE_BACKOFF_S = 0.5  # after a fatal error, so a client that cannot start does not spin
 
 # librdkafka gives up on a record after message.timeout.ms, so faults of 10-30 s are ridden
@@ -256,19 +261,37 @@ def admin_client(bootstrap: str) -> AdminClient:
 def create_topics(bootstrap: str, topics: dict[str, int], timeout_s: float,
                   configs: dict[str, str] | None = None) -> None:
     """Create the topics (RF 3, min.insync.replicas 2 unless `configs` say otherwise) and
-    wait until every partition has a leader; an existing topic is taken as it is."""
+    wait until every partition has a leader; an existing topic is taken as it is. A
+    retriable refusal (REQUEST_TIMED_OUT when the controller lost its leadership before the
+    topic committed, NOT_CONTROLLER) is asked again, as a Kafka user would, until the
+    bound: the round before may have left the quorum electing."""
     deadline = time.monotonic() + timeout_s
     admin = admin_client(bootstrap)
     topic_configs = {"min.insync.replicas": str(MIN_INSYNC_REPLICAS), **(configs or {})}
-    new = [NewTopic(name, partitions, REPLICATION_FACTOR, config=topic_configs)
-           for name, partitions in topics.items()]
-    for name, future in admin.create_topics(new, request_timeout=timeout_s).items():
-        try:
-            future.result(timeout=max(0.1, deadline - time.monotonic()))
-        except KafkaException as exception:
-            error = error_of(exception)
-            if error is None or error.code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise RuntimeError(f"creating topic {name}: {describe(exception)}") from None
+    pending = dict(topics)
+    while pending:
+        new = [NewTopic(name, partitions, REPLICATION_FACTOR, config=topic_configs)
+               for name, partitions in pending.items()]
+        left = max(0.1, deadline - time.monotonic())
+        for name, future in admin.create_topics(new, request_timeout=left).items():
+            try:
+                future.result(timeout=max(0.1, deadline - time.monotonic()))
+            except KafkaException as exception:
+                error = error_of(exception)
+                if error is not None and error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                    pending.pop(name)
+                elif (error is not None
+                        and (error.retriable() or error.code() in _SETUP_RETRIABLE)
+                        and time.monotonic() + SETUP_RETRY_S < deadline):
+                    log.info("creating topic %s: %s; asking again", name,
+                             describe(exception))
+                else:
+                    raise RuntimeError(f"creating topic {name}: {describe(exception)}"
+                                       ) from None
+            else:
+                pending.pop(name)
+        if pending:
+            time.sleep(SETUP_RETRY_S)
     wait_for_leaders(admin, topics, deadline)
 
 

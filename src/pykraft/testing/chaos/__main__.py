@@ -60,7 +60,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--round", type=int, dest="only_round", metavar="R",
                    help="run only round R of the seed's schedule (a replay)")
     p.add_argument("--out", type=Path, help="results directory (default chaos-results/"
-                   "<UTC time>); each round writes round-NNN/history.jsonl and verdict.json")
+                   "<UTC time>); each round writes round-NNN/history.jsonl, verdict.json "
+                   "and librdkafka.log (the clients' log with its eos debug context)")
     p.add_argument("--workloads", type=lambda v: _names(v, WORKLOADS, "workload"),
                    default=list(WORKLOADS), help=f"comma-separated, of {', '.join(WORKLOADS)}")
     p.add_argument("--faults", type=lambda v: _names(v, FAULT_KINDS, "fault kind"),

@@ -107,7 +107,50 @@ def schedule(options: CampaignOptions, round_: int) -> tuple[str, str]:
     return workloads[index], faults[(turn + index) % len(faults)]
 
 
+class _ClientLog(logging.Handler):
+    """During a round: every librdkafka line (its `eos` debug context included) to the
+    round's librdkafka.log; only the critical ones on to the campaign's own log, as
+    before."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(logging.DEBUG)
+        self.file = logging.FileHandler(path, encoding="utf-8")
+        self.file.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.file.emit(record)
+        if record.levelno >= logging.CRITICAL:
+            logging.getLogger("pykraft.testing.chaos").handle(record)
+
+    def close(self) -> None:
+        self.file.close()
+        super().close()
+
+
+def _client_log(path: Path) -> tuple[logging.Logger, _ClientLog, int, bool]:
+    from pykraft.testing.chaos.workloads.common import librdkafka_log
+    handler = _ClientLog(path)
+    saved = librdkafka_log.level, librdkafka_log.propagate
+    librdkafka_log.addHandler(handler)
+    librdkafka_log.setLevel(logging.DEBUG)
+    librdkafka_log.propagate = False
+    return librdkafka_log, handler, *saved
+
+
 def run_round(cluster: Any, options: CampaignOptions, round_: int) -> RoundResult:
+    directory = options.out / f"round-{round_:03d}"
+    directory.mkdir(parents=True, exist_ok=True)
+    client_log, handler, level, propagate = _client_log(directory / "librdkafka.log")
+    try:
+        return _run_round(cluster, options, round_)
+    finally:
+        client_log.removeHandler(handler)
+        client_log.setLevel(level)
+        client_log.propagate = propagate
+        handler.close()
+
+
+def _run_round(cluster: Any, options: CampaignOptions, round_: int) -> RoundResult:
     workload_name, fault_kind = schedule(options, round_)
     rng = random.Random(f"{options.seed}/{round_}")
     directory = options.out / f"round-{round_:03d}"

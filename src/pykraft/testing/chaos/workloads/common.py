@@ -21,7 +21,9 @@ from pykraft.testing.chaos.history import Event, EventType, History
 
 log = logging.getLogger("pykraft.testing.chaos.workloads")
 # librdkafka logs every refused connection of a fault at its error level, by the thousand;
-# they go to their own logger, quiet unless someone lowers its level to look.
+# they go to their own logger, quiet unless someone lowers its level to look. The campaign
+# writes all of it, with the `eos` debug context (producer ids, epoch bumps, sequence
+# errors), to each round's librdkafka.log: what an idempotence anomaly is explained from.
 librdkafka_log = logging.getLogger("pykraft.testing.chaos.librdkafka")
 if librdkafka_log.level == logging.NOTSET:
     librdkafka_log.setLevel(logging.CRITICAL)
@@ -46,7 +48,8 @@ COMMON_CONFIG: dict[str, Any] = {
     "retry.backoff.max.ms": 1000,
     "topic.metadata.refresh.interval.ms": 5000,
     "metadata.max.age.ms": 15000,
-    "log_level": 3,  # errors only: a fault makes warnings by the thousand
+    "debug": "eos",  # idempotence and transactions: a few lines per producer id change
+    "log_level": 7,  # the logger's level decides what is kept
 }
 PRODUCER_CONFIG: dict[str, Any] = {
     "acks": "all",

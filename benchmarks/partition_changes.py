@@ -1,0 +1,155 @@
+"""What one partition change costs a node that applies it (issue 21's microbenchmark).
+
+Every node of a cluster applies every partition change: it decodes the record, folds it into
+its metadata image, and a broker then works out what the change means for its own replicas
+(`local_changes`). This times those steps in one process, for the two changes that matter at
+scale, on an image like benchmarks/metadata_scale.py's (100 partitions per topic, RF 3 over
+brokers 4, 5 and 6, so each broker hosts every partition, leaders spread evenly):
+
+- create: the PartitionRecords of every partition, folded into an empty image;
+- fence: broker 4 fenced, as the controller writes it: a PartitionChangeRecord per
+  partition, the broker out of the ISR and, where it led, the next replica leading.
+
+For each: µs per record to decode, to replay into a delta, to apply the delta (the new
+image), and for broker 5's `local_changes`; and the traced memory the image holds per
+partition (tracemalloc, so Python objects only). Best of --rounds.
+
+Run: .venv/bin/python benchmarks/partition_changes.py [--partitions 100000] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import time
+import tracemalloc
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from pykraft.metadata.codec import decode_metadata_record, encode_metadata_record
+from pykraft.metadata.image import MetadataDelta, MetadataImage
+from pykraft.metadata.records import (
+    MetadataRecord,
+    PartitionChangeRecord,
+    PartitionRecord,
+    TopicRecord,
+)
+
+PARTITIONS_PER_TOPIC = 100
+BROKERS = (4, 5, 6)
+FENCED = 4
+OBSERVER = 5  # the broker whose local changes are worked out
+RECORD_VERSION = 1  # PartitionRecord and PartitionChangeRecord at metadata.version 3.7+
+
+
+def encode(record: MetadataRecord) -> bytes:
+    """At the version a 3.7+ controller writes: 1 for partitions, the default otherwise."""
+    partition = isinstance(record, PartitionRecord | PartitionChangeRecord)
+    return encode_metadata_record(record, RECORD_VERSION if partition else None)
+
+
+def creation_records(partitions: int) -> list[MetadataRecord]:
+    records: list[MetadataRecord] = []
+    directories = {broker: uuid.UUID(int=broker) for broker in BROKERS}
+    for topic_index in range(-(-partitions // PARTITIONS_PER_TOPIC)):
+        topic_id = uuid.UUID(int=(1 << 64) + topic_index)
+        records.append(TopicRecord(name=f"t{topic_index}", topic_id=topic_id))
+        count = min(PARTITIONS_PER_TOPIC, partitions - topic_index * PARTITIONS_PER_TOPIC)
+        for index in range(count):
+            first = (topic_index * PARTITIONS_PER_TOPIC + index) % len(BROKERS)
+            replicas = tuple(BROKERS[(first + i) % len(BROKERS)] for i in range(3))
+            records.append(PartitionRecord(
+                partition_id=index, topic_id=topic_id, replicas=replicas, isr=replicas,
+                leader=replicas[0], leader_recovery_state=0, leader_epoch=0,
+                partition_epoch=0, directories=tuple(directories[r] for r in replicas)))
+    return records
+
+
+def fence_records(image: MetadataImage, broker: int) -> list[MetadataRecord]:
+    records: list[MetadataRecord] = []
+    for topic in image.topics.by_id.values():
+        for index, partition in topic.partitions.items():
+            if broker not in partition.isr:
+                continue
+            isr = tuple(r for r in partition.isr if r != broker)
+            leader = isr[0] if partition.leader == broker else -2  # -2: no change
+            records.append(PartitionChangeRecord(
+                partition_id=index, topic_id=topic.topic_id, isr=isr, leader=leader))
+    return records
+
+
+def best(rounds: int, run: Callable[[], Any]) -> tuple[float, Any]:
+    """The fastest of `rounds` runs (seconds) and the last run's result; GC as in a node."""
+    times, result = [], None
+    for _ in range(rounds):
+        gc.collect()
+        started = time.perf_counter()
+        result = run()
+        times.append(time.perf_counter() - started)
+    return min(times), result
+
+
+def measure(label: str, base: MetadataImage, records: Sequence[MetadataRecord],
+            rounds: int) -> MetadataImage:
+    encoded = [encode(record) for record in records]
+    count = len(records)
+    decode_s, decoded = best(rounds, lambda: [decode_metadata_record(b) for b in encoded])
+
+    def replay() -> MetadataDelta:
+        delta = MetadataDelta(base)
+        for record in decoded:
+            delta.replay(record)
+        return delta
+
+    replay_s, delta = best(rounds, replay)
+    apply_s = float("inf")
+    for _ in range(rounds):  # a delta keeps the topics it applied: a fresh one each time
+        fresh = replay()
+        gc.collect()
+        started = time.perf_counter()
+        image = fresh.apply(1, 1)
+        apply_s = min(apply_s, time.perf_counter() - started)
+    local_s, changes = best(rounds, lambda: delta.local_changes(OBSERVER))
+    total = decode_s + replay_s + apply_s + local_s
+    print(f"{label}: {count:,} records; µs per record: decode {decode_s / count * 1e6:.2f}, "
+          f"replay {replay_s / count * 1e6:.2f}, apply {apply_s / count * 1e6:.2f}, "
+          f"local_changes({OBSERVER}) {local_s / count * 1e6:.2f}; "
+          f"total {total / count * 1e6:.2f} (broker {OBSERVER}: "
+          f"{len(changes.leaders):,} leaders, {len(changes.followers):,} followers)")
+    return image
+
+
+def image_bytes(records: Sequence[MetadataRecord]) -> int:
+    """Python memory the image of `records` holds (tracemalloc), the records themselves
+    freed."""
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    delta = MetadataDelta(MetadataImage.EMPTY)
+    for record in records:
+        delta.replay(decode_metadata_record(encode(record)))
+    image = delta.apply(1, 1)
+    del delta
+    gc.collect()
+    held = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    del image
+    return held
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--partitions", type=int, default=100_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args(argv)
+    created = creation_records(args.partitions)
+    image = measure("create", MetadataImage.EMPTY, created, args.rounds)
+    measure(f"fence broker {FENCED}", image, fence_records(image, FENCED), args.rounds)
+    held = image_bytes(created)
+    print(f"image: {held / args.partitions:,.0f} B per partition "
+          f"({held / 2**20:,.1f} MiB for {args.partitions:,})")
+
+
+if __name__ == "__main__":
+    main()

@@ -25,7 +25,11 @@ def _options(out: Path, **overrides: object) -> CampaignOptions:
 
 
 def test_three_rounds_one_per_workload_check_clean(tmp_path: Path) -> None:
-    options = _options(tmp_path, faults=["kill", "partition-leader", "pause-controller"])
+    # 5 s of traffic after recovery: a transaction producer first waits out
+    # CONCURRENT_TRANSACTIONS while its last transaction's markers reach a healed leader,
+    # and 3 s once left room for only 3 commits (CI, 2026-11-27)
+    options = _options(tmp_path, faults=["kill", "partition-leader", "pause-controller"],
+                       cooldown_s=5.0)
     results = run_campaign(options)
     assert [(r.workload, r.fault) for r in results] == list(zip(
         WORKLOADS, ["kill", "partition-leader", "pause-controller"], strict=True))

@@ -14,11 +14,16 @@ def assignments_of(consumers: list[Consumer]) -> list[set[int]]:
     return [{tp.partition for tp in c.assignment()} for c in consumers]
 
 
-def poll_until(consumers: list[Consumer], done: Any, timeout_s: float = 20.0) -> None:
+def poll_until(consumers: list[Consumer], done: Any, timeout_s: float = 20.0,
+               on_record: Any = None) -> None:
+    """Poll every consumer until `done()`; a record polled meanwhile goes to
+    `on_record(consumer, message)` if given, else it is dropped."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         for consumer in consumers:
-            consumer.poll(0.05)
+            message = consumer.poll(0.05)
+            if on_record is not None and message is not None and message.error() is None:
+                on_record(consumer, message)
         if done():
             return
     raise AssertionError(f"not done in {timeout_s}s: {assignments_of(consumers)}")

@@ -347,8 +347,10 @@ class LocalCluster:
                     node.kill()
                     killed.append(node.node_id)
         if killed:
+            tails = "".join(f"\n--- node {i}'s log ---\n{self.nodes[i].tail_log()}"
+                            for i in killed)
             raise TimeoutError(f"node(s) {killed} did not stop within {self.stop_timeout_s} s "
-                               "of SIGTERM and were killed")
+                               f"of SIGTERM and were killed{tails}")
         if self.process is not None:
             self.kill(signal.SIGTERM)
         if self._thread is not None and self._loop is not None and self._node is not None:

@@ -501,26 +501,32 @@ def read_control_record_type(key: bytes | None) -> ControlRecordType:
     return ControlRecordType(type_)
 
 
-def marker_type(batch: bytes | bytearray) -> ControlRecordType | None:
-    """COMMIT or ABORT for a transaction marker batch (a control batch's bytes); None for
+def _marker_record(batch: bytes | bytearray) -> tuple[ControlRecordType, Record] | None:
+    """The type and record of a transaction marker batch (a control batch's bytes); None for
     any other control batch, an empty one or one whose record cannot be read."""
     try:
         record = next(iter(iter_records(batch)), None)
         kind = read_control_record_type(None if record is None else record.key)
     except CorruptRecord:
         return None
-    return kind if kind in (ControlRecordType.COMMIT, ControlRecordType.ABORT) else None
+    if record is None or kind not in (ControlRecordType.COMMIT, ControlRecordType.ABORT):
+        return None
+    return kind, record
+
+
+def marker_type(batch: bytes | bytearray) -> ControlRecordType | None:
+    """COMMIT or ABORT for a transaction marker batch (a control batch's bytes); None for
+    any other control batch, an empty one or one whose record cannot be read."""
+    marker = _marker_record(batch)
+    return None if marker is None else marker[0]
 
 
 def marker_coordinator_epoch(batch: bytes | bytearray) -> int:
     """The coordinator epoch of a transaction marker batch (a control batch's bytes); -1 for
     any other control batch, an empty one or one whose record cannot be read."""
+    marker = _marker_record(batch)
     try:
-        record = next(iter(iter_records(batch)), None)
-        if record is None or read_control_record_type(record.key) not in (
-                ControlRecordType.COMMIT, ControlRecordType.ABORT):
-            return -1
-        return read_end_txn_marker(record.value)
+        return -1 if marker is None else read_end_txn_marker(marker[1].value)
     except CorruptRecord:
         return -1
 

@@ -3,18 +3,21 @@
 Followers use it to find where their log diverges from the leader's (OffsetsForLeaderEpoch,
 KIP-101/279): the leader answers "epoch E ended at offset X" and the follower truncates to X.
 It is persisted as `leader-epoch-checkpoint` in the partition directory, in the offset
-checkpoint layout with `epoch startOffset` entries, rewritten atomically on every change.
+checkpoint layout with `epoch startOffset` entries, rewritten atomically: a truncation at
+once, a new epoch (`assign`) at the log's next flush.
 
 Invariants: entries are sorted by epoch and by start offset, both strictly increasing. A new
 entry that breaks the order wins: every entry with an epoch or start offset at or above the
 new one is dropped first (a new leader overwrote that history).
 
-The entries in memory are the truth; the file follows. A change whose file cannot be
-written (a full disk) is kept in memory, so the append or leadership change that made it
-goes on, and the file is written again by the next change or by `sync`, which the log's
-flush calls before it moves the recovery point: entries for data below the recovery point
-are always in the file. A file left behind (stale) is repaired at open (Log.open truncates
-it to the log and assigns the recovered batches' epochs again).
+The entries in memory are the truth; the file follows. A new epoch is only noted (the file
+is stale): a broker that becomes leader of 20,000 partitions at once would otherwise write
+20,000 files on its event loop, about 0.3 ms each here. So is a change whose file cannot be
+written (a full disk), so that the append or leadership change that made it goes on. A
+stale file is written by the next truncation or by `sync`, which the log's flush calls
+before it moves the recovery point: entries for data below the recovery point are always
+in the file. A file left behind (stale) is repaired at open (Log.open truncates it to the
+log and assigns the recovered batches' epochs again).
 """
 
 from __future__ import annotations
@@ -51,7 +54,8 @@ class LeaderEpochCache:
         self.path = path
         self._entries: list[EpochEntry] = entries if entries is not None else []
         self._unsynced = False  # written since the last sync()
-        self._stale = False  # the file lacks a change (its write failed)
+        self._stale = False  # the file lacks a change (a new epoch, or a failed write)
+        self._failed = False  # its last write failed (warned once)
 
     @classmethod
     def load(cls, path: Path) -> LeaderEpochCache:
@@ -93,7 +97,7 @@ class LeaderEpochCache:
             if entry.epoch < epoch and entry.start_offset < start_offset
         ]
         self._entries.append(EpochEntry(epoch, start_offset))
-        self.flush()
+        self._stale = True  # written by the log's next flush (sync), or a truncation
         return True
 
     def epoch_for_offset(self, offset: int) -> int | None:
@@ -148,29 +152,37 @@ class LeaderEpochCache:
             self.flush()
 
     def flush(self) -> None:
-        """Write the checkpoint file, without fsync: a leadership change writes one per
-        partition, and an fsync each (Kafka still fsyncs at `assign`, on one of many request
-        threads) held a broker's event loop for minutes when 20,000 leaderships moved to it.
-        The log's flush makes it durable (`sync`); recovery after an unclean stop assigns
-        the recovered batches' epochs again, and rebuilds a torn file from the whole log
-        (Log.open). See docs/deviations.md."""
+        """Write the checkpoint file, without fsync: Kafka fsyncs it at `assign`, on one of
+        many request threads; on one event loop an fsync per partition held a broker for
+        minutes when 20,000 leaderships moved to it. The log's flush makes it durable
+        (`sync`); recovery after an unclean stop assigns the recovered batches' epochs
+        again, and rebuilds a torn file from the whole log (Log.open). See
+        docs/deviations.md."""
         try:
             write_checkpoint(self.path, self._entries, sync=False)
         except OSError as error:
-            if not self._stale:  # once until it is written again, not at every change
+            if not self._failed:  # once until it is written again, not at every change
                 log.warning("cannot write %s (%s); it is written again at the next flush",
                             self.path, error)
-            self._stale = True
+            self._stale = self._failed = True
             return
-        self._stale = False
+        self._stale = self._failed = False
         self._unsynced = True
 
+    def write_if_stale(self) -> None:
+        """Write the file if it lacks a change: before the log's files are closed, and so
+        copied or read again (a move between log dirs). A failure is warned about and
+        left for the next flush, as in `flush`."""
+        if self._stale:
+            self.flush()
+
     def sync(self) -> None:
-        """fsync what `flush` wrote, writing it first if its last write failed (raising
-        if that fails again: the caller must not count the file as durable)."""
+        """fsync what `flush` wrote, writing it first if it is stale (a new epoch, or a
+        failed write), raising if that write fails: the caller must not count the file as
+        durable."""
         if self._stale:
             write_checkpoint(self.path, self._entries, sync=False)
-            self._stale, self._unsynced = False, True
+            self._stale, self._failed, self._unsynced = False, False, True
         if self._unsynced:
             fsync_file(self.path)
             fsync_directory(self.path.parent)

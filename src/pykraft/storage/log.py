@@ -1057,12 +1057,14 @@ class Log:
 
     def close(self, *, snapshot: bool = True) -> None:
         """Close files (no fsync: call flush first for a clean shutdown). A producer state
-        in use is written as a snapshot at the log end, so the next open reads no batch.
+        in use is written as a snapshot at the log end, so the next open reads no batch, and
+        the leader-epoch checkpoint if a new epoch is not yet in it.
         `snapshot=False` (the log is being deleted) writes nothing at all: deleting a log
         must work on a full disk."""
         if self._closed:
             return
         if snapshot:
+            self.leader_epoch_cache.write_if_stale()  # a new epoch noted since the last flush
             try:
                 self._snapshot_producers()
             except OSError as error:

@@ -64,6 +64,9 @@ def test_epoch_cache_follows_kafkas_rules(tmp_path: Path) -> None:
     cache = LeaderEpochCache(tmp_path / "leader-epoch-checkpoint")
     assert cache.assign(1, 0) and cache.assign(3, 10) and cache.assign(5, 20)
     assert not cache.assign(5, 25)  # same epoch continuing
+    # a new epoch is written by the log's next flush (or its close), not at once
+    assert not (tmp_path / "leader-epoch-checkpoint").exists()
+    cache.sync()
     assert (tmp_path / "leader-epoch-checkpoint").read_text() == "0\n3\n1 0\n3 10\n5 20\n"
     assert cache.end_offset_for_epoch(5, 30) == (5, 30)
     assert cache.end_offset_for_epoch(3, 30) == (3, 20)

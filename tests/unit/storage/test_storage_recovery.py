@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pykraft.records.batch import CRC_FROM, read_header
+from pykraft.storage.leader_epoch import LeaderEpochCache
 from pykraft.storage.log import Log
 from tests.unit.storage.storage_helpers import (
     all_batches,
@@ -91,9 +92,9 @@ def test_crash_then_reopen_keeps_exactly_a_prefix(
 
 def test_epochs_of_unflushed_batches_are_recovered_when_the_checkpoint_lost_them(
         tmp_path: Path) -> None:
-    """The leader-epoch checkpoint is written without fsync at each new epoch and made
-    durable by the log's flush. A crash may leave it as of that flush while later batches
-    survive: recovery assigns their epochs again from the batches themselves."""
+    """A new epoch reaches the leader-epoch checkpoint at the log's flush (or its close),
+    not at once. A crash leaves it as of the last flush while later batches survive:
+    recovery assigns their epochs again from the batches themselves."""
     config = small_config()
     log = open_log(tmp_path / "t-0", config)
     for epoch in (1, 1, 2):
@@ -112,6 +113,26 @@ def test_epochs_of_unflushed_batches_are_recovered_when_the_checkpoint_lost_them
     assert reopened.log_end_offset == 12
     assert reopened.leader_epoch_cache.entries == expected
     assert reopened.end_offset_for_epoch(3) == (3, 10)
+    reopened.close()
+
+
+def test_a_new_leaders_epoch_is_in_the_checkpoint_once_the_log_is_closed(
+        tmp_path: Path) -> None:
+    """A new leader's epoch is only noted in memory until the log's flush; closing the log
+    writes it too, so a log reopened in place without recovery (a failed move between log
+    dirs) or copied after its close still knows where that epoch began."""
+    config = small_config()
+    log = open_log(tmp_path / "t-0", config)
+    log.append_as_leader(make_batch(2), leader_epoch=1, now_ms=0)
+    log.flush()
+    log.assign_epoch_start(4)
+    log.append_as_leader(make_batch(2), leader_epoch=4, now_ms=0)
+    on_disk = LeaderEpochCache.load(log.dir / "leader-epoch-checkpoint")
+    assert on_disk.entries == ((1, 0),)  # not yet written
+    log.close()
+    reopened = open_log(tmp_path / "t-0", config, recovery_point=4, had_clean_shutdown=True)
+    assert reopened.leader_epoch_cache.entries == ((1, 0), (4, 2))
+    assert reopened.end_offset_for_epoch(1) == (1, 2)
     reopened.close()
 
 

@@ -14,19 +14,30 @@ For each: µs per record to decode, to replay into a delta, to apply the delta (
 image), and for broker 5's `local_changes`; and the traced memory the image holds per
 partition (tracemalloc, so Python objects only). Best of --rounds.
 
+With --broker-partitions N (0 to skip), broker 5's reaction as well: a ReplicaManager over
+real logs in a temporary directory (TMPDIR) is given the creation of N partitions (logs
+made on its worker thread, as in a broker), then the fence, timed once in
+`ReplicaManager.apply_delta`: it becomes leader of a third of them (each records its new
+leader epoch) and sees an ISR change on the rest. No replica fetchers run, so following
+costs nothing here.
+
 Run: .venv/bin/python benchmarks/partition_changes.py [--partitions 100000] [--rounds 3]
+     [--broker-partitions 10000]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gc
+import tempfile
 import time
 import tracemalloc
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from pykraft.broker.replica_manager import ReplicaManager
 from pykraft.metadata.codec import decode_metadata_record, encode_metadata_record
 from pykraft.metadata.image import MetadataDelta, MetadataImage
 from pykraft.metadata.records import (
@@ -35,6 +46,7 @@ from pykraft.metadata.records import (
     PartitionRecord,
     TopicRecord,
 )
+from pykraft.storage.log_manager import LogManager
 
 PARTITIONS_PER_TOPIC = 100
 BROKERS = (4, 5, 6)
@@ -96,16 +108,10 @@ def measure(label: str, base: MetadataImage, records: Sequence[MetadataRecord],
     count = len(records)
     decode_s, decoded = best(rounds, lambda: [decode_metadata_record(b) for b in encoded])
 
-    def replay() -> MetadataDelta:
-        delta = MetadataDelta(base)
-        for record in decoded:
-            delta.replay(record)
-        return delta
-
-    replay_s, delta = best(rounds, replay)
+    replay_s, delta = best(rounds, lambda: replayed(base, decoded))
     apply_s = float("inf")
     for _ in range(rounds):  # a delta keeps the topics it applied: a fresh one each time
-        fresh = replay()
+        fresh = replayed(base, decoded)
         gc.collect()
         started = time.perf_counter()
         image = fresh.apply(1, 1)
@@ -138,10 +144,55 @@ def image_bytes(records: Sequence[MetadataRecord]) -> int:
     return held
 
 
+def replayed(base: MetadataImage, records: Sequence[MetadataRecord]) -> MetadataDelta:
+    delta = MetadataDelta(base)
+    for record in records:
+        delta.replay(record)
+    return delta
+
+
+async def broker_reaction(partitions: int) -> None:
+    """Broker OBSERVER's ReplicaManager.apply_delta for the creation and for the fence."""
+    with tempfile.TemporaryDirectory(prefix="partition-changes-") as directory:
+        configs = {"log.segment.bytes": "1048576", "log.index.size.max.bytes": "4096"}
+        log_manager = LogManager([directory], configs)
+        log_manager.load(int(time.time() * 1000))
+        manager = ReplicaManager(OBSERVER, log_manager, configs,
+                                 lambda: int(time.time() * 1000))
+        try:
+            created = replayed(MetadataImage.EMPTY, creation_records(partitions))
+            image = created.apply(1, 1)
+            started = time.perf_counter()
+            manager.apply_delta(created, image)
+            on_loop_s = time.perf_counter() - started
+            while manager._creator is not None:  # the logs, made on the worker thread
+                await asyncio.sleep(0.05)
+            made_s = time.perf_counter() - started
+            print(f"broker {OBSERVER} reaction to the creation: {partitions:,} replicas; "
+                  f"apply_delta {on_loop_s / partitions * 1e6:.2f} µs per partition on the "
+                  f"loop, {made_s / partitions * 1e6:.0f} µs per partition until every log "
+                  f"was made and installed")
+            fence = replayed(image, fence_records(image, FENCED))
+            fenced = fence.apply(2, 1)
+            changes = fence.local_changes(OBSERVER)
+            gc.collect()
+            started = time.perf_counter()
+            manager.apply_delta(fence, fenced)
+            fence_s = time.perf_counter() - started
+            count = len(changes.leaders) + len(changes.followers)
+            print(f"broker {OBSERVER} reaction to the fence: {count:,} changed replicas "
+                  f"({len(changes.leaders):,} now led here); apply_delta "
+                  f"{fence_s / count * 1e6:.2f} µs per changed partition")
+        finally:
+            await manager.close()
+            log_manager.close()
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--partitions", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--broker-partitions", type=int, default=10_000)
     args = parser.parse_args(argv)
     created = creation_records(args.partitions)
     image = measure("create", MetadataImage.EMPTY, created, args.rounds)
@@ -149,6 +200,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     held = image_bytes(created)
     print(f"image: {held / args.partitions:,.0f} B per partition "
           f"({held / 2**20:,.1f} MiB for {args.partitions:,})")
+    if args.broker_partitions > 0:
+        asyncio.run(broker_reaction(args.broker_partitions))
 
 
 if __name__ == "__main__":

@@ -445,6 +445,7 @@ class ReplicaManager:
                if (key.topic, key.partition) not in self._partitions
                and self.log_manager.get_log(key.topic, key.partition) is None}
         off_loop = sum(1 for topic, _ in new if not topic.startswith("__")) > NEW_LOGS_ON_LOOP
+        configs: dict[str, LogConfig] = {}  # once per topic, not per partition
         try:
             for key, registration in placed:
                 name = (key.topic, key.partition)
@@ -457,8 +458,11 @@ class ReplicaManager:
                     self._pending[name] = PendingReplica(key.topic_id, registration)
                     self._to_create.append((key.topic, key.partition, key.topic_id))
                 else:
+                    config = configs.get(key.topic)
+                    if config is None:
+                        config = configs[key.topic] = self._log_config(image, key.topic)
                     self._apply_partition(key.topic, key.topic_id, key.partition,
-                                          registration, self._log_config(image, key.topic))
+                                          registration, config)
         finally:
             self.log_manager.sync_created_logs()  # one directory fsync for all new logs
         if self._to_create and self._creator is None:

@@ -144,9 +144,14 @@ class QuorumControllerChannel:
         timeout_ms: int,
         now_ms: Callable[[], int] | None = None,
         lifecycle_client: ActiveControllerClient | None = None,
+        leader_followed: Callable[[], bool] = lambda: True,
     ) -> None:
         self.local = local
         self.client = client
+        # whether this node's quorum replica follows (or is) the leader now: a voter that
+        # lost it keeps its id while it pre-votes (KIP-996), and that id is no leader to
+        # wait for
+        self.leader_followed = leader_followed
         # BrokerRegistration and BrokerHeartbeat go on a connection of their own, as
         # Kafka's broker lifecycle manager has its own channel: one request at a time per
         # connection, a heartbeat behind a forwarded ElectLeaders of 5,000 partitions
@@ -203,11 +208,13 @@ class QuorumControllerChannel:
             await backoff.wait()
 
     def controller_known(self) -> bool:
-        """Whether the metadata quorum has a leader this node knows of (here or elsewhere):
-        a request it did not answer in time met a busy controller, not a missing one."""
+        """Whether the metadata quorum has a leader this node knows of (here or elsewhere)
+        and still follows: a request it did not answer in time met a busy controller, not
+        a missing one."""
         if self.local is not None and self.local.core.is_active:
             return True
-        return self.client is not None and self.client.active_controller() is not None
+        return (self.client is not None and self.client.active_controller() is not None
+                and self.leader_followed())
 
     def _leader_elsewhere(self) -> bool:
         assert self.client is not None

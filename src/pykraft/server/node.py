@@ -82,6 +82,7 @@ from pykraft.raft.driver import RaftNode
 from pykraft.raft.log_store import RaftLogView
 from pykraft.raft.messages import SnapshotId
 from pykraft.raft.network import RaftApis, RaftChannels
+from pykraft.raft.state import Follower, Leader
 from pykraft.server.config import ServerConfig, authorizer_settings
 from pykraft.server.controller_channel import ControllerRefused, QuorumControllerChannel
 from pykraft.server.controller_client import ActiveControllerClient, Backoff, ControllerUnavailable
@@ -412,9 +413,10 @@ class Node:
             client_id=f"broker-{self.node_id}-{purpose}", security=self._controller_security)
             for purpose in ("controller-channel", "lifecycle"))
         self._controller_clients = [client, lifecycle]
-        return QuorumControllerChannel(self.controller, client,
-                                       timeout_ms=CONTROLLER_CHANNEL_TIMEOUT_MS,
-                                       lifecycle_client=lifecycle)
+        return QuorumControllerChannel(
+            self.controller, client, timeout_ms=CONTROLLER_CHANNEL_TIMEOUT_MS,
+            lifecycle_client=lifecycle,
+            leader_followed=lambda: isinstance(raft.core.state, Follower | Leader))
 
     async def _controller_listeners(self) -> None:
         controller_names = set(self.config.controller_listeners)
@@ -686,8 +688,8 @@ class Node:
         """A registered broker of a cluster asks the active controller to move its
         leaderships away (heartbeats with want-shutdown) and stops once told to, or after
         CONTROLLED_SHUTDOWN_TIMEOUT_MS, or when no controller answers within the channel
-        timeout while the quorum has no known leader (a known but busy one is asked
-        again); clients meanwhile follow the moved leaders. The single node (its own only
+        timeout while the quorum has no leader this node follows (a followed but busy one
+        is asked again); clients meanwhile follow the moved leaders. The single node (its own only
         voter) skips it: there is nobody to move to; so does a broker with
         controlled.shutdown.enable=false."""
         if (not getattr(self, "is_broker", False) or self.broker_epoch < 0

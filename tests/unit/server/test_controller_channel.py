@@ -431,6 +431,25 @@ def test_a_controlled_shutdown_asks_a_busy_controller_again_but_not_a_missing_on
     asyncio.run(go())
 
 
+def test_a_controlled_shutdown_gives_up_on_a_leader_this_node_no_longer_follows() -> None:
+    """A voter whose leader stopped answering pre-votes (KIP-996) and keeps that leader's
+    id meanwhile; when the rest of the quorum is stopping too, the pre-vote never ends. An
+    unanswered want-shutdown heartbeat is then not asked again: the broker stops instead
+    of waiting out CONTROLLED_SHUTDOWN_TIMEOUT_MS (all three nodes of a combined cluster
+    stopped together hung for minutes)."""
+    async def go() -> None:
+        late = ControllerUnavailable("timed out", sent=True)
+        lost = ScriptedClient(2, [late] * 1000)  # the old leader never answers
+        channel = QuorumControllerChannel(standby(), lost, timeout_ms=1,
+                                          leader_followed=lambda: False)
+        with pytest.raises(ControllerRefused) as refused:  # not wait_for's TimeoutError
+            await asyncio.wait_for(channel.controlled_shutdown(
+                3, 10, lambda: 5, interval_s=0.001), 5)
+        assert refused.value.code in (ErrorCode.not_controller, ErrorCode.request_timed_out)
+        assert 1 <= len(lost.requests) < 1000
+    asyncio.run(go())
+
+
 def test_heartbeats_go_on_the_lifecycle_connection_and_changes_on_the_other() -> None:
     """A heartbeat never queues behind a forwarded change on one connection."""
     async def go() -> None:

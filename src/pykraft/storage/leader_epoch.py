@@ -4,7 +4,7 @@ Followers use it to find where their log diverges from the leader's (OffsetsForL
 KIP-101/279): the leader answers "epoch E ended at offset X" and the follower truncates to X.
 It is persisted as `leader-epoch-checkpoint` in the partition directory, in the offset
 checkpoint layout with `epoch startOffset` entries, rewritten atomically: a truncation at
-once, a new epoch (`assign`) at the log's next flush.
+once, a new epoch (`assign`) at the log's next flush or close.
 
 Invariants: entries are sorted by epoch and by start offset, both strictly increasing. A new
 entry that breaks the order wins: every entry with an epoch or start offset at or above the
@@ -14,10 +14,10 @@ The entries in memory are the truth; the file follows. A new epoch is only noted
 is stale): a broker that becomes leader of 20,000 partitions at once would otherwise write
 20,000 files on its event loop, about 0.3 ms each here. So is a change whose file cannot be
 written (a full disk), so that the append or leadership change that made it goes on. A
-stale file is written by the next truncation or by `sync`, which the log's flush calls
-before it moves the recovery point: entries for data below the recovery point are always
-in the file. A file left behind (stale) is repaired at open (Log.open truncates it to the
-log and assigns the recovered batches' epochs again).
+stale file is written by the next truncation, by the log's close (`write_if_stale`), or
+by `sync`, which the log's flush calls before it moves the recovery point: entries for data
+below the recovery point are always in the file. A file left behind (stale) is repaired at
+open (Log.open truncates it to the log and assigns the recovered batches' epochs again).
 """
 
 from __future__ import annotations

@@ -37,6 +37,7 @@ from pykraft.testing.chaos.history import Event, History
 from pykraft.testing.chaos.workloads.common import (
     CONSUMER_CONFIG,
     PRODUCER_CONFIG,
+    SETUP_RETRY_S,
     ClientThread,
     Pending,
     Restart,
@@ -329,10 +330,10 @@ class TransactionsWorkload:
             except KafkaException as exception:
                 error = error_of(exception)
                 if (error is None or not error.retriable()
-                        or time.monotonic() + 0.5 >= deadline):
+                        or time.monotonic() + SETUP_RETRY_S >= deadline):
                     raise RuntimeError(f"no transaction coordinator: {describe(exception)}"
                                        ) from None
-                time.sleep(0.5)
+                time.sleep(SETUP_RETRY_S)
 
     def start(self) -> None:
         for i in range(1, self.producers + 1):

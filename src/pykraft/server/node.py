@@ -689,8 +689,8 @@ class Node:
         leaderships away (heartbeats with want-shutdown) and stops once told to, or after
         CONTROLLED_SHUTDOWN_TIMEOUT_MS, or when no controller answers within the channel
         timeout while the quorum has no leader this node follows (a followed but busy one
-        is asked again); clients meanwhile follow the moved leaders. The single node (its own only
-        voter) skips it: there is nobody to move to; so does a broker with
+        is asked again); clients meanwhile follow the moved leaders. The single node (its
+        own only voter) skips it: there is nobody to move to; so does a broker with
         controlled.shutdown.enable=false."""
         if (not getattr(self, "is_broker", False) or self.broker_epoch < 0
                 or self.channel is None or set(self.config.voters) == {self.node_id}):

@@ -28,6 +28,7 @@ from typing import Any
 import immutables
 
 from pykraft.metadata.image import MetadataImage, TopicImage
+from pykraft.metadata.registrations import PartitionRegistration
 
 TopicDigest = Callable[[TopicImage], str]
 
@@ -51,6 +52,10 @@ def _canonical(value: Any, topics: TopicDigest = topic_digest, *, whole: bool = 
         return (type(value).__name__, tuple(
             (f.name, _canonical(getattr(value, f.name), topics))
             for f in dataclasses.fields(value)))
+    if isinstance(value, PartitionRegistration):  # a NamedTuple, named as a dataclass is
+        return (type(value).__name__, tuple(
+            (name, _canonical(field, topics))
+            for name, field in zip(value._fields, value, strict=True)))
     if isinstance(value, Mapping | immutables.Map):
         return ("map", tuple(sorted(
             ((_canonical(k, topics), _canonical(v, topics)) for k, v in value.items()),

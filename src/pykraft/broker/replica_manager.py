@@ -293,7 +293,8 @@ class Partition:
     hw_waiters_leadership: tuple[int, int] = (-1, -1)  # (leader id, leader epoch) of those
     changes: PartitionChanges | None = None  # its replica manager's, told of each change
     # idempotent producers whose last append here failed on storage (ReplicaManager.append)
-    storage_failed_producers: set[int] = field(default_factory=set)
+    # (immutable, replaced on change: one shared empty value for the idle many)
+    storage_failed_producers: frozenset[int] = frozenset()
     # the last read of this log (a fetch) failed on storage: its followers' lag is the
     # leader's own, so they are not dropped from the ISR for it (maybe_shrink_isr)
     read_failing: bool = False
@@ -1088,5 +1089,5 @@ def _note_storage_failure(partition: Partition, records: bytes) -> None:
     set is full)."""
     failed = partition.storage_failed_producers
     if len(failed) >= STORAGE_FAILED_PRODUCERS_MAX:
-        failed.clear()
-    failed |= _producer_ids(records)
+        failed = frozenset()
+    partition.storage_failed_producers = failed | _producer_ids(records)

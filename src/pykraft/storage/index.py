@@ -87,7 +87,7 @@ class _MappedIndex:
     ENTRY: ClassVar[struct.Struct]
 
     def __init__(self, path: Path, base_offset: int, max_index_bytes: int) -> None:
-        self.path = path
+        self._path = os.fspath(path)  # a str: a broker holds two per idle partition
         self.base_offset = base_offset
         self._max_entries = max(1, max_index_bytes // self.ENTRY.size)
         self._fd: int | None = None
@@ -110,14 +110,14 @@ class _MappedIndex:
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None
-            self.path.unlink(missing_ok=True)  # whatever it held indexes no data
+            _unlink(self._path)  # whatever it held indexes no data
             self._entries = 0
             self._buffer = bytearray()
         else:
             fd = self._open_fd()
             length = self.entries * self.ENTRY.size
             self._buffer = bytearray(pread_exact(fd, length, 0))
-            invariant(len(self._buffer) == length, f"{self.path} shrank while being opened")
+            invariant(len(self._buffer) == length, f"{self._path} shrank while being opened")
             # a preallocated zero tail (a crash, or Kafka's file) goes; shrinking needs no space
             if os.fstat(fd).st_size != length:
                 os.ftruncate(fd, length)
@@ -130,7 +130,7 @@ class _MappedIndex:
         if not self._writable:
             return
         if self._fd is None:  # opened for append, never written: leave an empty file
-            os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
+            os.close(os.open(self._path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
         elif os.fstat(self._fd).st_size != self._entries * self.ENTRY.size:
             os.ftruncate(self._fd, self._entries * self.ENTRY.size)  # a torn entry's bytes
         self._buffer = None
@@ -161,15 +161,19 @@ class _MappedIndex:
             os.close(self._fd)
             self._fd = None
         self._buffer, self._writable = None, False
-        self.path.unlink(missing_ok=True)
+        _unlink(self._path)
+
+    @property
+    def path(self) -> Path:
+        return Path(self._path)
 
     def rename(self, path: Path) -> None:
-        os.replace(self.path, path)
-        self.path = path
+        os.replace(self._path, path)
+        self._path = os.fspath(path)
 
     def _open_fd(self) -> int:
         if self._fd is None:
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
             size = os.fstat(self._fd).st_size
             self._entries = self._valid_entries(size)
         return self._fd
@@ -210,7 +214,7 @@ class _MappedIndex:
             return low
 
     def _fd_or_fail(self) -> int:
-        invariant(self._fd is not None, f"{self.path} is not open")
+        invariant(self._fd is not None, f"{self._path} is not open")
         assert self._fd is not None
         return self._fd
 
@@ -249,13 +253,13 @@ class _MappedIndex:
         entry uncounted, so the next write goes to the same place."""
         buffer, count = self._buffer, self._entries
         if buffer is None or count >= self._max_entries:  # messages built only on failure
-            invariant(buffer is not None, f"{self.path} is not writable")
-            invariant(False, f"{self.path} is full")
+            invariant(buffer is not None, f"{self._path} is not writable")
+            invariant(False, f"{self._path} is full")
         assert buffer is not None
         entry = self.ENTRY.pack(first, second)
         fd = self._fd
         if fd is None:  # the deferred part of open_for_append(empty=True)
-            fd = self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+            fd = self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         position = count * self.ENTRY.size
         written = os.pwrite(fd, entry, position)
         if written != len(entry):  # a short write: the rest, or the error saying why not
@@ -308,7 +312,7 @@ class _MappedIndex:
     def _relative(self, offset: int) -> int:
         relative = offset - self.base_offset
         if not 0 <= relative <= _RELATIVE_MAX:
-            invariant(False, f"offset {offset} out of {self.path}'s range")
+            invariant(False, f"offset {offset} out of {self._path}'s range")
         return relative
 
 
@@ -357,7 +361,7 @@ class TimeIndex(_MappedIndex):
         if timestamp <= last_timestamp:
             return
         if not (self.entries == 0 or offset >= last_offset):
-            invariant(False, f"time index offset {offset} before {last_offset} in {self.path}")
+            invariant(False, f"time index offset {offset} before {last_offset} in {self._path}")
         if not final and self.is_full:
             return
         if self.entries >= self._max_entries:
@@ -391,3 +395,10 @@ class TimeIndex(_MappedIndex):
             else:
                 high = middle - 1
         self._truncate_entries(keep)
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass

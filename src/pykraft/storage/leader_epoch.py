@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import os
 from pathlib import Path
 from typing import Final, NamedTuple
 
@@ -51,7 +52,7 @@ class EpochEntry(NamedTuple):
 
 class LeaderEpochCache:
     def __init__(self, path: Path, entries: list[EpochEntry] | None = None) -> None:
-        self.path = path
+        self._path = os.fspath(path)  # a str: a broker holds one per idle partition
         self._entries: list[EpochEntry] = entries if entries is not None else []
         self._unsynced = False  # written since the last sync()
         self._stale = False  # the file lacks a change (a new epoch, or a failed write)
@@ -69,6 +70,10 @@ class LeaderEpochCache:
             if not (before.epoch < after.epoch and before.start_offset < after.start_offset):
                 raise KafkaStorageError(f"{path}: entries out of order: {before} then {after}")
         return cls(path, entries)
+
+    @property
+    def path(self) -> Path:
+        return Path(self._path)
 
     @property
     def entries(self) -> tuple[EpochEntry, ...]:

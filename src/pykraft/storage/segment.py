@@ -71,7 +71,8 @@ class LogSegment:
     ) -> None:
         name = segment_base_name(base_offset)
         self.base_offset = base_offset
-        self.log_path = directory / f"{name}{LOG_SUFFIX}{suffix}"
+        # paths as str: a Path holds its parts as well (a broker holds one per idle partition)
+        self._log_path = os.path.join(directory, f"{name}{LOG_SUFFIX}{suffix}")
         self.offset_index = OffsetIndex(
             directory / f"{name}{INDEX_SUFFIX}{suffix}", base_offset, config.segment_index_bytes
         )
@@ -82,7 +83,10 @@ class LogSegment:
         )
         self.index_interval_bytes = config.index_interval_bytes
         self.created_ms = created_ms
-        self.size = self.log_path.stat().st_size if self.log_path.exists() else 0
+        try:
+            self.size = os.stat(self._log_path).st_size
+        except FileNotFoundError:
+            self.size = 0
         self._fd: int | None = None
         self._max: tuple[int, int] | None = None  # (timestamp, offset) once known
         self._first_batch_timestamp: int | None = None
@@ -120,9 +124,13 @@ class LogSegment:
         return segment
 
     @property
+    def log_path(self) -> Path:
+        return Path(self._log_path)
+
+    @property
     def fd(self) -> int:
         if self._fd is None:
-            self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
+            self._fd = os.open(self._log_path, os.O_RDWR | os.O_CREAT, 0o644)
         return self._fd
 
     def open_for_append(self, config: LogConfig) -> None:

@@ -25,12 +25,19 @@ import pytest
 from confluent_kafka import Consumer, ElectionType, KafkaError, KafkaException, Producer
 from confluent_kafka import TopicPartition as ClientPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from kio.schema.list_offsets.v9.request import (
+    ListOffsetsPartition,
+    ListOffsetsRequest,
+    ListOffsetsTopic,
+)
 from kio.schema.metadata.v12.request import MetadataRequest
+from kio.schema.types import TopicName
 
 from pykraft.testing import LocalCluster
 from pykraft.testing.wire import WireClient
 
 METADATA = 3
+LIST_OFFSETS = 2
 PER_TOPIC = 100
 TOPICS_PER_REQUEST = 10
 SAMPLE = 60  # partitions written to and read back, spread over every topic
@@ -148,6 +155,30 @@ class Scale:
             return None
         return check
 
+    def served(self) -> str | None:
+        """None once the leader of each sampled partition and of the last topic's answers
+        ListOffsets for it: a broker makes the logs of new replicas in order, after their
+        metadata, so a partition is led before it is served."""
+        _, partitions = view(self.watcher, self.prefix)
+        wanted = {*self.sample, *((self.topics[-1], i) for i in range(PER_TOPIC))}
+        by_leader: dict[int, dict[str, list[int]]] = {}
+        for topic, index in wanted:
+            leader = partitions[(topic, index)].leader
+            by_leader.setdefault(leader, {}).setdefault(topic, []).append(index)
+        for leader, topics in sorted(by_leader.items()):
+            request = ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=tuple(
+                ListOffsetsTopic(name=TopicName(topic), partitions=tuple(
+                    ListOffsetsPartition(partition_index=index, timestamp=-1)
+                    for index in indexes)) for topic, indexes in topics.items()))
+            with WireClient(self.cluster.node(leader).bootstrap_servers,
+                            timeout_s=120) as client:
+                answer = client.request(LIST_OFFSETS, 9, request)
+            unserved = sum(1 for topic in answer.topics for partition in topic.partitions
+                           if partition.error_code != 0)
+            if unserved:
+                return f"broker {leader} does not serve {unserved} of them yet"
+        return None
+
     def led_by_victim(self) -> int:
         _, partitions = view(self.watcher, self.prefix)
         return sum(1 for p in partitions.values() if p.leader == self.victim)
@@ -170,9 +201,9 @@ class Scale:
                         error.args[0].code() == KafkaError.NOT_CONTROLLER, error
             time.sleep(1)
 
-    def produce(self) -> None:
+    def produce(self, timeout_s: float = 120) -> None:
         """PER_SAMPLE records to every sampled partition, acks=all; each must be
-        acknowledged, and its offset is noted."""
+        acknowledged within `timeout_s`, and its offset is noted."""
         self.rounds += 1
         errors: list[str] = []
 
@@ -184,12 +215,12 @@ class Scale:
                 self.acked[key][int(message.offset())] = bytes(message.value())
 
         producer = Producer({"bootstrap.servers": self.cluster.bootstrap_servers,
-                             "acks": "all", "message.timeout.ms": 120_000})
+                             "acks": "all", "message.timeout.ms": int(timeout_s * 1000)})
         for topic, partition in self.sample:
             for n in range(PER_SAMPLE):
                 producer.produce(topic, f"{self.rounds}-{partition}-{n}".encode(),
                                  partition=partition, on_delivery=delivered)
-        assert producer.flush(180) == 0, "records left unanswered"
+        assert producer.flush(timeout_s + 60) == 0, "records left unanswered"
         assert errors == [], errors[:5]
 
     def read_back(self) -> None:
@@ -237,8 +268,12 @@ def test_partitions_through_creation_shutdown_kill_and_rejoin(partitions: int) -
         wait("every partition led and fully in sync", scale.whole(everyone, everyone),
              limits["create"])
         say(f"{partitions:,} partitions created, led and in sync")
-        scale.produce()
-        say("the sample produced: each of its partitions served")
+        wait("the sampled partitions and the last topic served by their leaders",
+             scale.served, limits["create"])
+        say("the sampled partitions and the last topic served by their leaders")
+        # acks=all: the followers must have made their logs too, which they do in order
+        scale.produce(timeout_s=limits["create"])
+        say("the sample produced")
         scale.lead_preferred(limits["rejoin"])
         say("preferred leaders elected")
         process = cluster.node(victim).process

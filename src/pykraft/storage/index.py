@@ -86,7 +86,7 @@ class _MappedIndex:
 
     ENTRY: ClassVar[struct.Struct]
 
-    def __init__(self, path: Path, base_offset: int, max_index_bytes: int) -> None:
+    def __init__(self, path: str | Path, base_offset: int, max_index_bytes: int) -> None:
         self._path = os.fspath(path)  # a str: a broker holds two per idle partition
         self.base_offset = base_offset
         self._max_entries = max(1, max_index_bytes // self.ENTRY.size)

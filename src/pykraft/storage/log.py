@@ -198,15 +198,23 @@ class Log:
         cls, dir: Path, config: LogConfig, *, recovery_point: int,
         log_start_offset: int | None, now_ms: int, had_clean_shutdown: bool = False,
     ) -> Log:
-        """Load (creating if needed) the log in `dir`, recovering what may be torn."""
-        dir.mkdir(parents=True, exist_ok=True)
+        """Load (creating if needed) the log in `dir`, recovering what may be torn.
+
+        A directory made here is empty: there is nothing to clean up, no stale segment file
+        to remove and no checkpoint to read (a broker creating 100,000 logs skips some ten
+        system calls on each)."""
         parse_topic_partition(dir.name)
-        bases = log_files.clean_leftovers(dir, config, now_ms)
+        try:
+            dir.mkdir(parents=True)
+            fresh = True
+        except FileExistsError:
+            fresh = False
+        bases = [] if fresh else log_files.clean_leftovers(dir, config, now_ms)
         segments = [LogSegment.load(dir, base, config, now_ms) for base in bases]
         created = not segments
         if created:
             start = log_start_offset if log_start_offset is not None else 0
-            segments = [LogSegment.create(dir, start, config, now_ms)]
+            segments = [LogSegment.create(dir, start, config, now_ms, fresh=fresh)]
         recover_from = None if had_clean_shutdown or created else recovery_point
         segments = log_files.recover_segments(segments, recover_from, config)
         active = segments[-1]
@@ -219,7 +227,8 @@ class Log:
         epoch_path = dir / LEADER_EPOCH_CHECKPOINT_FILE
         epochs_from = recover_from  # where the batches' epochs are assigned again
         try:
-            epoch_cache = LeaderEpochCache.load(epoch_path)
+            epoch_cache = (LeaderEpochCache(epoch_path) if fresh
+                           else LeaderEpochCache.load(epoch_path))
         except KafkaStorageError as error:
             if recover_from is None:
                 raise

@@ -74,10 +74,11 @@ class LogSegment:
         # paths as str: a Path holds its parts as well (a broker holds one per idle partition)
         self._log_path = os.path.join(directory, f"{name}{LOG_SUFFIX}{suffix}")
         self.offset_index = OffsetIndex(
-            directory / f"{name}{INDEX_SUFFIX}{suffix}", base_offset, config.segment_index_bytes
+            os.path.join(directory, f"{name}{INDEX_SUFFIX}{suffix}"), base_offset,
+            config.segment_index_bytes,
         )
         self.time_index = TimeIndex(
-            directory / f"{name}{TIME_INDEX_SUFFIX}{suffix}",
+            os.path.join(directory, f"{name}{TIME_INDEX_SUFFIX}{suffix}"),
             base_offset,
             config.segment_index_bytes,
         )
@@ -99,15 +100,21 @@ class LogSegment:
 
     @classmethod
     def create(
-        cls, directory: Path, base_offset: int, config: LogConfig, now_ms: int
+        cls, directory: Path, base_offset: int, config: LogConfig, now_ms: int,
+        *, fresh: bool = False,
     ) -> LogSegment:
-        """A new empty active segment; stale files with its name are removed first."""
+        """A new empty active segment; stale files with its name are removed first, unless
+        the directory is `fresh` (made just now, so empty)."""
         name = segment_base_name(base_offset)
-        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
-            (directory / f"{name}{suffix}").unlink(missing_ok=True)
+        if not fresh:
+            for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
+                try:
+                    os.unlink(os.path.join(directory, f"{name}{suffix}"))
+                except FileNotFoundError:
+                    pass
         segment = cls(directory, base_offset, config, now_ms)
         # the file exists from now on (Kafka's layout); its descriptor is opened on first use
-        os.close(os.open(segment.log_path, os.O_RDWR | os.O_CREAT, 0o644))
+        os.close(os.open(segment._log_path, os.O_RDWR | os.O_CREAT, 0o644))
         segment.open_for_append(config)
         return segment
 

@@ -21,8 +21,12 @@ made on its worker thread, as in a broker), then the fence, timed once in
 leader epoch) and sees an ISR change on the rest. No replica fetchers run, so following
 costs nothing here.
 
+With --replica-memory N (0 to skip), what an idle replica costs a broker in memory: the
+growth of this process's RSS while a fresh ReplicaManager makes and installs the logs of N
+new partitions (their metadata image built beforehand), per replica.
+
 Run: .venv/bin/python benchmarks/partition_changes.py [--partitions 100000] [--rounds 3]
-     [--broker-partitions 10000]
+     [--broker-partitions 10000] [--replica-memory 10000]
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import os
 import tempfile
 import time
 import tracemalloc
@@ -188,11 +193,45 @@ async def broker_reaction(partitions: int) -> None:
             log_manager.close()
 
 
+def rss_bytes() -> int:
+    with open(f"/proc/{os.getpid()}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS in /proc/self/status")
+
+
+async def replica_memory(partitions: int) -> None:
+    """RSS growth per replica while broker OBSERVER makes and installs `partitions` logs."""
+    with tempfile.TemporaryDirectory(prefix="partition-changes-") as directory:
+        configs = {"log.segment.bytes": "1048576", "log.index.size.max.bytes": "4096"}
+        log_manager = LogManager([directory], configs)
+        log_manager.load(int(time.time() * 1000))
+        manager = ReplicaManager(OBSERVER, log_manager, configs,
+                                 lambda: int(time.time() * 1000))
+        try:
+            created = replayed(MetadataImage.EMPTY, creation_records(partitions))
+            image = created.apply(1, 1)
+            gc.collect()
+            before = rss_bytes()
+            manager.apply_delta(created, image)
+            while manager._creator is not None:
+                await asyncio.sleep(0.05)
+            gc.collect()
+            grown = rss_bytes() - before
+            print(f"broker {OBSERVER} memory: {partitions:,} idle replicas made; RSS grew "
+                  f"{grown / 2**20:,.1f} MiB, {grown / partitions:,.0f} B per replica")
+        finally:
+            await manager.close()
+            log_manager.close()
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--partitions", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--broker-partitions", type=int, default=10_000)
+    parser.add_argument("--replica-memory", type=int, default=10_000)
     args = parser.parse_args(argv)
     created = creation_records(args.partitions)
     image = measure("create", MetadataImage.EMPTY, created, args.rounds)
@@ -202,6 +241,8 @@ def main(argv: Sequence[str] | None = None) -> None:
           f"({held / 2**20:,.1f} MiB for {args.partitions:,})")
     if args.broker_partitions > 0:
         asyncio.run(broker_reaction(args.broker_partitions))
+    if args.replica_memory > 0:
+        asyncio.run(replica_memory(args.replica_memory))
 
 
 if __name__ == "__main__":

@@ -85,6 +85,9 @@ class _MappedIndex:
     """
 
     ENTRY: ClassVar[struct.Struct]
+    # slots: a broker holds two indexes per partition replica, almost all idle
+    __slots__ = ("_path", "base_offset", "_max_entries", "_fd", "_map", "_buffer", "_entries",
+                 "_writable")
 
     def __init__(self, path: str | Path, base_offset: int, max_index_bytes: int) -> None:
         self._path = os.fspath(path)  # a str: a broker holds two per idle partition
@@ -318,6 +321,7 @@ class _MappedIndex:
 
 class OffsetIndex(_MappedIndex):
     ENTRY: ClassVar[struct.Struct] = struct.Struct(">ii")
+    __slots__ = ()
 
     def append(self, offset: int, position: int) -> None:
         if self.entries > 0:
@@ -349,6 +353,7 @@ class OffsetIndex(_MappedIndex):
 
 class TimeIndex(_MappedIndex):
     ENTRY: ClassVar[struct.Struct] = struct.Struct(">qi")
+    __slots__ = ()
 
     @property
     def is_full(self) -> bool:

@@ -51,6 +51,8 @@ class EpochEntry(NamedTuple):
 
 
 class LeaderEpochCache:
+    __slots__ = ("_path", "_entries", "_unsynced", "_stale", "_failed")  # one per replica
+
     def __init__(self, path: Path, entries: list[EpochEntry] | None = None) -> None:
         self._path = os.fspath(path)  # a str: a broker holds one per idle partition
         self._entries: list[EpochEntry] = entries if entries is not None else []

@@ -65,6 +65,12 @@ def segment_base_name(base_offset: int) -> str:
 class LogSegment:
     """A segment's files and the facts about it the log needs (size, offsets, timestamps)."""
 
+    # slots: a broker holds a segment per partition replica, almost all idle
+    __slots__ = ("base_offset", "_log_path", "offset_index", "time_index",
+                 "index_interval_bytes", "created_ms", "size", "_fd", "_max",
+                 "_first_batch_timestamp", "_bytes_since_index_entry", "_dirty", "_torn_tail",
+                 "indexes_were_missing")
+
     def __init__(
         self, directory: Path, base_offset: int, config: LogConfig, created_ms: int,
         *, suffix: str = "",

@@ -83,7 +83,7 @@ from pykraft.storage.checkpoint import (
     write_partition_metadata,
 )
 from pykraft.storage.leader_epoch import LEADER_EPOCH_CHECKPOINT_FILE, LeaderEpochCache
-from pykraft.storage.log_config import LogConfig
+from pykraft.storage.log_config import LONG_MAX, LogConfig
 from pykraft.storage.producer_state import (
     BatchMetadata,
     ProducerState,
@@ -108,7 +108,7 @@ from pykraft.storage.txn_index import (
     write_entries,
 )
 
-__all__ = ["AppendInfo", "Log", "ReadInfo", "parse_topic_partition"]
+__all__ = ["AppendInfo", "FlushWatch", "Log", "ReadInfo", "parse_topic_partition"]
 
 log = logging.getLogger(__name__)
 
@@ -159,6 +159,29 @@ def parse_topic_partition(name: str) -> tuple[str, int]:
     return topic, int(partition)
 
 
+class FlushWatch:
+    """The logs a periodic flush must look at: those with a rolled segment awaiting its
+    fsync, and those with a finite flush.ms. A log attached to one (`Log.flush_watch`)
+    tells it of its rolls and config changes, so the flush need not look at every log:
+    looking at each of 230,000 idle logs every second took 13% of a broker's time."""
+
+    __slots__ = ("rolled", "timed")
+
+    def __init__(self) -> None:
+        self.rolled: dict[Log, None] = {}  # insertion-ordered sets
+        self.timed: dict[Log, None] = {}
+
+    def configured(self, log: Log) -> None:
+        if log.config.flush_ms < LONG_MAX:
+            self.timed[log] = None
+        else:
+            self.timed.pop(log, None)
+
+    def forget(self, log: Log) -> None:
+        self.rolled.pop(log, None)
+        self.timed.pop(log, None)
+
+
 class Log:
     """A partition's segmented log. Not thread-safe: one caller at a time."""
 
@@ -180,6 +203,7 @@ class Log:
         self._topic_id = read_partition_metadata(directory)
         self._last_flush_ms = now_ms
         self._roll_flush_offset: int | None = None
+        self.flush_watch: FlushWatch | None = None  # its LogManager's, once attached there
         self._pending_deletes: list[tuple[int, list[Path]]] = []
         self._directory_dirty = False
         self._closed = False
@@ -270,6 +294,8 @@ class Log:
         """New settings apply from now on (index sizes from the next segment)."""
         self._config = config
         self._active.index_interval_bytes = config.index_interval_bytes
+        if self.flush_watch is not None:
+            self.flush_watch.configured(self)
 
     @property
     def log_start_offset(self) -> int:
@@ -590,6 +616,8 @@ class Log:
         self._bases.append(base_offset)
         self._directory_dirty = True
         self._roll_flush_offset = base_offset  # flush the finished segment soon (flush_due)
+        if self.flush_watch is not None:
+            self.flush_watch.rolled[self] = None
         return segment
 
     def _replace_empty_active(self, base_offset: int, now_ms: int | None) -> None:
@@ -853,6 +881,10 @@ class Log:
         self._recovery_point = max(self._recovery_point, target)
         if self._roll_flush_offset is not None and self._roll_flush_offset <= target:
             self._roll_flush_offset = None
+
+    @property
+    def roll_flush_pending(self) -> bool:
+        return self._roll_flush_offset is not None
 
     def flush_due(self, now_ms: int) -> bool:
         """Flush if flush.ms has passed or a rolled segment awaits its fsync; True if flushed."""

@@ -43,7 +43,7 @@ from pykraft.storage.checkpoint import (
     write_atomically,
     write_offsets_checkpoint,
 )
-from pykraft.storage.log import Log, parse_topic_partition
+from pykraft.storage.log import FlushWatch, Log, parse_topic_partition
 from pykraft.storage.log_config import LogConfig
 from pykraft.storage.storage_errors import StorageErrorLog
 
@@ -86,6 +86,7 @@ class LogManager:
         self.had_clean_shutdown: dict[Path, bool] = {}
         self.warnings: list[str] = []
         self.storage_errors = StorageErrorLog()
+        self._flush_watch = FlushWatch()  # the logs flush_due looks at
 
     @property
     def default_config(self) -> LogConfig:
@@ -123,6 +124,7 @@ class LogManager:
                 if key in high_watermarks:
                     log.update_high_watermark(high_watermarks[key])
                 self._logs[key], self._home[key] = log, log_dir
+                self._watch(log)
                 self._count[log_dir] += 1
         for log_dir in self.log_dirs:  # from here on, a crash is an unclean shutdown
             (log_dir / CLEAN_SHUTDOWN_FILE).unlink(missing_ok=True)
@@ -227,6 +229,7 @@ class LogManager:
         key = (log.topic, log.partition)
         log_dir = self._planned.pop(key)
         self._logs[key], self._home[key] = log, log_dir
+        self._watch(log)
         self._unsynced_dirs.add(log_dir)
 
     def abandon_new_log(self, topic: str, partition: int) -> None:
@@ -242,8 +245,16 @@ class LogManager:
         invariant(key in self._logs and log_dir in self.log_dirs,
                   f"log {log.topic}-{log.partition} rehomed to {log_dir}")
         self._count[self._home[key]] -= 1
+        self._flush_watch.forget(self._logs[key])
         self._logs[key], self._home[key] = log, log_dir
+        self._watch(log)
         self._count[log_dir] += 1
+
+    def _watch(self, log: Log) -> None:
+        log.flush_watch = self._flush_watch
+        self._flush_watch.configured(log)
+        if log.roll_flush_pending:
+            self._flush_watch.rolled[log] = None
 
     def sync_created_logs(self) -> None:
         """fsync each log dir that gained a log through `get_or_create_log(sync=False)`."""
@@ -258,6 +269,7 @@ class LogManager:
             return False
         log_dir = self._home.pop(key)
         self._count[log_dir] -= 1
+        self._flush_watch.forget(log)
         log.close(snapshot=False)  # writes nothing: a full disk must not stop a deletion
         unique = uuid.UUID(int=self._rng.getrandbits(128), version=4).hex
         doomed = log_dir / f"{log.dir.name}.{unique}{DELETE_DIR_SUFFIX}"
@@ -290,13 +302,17 @@ class LogManager:
         return expired
 
     def flush_due(self, now_ms: int) -> int:
-        """Flush logs whose flush.ms passed or whose rolled segment awaits fsync; count them."""
+        """Flush logs whose flush.ms passed or whose rolled segment awaits fsync; count them.
+        Only those logs are looked at (FlushWatch); a failed flush is tried again next time."""
         flushed = 0
-        for key, log in list(self._logs.items()):
+        watch = self._flush_watch
+        for log in [*watch.rolled, *watch.timed]:
             try:
                 flushed += log.flush_due(now_ms)
             except OSError as error:
-                self._report(key, "flush", error)
+                self._report((log.topic, log.partition), "flush", error)
+            if not log.roll_flush_pending:
+                watch.rolled.pop(log, None)
         return flushed
 
     def _report(self, key: TopicPartition, what: str, error: OSError) -> None:
@@ -368,6 +384,7 @@ class LogManager:
         self._logs.clear()
         self._home.clear()
         self._count.clear()
+        self._flush_watch = FlushWatch()
         self.release_locks()
 
     @staticmethod

@@ -168,6 +168,37 @@ def test_retention_and_flush_run_over_all_logs(tmp_path: Path) -> None:
     manager.close()
 
 
+def test_flush_due_looks_only_at_rolled_logs_and_those_with_a_flush_interval(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An idle log (no roll, flush.ms unset) is not looked at; a roll, or a finite flush.ms
+    set later, brings a log to flush_due's attention, and a flushed roll leaves it."""
+    manager = _manager(tmp_path, count=1)
+    rolling, idle = (manager.get_or_create_log(topic, 0, topic_id=TOPIC_ID,
+                                               config=small_config(segment_bytes=300),
+                                               now_ms=0) for topic in ("rolling", "idle"))
+    looked_at: list[str] = []
+    for log in (rolling, idle):
+        real = log.flush_due
+
+        def counted(now_ms: int, real=real, topic=log.topic) -> bool:  # type: ignore[no-untyped-def]
+            looked_at.append(topic)
+            return real(now_ms)
+        monkeypatch.setattr(log, "flush_due", counted)
+    assert manager.flush_due(now_ms=1_000) == 0 and looked_at == []
+    for _ in range(6):  # past segment.bytes: the log rolls
+        rolling.append_as_leader(make_batch(2, timestamp=0, value_size=60), leader_epoch=0,
+                                 now_ms=0)
+    assert len(rolling.segments) > 1 and rolling.recovery_point == 0
+    assert manager.flush_due(now_ms=2_000) == 1 and looked_at == ["rolling"]
+    assert rolling.recovery_point > 0
+    assert manager.flush_due(now_ms=3_000) == 0 and looked_at == ["rolling"]  # done with it
+    idle.update_config(small_config(segment_bytes=300, flush_ms=1_000))
+    manager.flush_due(now_ms=4_000)
+    assert looked_at == ["rolling", "idle"]
+    manager.close()
+
+
 def _open_descriptors() -> int:
     return len(os.listdir("/proc/self/fd"))
 

@@ -188,7 +188,7 @@ class Log:
     def __init__(
         self, directory: Path, config: LogConfig, segments: list[LogSegment],
         epoch_cache: LeaderEpochCache, *, log_start_offset: int, log_end_offset: int,
-        recovery_point: int, now_ms: int,
+        recovery_point: int, now_ms: int, fresh: bool = False,
     ) -> None:
         self.dir = directory
         self.topic, self.partition = parse_topic_partition(directory.name)
@@ -200,7 +200,8 @@ class Log:
         self._log_end_offset = log_end_offset
         self._recovery_point = recovery_point
         self._high_watermark = log_start_offset
-        self._topic_id = read_partition_metadata(directory)
+        # a directory made just now (`fresh`) has no partition.metadata to read
+        self._topic_id = None if fresh else read_partition_metadata(directory)
         self._last_flush_ms = now_ms
         self._roll_flush_offset: int | None = None
         self.flush_watch: FlushWatch | None = None  # its LogManager's, once attached there
@@ -263,6 +264,7 @@ class Log:
         log = cls(
             dir, config, segments, epoch_cache, log_start_offset=min(start, log_end_offset),
             log_end_offset=log_end_offset, recovery_point=max(point, 0), now_ms=now_ms,
+            fresh=fresh,
         )
         if start > log_end_offset:  # everything below the checkpointed start is gone
             log.truncate_fully_and_start_at(start, now_ms=now_ms)

@@ -33,13 +33,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import os
 import tempfile
 import time
 import tracemalloc
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from pykraft.broker.replica_manager import ReplicaManager
@@ -156,8 +157,9 @@ def replayed(base: MetadataImage, records: Sequence[MetadataRecord]) -> Metadata
     return delta
 
 
-async def broker_reaction(partitions: int) -> None:
-    """Broker OBSERVER's ReplicaManager.apply_delta for the creation and for the fence."""
+@contextlib.asynccontextmanager
+async def observer_manager() -> AsyncIterator[ReplicaManager]:
+    """Broker OBSERVER's ReplicaManager over a LogManager in a temporary directory."""
     with tempfile.TemporaryDirectory(prefix="partition-changes-") as directory:
         configs = {"log.segment.bytes": "1048576", "log.index.size.max.bytes": "4096"}
         log_manager = LogManager([directory], configs)
@@ -165,32 +167,38 @@ async def broker_reaction(partitions: int) -> None:
         manager = ReplicaManager(OBSERVER, log_manager, configs,
                                  lambda: int(time.time() * 1000))
         try:
-            created = replayed(MetadataImage.EMPTY, creation_records(partitions))
-            image = created.apply(1, 1)
-            started = time.perf_counter()
-            manager.apply_delta(created, image)
-            on_loop_s = time.perf_counter() - started
-            while manager._creator is not None:  # the logs, made on the worker thread
-                await asyncio.sleep(0.05)
-            made_s = time.perf_counter() - started
-            print(f"broker {OBSERVER} reaction to the creation: {partitions:,} replicas; "
-                  f"apply_delta {on_loop_s / partitions * 1e6:.2f} µs per partition on the "
-                  f"loop, {made_s / partitions * 1e6:.0f} µs per partition until every log "
-                  f"was made and installed")
-            fence = replayed(image, fence_records(image, FENCED))
-            fenced = fence.apply(2, 1)
-            changes = fence.local_changes(OBSERVER)
-            gc.collect()
-            started = time.perf_counter()
-            manager.apply_delta(fence, fenced)
-            fence_s = time.perf_counter() - started
-            count = len(changes.leaders) + len(changes.followers)
-            print(f"broker {OBSERVER} reaction to the fence: {count:,} changed replicas "
-                  f"({len(changes.leaders):,} now led here); apply_delta "
-                  f"{fence_s / count * 1e6:.2f} µs per changed partition")
+            yield manager
         finally:
             await manager.close()
             log_manager.close()
+
+
+async def broker_reaction(partitions: int) -> None:
+    """Broker OBSERVER's ReplicaManager.apply_delta for the creation and for the fence."""
+    async with observer_manager() as manager:
+        created = replayed(MetadataImage.EMPTY, creation_records(partitions))
+        image = created.apply(1, 1)
+        started = time.perf_counter()
+        manager.apply_delta(created, image)
+        on_loop_s = time.perf_counter() - started
+        while manager._creator is not None:  # the logs, made on the worker thread
+            await asyncio.sleep(0.05)
+        made_s = time.perf_counter() - started
+        print(f"broker {OBSERVER} reaction to the creation: {partitions:,} replicas; "
+              f"apply_delta {on_loop_s / partitions * 1e6:.2f} µs per partition on the "
+              f"loop, {made_s / partitions * 1e6:.0f} µs per partition until every log "
+              f"was made and installed")
+        fence = replayed(image, fence_records(image, FENCED))
+        fenced = fence.apply(2, 1)
+        changes = fence.local_changes(OBSERVER)
+        gc.collect()
+        started = time.perf_counter()
+        manager.apply_delta(fence, fenced)
+        fence_s = time.perf_counter() - started
+        count = len(changes.leaders) + len(changes.followers)
+        print(f"broker {OBSERVER} reaction to the fence: {count:,} changed replicas "
+              f"({len(changes.leaders):,} now led here); apply_delta "
+              f"{fence_s / count * 1e6:.2f} µs per changed partition")
 
 
 def rss_bytes() -> int:
@@ -203,27 +211,18 @@ def rss_bytes() -> int:
 
 async def replica_memory(partitions: int) -> None:
     """RSS growth per replica while broker OBSERVER makes and installs `partitions` logs."""
-    with tempfile.TemporaryDirectory(prefix="partition-changes-") as directory:
-        configs = {"log.segment.bytes": "1048576", "log.index.size.max.bytes": "4096"}
-        log_manager = LogManager([directory], configs)
-        log_manager.load(int(time.time() * 1000))
-        manager = ReplicaManager(OBSERVER, log_manager, configs,
-                                 lambda: int(time.time() * 1000))
-        try:
-            created = replayed(MetadataImage.EMPTY, creation_records(partitions))
-            image = created.apply(1, 1)
-            gc.collect()
-            before = rss_bytes()
-            manager.apply_delta(created, image)
-            while manager._creator is not None:
-                await asyncio.sleep(0.05)
-            gc.collect()
-            grown = rss_bytes() - before
-            print(f"broker {OBSERVER} memory: {partitions:,} idle replicas made; RSS grew "
-                  f"{grown / 2**20:,.1f} MiB, {grown / partitions:,.0f} B per replica")
-        finally:
-            await manager.close()
-            log_manager.close()
+    async with observer_manager() as manager:
+        created = replayed(MetadataImage.EMPTY, creation_records(partitions))
+        image = created.apply(1, 1)
+        gc.collect()
+        before = rss_bytes()
+        manager.apply_delta(created, image)
+        while manager._creator is not None:
+            await asyncio.sleep(0.05)
+        gc.collect()
+        grown = rss_bytes() - before
+        print(f"broker {OBSERVER} memory: {partitions:,} idle replicas made; RSS grew "
+              f"{grown / 2**20:,.1f} MiB, {grown / partitions:,.0f} B per replica")
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -16,6 +16,7 @@ from types import FrameType
 from pykraft.errors import KafkaError
 from pykraft.server.config import ConfigError, ServerConfig
 from pykraft.server.gc_pauses import GcPauses
+from pykraft.server.loop_watch import LoopWatch
 from pykraft.server.malloc_tuning import tune_malloc
 from pykraft.server.storage_tool import (
     StorageToolError,
@@ -97,13 +98,18 @@ async def _serve(config: ServerConfig) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal)
+    watch = LoopWatch(loop)
+    watch.start()
     try:
-        await starting
-    except asyncio.CancelledError:
-        if not starting.cancelled():
-            raise
-    except (NodeStartError, KafkaError, OSError) as error:
-        await node.stop()
-        return _fail(str(error))
-    await node.wait_stopped()
-    return node.exit_code
+        try:
+            await starting
+        except asyncio.CancelledError:
+            if not starting.cancelled():
+                raise
+        except (NodeStartError, KafkaError, OSError) as error:
+            await node.stop()
+            return _fail(str(error))
+        await node.wait_stopped()
+        return node.exit_code
+    finally:
+        watch.stop()

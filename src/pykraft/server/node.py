@@ -122,6 +122,7 @@ CONTROLLER_REQUEST_TIMEOUT_MS = 5_000
 CONTROLLER_CHANNEL_TIMEOUT_MS = 15_000
 # Kafka's broker waits as long for the controller's approval (not a config there either)
 CONTROLLED_SHUTDOWN_TIMEOUT_MS = 300_000
+LOGS_PER_TURN = 2_000  # logs that periodic log work visits in one turn of the event loop
 ALTER_PARTITION_API_KEY = 56
 # registration refusals a retry cannot cure: the broker stops starting
 _REGISTRATION_FATAL = frozenset({ErrorCode.inconsistent_cluster_id,
@@ -785,6 +786,15 @@ class Node:
                     cleaner.uncleanable.add((job.log.topic, job.log.partition))
             await asyncio.sleep(0 if job is not None else config.backoff_ms / 1000)
 
+    async def _each_log_slice(self, work: Callable[[list[tuple[str, int]]], object]) -> None:
+        """`work` over every log, LOGS_PER_TURN at a time, letting the loop run between
+        slices (one pass over 300,000 logs would hold it for seconds)."""
+        assert self.log_manager is not None
+        keys = self.log_manager.log_keys()
+        for start in range(0, len(keys), LOGS_PER_TURN):
+            work(keys[start:start + LOGS_PER_TURN])
+            await asyncio.sleep(0)
+
     async def _housekeeping_loop(self) -> None:
         retention_every_ms = self.config.get_int("log.retention.check.interval.ms")
         checkpoint_every_ms = self.config.get_int("log.flush.offset.checkpoint.interval.ms")
@@ -796,14 +806,17 @@ class Node:
             now = wall_clock_ms()
             try:
                 if now >= next_retention:
-                    self.log_manager.run_retention(now)
+                    await self._each_log_slice(
+                        functools.partial(self.log_manager.run_retention, now))
                     next_retention = now + retention_every_ms
                 self.log_manager.flush_due(now)
                 if now >= next_expiry:
-                    self.log_manager.expire_producers(now, producer_expiration_ms)
+                    await self._each_log_slice(functools.partial(
+                        self.log_manager.expire_producers, now, producer_expiration_ms))
                     next_expiry = now + expire_every_ms
                 if now >= next_checkpoint:
-                    self.log_manager.checkpoint()
+                    taken = self.log_manager.take_checkpoints()
+                    await asyncio.to_thread(self.log_manager.write_checkpoints, taken)
                     next_checkpoint = now + checkpoint_every_ms
             except InvariantViolation as error:
                 self._fatal(error)

@@ -90,7 +90,10 @@ def write_atomically(path: Path, text: str | bytes, *, sync: bool = True) -> Non
 
 def write_checkpoint(path: Path, entries: Iterable[Iterable[object]], *,
                      sync: bool = True) -> None:
-    lines = [" ".join(str(field) for field in entry) for entry in entries]
+    _write_lines(path, [" ".join(str(field) for field in entry) for entry in entries], sync=sync)
+
+
+def _write_lines(path: Path, lines: list[str], *, sync: bool = True) -> None:
     write_atomically(path, "\n".join([str(CHECKPOINT_VERSION), str(len(lines)), *lines, ""]),
                      sync=sync)
 
@@ -134,8 +137,9 @@ def read_offsets_checkpoint(path: Path) -> dict[tuple[str, int], int]:
 
 
 def write_offsets_checkpoint(path: Path, offsets: Mapping[tuple[str, int], int]) -> None:
-    entries = sorted((topic, partition, offset) for (topic, partition), offset in offsets.items())
-    write_checkpoint(path, entries)
+    # (one f-string a line: the generic join took 1 s of a broker's 300,000 logs)
+    _write_lines(path, [f"{topic} {partition} {offset}"
+                        for (topic, partition), offset in sorted(offsets.items())])
 
 
 def kafka_uuid_string(value: uuid.UUID) -> str:

@@ -341,6 +341,10 @@ class Log:
         return tuple(self._bases)
 
     @property
+    def first_segment_base_offset(self) -> int:
+        return self._bases[0]
+
+    @property
     def segments(self) -> tuple[LogSegment, ...]:
         """The segments, oldest first (for tools and tests)."""
         return tuple(self._segments)

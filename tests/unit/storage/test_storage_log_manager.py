@@ -246,3 +246,44 @@ def test_idle_logs_hold_no_descriptors_or_mappings(tmp_path: Path, clean: bool) 
     reopened = third.get_log("idle", 7)
     assert reopened is not None and reopened.log_end_offset == 6
     assert len(all_batches(reopened)) == 3
+
+
+def test_checkpoints_taken_earlier_never_overwrite_later_ones(tmp_path: Path) -> None:
+    """take_checkpoints on the logs' thread, write_checkpoints from another: offsets taken
+    before the last ones written are dropped, so a file never goes back."""
+    manager = _manager(tmp_path, count=1)
+    log = manager.get_or_create_log("t", 0, topic_id=TOPIC_ID, config=LogConfig(), now_ms=0)
+    log.append_as_leader(make_batch(3), leader_epoch=0, now_ms=0)
+    log.update_high_watermark(1)
+    early = manager.take_checkpoints()
+    log.update_high_watermark(3)
+    late = manager.take_checkpoints()
+    manager.write_checkpoints(late)
+    manager.write_checkpoints(early)  # a slow writer of older offsets comes last
+    data = tmp_path / "data0"
+    assert read_offsets_checkpoint(data / REPLICATION_OFFSET_CHECKPOINT) == {("t", 0): 3}
+    log.update_high_watermark(2)
+    manager.checkpoint()  # a new taking is written
+    assert read_offsets_checkpoint(data / REPLICATION_OFFSET_CHECKPOINT) == {("t", 0): 2}
+    manager.close()
+
+
+def test_periodic_work_over_a_slice_skips_logs_deleted_since(tmp_path: Path) -> None:
+    """run_retention over a slice of log_keys(): a log deleted after the keys were listed
+    is skipped, the others in the slice get their retention."""
+    manager = _manager(tmp_path, count=1)
+    expiring = small_config(segment_bytes=300, retention_ms=100)
+    for topic in ("a", "b"):
+        log = manager.get_or_create_log(topic, 0, topic_id=TOPIC_ID, config=expiring, now_ms=0)
+        for _ in range(6):
+            log.append_as_leader(make_batch(2, timestamp=0, value_size=60), leader_epoch=0,
+                                 now_ms=0)
+        log.update_high_watermark(log.log_end_offset)
+    keys = manager.log_keys()
+    assert sorted(keys) == [("a", 0), ("b", 0)]
+    assert manager.delete_log("a", 0)
+    assert manager.run_retention(now_ms=10_000, keys=keys) > 0
+    kept = manager.get_log("b", 0)
+    assert kept is not None and kept.log_start_offset == kept.log_end_offset
+    assert manager.expire_producers(10_000, 1, keys=keys) == 0
+    manager.close()

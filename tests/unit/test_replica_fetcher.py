@@ -209,6 +209,46 @@ async def test_a_fetch_session_names_only_what_changed(tmp_path: Path) -> None:
     assert (fetcher.session_id, fetcher.session_epoch) == (78, 1)
 
 
+async def test_a_round_tells_a_bounded_number_and_the_rest_join_in_later_rounds(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With more partitions than a round may tell, the first (full) fetch names as many
+    as it may, asking the leader not to wait; the next rounds add the others to the
+    session; once all were told the fetch waits for data again. Without a session each
+    round is full and takes the next partitions, so that every one is fetched in turn."""
+    monkeypatch.setattr(ReplicaFetcher, "TOLD_PER_ROUND_MAX", 2)
+    logs = [follower_log(tmp_path / str(i), [(1, 2)]) for i in range(5)]
+    connection = ScriptedConnection([])
+    fetcher = ReplicaFetcher(1, 2, connection, FetcherConfig(backoff_ms=50, wait_max_ms=500),
+                             lambda: 7, lambda: 0)
+    for index, log_ in enumerate(logs):
+        fetcher.add(Partition("t", TOPIC_ID, index, log_, leader_id=2, leader_epoch=4,
+                              replicas=(1, 2), isr=(1, 2)))
+
+    def asked(request: Any) -> set[int]:
+        return {p.partition for topic in request.topics for p in topic.partitions}
+
+    rounds = []
+    for _ in range(4):
+        connection.answers = [fetch_answer(77)]
+        await fetcher._fetch()
+        request = connection.requests[-1]
+        rounds.append((request.session_epoch, len(asked(request)),
+                       request.max_wait.total_seconds()))
+    assert rounds == [(0, 2, 0.0), (1, 2, 0.0), (2, 1, 0.5), (3, 0, 0.5)]
+    told = [asked(request) for request in connection.requests[:3]]
+    assert set().union(*told) == {0, 1, 2, 3, 4} and sum(map(len, told)) == 5
+
+    fetcher.reset_session()
+    connection.requests.clear()
+    for _ in range(6):  # no room for a session at the leader: full fetches, in turn
+        connection.answers = [fetch_answer(0)]
+        await fetcher._fetch()
+    told = [asked(request) for request in connection.requests]
+    assert all(request.session_epoch == 0 for request in connection.requests)
+    assert set().union(*told[:3]) == {0, 1, 2, 3, 4}
+    assert set().union(*told[3:]) == {0, 1, 2, 3, 4}
+
+
 async def test_a_round_looks_only_at_what_moved_and_all_of_it_now_and_then(
         tmp_path: Path) -> None:
     """A round builds its request from the partitions added, answered or delayed since

@@ -1,7 +1,8 @@
 """Metadata snapshots written and loaded by real nodes (server/metadata_snapshots.py).
 
-With a tiny `metadata.log.max.record.bytes.between.snapshots`, creating topics makes every
-node write snapshots and delete the metadata log below them. A node restarted on its data
+With a tiny `metadata.log.max.record.bytes.between.snapshots` and no retention
+(`metadata.max.retention.bytes=0`), creating topics makes every node write snapshots and
+delete the metadata log below them. A node restarted on its data
 dir starts from its latest snapshot and the log after it; a controller whose data dir was
 wiped fetches the leader's snapshot (FetchSnapshot), ends with the same image as the
 others, and can lead the quorum with every topic. `pykraft dump-log
@@ -38,6 +39,7 @@ from tests.integration.test_cluster import agreed_with, metadata_view, topic_nam
 SNAPSHOT_CONFIGS = {
     "metadata.log.max.record.bytes.between.snapshots": "1000",
     "metadata.log.max.snapshot.interval.ms": "0",
+    "metadata.max.retention.bytes": "0",  # the log below each snapshot goes at once
 }
 
 

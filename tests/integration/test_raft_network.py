@@ -484,6 +484,7 @@ def test_a_wiped_voter_catches_up_through_fetch_snapshot(cluster: Any) -> None:
         assert leader.node is not None
         snapshot_id = await leader.node.write_snapshot(
             offset + 1, image, last_contained_log_timestamp=0)
+        leader.node.delete_before(snapshot_id)
         return snapshot_id, leader.node.core.applied_offset
     snapshot_id, _ = leader.call(snapshot)
     assert snapshot_id.end_offset == offset + 1

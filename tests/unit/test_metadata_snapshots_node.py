@@ -97,13 +97,14 @@ def history(seed: int, steps: int) -> list[MetadataRecord]:
 
 
 NO_TRIGGER = SnapshotPolicy(max_bytes_between=1 << 40, max_interval_ms=0)
+NO_TRIGGER_NO_RETENTION = dataclasses.replace(NO_TRIGGER, retention_bytes=0)
 
 
-async def test_a_written_snapshot_deletes_the_log_below_and_a_restart_loads_it(
+async def test_a_snapshot_past_retention_deletes_the_log_below_and_a_restart_loads_it(
     tmp_path: Path,
 ) -> None:
     clock = Clock()
-    raft, machine = await open_node(tmp_path, NO_TRIGGER, clock)
+    raft, machine = await open_node(tmp_path, NO_TRIGGER_NO_RETENTION, clock)
     assert machine.snapshots is not None
     try:
         records = history(1, 400)
@@ -125,7 +126,7 @@ async def test_a_written_snapshot_deletes_the_log_below_and_a_restart_loads_it(
     finally:
         await raft.stop()
 
-    raft, machine = await open_node(tmp_path, NO_TRIGGER, clock)
+    raft, machine = await open_node(tmp_path, NO_TRIGGER_NO_RETENTION, clock)
     try:
         assert machine.loaded == [written]
         assert machine.loader.image.offset >= final.offset
@@ -208,8 +209,58 @@ async def test_no_time_trigger_when_the_interval_is_zero(tmp_path: Path) -> None
 
 def test_policy_from_the_server_keys() -> None:
     values = {"metadata.log.max.record.bytes.between.snapshots": 5,
-              "metadata.log.max.snapshot.interval.ms": 7}
-    assert SnapshotPolicy.from_configs(values.__getitem__) == SnapshotPolicy(5, 7)
+              "metadata.log.max.snapshot.interval.ms": 7,
+              "metadata.max.retention.bytes": 11, "metadata.max.retention.ms": 13}
+    assert SnapshotPolicy.from_configs(values.__getitem__) == SnapshotPolicy(5, 7, 11, 13)
+
+
+async def test_the_log_stays_below_snapshots_until_retention_passes(tmp_path: Path) -> None:
+    """Within metadata.max.retention.bytes and .ms the log below a snapshot stays (a node
+    behind goes on from the log), and a restart still starts from the newest snapshot;
+    once the log's first batch is older than the retention time, the log below the newest
+    snapshot goes, with the older snapshots; past the byte limit, likewise."""
+    clock = Clock()
+    policy = SnapshotPolicy(max_bytes_between=1 << 40, max_interval_ms=0,
+                            retention_bytes=1 << 30, retention_ms=60_000)
+    raft, machine = await open_node(tmp_path, policy, clock)
+    snapshots = machine.snapshots
+    assert snapshots is not None
+    records = history(4, 300)
+    try:
+        await append(raft, records[:100])
+        first = await snapshots.write_now()
+        await append(raft, records[100:200])
+        second = await snapshots.write_now()
+        assert first is not None and second is not None
+        await asyncio.sleep(0.2)
+        assert raft.core.log_start_offset == 0
+        assert raft.store.snapshot_ids == (first, second)
+        assert snapshots.retention_passed(clock.ms) is None
+        await append(raft, records[200:])
+        final = machine.loader.image
+    finally:
+        await raft.stop()
+
+    raft, machine = await open_node(tmp_path, policy, clock)
+    snapshots = machine.snapshots
+    assert snapshots is not None
+    try:
+        assert machine.loaded == [second]  # the newest, though the log starts before it
+        assert machine.loader.image.topics == final.topics
+        # (a restart starts the log at the earliest snapshot, as DiskLogStore.open does)
+        assert raft.core.log_start_offset == first.end_offset
+        first_append_ms = int(time.time() * 1000)  # no batch was appended later than now
+        clock.ms = first_append_ms + 60_001
+        assert snapshots.retention_passed(clock.ms) == second
+        snapshots.apply_retention(clock.ms)
+        await asyncio.sleep(0.2)  # the deletion is the raft loop's next write
+        assert raft.core.log_start_offset == second.end_offset
+        assert raft.store.snapshot_ids == (second,)
+        assert snapshots.retention_passed(clock.ms) is None
+        snapshots.policy = dataclasses.replace(policy, retention_ms=-1, retention_bytes=0)
+        assert snapshots.retention_passed(clock.ms) is None  # nothing below the newest
+    finally:
+        await raft.stop()
 
 
 def test_snapshot_values_of_an_encoded_image_are_its_records() -> None:
@@ -266,10 +317,14 @@ SERVER_BASE = {
 def test_the_snapshot_keys_are_server_keys_with_kafkas_defaults_and_bounds() -> None:
     defaults = SnapshotPolicy.from_configs(ServerConfig(SERVER_BASE).get_int)
     assert defaults == SnapshotPolicy(max_bytes_between=20 * 1024 * 1024,
-                                      max_interval_ms=3_600_000)
+                                      max_interval_ms=3_600_000,
+                                      retention_bytes=100 * 1024 * 1024,
+                                      retention_ms=7 * 24 * 3_600_000)
     tiny = ServerConfig({**SERVER_BASE, "metadata.log.max.record.bytes.between.snapshots": "1",
-                         "metadata.log.max.snapshot.interval.ms": "0"})
-    assert SnapshotPolicy.from_configs(tiny.get_int) == SnapshotPolicy(1, 0)
+                         "metadata.log.max.snapshot.interval.ms": "0",
+                         "metadata.max.retention.bytes": "-1",
+                         "metadata.max.retention.ms": "0"})
+    assert SnapshotPolicy.from_configs(tiny.get_int) == SnapshotPolicy(1, 0, -1, 0)
     for key, value in [("metadata.log.max.record.bytes.between.snapshots", "0"),
                        ("metadata.log.max.snapshot.interval.ms", "-1"),
                        ("metadata.log.max.snapshot.interval.ms", "soon")]:

@@ -155,6 +155,16 @@ class SnapshotWriter(Protocol):
 
 class LogStore(RaftLogView, Protocol):
     @property
+    def size_bytes(self) -> int:
+        """The bytes of the log from its start to its end (snapshots not counted)."""
+        ...
+
+    @property
+    def snapshot_ids(self) -> tuple[SnapshotId, ...]:
+        """The frozen snapshots, oldest first."""
+        ...
+
+    @property
     def flushed_offset(self) -> int:
         """End offset of the durable prefix: what fsync has covered."""
         ...
@@ -233,6 +243,10 @@ class MemoryLogStore:
         if not self._batches:
             return _start_epoch(self._log_start_offset, self.earliest_snapshot_id)
         return read_header(self._batches[-1]).partition_leader_epoch
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(map(len, self._batches))
 
     @property
     def flushed_offset(self) -> int:
@@ -459,6 +473,10 @@ class DiskLogStore:
     @property
     def last_epoch(self) -> int:
         return self._last_epoch
+
+    @property
+    def size_bytes(self) -> int:
+        return self._log.size_bytes
 
     @property
     def flushed_offset(self) -> int:

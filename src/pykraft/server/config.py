@@ -187,6 +187,8 @@ SERVER_KEYS: Final[dict[str, ServerKey]] = {
         ServerKey("unclean.leader.election.interval.ms", "long", "300000", 1),
         ServerKey("metadata.log.max.record.bytes.between.snapshots", "long", "20971520", 1),
         ServerKey("metadata.log.max.snapshot.interval.ms", "long", "3600000", 0),
+        ServerKey("metadata.max.retention.bytes", "long", "104857600"),
+        ServerKey("metadata.max.retention.ms", "long", "604800000"),
         ServerKey("socket.send.buffer.bytes", "int", "102400"),
         ServerKey("socket.receive.buffer.bytes", "int", "102400"),
         # pykraft's own: host:port of the Prometheus endpoint (server/metrics.py); "" for none

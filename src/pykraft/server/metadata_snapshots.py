@@ -12,9 +12,17 @@ snapshot. The snapshot
 ends after the last batch the image folded (`image.offset + 1`, always a batch boundary)
 and is taken only between metadata transactions. The records are produced and encoded in a
 worker thread from the immutable image (at the versions its metadata.version asks for, as
-the controller writes the log), then `RaftNode.write_snapshot` stores them and deletes the
-log below (the raft layer keeps only the newest snapshot and the log after it). One
+the controller writes the log), then `RaftNode.write_snapshot` stores them. One
 snapshot is written at a time; a failed write is logged and retried at the next trigger.
+
+Retention, as Kafka's metadata log cleaning: the log and the snapshots are kept until
+together they pass `metadata.max.retention.bytes`, or the first batch of the log is older
+than `metadata.max.retention.ms` (either -1: no limit); then the log below the newest
+snapshot goes, with the older snapshots (Kafka removes the oldest snapshot and the log below
+the next one at a time, down to the limit). Until then a node that fell behind (a broker
+applying a 300,000-partition fence) goes on from the log instead of loading a whole
+snapshot; deleting the log at every snapshot had sent such brokers to load 300,000 records
+at once.
 
 Loading (the Raft driver's `SnapshotLoader` hook, called at start-up for the latest local
 snapshot and whenever a snapshot was fetched from the leader): the snapshot's records are
@@ -50,6 +58,7 @@ from pykraft.raft.driver import RaftNode
 from pykraft.raft.log_store import RaftLogView
 from pykraft.raft.messages import SnapshotId
 from pykraft.raft.snapshot import snapshot_values
+from pykraft.records.batch import iter_headers
 
 __all__ = [
     "SnapshotPolicy",
@@ -71,12 +80,16 @@ RECORD_OVERHEAD_BYTES: Final = 8  # a small record's length, attributes, deltas,
 class SnapshotPolicy:
     max_bytes_between: int  # metadata.log.max.record.bytes.between.snapshots
     max_interval_ms: int  # metadata.log.max.snapshot.interval.ms; 0: no time trigger
+    retention_bytes: int = -1  # metadata.max.retention.bytes; < 0: no limit
+    retention_ms: int = -1  # metadata.max.retention.ms; < 0: no limit
 
     @classmethod
     def from_configs(cls, get_int: Callable[[str], int]) -> SnapshotPolicy:
         return cls(
             max_bytes_between=get_int("metadata.log.max.record.bytes.between.snapshots"),
             max_interval_ms=get_int("metadata.log.max.snapshot.interval.ms"),
+            retention_bytes=get_int("metadata.max.retention.bytes"),
+            retention_ms=get_int("metadata.max.retention.ms"),
         )
 
 
@@ -151,6 +164,7 @@ class MetadataSnapshots:
         self.loaded = 0  # snapshots loaded by this process (local or fetched)
         self.last_written: SnapshotId | None = None
         self._writing: asyncio.Future[SnapshotId | None] | None = None
+        self._first_timestamp_at: tuple[int, int | None] = (-1, None)  # (log start, time)
 
     # -- from the Raft listener ----------------------------------------------------------
 
@@ -191,6 +205,41 @@ class MetadataSnapshots:
         interval = self.policy.max_interval_ms
         return interval > 0 and now_ms - self._oldest_since_ms >= interval
 
+    def retention_passed(self, now_ms: int) -> SnapshotId | None:
+        """The snapshot to delete the log below, if the log and snapshots are past
+        metadata.max.retention.bytes or the log's first batch past metadata.max.retention.ms."""
+        store = self.raft.store
+        latest = store.latest_snapshot_id
+        start = store.log_start_offset
+        if latest is None or (latest.end_offset <= start and len(store.snapshot_ids) <= 1):
+            return None
+        policy = self.policy
+        if policy.retention_bytes >= 0:
+            stored = store.size_bytes + sum(store.snapshot_size(each) or 0
+                                            for each in store.snapshot_ids)
+            if stored > policy.retention_bytes:
+                return latest
+        if policy.retention_ms >= 0:
+            first = self._first_timestamp(start)
+            if first is not None and now_ms - first > policy.retention_ms:
+                return latest
+        return None
+
+    def _first_timestamp(self, start: int) -> int | None:
+        """The append time of the log's first batch (kept per log start)."""
+        if self._first_timestamp_at[0] != start:
+            data = self.raft.store.read(start, 1)
+            first = next(iter_headers(data), None)
+            self._first_timestamp_at = (start, None if first is None else first[1].max_timestamp)
+        return self._first_timestamp_at[1]
+
+    def apply_retention(self, now_ms: int) -> None:
+        doomed = self.retention_passed(now_ms)
+        if doomed is not None:
+            self.raft.delete_before(doomed)
+            log.info("metadata log and snapshots past retention: the log below %d-%d goes",
+                     doomed.end_offset, doomed.epoch)
+
     def _next_check_s(self, now_ms: int) -> float:
         interval, oldest = self.policy.max_interval_ms, self._oldest_since_ms
         if interval <= 0 or oldest is None:
@@ -206,6 +255,7 @@ class MetadataSnapshots:
                 async with asyncio.timeout(self._next_check_s(self._now_ms())):
                     await self._due.wait()
             self._due.clear()
+            self.apply_retention(self._now_ms())
             if not self.due(self._now_ms()):
                 continue
             self._writing = asyncio.ensure_future(self.write_now())
@@ -253,6 +303,7 @@ class MetadataSnapshots:
         self._oldest_since_ms = finished_ms if self._bytes_since > 0 else None
         self.written += 1
         self.last_written = snapshot_id
+        self.apply_retention(finished_ms)
         log.info("wrote metadata snapshot %d-%d: %d records in %d ms; the log now starts at %d",
                  snapshot_id.end_offset, snapshot_id.epoch, len(values),
                  finished_ms - started_ms, self.raft.store.log_start_offset)

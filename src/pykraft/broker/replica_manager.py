@@ -83,6 +83,7 @@ DEFAULT_REPLICA_LAG_TIME_MAX_MS = 30_000
 MAX_ALTER_PARTITION_BACKOFF_MS = 5_000
 NEW_LOGS_ON_LOOP = 64  # more new replicas than this in one delta: created on a thread
 NEW_LOGS_PER_TURN = 200  # new replicas made on the thread, then installed on the loop, at a time
+ISR_CHECKS_PER_TURN = 5_000  # partitions the periodic ISR check looks at per loop turn
 LOG_CREATION_RETRY_MS = 5_000  # a log that could not be created (a full disk) is tried again
 REFUSED_PROPOSAL_QUIET_MS = 500
 # KIP-392's replica.selector.class: unset, the leader serves every consumer fetch; the one
@@ -938,14 +939,16 @@ class ReplicaManager:
                 lagging.append(replica)
         return tuple(lagging)
 
-    def maybe_shrink_isr(self) -> int:
-        """The periodic check: propose dropping lagging followers; return how many
-        partitions got a proposal."""
+    def maybe_shrink_isr(self, partitions: Sequence[Partition] | None = None) -> int:
+        """The periodic check, of every partition or of those of `partitions` still held:
+        propose dropping lagging followers; return how many partitions got a proposal."""
         now = self.now_ms()
         proposed = 0
-        for partition in list(self._partitions.values()):
+        held = self._partitions
+        for partition in list(held.values()) if partitions is None else partitions:
             if (partition.leader_id != self.node_id or partition.pending_isr is not None
-                    or partition.read_failing):
+                    or partition.read_failing
+                    or held.get((partition.topic, partition.index)) is not partition):
                 continue  # (a leader that cannot read its log does not judge its followers)
             lagging = self.out_of_sync_replicas(partition, now)
             if not lagging:
@@ -970,10 +973,13 @@ class ReplicaManager:
             waited_ms += wait_ms
             if waited_ms >= interval_ms:
                 waited_ms = 0
-                try:
-                    self.maybe_shrink_isr()
-                except Exception:
-                    log.exception("ISR check failed")
+                partitions = list(self._partitions.values())
+                for start in range(0, len(partitions), ISR_CHECKS_PER_TURN):
+                    try:  # a slice per turn of the loop: 300,000 at once held it for 2 s
+                        self.maybe_shrink_isr(partitions[start:start + ISR_CHECKS_PER_TURN])
+                    except Exception:
+                        log.exception("ISR check failed")
+                    await asyncio.sleep(0)
             try:
                 for partition in self.retry_unplaced():
                     for listener in self.on_created:

@@ -15,10 +15,11 @@ which gives the GIL back to the event loop every few milliseconds. While it runs
 else would touch the core (committed batches, a leader change, a snapshot load, a closed
 heartbeat connection) waits in `_deferred`, in order, and is done once the operation is
 back, one action per turn of the loop; an operation whose leadership ended meanwhile did
-nothing (NotController). The records are appended on the loop, and then folded on the worker
-thread at the offsets Raft gave them, commits waiting again until they are proposed. A
-non-atomic result is appended as batches of at most RECORDS_PER_BATCH records, each applied on
-its own by every node."""
+nothing (NotController). The records are appended on the loop, APPENDS_PER_TURN batches per
+turn of it, and then folded on the worker thread at the offsets Raft gave them, commits
+waiting again from the first append until they are proposed. A non-atomic result is
+appended as batches of at most RECORDS_PER_BATCH records, each applied on its own by every
+node."""
 
 from __future__ import annotations
 
@@ -65,6 +66,7 @@ Batches = list[tuple[Sequence[MetadataRecord], list[bytes]]]  # records, their e
 Decision = tuple[OpResult[T], Batches, list[str]]  # ..., the broker changes to log
 
 RECORDS_PER_BATCH = 1000  # a non-atomic result's records per batch (Kafka: 10,000)
+APPENDS_PER_TURN = 8  # batches appended to Raft per turn of the event loop
 
 
 class OutcomeUnknown(RequestTimedOut):
@@ -213,22 +215,27 @@ class ControllerServer:
                 log.info("controller %d: %s", core.config.node_id, ", ".join(broker_changes))
             bases: list[int] = []
             failure: Exception | None = None
-            for _, encoded in batches:
-                try:
-                    last_offset = self.raft.append(encoded)
-                except (NotLeaderError, RequestTimedOut) as error:
-                    if not bases:
-                        if isinstance(error, NotLeaderError):
-                            raise NotController(str(error)) from error
-                        raise
-                    failure = error
-                    break
-                bases.append(last_offset - len(encoded) + 1)
-            appended = [records for records, _ in batches[:len(bases)]]
-            # the fold of what was appended, off the loop too; until it is proposed, commits
-            # (and a leader change) wait, so that the core sees its proposals first
+            # until what is appended is proposed, commits (and a leader change) wait, so
+            # that the core sees its proposals first
             self._deferred = []
             try:
+                for count, (_, encoded) in enumerate(batches, 1):
+                    try:
+                        last_offset = self.raft.append(encoded)
+                    except (NotLeaderError, RequestTimedOut) as error:
+                        if not bases:
+                            if isinstance(error, NotLeaderError):
+                                raise NotController(str(error)) from error
+                            raise
+                        failure = error
+                        break
+                    bases.append(last_offset - len(encoded) + 1)
+                    if count % APPENDS_PER_TURN == 0 and count < len(batches):
+                        # an append may seal the batch before it, encoding its records: 300
+                        # in a row (a 300,000-partition fence) held the loop 2 s
+                        await asyncio.sleep(0)
+                appended = [records for records, _ in batches[:len(bases)]]
+                # the fold of what was appended, off the loop too
                 plan = await self._off_loop(core.plan, appended, bases)
                 planned = plan.after if plan.holds_for(core) else (None,) * len(appended)
                 for records, base, state in zip(appended, bases, planned, strict=True):

@@ -40,6 +40,7 @@ from pykraft.server.controller_channel import (
 )
 from pykraft.server.controller_client import ActiveControllerClient, ControllerUnavailable
 from pykraft.server.controller_server import (
+    APPENDS_PER_TURN,
     RECORDS_PER_BATCH,
     ControllerServer,
     OffLoop,
@@ -288,6 +289,46 @@ def test_a_non_atomic_result_is_appended_in_batches_and_an_atomic_one_whole() ->
         assert server.core.committed_image.cluster.brokers.get(1) is None
         leaders = {p.leader for p in server.core.image.topics.by_name["t"].partitions.values()}
         assert leaders == {-1}
+    asyncio.run(go())
+
+
+def test_a_long_run_of_appends_lets_the_loop_turn_and_commits_wait_for_the_proposals(
+) -> None:
+    """A change of more than APPENDS_PER_TURN batches is appended a few batches per turn of
+    the event loop; what commits meanwhile (the quorum is quick) reaches the core only
+    after the batches were proposed, so the core never folds its own records as a
+    standby's."""
+    batches = APPENDS_PER_TURN + 2
+    partitions = (batches - 1) * RECORDS_PER_BATCH + 1
+
+    async def go() -> None:
+        server, raft = await activated()
+        await register(server, raft, 1)
+        task = asyncio.ensure_future(server.create_topics(
+            [CreatableTopic("t", partitions, 1)], validate_only=False))
+        await appended(raft)
+        raft.commit_all()
+        await task
+        raft.batch_sizes.clear()
+        seen: list[int] = []  # batches appended, as each turn of the loop saw them
+
+        async def watch_and_commit() -> None:
+            while len(raft.batch_sizes) < batches:
+                seen.append(len(raft.batch_sizes))
+                if 0 < len(raft.batch_sizes) < batches:
+                    raft.commit_all()  # the first batches commit before the last are in
+                await asyncio.sleep(0)
+
+        watcher = asyncio.ensure_future(watch_and_commit())
+        task = asyncio.ensure_future(server.run(lambda core: core.unregister_broker(1)))
+        await appended(raft)
+        await watcher
+        raft.commit_all()
+        await task
+        assert raft.batch_sizes == [RECORDS_PER_BATCH] * (batches - 1) + [2]  # + unregister
+        assert APPENDS_PER_TURN in seen  # the loop turned with the appends half done
+        assert server.core.committed_image.cluster.brokers.get(1) is None
+        assert server.core.committed_image.offset == len(raft.log) - 1
     asyncio.run(go())
 
 

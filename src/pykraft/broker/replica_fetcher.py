@@ -253,8 +253,8 @@ class ReplicaFetcher:
     partitions each time, so that all of them are fetched in turn."""
 
     FULL_LOOK_S: Final = 5.0
-    LOOKED_PER_ROUND_MAX: Final = 50_000  # an unchanged partition costs a tuple compare
-    TOLD_PER_ROUND_MAX: Final = 5_000  # a told one, an entity here and a read there
+    LOOKED_PER_ROUND_MAX: Final = 10_000  # an unchanged partition costs a tuple compare
+    TOLD_PER_ROUND_MAX: Final = 2_000  # a told one, an entity here and a read there
 
     def __init__(
         self, node_id: int, leader_id: int, connection: BrokerConnection,

@@ -266,8 +266,8 @@ class BrokerApis:
                        if field(request, "include_cluster_authorized_operations")
                        else AUTHORIZED_OPERATIONS_OMITTED)
         if requested is None:  # all topics: spliced from each topic's cached encoding
-            return self.cache.all_topics_body(version, context.listener_name,
-                                              topic_ops=topic_ops, cluster_ops=cluster_ops)
+            return await self.cache.all_topics_body(
+                version, context.listener_name, topic_ops=topic_ops, cluster_ops=cluster_ops)
         return self.cache.metadata_response(version, context.listener_name, requested,
                                             topic_ops=topic_ops, cluster_ops=cluster_ops)
 

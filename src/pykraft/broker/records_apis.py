@@ -51,7 +51,7 @@ class RecordsApis(Authorized):
 
     def __init__(
         self, cache: MetadataCache, replicas: ReplicaManager,
-        checkpoint: Callable[[], None],
+        checkpoint: Callable[[], Awaitable[None]],
     ) -> None:
         self.cache = cache
         self.replicas = replicas
@@ -85,7 +85,7 @@ class RecordsApis(Authorized):
             topics.append(make(module.DeleteRecordsTopicResult, name=topic.name,
                                partitions=tuple(partitions)))
         if moved:
-            self.checkpoint()
+            await self.checkpoint()
         return make(module.DeleteRecordsResponse, throttle_time=NO_THROTTLE,
                     topics=tuple(topics))
 

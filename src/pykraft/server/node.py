@@ -452,9 +452,14 @@ class Node:
             if endpoint.listener_name not in controller_names:
                 await self._listen(endpoint.listener_name, endpoint.host, endpoint.port, apis)
 
-    def _checkpoint_logs(self) -> None:
-        assert self.log_manager is not None
-        self.log_manager.checkpoint()
+    async def _checkpoint_logs(self) -> None:
+        """Write every log dir's offset checkpoints: the offsets are taken a slice of logs
+        per turn of the loop, and the files written in a worker thread."""
+        manager = self.log_manager
+        assert manager is not None
+        taken = manager.take_checkpoints(())  # a new taking, filled slice by slice
+        await self._each_log_slice(functools.partial(manager.take_checkpoints, into=taken))
+        await asyncio.to_thread(manager.write_checkpoints, taken)
 
     def _group_apis(self) -> GroupApis:
         assert self.channel is not None
@@ -750,9 +755,8 @@ class Node:
         if not config.active:
             return
         self.cleaner = cleaner = LogCleaner(config, lambda: [  # compacted ones only: the
-            (lg, home) for lg in manager.logs()  # cleaner skips the rest, of 300,000 maybe
-            if lg.config.compact
-            and (home := manager.log_dir_of(lg.topic, lg.partition)) is not None])
+            (lg, home) for lg in manager.compacted_logs()  # rest, of 300,000 maybe, are
+            if (home := manager.log_dir_of(lg.topic, lg.partition)) is not None])  # skipped
         while True:
             job = None
             try:
@@ -815,8 +819,7 @@ class Node:
                         self.log_manager.expire_producers, now, producer_expiration_ms))
                     next_expiry = now + expire_every_ms
                 if now >= next_checkpoint:
-                    taken = self.log_manager.take_checkpoints()
-                    await asyncio.to_thread(self.log_manager.write_checkpoints, taken)
+                    await self._checkpoint_logs()
                     next_checkpoint = now + checkpoint_every_ms
             except InvariantViolation as error:
                 self._fatal(error)

@@ -12,6 +12,7 @@ import pytest
 
 from pykraft.errors import InconsistentTopicId, KafkaStorageError
 from pykraft.storage.checkpoint import read_offsets_checkpoint
+from pykraft.storage.log import Log
 from pykraft.storage.log_config import LogConfig
 from pykraft.storage.log_manager import (
     CLEAN_SHUTDOWN_FILE,
@@ -265,6 +266,54 @@ def test_checkpoints_taken_earlier_never_overwrite_later_ones(tmp_path: Path) ->
     log.update_high_watermark(2)
     manager.checkpoint()  # a new taking is written
     assert read_offsets_checkpoint(data / REPLICATION_OFFSET_CHECKPOINT) == {("t", 0): 2}
+    manager.close()
+
+
+def test_checkpoints_taken_a_slice_at_a_time(tmp_path: Path) -> None:
+    """A taking begun with no keys and filled slice by slice holds every log still open,
+    each as it was when its slice was taken; a log deleted meanwhile is left out."""
+    manager = _manager(tmp_path, count=1)
+    for topic in ("a", "b", "c"):
+        log = manager.get_or_create_log(topic, 0, topic_id=TOPIC_ID, config=LogConfig(),
+                                        now_ms=0)
+        log.append_as_leader(make_batch(3), leader_epoch=0, now_ms=0)
+        log.update_high_watermark(1)
+    keys = sorted(manager.log_keys())
+    taken = manager.take_checkpoints(())
+    assert taken.by_dir == {tmp_path / "data0": ({}, {}, {})}
+    manager.take_checkpoints(keys[:1], into=taken)
+    b = manager.get_log("b", 0)
+    assert b is not None
+    b.update_high_watermark(2)  # between the slices: the later slice sees it
+    assert manager.delete_log("c", 0)
+    assert manager.take_checkpoints(keys[1:], into=taken) is taken
+    manager.write_checkpoints(taken)
+    data = tmp_path / "data0"
+    assert read_offsets_checkpoint(data / REPLICATION_OFFSET_CHECKPOINT) == {
+        ("a", 0): 1, ("b", 0): 2}
+    manager.close()
+
+
+def test_compacted_logs_follow_creation_config_changes_moves_and_deletion(
+        tmp_path: Path) -> None:
+    """compacted_logs() (what the cleaner looks at) holds exactly the open logs whose
+    cleanup.policy includes compact, as their configs change and they come and go."""
+    manager = _manager(tmp_path)
+    compact = LogConfig(cleanup_policy=("compact", "delete"))
+    a = manager.get_or_create_log("a", 0, topic_id=TOPIC_ID, config=compact, now_ms=0)
+    b = manager.get_or_create_log("b", 0, topic_id=TOPIC_ID, config=LogConfig(), now_ms=0)
+    assert manager.compacted_logs() == [a]
+    b.update_config(compact)
+    a.update_config(LogConfig())
+    assert manager.compacted_logs() == [b]
+    home = manager.log_dir_of("b", 0)
+    other = next(d for d in manager.log_dirs if d != home)
+    b.close()
+    moved = Log.open(b.dir, compact, recovery_point=0, log_start_offset=None, now_ms=0)
+    manager.rehome_log(moved, other)
+    assert manager.compacted_logs() == [moved]
+    assert manager.delete_log("b", 0)
+    assert manager.compacted_logs() == []
     manager.close()
 
 

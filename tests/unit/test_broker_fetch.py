@@ -154,6 +154,44 @@ async def test_an_idle_session_looks_again_only_at_partitions_noted_as_changed(
     assert list(answered) == [7] and answered[7].log_start_offset == 1
 
 
+async def test_a_parked_session_fetch_waits_on_the_changes_not_on_each_partition(
+        manager: ReplicaManager, apis: BrokerApis, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An incremental fetch of an idle session parks on the replica manager's changes,
+    registering nothing on its partitions; an append to one of them answers it with that
+    partition, looked at again alone; an append to a partition outside the session wakes
+    it only to look at nothing and park again."""
+    partitions = [lead(manager, index) for index in range(PARTITIONS + 1)]
+    outside = partitions.pop()
+    in_session = dict.fromkeys(range(PARTITIONS), 0)
+    opened = await fetch(apis, consumer_fetch(in_session, epoch=0))
+    session_id = opened.session_id
+    assert session_id != 0
+    assert await fetch(apis, consumer_fetch({}, session_id=session_id, epoch=1))
+    read = apis_module.BrokerApis._fetch_partition
+    reads: list[int] = []
+
+    def counted(self: BrokerApis, wanted: Any, *args: Any, **kwargs: Any) -> Any:
+        reads.append(wanted.partition)
+        return read(self, wanted, *args, **kwargs)
+
+    monkeypatch.setattr(apis_module.BrokerApis, "_fetch_partition", counted)
+    fetching = asyncio.ensure_future(fetch(apis, consumer_fetch(
+        {}, session_id=session_id, epoch=2, max_wait_ms=10_000)))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert not fetching.done() and reads == []
+    assert all(not partition.waiters for partition in [*partitions, outside])
+    manager.append(outside, build_batch([(b"k", b"v", [], 1)]), acks=1)
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert not fetching.done() and reads == []  # woken, looked at nothing, parked again
+    manager.append(partitions[9], build_batch([(b"k", b"v", [], 1)]), acks=1)
+    response = await asyncio.wait_for(fetching, 5)
+    answered = {data.partition_index: data for topic in response.responses
+                for data in topic.partitions}
+    assert list(answered) == [9] and answered[9].records and reads == [9]
+
+
 async def test_a_session_partition_named_before_its_topic_was_known_is_read_once_it_is(
         manager: ReplicaManager, apis: BrokerApis) -> None:
     """A fetch by topic id can come before this broker has applied the topic (a follower

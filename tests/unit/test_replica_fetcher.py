@@ -277,6 +277,32 @@ async def test_a_round_looks_only_at_what_moved_and_all_of_it_now_and_then(
     assert [(p.partition, p.log_start_offset) for p in told] == [(2, 1)]
 
 
+async def test_a_full_look_with_nothing_to_tell_sends_one_waiting_request(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """At the look at all partitions, a round looks at a bounded slice of them; when the
+    slices have nothing to tell the leader, the fetcher looks on instead of asking the
+    leader for nothing without waiting: one request, which waits for data."""
+    monkeypatch.setattr(ReplicaFetcher, "LOOKED_PER_ROUND_MAX", 2)
+    logs = [follower_log(tmp_path / str(i), [(1, 2)]) for i in range(7)]
+    connection = ScriptedConnection([])
+    fetcher = ReplicaFetcher(1, 2, connection, FetcherConfig(backoff_ms=50, wait_max_ms=500),
+                             lambda: 7, lambda: 0)
+    for index, log_ in enumerate(logs):
+        fetcher.add(Partition("t", TOPIC_ID, index, log_, leader_id=2, leader_epoch=4,
+                              replicas=(1, 2), isr=(1, 2)))
+    while fetcher.session_epoch == 0 or fetcher._dirty:  # the session gets all seven
+        connection.answers = [fetch_answer(77)]
+        await fetcher._fetch()
+    connection.requests.clear()
+    fetcher._end_delays(asyncio.get_running_loop().time() + ReplicaFetcher.FULL_LOOK_S)
+    assert len(fetcher._dirty) == 7
+    connection.answers = [fetch_answer(77)]
+    await fetcher._fetch()
+    assert [(r.topics, r.max_wait.total_seconds()) for r in connection.requests] == [
+        ((), 0.5)]
+    assert fetcher._dirty == set()
+
+
 async def test_a_partition_back_from_a_delay_is_told_to_the_leader_again(
         tmp_path: Path) -> None:
     """The leader answered the session's only partition with an error (it had not applied

@@ -495,18 +495,29 @@ class BrokerApis:
                         error_code=fetch.error, session_id=NO_SESSION, responses=())
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max_wait_ms / 1000
+        session = fetch.session
         first_pass = True
+        read_before: list[SessionPartition] = []
         while True:
-            reads, total, errors, parked, woken = await self._read_fetch(
-                fetch.partitions, max_bytes, replica_id, first_pass, committed, fetch.session,
+            looked, reads, total, errors, parked, woken = await self._read_fetch(
+                fetch, read_before, max_bytes, replica_id, first_pass, committed,
                 client_rack, context.listener_name, refused)
             first_pass = False
             remaining_ms = int((deadline - loop.time()) * 1000)
-            if total >= min_bytes or errors or remaining_ms <= 0 or not parked:
+            if (total >= min_bytes or errors or remaining_ms <= 0
+                    or not (parked or (session is not None and session.idle_of))):
                 break
             if woken:  # a partition read early in the pass changed while the pass yielded
                 continue
-            if not await self.replicas.wait_for_data(parked, remaining_ms):
+            if session is not None:
+                # parked on the session's changes: the next pass looks again only at what
+                # was read in this one and at what changed meanwhile
+                read_before = [each for each, read in zip(looked, reads, strict=True)
+                               if read is not None]
+                if not await self.replicas.changes.wait_after(session.changes_seen,
+                                                              remaining_ms / 1000):
+                    break
+            elif not await self.replicas.wait_for_data(parked, remaining_ms):
                 # nothing woke it (appends, high watermark, ISR, leadership): what was read
                 # stands, and a follower's fetch of 33,000 idle partitions reads them once
                 break
@@ -515,7 +526,7 @@ class BrokerApis:
             throttle_time=NO_THROTTLE,
             error_code=ErrorCode.none,
             session_id=fetch.response_session_id,
-            responses=self._fetch_responses(module, fetch, reads),
+            responses=self._fetch_responses(module, fetch, looked, reads),
         )
 
     def _refused_fetch(self, context: RequestContext,
@@ -540,23 +551,29 @@ class BrokerApis:
         return refused
 
     async def _read_fetch(
-        self, wanted: list[SessionPartition], max_bytes: int, replica_id: int,
-        first_pass: bool, committed: bool, session: FetchSession | None = None,
-        client_rack: str | None = None, listener_name: str = "",
-        refused: Callable[[str], bool] | None = None,
-    ) -> tuple[list[PartitionRead | None], int, bool, list[Partition], bool]:
-        """One look at every partition; `errors` is true when one answered without waiting
-        (an error or a diverging epoch), `parked` the partitions a wait is parked on. A
-        session's partition that had nothing to read, in a state that has not changed
-        since, is passed by (None): it has nothing to say. Which of them changed is asked
-        of the replica manager's record of changes (`_changed_since_last_look`); only those
-        are looked at again, except at the session's full look.
+        self, fetch: FetchContext, read_before: list[SessionPartition], max_bytes: int,
+        replica_id: int, first_pass: bool, committed: bool, client_rack: str | None = None,
+        listener_name: str = "", refused: Callable[[str], bool] | None = None,
+    ) -> tuple[list[SessionPartition], list[PartitionRead | None], int, bool,
+               list[Partition], bool]:
+        """One look at the fetch's partitions: (those looked at, what each read, the bytes
+        read, `errors`, `parked`, `woken`). `errors` is true when one answered without
+        waiting (an error or a diverging epoch), `parked` lists the partitions a wait is
+        parked on. A session's partition that had nothing to read, in a state that has not
+        changed since, is passed by (None): it has nothing to say.
+
+        Without a session every partition of the request is looked at. A session's look
+        is at all of its partitions only at its full look (`_changed_since_last_look`);
+        otherwise it is at its busy ones (FetchSession.busy: not idle when last read), at
+        the idle ones the replica manager noted as changed since the last look, and at
+        those `read_before` (read in this request's previous pass), so that a follower's
+        session of 100,000 idle partitions costs what changed, not what it holds.
 
         A look at thousands of partitions (a follower's first fetch of the 33,000 it
         follows) yields to the loop every FETCH_SLICE_S, so that the node's metadata fetch
         and heartbeats are not held behind it for a second. `woken` tells that a partition
         parked before such a yield changed during it: its change would otherwise be missed
-        by the wait that follows."""
+        by the wait that follows (a session's wait hears of it through the change count)."""
         loop = asyncio.get_running_loop()
         image = self.cache.image
         total, errors = 0, False
@@ -564,17 +581,33 @@ class BrokerApis:
         reads: list[PartitionRead | None] = []
         partitions = self.replicas.get_partition
         now_ms = self.replicas.now_ms()
-        changed = self._changed_since_last_look(session, len(wanted), first_pass, now_ms)
+        session = fetch.session
+        if session is None:
+            wanted, changed = fetch.requested, None
+        elif not fetch.incremental and first_pass:  # the session opens: what was asked
+            wanted, changed = fetch.requested, None
+            self._changed_since_last_look(session, len(session.partitions), True, now_ms)
+        else:
+            changed = self._changed_since_last_look(session, len(session.partitions),
+                                                    first_pass, now_ms)
+            if changed is None:
+                wanted = list(session.partitions.values())
+            else:
+                wanted = session.incremental_look(changed)
+                if read_before:
+                    wanted = list({id(each): each for each in (*wanted, *read_before)}
+                                  .values())
         watch: asyncio.Future[None] | None = None
         watched = 0  # parked[:watched] carry `watch` among their waiters
         slice_ends = loop.time() + FETCH_SLICE_S
         try:
             for count, each in enumerate(wanted, 1):
                 if count % FETCH_SLICE_CHECK == 0 and loop.time() >= slice_ends:
-                    watch = watch or loop.create_future()
-                    for held in parked[watched:]:
-                        held.waiters.append(watch)
-                    watched = len(parked)
+                    if session is None:
+                        watch = watch or loop.create_future()
+                        for held in parked[watched:]:
+                            held.waiters.append(watch)
+                        watched = len(parked)
                     await asyncio.sleep(0)
                     image, now_ms = self.cache.image, self.replicas.now_ms()
                     slice_ends = loop.time() + FETCH_SLICE_S
@@ -584,11 +617,6 @@ class BrokerApis:
                                                ErrorCode.topic_authorization_failed, -1, -1, -1))
                     continue
                 if each.idle is not None:  # nothing to read when last read: still so?
-                    held = each.idle[0]  # the partition it was read from
-                    if changed is not None and held not in changed:  # yes: nothing noted
-                        parked.append(held)
-                        reads.append(None)
-                        continue
                     partition = partitions(each.topic, each.partition)
                     if partition is not None and each.idle == _idle_state(partition):
                         if replica_id >= 0 and first_pass:  # a follower at our log end
@@ -610,7 +638,7 @@ class BrokerApis:
         finally:
             if watch is not None:
                 unpark(parked[:watched], watch)
-        return reads, total, errors, parked, watch is not None and watch.done()
+        return wanted, reads, total, errors, parked, watch is not None and watch.done()
 
     def _changed_since_last_look(self, session: FetchSession | None, size: int,
                                  first_pass: bool, now_ms: int) -> set[Partition] | None:
@@ -631,16 +659,17 @@ class BrokerApis:
         return changed
 
     def _fetch_responses(self, module: Any, fetch: FetchContext,
+                         looked: list[SessionPartition],
                          reads: list[PartitionRead | None]) -> tuple[Any, ...]:
         """The response's topics: every partition read, or in an incremental fetch those
         with something to say (fetch_sessions); grouped by topic in the order read."""
         topics: list[tuple[SessionPartition, list[Any]]] = []
         returned = []
-        for each, read in zip(fetch.partitions, reads, strict=True):
+        for each, read in zip(looked, reads, strict=True):
             if read is None:  # passed by, unchanged since it had nothing to say
                 continue
             if fetch.session is not None:
-                each.idle = read.idle
+                fetch.session.mark(each, read.idle)
                 answer = each.must_answer(
                     bool(read.records), read.error_code != ErrorCode.none
                     or read.diverging is not None or read.preferred_read_replica >= 0,

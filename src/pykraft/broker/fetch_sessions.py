@@ -68,10 +68,15 @@ class SessionPartition:
     log_start_offset: int = -1
     told: tuple[int, int, int] | None = None  # (high watermark, LSO, log start) last sent
     # the partition's state when it was last read and had nothing to return (the Fetch
-    # handler's to compare): while the state and this fetch position stay the same, a read
-    # would again return nothing, so an incremental fetch passes the partition by -- a
-    # follower's idle fetch of 33,000 partitions looks in full only at those that changed
+    # handler's to compare; its first item is the replica manager's Partition): while the
+    # state and this fetch position stay the same, a read would again return nothing, so
+    # an incremental fetch passes the partition by -- a follower's idle fetch of 33,000
+    # partitions looks in full only at those that changed. Set through FetchSession.mark.
     idle: tuple[Any, ...] | None = None
+
+    @property
+    def key(self) -> Key:
+        return (self.topic_id if self.topic_id is not None else self.topic, self.partition)
 
     def must_answer(self, has_records: bool, error: bool, high_watermark: int,
                     last_stable_offset: int, log_start_offset: int) -> bool:
@@ -98,6 +103,44 @@ class FetchSession:
     # partitions whose topic id was unknown when they were named (the leader had not yet
     # applied the topic): looked up again at each request, as Kafka's sessions do
     unresolved: set[Key] = dataclasses.field(default_factory=set)
+    # the partitions an incremental look reads each time (not idle), in the session's
+    # order; the idle ones by the Partition they were read from, for the few of them that
+    # changed to be found without going through the rest (300,000 partitions: 100,000 per
+    # follower's session, looked at on every request, took most of a broker's time)
+    busy: dict[Key, SessionPartition] = dataclasses.field(default_factory=dict)
+    idle_of: dict[Any, SessionPartition] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.busy.update(self.partitions)
+
+    def mark(self, partition: SessionPartition, idle: tuple[Any, ...] | None) -> None:
+        """Record `partition` (of this session) as idle in state `idle`, or as busy."""
+        if partition.idle is not None and self.idle_of.get(partition.idle[0]) is partition:
+            del self.idle_of[partition.idle[0]]
+        partition.idle = idle
+        if idle is None:
+            self.busy[partition.key] = partition
+        else:
+            self.busy.pop(partition.key, None)
+            self.idle_of[idle[0]] = partition
+
+    def add(self, key: Key, partition: SessionPartition) -> None:
+        self.partitions[key] = partition
+        self.busy[key] = partition
+        self.note_unresolved(key, partition)
+
+    def forget(self, key: Key) -> None:
+        partition = self.partitions.pop(key, None)
+        if partition is not None:
+            self.mark(partition, None)
+            del self.busy[key]
+
+    def incremental_look(self, changed: set[Any]) -> list[SessionPartition]:
+        """What an incremental look reads: the busy partitions, then the idle ones whose
+        Partition is in `changed`."""
+        idle_of = self.idle_of
+        return [*self.busy.values(),
+                *(found for each in changed if (found := idle_of.get(each)) is not None)]
 
     def note_unresolved(self, key: Key, partition: SessionPartition) -> None:
         if not partition.topic and partition.topic_id is not None:
@@ -120,11 +163,19 @@ class FetchSession:
 class FetchContext:
     """What one Fetch works on: the partitions to read, in order, and how to answer."""
 
-    partitions: list[SessionPartition]
+    requested: list[SessionPartition]  # the request's own (not an incremental one's)
     session: FetchSession | None  # the session this request belongs to, if any
     incremental: bool  # answer only the partitions that must be answered
     response_session_id: int
     error: ErrorCode = ErrorCode.none
+
+    @property
+    def partitions(self) -> list[SessionPartition]:
+        """Every partition the fetch is of, in order: an incremental one's whole session
+        (built on each call: the Fetch handler reads the session's instead)."""
+        if self.incremental and self.session is not None:
+            return list(self.session.partitions.values())
+        return self.requested
 
 
 class FetchSessionCache:
@@ -172,10 +223,9 @@ class FetchSessionCache:
         for key, wanted in requested.items():
             known = cached.get(key)
             if known is None:
-                cached[key] = wanted
-                session.note_unresolved(key, wanted)
+                session.add(key, wanted)
             else:
-                known.idle = None  # named again: read it
+                session.mark(known, None)  # named again: read it
                 known.topic = wanted.topic
                 known.fetch_offset = wanted.fetch_offset
                 known.partition_max_bytes = wanted.partition_max_bytes
@@ -185,18 +235,20 @@ class FetchSessionCache:
         for topic in field(request, "forgotten_topics_data", ()) or ():
             key = topic_key(topic)
             for index in topic.partitions:
-                cached.pop((key, index), None)
+                session.forget((key, index))
         if session.unresolved:
             session.resolve_names(name_of)
-        return FetchContext(list(cached.values()), session, True, session.session_id)
+        return FetchContext([], session, True, session.session_id)
 
     def returned_records(self, session: FetchSession, partitions: list[SessionPartition]
                          ) -> None:
         """`partitions` returned records: they go to the end of the session's order."""
         for each in partitions:
-            key = (each.topic_id if each.topic_id is not None else each.topic, each.partition)
+            key = each.key
             if key in session.partitions:
                 session.partitions.move_to_end(key)
+                if key in session.busy:
+                    session.busy[key] = session.busy.pop(key)
 
     def _requested(self, request: Any, names: dict[Any, tuple[str, uuid.UUID | None]]
                    ) -> dict[Key, SessionPartition]:

@@ -464,6 +464,11 @@ class ReplicaFetcher:
     async def _fetch(self) -> bool:
         """One round; False when there was nothing to fetch."""
         request, round_ = self.build_request()
+        while not round_.full and not round_.told and self._dirty:
+            # a slice of the dirty ones looked at, none to tell (the full look, mostly):
+            # look on rather than ask the leader for nothing without waiting
+            await asyncio.sleep(0)
+            request, round_ = self.build_request()
         if not request.topics and not self._in_session and not request.forgotten_topics_data:
             return False
         response = await self.connection.request(ApiKey.FETCH, FETCH_VERSION, request,

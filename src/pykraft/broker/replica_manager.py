@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import functools
 import heapq
 import itertools
@@ -249,10 +250,35 @@ class PartitionChanges:
     def __init__(self, keep: int = 65_536) -> None:
         self.count = 0  # of changes noted since the start
         self._recent: collections.deque[Partition] = collections.deque(maxlen=keep)
+        self._waiters: list[asyncio.Future[None]] = []  # woken by the next change
 
     def note(self, partition: Partition) -> None:
         self.count += 1
         self._recent.append(partition)
+        if self._waiters:
+            waiters, self._waiters = self._waiters, []
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+
+    async def wait_after(self, count: int, timeout_s: float) -> bool:
+        """Wait until a change after the first `count` is noted (True, at once if one
+        was) or `timeout_s` passed (False). A fetch session parks here rather than on
+        each of its partitions: 100,000 of them, registered and removed on every request,
+        cost more than the few looks again that a change elsewhere causes."""
+        if self.count > count:
+            return True
+        future = asyncio.get_running_loop().create_future()
+        self._waiters.append(future)
+        try:  # not wait_for: on 3.11 it can swallow a cancellation that races the wake-up
+            async with asyncio.timeout(timeout_s):
+                await future
+            return True
+        except TimeoutError:
+            return future.done()
+        finally:
+            with contextlib.suppress(ValueError):  # woken: note swapped the list out
+                self._waiters.remove(future)
 
     def since(self, count: int, limit: int) -> set[Partition] | None:
         """The partitions changed after the first `count` changes; None when more than

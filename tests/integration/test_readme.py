@@ -23,6 +23,7 @@ block that cannot run here. The tools table must name every subcommand of `pykra
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import random
@@ -301,8 +302,13 @@ def _run_cluster_example(block: Block, command: str, sandbox: Path) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             for pid in pids:
-                os.killpg(pid, signal.SIGKILL)
-            raise
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pid, signal.SIGKILL)
+            tails = "".join(
+                f"\n--- the end of {log.name}:\n"
+                + "\n".join(log.read_text(errors="replace").splitlines()[-40:])
+                for log in sorted((sandbox / "data").glob("*.log")))
+            raise AssertionError(f"run.sh did not stop within 60 s of SIGINT:{tails}") from None
     while (line := lines.get(timeout=5)) is not None:
         output.append(line)
     text = "".join(output)

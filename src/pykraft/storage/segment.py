@@ -131,7 +131,7 @@ class LogSegment:
     ) -> LogSegment:
         """An existing segment; indexes are opened lazily (and rebuilt if missing)."""
         segment = cls(directory, base_offset, config, now_ms, suffix=suffix)
-        segment.indexes_were_missing = not (
+        segment.indexes_were_missing = segment.size > 0 and not (  # none for no data
             segment.offset_index.path.exists() and segment.time_index.path.exists()
         )
         return segment
@@ -180,15 +180,19 @@ class LogSegment:
         failure is raised after, and the next start's recovery settles the files.
         `final_entry=False` (the segment is being deleted) writes nothing: deleting must
         work on a full disk, as it is how space comes back."""
+        # an empty segment's indexes stay without files, as a new one's are (LogSegment.load
+        # expects none): creating two files per idle log made up most of the time a broker of
+        # 200,000 logs took to close them
+        seal = final_entry and self.size > 0
         try:
-            if final_entry:
+            if seal:
                 self.on_become_inactive()
         finally:
             try:
-                self.offset_index.close(seal=final_entry)
+                self.offset_index.close(seal=seal)
             finally:
                 try:
-                    self.time_index.close(seal=final_entry)
+                    self.time_index.close(seal=seal)
                 finally:
                     self._close_log_file()
 

@@ -120,7 +120,10 @@ class LogManager:
             recovery_points = read_offsets_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT)
             start_offsets = read_offsets_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT)
             high_watermarks = read_offsets_checkpoint(log_dir / REPLICATION_OFFSET_CHECKPOINT)
-            for directory in sorted(log_dir.iterdir()):
+            with os.scandir(log_dir) as entries:  # the entry's type without a stat each
+                subdirectories = sorted(entry.name for entry in entries if entry.is_dir())
+            for name in subdirectories:
+                directory = log_dir / name
                 key = self._partition_dir_key(directory)
                 if key is None:
                     continue
@@ -144,9 +147,8 @@ class LogManager:
             (log_dir / CLEAN_SHUTDOWN_FILE).unlink(missing_ok=True)
 
     def _partition_dir_key(self, directory: Path) -> TopicPartition | None:
-        """The partition a directory holds, None for anything that is not a live log."""
-        if not directory.is_dir():
-            return None
+        """The partition a subdirectory of a log dir holds, None for anything that is not
+        a live log."""
         name = directory.name
         if name.endswith(DELETE_DIR_SUFFIX) and "." in name:
             shutil.rmtree(directory, ignore_errors=True)  # an interrupted deletion

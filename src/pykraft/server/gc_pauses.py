@@ -30,13 +30,18 @@ with (10,000, 20, 100) and (2,000, 10, 100), shared the machine with leftover pr
 0.7-2.8 s pauses and two leader changes.)
 
 A pause of at least `threshold_ms` is logged at INFO with its generation; the usual young
-collections, shorter, are not.
+collections, shorter, are not. With PYKRAFT_GC_CENSUS=1 in a node's environment (a
+diagnostic: it walks the collected generation once more), a long full collection is also
+followed by the count of the objects it walked and the types most of them are, before
+they are frozen.
 """
 
 from __future__ import annotations
 
+import collections
 import gc
 import logging
+import os
 import time
 from typing import Any, Final
 
@@ -61,6 +66,7 @@ class GcPauses:
         self.longest_ms = 0.0  # of the pauses seen since installed
         self._started = 0.0
         self._thawed_at = time.monotonic()
+        self.census = os.environ.get("PYKRAFT_GC_CENSUS") == "1"
 
     def install(self) -> None:
         if self._on_collection not in gc.callbacks:
@@ -89,4 +95,13 @@ class GcPauses:
             self._thawed_at = now
             gc.unfreeze()  # the next full collection looks at everything
         elif long:
+            if self.census:
+                self._log_census()
             gc.freeze()
+
+    @staticmethod
+    def _log_census() -> None:
+        walked = gc.get_objects(generation=OLDEST)
+        kinds = collections.Counter(type(each).__qualname__ for each in walked)
+        log.info("the full collection walked %d objects: %s", len(walked), ", ".join(
+            f"{name} {count}" for name, count in kinds.most_common(12)))

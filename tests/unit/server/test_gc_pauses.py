@@ -85,3 +85,21 @@ def test_survivors_are_frozen_and_a_cycle_among_them_waits_for_the_thaw() -> Non
         assert gc.get_freeze_count() > 0
     finally:
         pauses.uninstall()
+
+
+def test_the_census_names_what_a_long_full_collection_walked(
+        caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With PYKRAFT_GC_CENSUS=1, a long full collection is followed by how many objects
+    it walked and of which types, before they are frozen."""
+    monkeypatch.setenv("PYKRAFT_GC_CENSUS", "1")
+    pauses = GcPauses(threshold_ms=0, thaw_interval_s=3600)
+    walked = [Node() for _ in range(5_000)]
+    pauses.install()
+    try:
+        with caplog.at_level(logging.INFO, logger="pykraft.server.gc_pauses"):
+            gc.collect(2)
+    finally:
+        pauses.uninstall()
+    census = [m for m in caplog.messages if m.startswith("the full collection walked")]
+    assert len(census) == 1 and "Node 5000" in census[0], census
+    assert walked and gc.get_freeze_count() > 0

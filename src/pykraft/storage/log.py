@@ -212,7 +212,8 @@ class Log:
         self._last_flush_ms = now_ms
         self._roll_flush_offset: int | None = None
         self.watch: LogWatch | None = None  # its LogManager's, once attached there
-        self._pending_deletes: list[tuple[int, list[Path]]] = []
+        # (when, files) of deleted segments; the shared empty tuple on almost every log
+        self._pending_deletes: tuple[tuple[int, list[Path]], ...] = ()
         self._directory_dirty = False
         self._closed = False
         self._txns: TxnState | None = None  # built on first use (read_committed)
@@ -1096,13 +1097,17 @@ class Log:
     def _schedule_delete(self, segment: LogSegment, now_ms: int) -> None:
         paths = segment.rename_with_suffix(DELETED_SUFFIX)
         self._directory_dirty = True
-        self._pending_deletes.append((now_ms + self._config.file_delete_delay_ms, paths))
+        self._pending_deletes = (
+            *self._pending_deletes, (now_ms + self._config.file_delete_delay_ms, paths))
         self.delete_pending(now_ms)
 
     def delete_pending(self, now_ms: int) -> int:
         """Remove `.deleted` files whose delay has passed; return how many segments went."""
+        if not self._pending_deletes:
+            return 0
         due = [paths for due_ms, paths in self._pending_deletes if due_ms <= now_ms]
-        self._pending_deletes = [item for item in self._pending_deletes if item[0] > now_ms]
+        self._pending_deletes = tuple(
+            item for item in self._pending_deletes if item[0] > now_ms)
         for paths in due:
             for path in paths:
                 path.unlink(missing_ok=True)

@@ -270,12 +270,8 @@ class PartitionChanges:
             return True
         future = asyncio.get_running_loop().create_future()
         self._waiters.append(future)
-        try:  # not wait_for: on 3.11 it can swallow a cancellation that races the wake-up
-            async with asyncio.timeout(timeout_s):
-                await future
-            return True
-        except TimeoutError:
-            return future.done()
+        try:
+            return await _woken(future, timeout_s)
         finally:
             with contextlib.suppress(ValueError):  # woken: note swapped the list out
                 self._waiters.remove(future)
@@ -1088,14 +1084,20 @@ async def _park(partitions: list[Partition], timeout_s: float) -> bool:
     future = asyncio.get_running_loop().create_future()
     for partition in partitions:
         partition.waiters.append(future)
+    try:
+        return await _woken(future, timeout_s)
+    finally:
+        unpark(partitions, future)
+
+
+async def _woken(future: asyncio.Future[None], timeout_s: float) -> bool:
+    """Whether `future` was done within `timeout_s`."""
     try:  # not wait_for: on 3.11 it can swallow a cancellation that races the wake-up
         async with asyncio.timeout(timeout_s):
             await future
         return True
     except TimeoutError:
         return future.done()
-    finally:
-        unpark(partitions, future)
 
 
 def unpark(partitions: Iterable[Partition], future: asyncio.Future[None]) -> None:

@@ -606,7 +606,7 @@ class BrokerApis:
                     if session is None:
                         watch = watch or loop.create_future()
                         for held in parked[watched:]:
-                            held.waiters.append(watch)
+                            held.park(watch)
                         watched = len(parked)
                     await asyncio.sleep(0)
                     image, now_ms = self.cache.image, self.replicas.now_ms()

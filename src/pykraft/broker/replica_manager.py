@@ -304,7 +304,8 @@ class Partition:
     replicas: tuple[int, ...]
     isr: tuple[int, ...]
     partition_epoch: int = -1
-    waiters: list[asyncio.Future[None]] = field(default_factory=list)
+    # parked fetches; the shared empty tuple until one parks (an idle replica holds no list)
+    waiters: list[asyncio.Future[None]] | tuple[()] = ()
     followers: dict[int, FollowerState] = field(default_factory=dict)
     leader_epoch_start_offset: int = -1  # where this broker's leadership began
     pending_isr: tuple[int, ...] | None = None  # an AlterPartition in flight
@@ -312,7 +313,7 @@ class Partition:
     # the produce purgatory (acks=all): (end offset, tie-break, future) in a heap, so a high
     # watermark move releases exactly the requests it completes; all of them are released
     # when the leadership they were made under ends
-    hw_waiters: list[tuple[int, int, asyncio.Future[None]]] = field(default_factory=list)
+    hw_waiters: list[tuple[int, int, asyncio.Future[None]]] | tuple[()] = ()
     hw_waiters_leadership: tuple[int, int] = (-1, -1)  # (leader id, leader epoch) of those
     changes: PartitionChanges | None = None  # its replica manager's, told of each change
     # idempotent producers whose last append here failed on storage (ReplicaManager.append)
@@ -327,11 +328,20 @@ class Partition:
         fetches read again, and produces the high watermark now covers complete."""
         if self.changes is not None:
             self.changes.note(self)
-        waiters, self.waiters = self.waiters, []
-        for waiter in waiters:
-            if not waiter.done():
-                waiter.set_result(None)
+        waiters = self.waiters
+        if waiters:
+            self.waiters = ()
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
         self._release_high_watermark_waiters()
+
+    def park(self, future: asyncio.Future[None]) -> None:
+        """`future` is woken at the next change (wake_waiters)."""
+        if self.waiters:
+            self.waiters.append(future)
+        else:
+            self.waiters = [future]
 
     def high_watermark_reached(self, end: int) -> asyncio.Future[None]:
         """A future done once the high watermark is at least `end`, or once the current
@@ -341,6 +351,8 @@ class Partition:
             future.set_result(None)
             return future
         self._release_high_watermark_waiters()  # drops those of an earlier leadership
+        if not self.hw_waiters:
+            self.hw_waiters = []
         heapq.heappush(self.hw_waiters, (end, next(_WAITER_ORDER), future))
         return future
 
@@ -348,7 +360,7 @@ class Partition:
         waiters = self.hw_waiters
         leadership = (self.leader_id, self.leader_epoch)
         if leadership != self.hw_waiters_leadership:
-            self.hw_waiters, self.hw_waiters_leadership = [], leadership
+            self.hw_waiters, self.hw_waiters_leadership = (), leadership
             for _, _, future in waiters:
                 if not future.done():
                     future.set_result(None)
@@ -1083,7 +1095,7 @@ async def _park(partitions: list[Partition], timeout_s: float) -> bool:
     always unregister afterwards."""
     future = asyncio.get_running_loop().create_future()
     for partition in partitions:
-        partition.waiters.append(future)
+        partition.park(future)
     try:
         return await _woken(future, timeout_s)
     finally:
@@ -1103,10 +1115,12 @@ async def _woken(future: asyncio.Future[None], timeout_s: float) -> bool:
 def unpark(partitions: Iterable[Partition], future: asyncio.Future[None]) -> None:
     """Take `future` out of the waiters of `partitions` that still hold it."""
     for partition in partitions:
-        try:
-            partition.waiters.remove(future)
-        except ValueError:
-            pass  # already woken: wake_waiters swapped the list out
+        waiters = partition.waiters
+        if waiters:
+            try:
+                waiters.remove(future)
+            except ValueError:
+                pass  # already woken: wake_waiters swapped the list out
 
 
 STORAGE_FAILED_PRODUCERS_MAX = 10_000  # per partition; past it the memory starts over

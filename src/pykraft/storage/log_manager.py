@@ -45,7 +45,7 @@ from pykraft.storage.checkpoint import (
     write_atomically,
     write_offsets_checkpoint,
 )
-from pykraft.storage.log import LogWatch, Log, parse_topic_partition
+from pykraft.storage.log import Log, LogWatch, parse_topic_partition
 from pykraft.storage.log_config import LogConfig
 from pykraft.storage.storage_errors import StorageErrorLog
 

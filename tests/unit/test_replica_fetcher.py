@@ -157,17 +157,25 @@ def fetch_answer(session_id: int, *partitions: Any,
                     partitions=partitions),) if partitions else ())
 
 
+def scripted_fetcher(tmp_path: Path, count: int, config: FetcherConfig,
+                     answers: list[Any] | None = None
+                     ) -> tuple[ReplicaFetcher, ScriptedConnection, list[Log]]:
+    """A fetcher from leader 2 of partitions 0..count-1 of "t" (each log at offset 1,
+    epoch 2), over a ScriptedConnection with `answers`."""
+    logs = [follower_log(tmp_path / str(i), [(1, 2)]) for i in range(count)]
+    connection = ScriptedConnection(answers or [])
+    fetcher = ReplicaFetcher(1, 2, connection, config, lambda: 7, lambda: 0)
+    for index, log_ in enumerate(logs):
+        fetcher.add(Partition("t", TOPIC_ID, index, log_, leader_id=2, leader_epoch=4,
+                              replicas=(1, 2), isr=(1, 2)))
+    return fetcher, connection, logs
+
+
 async def test_a_fetch_session_names_only_what_changed(tmp_path: Path) -> None:
     """KIP-227 from the follower's side: a full fetch opens the session; then a request
     names only partitions whose position moved, and forgets those no longer fetched; a
     session error makes the next request a full one that opens a new session."""
-    logs = [follower_log(tmp_path / str(i), [(1, 2)]) for i in range(3)]
-    connection = ScriptedConnection([])
-    fetcher = ReplicaFetcher(1, 2, connection, FetcherConfig(backoff_ms=50), lambda: 7,
-                             lambda: 0)
-    for index, log_ in enumerate(logs):
-        fetcher.add(Partition("t", TOPIC_ID, index, log_, leader_id=2, leader_epoch=4,
-                              replicas=(1, 2), isr=(1, 2)))
+    fetcher, connection, logs = scripted_fetcher(tmp_path, 3, FetcherConfig(backoff_ms=50))
 
     def asked(request: Any) -> set[int]:
         return {p.partition for topic in request.topics for p in topic.partitions}
@@ -216,13 +224,8 @@ async def test_a_round_tells_a_bounded_number_and_the_rest_join_in_later_rounds(
     session; once all were told the fetch waits for data again. Without a session each
     round is full and takes the next partitions, so that every one is fetched in turn."""
     monkeypatch.setattr(ReplicaFetcher, "TOLD_PER_ROUND_MAX", 2)
-    logs = [follower_log(tmp_path / str(i), [(1, 2)]) for i in range(5)]
-    connection = ScriptedConnection([])
-    fetcher = ReplicaFetcher(1, 2, connection, FetcherConfig(backoff_ms=50, wait_max_ms=500),
-                             lambda: 7, lambda: 0)
-    for index, log_ in enumerate(logs):
-        fetcher.add(Partition("t", TOPIC_ID, index, log_, leader_id=2, leader_epoch=4,
-                              replicas=(1, 2), isr=(1, 2)))
+    fetcher, connection, _ = scripted_fetcher(
+        tmp_path, 5, FetcherConfig(backoff_ms=50, wait_max_ms=500))
 
     def asked(request: Any) -> set[int]:
         return {p.partition for topic in request.topics for p in topic.partitions}
@@ -254,13 +257,8 @@ async def test_a_round_looks_only_at_what_moved_and_all_of_it_now_and_then(
     """A round builds its request from the partitions added, answered or delayed since
     the last one; a position that moved without the fetcher (retention moving a follower's
     log start) is told to the leader at the next look at all of them."""
-    logs = [follower_log(tmp_path / str(i), [(1, 2)]) for i in range(3)]
-    connection = ScriptedConnection([fetch_answer(77)])
-    fetcher = ReplicaFetcher(1, 2, connection, FetcherConfig(backoff_ms=50), lambda: 7,
-                             lambda: 0)
-    for index, log_ in enumerate(logs):
-        fetcher.add(Partition("t", TOPIC_ID, index, log_, leader_id=2, leader_epoch=4,
-                              replicas=(1, 2), isr=(1, 2)))
+    fetcher, connection, logs = scripted_fetcher(
+        tmp_path, 3, FetcherConfig(backoff_ms=50), [fetch_answer(77)])
     now = asyncio.get_running_loop().time()
     fetcher._end_delays(now)  # the first look at all of them
     await fetcher._fetch()  # opens the session with the three
@@ -283,13 +281,8 @@ async def test_a_full_look_with_nothing_to_tell_sends_one_waiting_request(
     slices have nothing to tell the leader, the fetcher looks on instead of asking the
     leader for nothing without waiting: one request, which waits for data."""
     monkeypatch.setattr(ReplicaFetcher, "LOOKED_PER_ROUND_MAX", 2)
-    logs = [follower_log(tmp_path / str(i), [(1, 2)]) for i in range(7)]
-    connection = ScriptedConnection([])
-    fetcher = ReplicaFetcher(1, 2, connection, FetcherConfig(backoff_ms=50, wait_max_ms=500),
-                             lambda: 7, lambda: 0)
-    for index, log_ in enumerate(logs):
-        fetcher.add(Partition("t", TOPIC_ID, index, log_, leader_id=2, leader_epoch=4,
-                              replicas=(1, 2), isr=(1, 2)))
+    fetcher, connection, _ = scripted_fetcher(
+        tmp_path, 7, FetcherConfig(backoff_ms=50, wait_max_ms=500))
     while fetcher.session_epoch == 0 or fetcher._dirty:  # the session gets all seven
         connection.answers = [fetch_answer(77)]
         await fetcher._fetch()

@@ -584,10 +584,7 @@ class BrokerApis:
         session = fetch.session
         if session is None:
             wanted, changed = fetch.requested, None
-        elif not fetch.incremental and first_pass:  # the session opens: what was asked
-            wanted, changed = fetch.requested, None
-            self._changed_since_last_look(session, len(session.partitions), True, now_ms)
-        else:
+        else:  # a session opening now is at its full look: what was asked, in order
             changed = self._changed_since_last_look(session, len(session.partitions),
                                                     first_pass, now_ms)
             if changed is None:

@@ -108,7 +108,7 @@ from pykraft.storage.txn_index import (
     write_entries,
 )
 
-__all__ = ["AppendInfo", "LogWatch", "Log", "ReadInfo", "parse_topic_partition"]
+__all__ = ["AppendInfo", "Log", "LogWatch", "ReadInfo", "parse_topic_partition"]
 
 log = logging.getLogger(__name__)
 

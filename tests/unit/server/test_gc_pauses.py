@@ -21,17 +21,22 @@ def thawed() -> Iterator[None]:
     gc.unfreeze()  # leave the test process's collector as it was
 
 
-def test_a_long_collection_is_logged_with_its_generation(
-        caplog: pytest.LogCaptureFixture) -> None:
-    pauses = GcPauses(threshold_ms=0, freeze=False)  # every collection counts as long
+def full_collection_logged(pauses: GcPauses, caplog: pytest.LogCaptureFixture) -> list[str]:
+    """What GcPauses logs of a full collection made while it is installed."""
     pauses.install()
     try:
         with caplog.at_level(logging.INFO, logger="pykraft.server.gc_pauses"):
             gc.collect(2)
     finally:
         pauses.uninstall()
+    return caplog.messages
+
+
+def test_a_long_collection_is_logged_with_its_generation(
+        caplog: pytest.LogCaptureFixture) -> None:
+    pauses = GcPauses(threshold_ms=0, freeze=False)  # every collection counts as long
     assert any("garbage collection of generation 2 paused the node for" in m
-               for m in caplog.messages)
+               for m in full_collection_logged(pauses, caplog))
     assert pauses.longest_ms > 0
     assert pauses._on_collection not in gc.callbacks
     assert gc.get_freeze_count() == 0
@@ -95,13 +100,8 @@ def test_the_census_names_what_a_long_full_collection_walked(
     monkeypatch.setenv("PYKRAFT_GC_CENSUS", "1")
     pauses = GcPauses(threshold_ms=0, thaw_interval_s=3600)
     walked = [Node() for _ in range(50_000)]  # among the most numerous
-    pauses.install()
-    try:
-        with caplog.at_level(logging.INFO, logger="pykraft.server.gc_pauses"):
-            gc.collect(2)
-    finally:
-        pauses.uninstall()
-    census = [m for m in caplog.messages if m.startswith("the full collection walked")]
+    census = [m for m in full_collection_logged(pauses, caplog)
+              if m.startswith("the full collection walked")]
     assert len(census) == 1, census
     named = re.search(r"\bNode (\d+)", census[0])  # (others may still be alive)
     assert named is not None and int(named.group(1)) >= 50_000, census

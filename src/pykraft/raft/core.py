@@ -38,9 +38,12 @@ Roles (the states of state.py; timers are the core's):
                              one request at a time; truncates on a DivergingEpoch; a voter
                              that has not heard from its leader within fetch.timeout.ms
                              (plus a jitter of up to election.backoff.max.ms / 2, drawn for
-                             each leader it follows) turns Prospective, an observer looks
-                             for the leader again by fetching from any voter; sooner when
-                             the leader is unreachable (below)
+                             each leader it follows) turns Prospective; an observer keeps
+                             its leader (its heartbeats and requests to the controller still
+                             go there) and fetches from a voter drawn at random until the
+                             leader answers or a voter names a newer one, as Kafka's
+                             observers do; both sooner when the leader is unreachable
+                             (below)
     single voter             skips pre-vote: it runs for the next epoch at start and leads
 
 Votes. A voter grants a vote in an epoch at most once, durably, and only to a candidate
@@ -544,6 +547,15 @@ class RaftCore:
         return self._log_start_offset
 
     @property
+    def hears_leader(self) -> bool:
+        """Whether this node leads, or follows a leader that has answered within
+        fetch.timeout.ms (an observer past it still names its leader while it asks the
+        voters who leads)."""
+        state = self._state
+        return isinstance(state, Leader) or (
+            isinstance(state, Follower) and self._now_ms < self._fetch_deadline_ms)
+
+    @property
     def fetching_snapshot(self) -> SnapshotId | None:
         """The snapshot this follower is pulling from its leader, if any."""
         fetch = self._snapshot_fetch
@@ -808,10 +820,12 @@ class RaftCore:
                 self._send_begin_quorum_epoch()
             return
         if isinstance(state, Follower):
-            if now >= self._fetch_deadline_ms:
-                self._on_fetch_timeout()
-            else:
+            if now < self._fetch_deadline_ms:
                 self._maybe_fetch(state.leader_id)
+            elif self.is_voter:
+                self._on_fetch_timeout()
+            else:  # an observer keeps its leader and asks any voter (Kafka's too)
+                self._maybe_fetch(state.leader_id, any_voter=True)
             return
         if not self.is_voter:  # an observer with no leader: ask any voter who leads
             self._maybe_fetch(None)
@@ -874,18 +888,15 @@ class RaftCore:
         self._fetch_deadline_ms = min(self._fetch_deadline_ms, self._now_ms + jitter_ms)
 
     def _on_fetch_timeout(self) -> None:
-        """No word from our leader within fetch.timeout.ms."""
+        """A voter's leader has not answered within fetch.timeout.ms."""
         state = self._state
         contact = self._leader_contact_ms
         self._transition_reason = (
             f"no fetch answered by leader {getattr(state, 'leader_id', NO_LEADER)} for "
             + (f"{self._now_ms - contact} ms" if contact is not None else
                "as long as it has been followed, or since it was found unreachable"))
-        if self.is_voter:
-            self._transition(become_prospective(state, local_id=self.node_id, voters=self.voters))
-            self._start_pre_vote()
-        else:
-            self._transition(become_unattached(state, epoch=state.epoch, is_voter=False))
+        self._transition(become_prospective(state, local_id=self.node_id, voters=self.voters))
+        self._start_pre_vote()
 
     def _check_quorum(self) -> bool:
         """Resign when no majority of voters fetched within 1.5 x fetch.timeout.ms; True
@@ -1387,8 +1398,11 @@ class RaftCore:
             return True
         return isinstance(state, Prospective) and state.leader_id not in (NO_LEADER, self.node_id)
 
-    def _maybe_fetch(self, leader_id: int | None) -> None:
-        """Send the next fetch: one at a time, from the durable log end only."""
+    def _maybe_fetch(self, leader_id: int | None, *, any_voter: bool = False) -> None:
+        """Send the next fetch: one at a time, from the durable log end only; to
+        `leader_id`, or to a voter drawn at random when there is none or `any_voter` (an
+        observer whose leader has not answered: a voter that knows of a newer one says so,
+        and a snapshot being fetched from the leader goes on when it answers)."""
         in_flight = self._fetch_in_flight
         if in_flight is not None:
             if self._now_ms - in_flight.sent_ms < self.config.request_timeout_ms:
@@ -1402,15 +1416,15 @@ class RaftCore:
             return  # the last chunk is not written yet, or the snapshot not installed
         if self._flushed_end_offset < self._end_offset:
             return
+        destination = leader_id
+        if destination is None or any_voter:
+            destination = self._rng.choice(sorted(self.voters))
         snapshot_fetch = self._snapshot_fetch
-        if snapshot_fetch is not None:
+        if snapshot_fetch is not None and destination == leader_id:
             if snapshot_fetch.leader_id == leader_id:
                 self._send_fetch_snapshot(snapshot_fetch)
                 return
             self._snapshot_fetch = None  # another leader: ask it what it has
-        destination = leader_id
-        if destination is None:
-            destination = self._rng.choice(sorted(self.voters))
         request = FetchRequest(
             replica_id=self.node_id,
             current_leader_epoch=self._state.epoch,
@@ -1824,7 +1838,8 @@ class RaftCore:
             if self._begin_pending:
                 deadlines.append(self._begin_resend_at_ms)
         elif isinstance(state, Follower):
-            deadlines.append(self._fetch_deadline_ms)
+            if self.is_voter or self._fetch_deadline_ms > now:  # (an observer past it
+                deadlines.append(self._fetch_deadline_ms)  # only fetches, below)
         elif self.is_voter:
             deadlines.append(self._election_deadline_ms)
         if self._fetches():

@@ -82,7 +82,6 @@ from pykraft.raft.driver import RaftNode
 from pykraft.raft.log_store import RaftLogView
 from pykraft.raft.messages import SnapshotId
 from pykraft.raft.network import RaftApis, RaftChannels
-from pykraft.raft.state import Follower, Leader
 from pykraft.server.config import ServerConfig, authorizer_settings
 from pykraft.server.controller_channel import ControllerRefused, QuorumControllerChannel
 from pykraft.server.controller_client import ActiveControllerClient, Backoff, ControllerUnavailable
@@ -417,7 +416,7 @@ class Node:
         return QuorumControllerChannel(
             self.controller, client, timeout_ms=CONTROLLER_CHANNEL_TIMEOUT_MS,
             lifecycle_client=lifecycle,
-            leader_followed=lambda: isinstance(raft.core.state, Follower | Leader))
+            leader_followed=lambda: raft.core.hears_leader)
 
     async def _controller_listeners(self) -> None:
         controller_names = set(self.config.controller_listeners)

@@ -28,7 +28,6 @@ from pykraft.raft.state import (
     Follower,
     Prospective,
     QuorumStateData,
-    Unattached,
 )
 
 TRIO = frozenset({1, 2, 3})
@@ -209,19 +208,91 @@ def test_a_prospective_whose_leader_answers_follows_it_again() -> None:
     assert state_of(node) == Follower(EPOCH, LEADER)
 
 
-def test_an_observer_looks_for_the_leader_elsewhere_at_once() -> None:
+def fetches(sent: list[OutboundMessage]) -> list[OutboundMessage]:
+    return [m for m in sent if isinstance(m.body, FetchRequest)]
+
+
+def observer_following() -> tuple[Node, OutboundMessage]:
+    """Observer 4, which has found LEADER through a voter; its first fetch to LEADER."""
     node = Node(4)
-    (search,) = node.at(0)  # an observer asks any voter who leads
+    (search,) = node.at(0)  # an observer with no leader asks any voter who leads
     sent = node.receive(search.destination_id,
                         FetchResponse(ErrorCode.not_leader_or_follower, LEADER, EPOCH, -1),
                         search.correlation_id)
     assert node.core.state == Follower(EPOCH, LEADER)
+    return node, node._the_fetch(sent)
+
+
+def test_an_observer_whose_leader_died_keeps_it_and_asks_any_voter() -> None:
+    """Kafka's observers: a broker whose leader is unreachable still names it (its heartbeats
+    and AlterPartitions keep their destination), fetches from voters drawn at random, and
+    follows the new leader as soon as one of them names it."""
+    node, first = observer_following()
     node.now_ms = 5
-    node.report(node._the_fetch(sent))
+    node.report(first)
     node.now_ms = 30
-    node.report(node.fetch())
-    node.at(30)  # no jitter: an observer has no vote to split
-    assert state_of(node) == Unattached(EPOCH)
+    assert node.core.hears_leader
+    node.report(node.fetch())  # the second failure: no jitter, no vote to split
+    asked, now = set(), 30 + CONFIG.retry_backoff_ms
+    while len(asked) < 3:
+        (fetch,) = fetches(node.at(now))
+        asked.add(fetch.destination_id)
+        assert node.core.state == Follower(EPOCH, LEADER)
+        assert not node.core.hears_leader  # (a controlled shutdown does not wait for it)
+        assert node.core.ready().wake_at_ms > now  # waits for the answer, no busy loop
+        if fetch.destination_id == LEADER:
+            node.report(fetch)
+        else:  # the voters have not elected anyone yet
+            node.receive(fetch.destination_id,
+                         FetchResponse(ErrorCode.not_leader_or_follower, LEADER, EPOCH, -1),
+                         fetch.correlation_id)
+        now += CONFIG.retry_backoff_ms
+    (fetch,) = fetches(node.at(now))
+    while fetch.destination_id == LEADER:
+        node.report(fetch)
+        now += CONFIG.retry_backoff_ms
+        (fetch,) = fetches(node.at(now))
+    node.receive(fetch.destination_id,
+                 FetchResponse(ErrorCode.not_leader_or_follower, 3, EPOCH + 1, -1),
+                 fetch.correlation_id)
+    assert state_of(node) == Follower(EPOCH + 1, 3)
+
+
+def test_an_observer_whose_leader_is_slow_goes_back_to_it_when_it_answers() -> None:
+    """No answer within fetch.timeout.ms from a leader that is alive but busy: the observer
+    still follows it, asks the other voters meanwhile, and fetches from the leader alone
+    again once it has answered."""
+    node, _ = observer_following()  # its fetch is never answered
+    now = CONFIG.fetch_timeout_ms + CONFIG.request_timeout_ms
+    elsewhere = None
+    while elsewhere is None:
+        sent = fetches(node.at(now))
+        assert node.core.state == Follower(EPOCH, LEADER)
+        if sent and sent[0].destination_id != LEADER:
+            elsewhere = sent[0]
+        elif sent:  # drawn: the leader again, which does not answer this one either
+            now += CONFIG.request_timeout_ms
+        else:
+            now += CONFIG.retry_backoff_ms
+    node.receive(elsewhere.destination_id,
+                 FetchResponse(ErrorCode.not_leader_or_follower, LEADER, EPOCH, -1),
+                 elsewhere.correlation_id)
+    while True:
+        now += CONFIG.retry_backoff_ms
+        sent = fetches(node.at(now))
+        if sent and sent[0].destination_id == LEADER:
+            break
+        if sent:
+            node.receive(sent[0].destination_id,
+                         FetchResponse(ErrorCode.not_leader_or_follower, LEADER, EPOCH, -1),
+                         sent[0].correlation_id)
+    assert not node.core.hears_leader
+    next_fetch = node.answer(sent[0])  # the leader answers: back to fetching from it alone
+    assert node.core.hears_leader
+    for later in range(1, 4):
+        node.now_ms = now + later * CONFIG.retry_backoff_ms
+        next_fetch = node.answer(next_fetch)
+    assert node.core.state == Follower(EPOCH, LEADER)
 
 
 def test_fetch_timeouts_are_spread_by_the_jitter() -> None:

@@ -489,9 +489,10 @@ class ReplicaFetcher:
         return True
 
     def handle_response(self, round_: FetchRound, response: Any) -> None:
-        """Each answered partition, if its state is current and its log has not moved
-        since it was asked for (at the position told this round, or before in the
-        session)."""
+        """Each answered partition, if its state is current and was asked for (at the
+        position told this round, or before in the session) at its leader epoch and its
+        log end: an answer to a request at an older epoch -- FENCED_LEADER_EPOCH sent
+        before the metadata brought the new one -- would park the new state for good."""
         for topic in response.responses:
             for data in topic.partitions:
                 key = (topic.topic_id, data.partition_index)
@@ -500,8 +501,9 @@ class ReplicaFetcher:
                     continue
                 self._dirty.add(key)  # its position may move now, or moved meanwhile
                 position = round_.told.get(key) or self._in_session.get(key)
-                if position is None or state.partition.log.log_end_offset != position[0]:
-                    continue  # the log moved meanwhile (truncated): the answer is stale
+                if (position is None or position[1] != state.leader_epoch
+                        or state.partition.log.log_end_offset != position[0]):
+                    continue  # a new epoch or a moved log (truncated): the answer is stale
                 try:
                     self.handle_partition(state, data)
                 except KafkaError as error:

@@ -38,16 +38,17 @@ def test_after_a_change_only_the_changed_topic_is_encoded_again() -> None:
     cache = MetadataCache(0, "cluster")
     cache.publish(None, image)  # type: ignore[arg-type]
     before = asyncio.run(cache.all_topics_body(12, "PLAINTEXT"))
-    encodings = {name: entry[3] for (_, name, _), entry in cache._topics.items()}
+    encodings = {name: entry[2] for (_, name, _), entry in cache._encoded.items()}
     harness.create("t999", partitions=2, replication_factor=3)
     changed = harness.controller.image  # made by a delta: unchanged topics are shared
     assert changed.topics.by_name["t000"] is image.topics.by_name["t000"]
     cache.publish(None, changed)  # type: ignore[arg-type]
     after = asyncio.run(cache.all_topics_body(12, "PLAINTEXT"))
     assert after != before
-    for (_, name, _), entry in cache._topics.items():
+    assert set(encodings) < {name for _, name, _ in cache._encoded}
+    for (_, name, _), entry in cache._encoded.items():
         if name in encodings:
-            assert entry[3] is encodings[name]  # the same bytes object: not encoded again
+            assert entry[2] is encodings[name]  # the same bytes object: not encoded again
     assert encode_response(1, after) == encode_response(
         1, cache.metadata_response(12, "PLAINTEXT", None))
 

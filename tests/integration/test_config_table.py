@@ -69,7 +69,7 @@ KAFKA_SHIPPED_COMMON = {
     "log.retention.check.interval.ms": "300000",
 }
 KAFKA_SHIPPED_IGNORED = ["num.network.threads", "num.io.threads", "socket.send.buffer.bytes",
-                         "socket.receive.buffer.bytes", "num.recovery.threads.per.data.dir",
+                         "socket.receive.buffer.bytes",
                          "share.coordinator.state.topic.replication.factor",
                          "share.coordinator.state.topic.min.isr"]
 
@@ -149,7 +149,7 @@ def _bitnami_common(logs: Path) -> dict[str, str]:
 
 
 BITNAMI_IGNORED = ["num.network.threads", "num.io.threads", "socket.send.buffer.bytes",
-                   "socket.receive.buffer.bytes", "num.recovery.threads.per.data.dir"]
+                   "socket.receive.buffer.bytes"]
 BITNAMI_UNKNOWN = ["max.partition.fetch.bytes", "max.request.size"]  # client keys
 BITNAMI_USED = ["sasl.enabled.mechanisms", "sasl.mechanism.inter.broker.protocol"]  # SASL's
 

@@ -154,7 +154,7 @@ SERVER_KEYS: Final[dict[str, ServerKey]] = {
         ServerKey("initial.broker.registration.timeout.ms", "int", "60000", 1),
         ServerKey("num.network.threads", "int", "3", 1),
         ServerKey("num.io.threads", "int", "8", 1),
-        ServerKey("num.recovery.threads.per.data.dir", "int", "1", 1),
+        ServerKey("num.recovery.threads.per.data.dir", "int", "2", 1),  # log loading threads
         ServerKey("offsets.topic.num.partitions", "int", "50", 1),
         ServerKey("offsets.topic.replication.factor", "short", "3", 1),
         ServerKey("transaction.state.log.num.partitions", "int", "50", 1),
@@ -212,7 +212,7 @@ _CLEANER_DEDUPE_BUFFER_BYTES_DEFAULT: Final = str(128 * 1024 * 1024)
 # does not act on: threads and socket buffers of the JVM's network layer, fetcher threads,
 # plug-ins. Like every other Kafka key pykraft ignores, each gets one warning.
 _NOT_ACTED_ON: Final = frozenset({
-    "num.network.threads", "num.io.threads", "num.recovery.threads.per.data.dir",
+    "num.network.threads", "num.io.threads",
     "socket.send.buffer.bytes", "socket.receive.buffer.bytes", "background.threads",
     "num.replica.fetchers", "metric.reporters", "max.connection.creation.rate",
     "transaction.partition.verification.enable", "log.cleaner.io.buffer.size",

@@ -25,6 +25,7 @@ is tried again at the next call.
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import fcntl
 import json
 import logging
@@ -66,6 +67,7 @@ METADATA_TOPIC: Final = "__cluster_metadata"
 DELETE_DIR_SUFFIX: Final = "-delete"
 FUTURE_DIR_SUFFIX: Final = "-future"
 STRAY_DIR_SUFFIX: Final = "-stray"
+RECOVERY_THREADS_DEFAULT: Final = 2  # num.recovery.threads.per.data.dir (Kafka 4.0, KIP-1030)
 
 TopicPartition = tuple[str, int]
 
@@ -77,6 +79,24 @@ class OffsetCheckpoints:
 
     generation: int
     by_dir: dict[Path, tuple[dict[TopicPartition, int], ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class _OpenJob:
+    """A log to open at start-up, with what the log dir's checkpoints say of it."""
+
+    key: TopicPartition
+    directory: Path
+    config: LogConfig
+    recovery_point: int
+    log_start_offset: int | None
+    now_ms: int
+    had_clean_shutdown: bool
+
+    def open(self) -> Log:
+        return Log.open(self.directory, self.config, recovery_point=self.recovery_point,
+                        log_start_offset=self.log_start_offset, now_ms=self.now_ms,
+                        had_clean_shutdown=self.had_clean_shutdown)
 
 
 class LogManager:
@@ -122,6 +142,7 @@ class LogManager:
             high_watermarks = read_offsets_checkpoint(log_dir / REPLICATION_OFFSET_CHECKPOINT)
             with os.scandir(log_dir) as entries:  # the entry's type without a stat each
                 subdirectories = sorted(entry.name for entry in entries if entry.is_dir())
+            jobs: list[_OpenJob] = []
             for name in subdirectories:
                 directory = log_dir / name
                 key = self._partition_dir_key(directory)
@@ -132,12 +153,11 @@ class LogManager:
                         f"duplicate log directories for {key[0]}-{key[1]}: "
                         f"{self._home[key]} and {log_dir}"
                     )
-                log = Log.open(
-                    directory, configs.get(key[0], default),
-                    recovery_point=recovery_points.get(key, 0),
-                    log_start_offset=start_offsets.get(key), now_ms=now_ms,
-                    had_clean_shutdown=clean,
-                )
+                jobs.append(_OpenJob(key, directory, configs.get(key[0], default),
+                                     recovery_points.get(key, 0), start_offsets.get(key),
+                                     now_ms, clean))
+            for job, log in zip(jobs, self._map_on_threads(jobs), strict=True):
+                key = job.key
                 if key in high_watermarks:
                     log.update_high_watermark(high_watermarks[key])
                 self._logs[key], self._home[key] = log, log_dir
@@ -145,6 +165,18 @@ class LogManager:
                 self._count[log_dir] += 1
         for log_dir in self.log_dirs:  # from here on, a crash is an unclean shutdown
             (log_dir / CLEAN_SHUTDOWN_FILE).unlink(missing_ok=True)
+
+    def _map_on_threads(self, jobs: list[_OpenJob]) -> Iterable[Log]:
+        """The logs of `jobs`, in order, opened on num.recovery.threads.per.data.dir
+        threads (Kafka's pool per log dir): opening a log is mostly waiting for the disk --
+        a few small files read, a directory listed -- which threads overlap; a restarted
+        broker of 200,000 logs spent 200 s on it with one."""
+        threads = int(self.server_configs.get("num.recovery.threads.per.data.dir",
+                                              RECOVERY_THREADS_DEFAULT))
+        if threads <= 1 or len(jobs) <= 1:
+            return map(_OpenJob.open, jobs)
+        with concurrent.futures.ThreadPoolExecutor(threads, "log-recovery") as pool:
+            return list(pool.map(_OpenJob.open, jobs))
 
     def _partition_dir_key(self, directory: Path) -> TopicPartition | None:
         """The partition a subdirectory of a log dir holds, None for anything that is not

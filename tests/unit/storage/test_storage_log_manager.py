@@ -336,3 +336,31 @@ def test_periodic_work_over_a_slice_skips_logs_deleted_since(tmp_path: Path) -> 
     assert kept is not None and kept.log_start_offset == kept.log_end_offset
     assert manager.expire_producers(10_000, 1, keys=keys) == 0
     manager.close()
+
+
+@pytest.mark.parametrize("threads", ["1", "4"])
+def test_logs_load_on_recovery_threads_and_a_bad_one_stops_the_load(
+        tmp_path: Path, threads: str) -> None:
+    """num.recovery.threads.per.data.dir threads open the logs of a dir (Kafka's pool); each
+    log comes back as it was written, and a log that cannot be read fails the start-up with
+    its own error whichever thread met it."""
+    manager = _manager(tmp_path, count=1)
+    for partition in range(30):
+        log = manager.get_or_create_log("t", partition, topic_id=TOPIC_ID,
+                                        config=LogConfig(), now_ms=0)
+        for _ in range(partition % 4):
+            log.append_as_leader(make_batch(1), leader_epoch=2, now_ms=0)
+    manager.close(broker_epoch=1)
+    configs = {"num.recovery.threads.per.data.dir": threads}
+    again = LogManager([tmp_path / "data0"], configs)
+    again.load(now_ms=0)
+    loaded = {(log.topic, log.partition): log for log in again.logs()}
+    assert sorted(loaded) == [("t", p) for p in range(30)]
+    for (_, partition), log in loaded.items():
+        assert log.log_end_offset == partition % 4 and log.topic_id == TOPIC_ID
+    again.close(broker_epoch=2)
+    (tmp_path / "data0" / "t-17" / "partition.metadata").write_text("version: 9\n")
+    broken = LogManager([tmp_path / "data0"], configs)
+    with pytest.raises(KafkaStorageError, match="t-17"):
+        broken.load(now_ms=0)
+    broken.release_locks()

@@ -33,8 +33,9 @@ import os
 import random
 import shutil
 import threading
+import typing
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -99,6 +100,25 @@ class _OpenJob:
                         had_clean_shutdown=self.had_clean_shutdown)
 
 
+_Item = typing.TypeVar("_Item")
+_Result = typing.TypeVar("_Result")
+
+
+def _flush_and_close(item: tuple[TopicPartition, Log]) -> list[tuple[str, OSError]]:
+    """A log's part of a clean shutdown (on a recovery thread): what failed, if anything."""
+    log = item[1]
+    failures = []
+    try:
+        log.flush()
+    except OSError as error:
+        failures.append((f"flush of {log.dir.name}", error))
+    try:
+        log.close()
+    except OSError as error:
+        failures.append((f"closing {log.dir.name}", error))
+    return failures
+
+
 class LogManager:
     def __init__(
         self, log_dirs: Sequence[Path], server_configs: Mapping[str, str],
@@ -156,7 +176,7 @@ class LogManager:
                 jobs.append(_OpenJob(key, directory, configs.get(key[0], default),
                                      recovery_points.get(key, 0), start_offsets.get(key),
                                      now_ms, clean))
-            for job, log in zip(jobs, self._map_on_threads(jobs), strict=True):
+            for job, log in zip(jobs, self._on_threads(_OpenJob.open, jobs), strict=True):
                 key = job.key
                 if key in high_watermarks:
                     log.update_high_watermark(high_watermarks[key])
@@ -166,17 +186,19 @@ class LogManager:
         for log_dir in self.log_dirs:  # from here on, a crash is an unclean shutdown
             (log_dir / CLEAN_SHUTDOWN_FILE).unlink(missing_ok=True)
 
-    def _map_on_threads(self, jobs: list[_OpenJob]) -> Iterable[Log]:
-        """The logs of `jobs`, in order, opened on num.recovery.threads.per.data.dir
-        threads (Kafka's pool per log dir): opening a log is mostly waiting for the disk --
-        a few small files read, a directory listed -- which threads overlap; a restarted
-        broker of 200,000 logs spent 200 s on it with one."""
-        threads = int(self.server_configs.get("num.recovery.threads.per.data.dir",
-                                              RECOVERY_THREADS_DEFAULT))
-        if threads <= 1 or len(jobs) <= 1:
-            return map(_OpenJob.open, jobs)
+    def _on_threads(self, work: Callable[[_Item], _Result], items: list[_Item]
+                    ) -> Iterable[_Result]:
+        """`work` over `items`, in order, on num.recovery.threads.per.data.dir threads per
+        log dir (Kafka's pool for loading logs at start-up and flushing them at shutdown):
+        opening or closing a log is mostly waiting for the disk -- a few small files read
+        or written, a directory listed -- which threads overlap. A restarted broker of
+        200,000 logs spent 200 s loading them with one."""
+        threads = len(self.log_dirs) * int(self.server_configs.get(
+            "num.recovery.threads.per.data.dir", RECOVERY_THREADS_DEFAULT))
+        if threads <= 1 or len(items) <= 1:
+            return map(work, items)
         with concurrent.futures.ThreadPoolExecutor(threads, "log-recovery") as pool:
-            return list(pool.map(_OpenJob.open, jobs))
+            return list(pool.map(work, items))
 
     def _partition_dir_key(self, directory: Path) -> TopicPartition | None:
         """The partition a subdirectory of a log dir holds, None for anything that is not
@@ -454,15 +476,11 @@ class LogManager:
         node stops either way.
         """
         unclean: set[Path] = set()
-        for key, log in self._logs.items():
-            try:
-                log.flush()
-            except OSError as error:
-                self._close_failed(unclean, self._home[key], f"flush of {log.dir.name}", error)
-            try:
-                log.close()
-            except OSError as error:
-                self._close_failed(unclean, self._home[key], f"closing {log.dir.name}", error)
+        logs = list(self._logs.items())
+        for (key, _), failures in zip(logs, self._on_threads(_flush_and_close, logs),
+                                      strict=True):
+            for what, error in failures:
+                self._close_failed(unclean, self._home[key], what, error)
         failed = self._write_checkpoints(self.take_checkpoints(), skip=frozenset(unclean))
         for log_dir, failure in failed.items():
             self._close_failed(unclean, log_dir, "writing the offset checkpoints", failure)

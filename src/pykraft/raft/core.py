@@ -549,11 +549,13 @@ class RaftCore:
     @property
     def hears_leader(self) -> bool:
         """Whether this node leads, or follows a leader that has answered within
-        fetch.timeout.ms (an observer past it still names its leader while it asks the
-        voters who leads)."""
+        fetch.timeout.ms or, if not, was not found unreachable since it last answered: a
+        leader busy with 300,000 partition changes answers late, a dead one refuses the
+        connection (an observer names its leader in both cases while it asks the voters
+        who leads)."""
         state = self._state
-        return isinstance(state, Leader) or (
-            isinstance(state, Follower) and self._now_ms < self._fetch_deadline_ms)
+        return isinstance(state, Leader) or (isinstance(state, Follower) and (
+            self._now_ms < self._fetch_deadline_ms or self._leader_failures == 0))
 
     @property
     def fetching_snapshot(self) -> SnapshotId | None:

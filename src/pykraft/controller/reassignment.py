@@ -54,6 +54,7 @@ from pykraft.metadata.registrations import (
     MIGRATING_DIRECTORY,
     UNASSIGNED_DIRECTORY,
     PartitionRegistration,
+    shared_directories,
 )
 
 __all__ = ["alter_reassignments", "list_reassignments", "in_progress"]
@@ -84,10 +85,10 @@ def _with_directories(
     ):
         return record
     where = dict(zip(partition.replicas, partition.directories, strict=True))
-    directories = tuple(
+    directories = shared_directories(tuple(
         where[replica] if replica in where else _default_directory(state, replica)
         for replica in record.replicas
-    )
+    ))
     return replace(record, directories=directories)
 
 

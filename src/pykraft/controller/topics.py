@@ -61,6 +61,7 @@ from pykraft.metadata.registrations import (
     UNASSIGNED_DIRECTORY,
     ConfigResourceType,
     LeaderRecoveryState,
+    shared_directories,
 )
 from pykraft.topic_names import METADATA_TOPIC
 
@@ -114,7 +115,8 @@ def _partition_record(
 ) -> PartitionRecord:
     directories: tuple[uuid.UUID, ...] = ()
     if has_directory_assignment(context.metadata_version):
-        directories = tuple(_default_directory(context, replica) for replica in replicas)
+        directories = shared_directories(
+            tuple(_default_directory(context, replica) for replica in replicas))
     return PartitionRecord(
         partition_id=partition_id,
         topic_id=topic_id,

@@ -18,7 +18,8 @@ generated reader, `read(buf, pos) -> (message, pos after it)` over `bytes`:
   `read_unsigned_varint` only for longer ones;
 - takes the empty tag buffer (a single 0 byte, the common case) in one test, and
   otherwise dispatches each tag with an `if`/`elif` chain to that field's inline code;
-- looks uuids up in a dict of those already seen (`_uuid_of`);
+- looks uuids up in a dict of those already seen (`_uuid_of`), and whole arrays of them
+  (a partition's replica directories) likewise, so that equal ones share a tuple;
 - builds the record by storing its slots directly when the class allows it (a slotted
   dataclass whose generated `__init__` only stores its fields, see
   `_builds_without_init`): a frozen dataclass's `__init__` with a dozen keyword arguments
@@ -194,6 +195,26 @@ def _uuid_of(raw: bytes) -> uuid.UUID:
         if len(_UUIDS) >= _UUIDS_MAX:
             _UUIDS.clear()
         value = _UUIDS[raw] = uuid.UUID(bytes=raw)
+    return value
+
+
+_UUID_ARRAYS_MAX: Final = 65_536
+_UUID_ARRAYS: Final[dict[bytes, tuple[uuid.UUID, ...]]] = {}  # by their bytes; see below
+_uuid_arrays_get: Final = _UUID_ARRAYS.get
+
+
+def _uuid_array_of(raw: bytes) -> tuple[uuid.UUID, ...]:
+    """The UUIDs of `raw` (16 bytes each) as one tuple, shared by every record that holds
+    the same ones: a PartitionRecord's replica directories repeat from partition to
+    partition, and each tuple of them is one more object per partition of the image for
+    the garbage collector to walk. Generated readers look in the cache themselves
+    (`_uuid_arrays_get`); a full cache starts over."""
+    value = _UUID_ARRAYS.get(raw)
+    if value is None:
+        if len(_UUID_ARRAYS) >= _UUID_ARRAYS_MAX:
+            _UUID_ARRAYS.clear()
+        value = _UUID_ARRAYS[raw] = tuple(
+            _uuid_of(raw[start:start + 16]) for start in range(0, len(raw), 16))
     return value
 
 
@@ -435,16 +456,18 @@ def _emit_read_array(src: _Source, target: str, spec: FieldSpec, layout: _Layout
 def _emit_read_fixed_array(src: _Source, target: str, element: str) -> None:
     """`target` = `count` fixed-width elements, with one `unpack_from` (a replica list)."""
     code = _FIXED_CODES[element]
+    if element == "uuid":  # the tuple of UUIDs of these bytes, shared (`_uuid_array_of`)
+        src("raw = buf[pos:pos + 16 * count]")
+        with src.block("if len(raw) != 16 * count:"):
+            src("raise MetadataDecodeError('an array of uuids runs past the end')")
+        src(f"{target} = _uuid_arrays_get(raw) or _uuid_array_of(raw)")
+        src("pos += 16 * count")
+        return
     unpackers = src.name(f"unpackers_{element}", _small_array_unpackers(code))
-    values = "raws" if element == "uuid" else target
     with src.block(f"if count <= {_SMALL_ARRAY_COUNT_MAX}:"):
-        src(f"{values} = {unpackers}[count](buf, pos)")
+        src(f"{target} = {unpackers}[count](buf, pos)")
     with src.block("else:"):
-        src(f"{values} = _array_layout({code!r}, count).unpack_from(buf, pos)")
-    if element == "uuid":  # 16-byte strings, each made a UUID: from the cache if all are
-        src(f"{target} = tuple(map(_uuids_get, raws))")
-        with src.block(f"if not all({target}):  # None for an id not cached yet"):
-            src(f"{target} = tuple(map(_uuid_of, raws))")
+        src(f"{target} = _array_layout({code!r}, count).unpack_from(buf, pos)")
     src(f"pos += {struct.calcsize('>' + code)} * count")
 
 
@@ -697,6 +720,8 @@ _GENERATED_GLOBALS: Final[dict[str, Any]] = {
     "_array_layout": _array_layout,
     "_new_object": object.__new__,
     "_read_unsigned_varint": read_unsigned_varint,
+    "_uuid_array_of": _uuid_array_of,
+    "_uuid_arrays_get": _uuid_arrays_get,
     "_uuid_of": _uuid_of,
     "_uuids_get": _uuids_get,
     "_write_unsigned_varint": write_unsigned_varint,

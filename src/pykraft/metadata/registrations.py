@@ -47,6 +47,7 @@ __all__ = [
     "TopicIdPartition",
     "VersionRange",
     "quota_entity",
+    "shared_directories",
 ]
 
 NO_LEADER: Final = -1  # a partition without a leader
@@ -163,7 +164,8 @@ class PartitionRegistration(NamedTuple):
             return self.directories
         # New replica set, no new directories: a replica that stays keeps its directory.
         where = dict(zip(self.replicas, self.directories, strict=True))
-        return tuple(where.get(replica, UNASSIGNED_DIRECTORY) for replica in replicas)
+        return shared_directories(
+            tuple(where.get(replica, UNASSIGNED_DIRECTORY) for replica in replicas))
 
     @property
     def has_leader(self) -> bool:
@@ -204,6 +206,22 @@ _RECOVERY_STATES: Final = tuple(LeaderRecoveryState)  # by value: 0, 1
 def _recovery_state(value: int) -> LeaderRecoveryState:
     invariant(value in (0, 1), "unknown leader recovery state %d", value)
     return _RECOVERY_STATES[value]
+
+
+_SHARED_DIRECTORIES_MAX: Final = 65_536
+_SHARED_DIRECTORIES: Final[dict[tuple[uuid.UUID, ...], tuple[uuid.UUID, ...]]] = {}
+
+
+def shared_directories(directories: tuple[uuid.UUID, ...]) -> tuple[uuid.UUID, ...]:
+    """An equal tuple of directories that other registrations may already hold: a tuple of
+    UUIDs is an object the garbage collector walks, one per partition unless shared (the
+    metadata codec shares the ones it decodes likewise). A full cache starts over."""
+    shared = _SHARED_DIRECTORIES.get(directories)
+    if shared is None:
+        if len(_SHARED_DIRECTORIES) >= _SHARED_DIRECTORIES_MAX:
+            _SHARED_DIRECTORIES.clear()
+        shared = _SHARED_DIRECTORIES[directories] = directories
+    return shared
 
 
 def _directories(

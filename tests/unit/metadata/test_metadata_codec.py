@@ -211,6 +211,24 @@ def test_golden_partition_record_v2_directories_and_elr() -> None:
     assert decode_metadata_record(expected) == record
 
 
+def test_equal_directories_decode_to_one_shared_tuple() -> None:
+    """A topic's partitions name the same replica directories over and over: decoded, they
+    share one tuple (one object for the garbage collector, not one per partition); an
+    array cut short is refused, not matched against a shorter cached one."""
+    directories = (uuid.UUID(int=0xA1), uuid.UUID(int=0xB2), uuid.UUID(int=0xC3))
+    encoded = [encode_metadata_record(PartitionRecord(
+        partition_id=index, topic_id=TOPIC_ID, replicas=(1, 2, 3), isr=(1, 2, 3), leader=1,
+        leader_epoch=0, partition_epoch=0, directories=directories)) for index in range(3)]
+    decoded = [decode_metadata_record(data) for data in encoded]
+    assert all(isinstance(record, PartitionRecord) for record in decoded)
+    first = decoded[0].directories  # type: ignore[union-attr]
+    assert first == directories
+    assert all(record.directories is first for record in decoded)  # type: ignore[union-attr]
+    end = encoded[0].index(directories[2].bytes)  # cut inside the third directory
+    with pytest.raises(MetadataDecodeError):
+        decode_metadata_record(encoded[0][:end + 8])
+
+
 def test_golden_partition_change_record_omits_no_change_defaults() -> None:
     """PartitionChangeRecord: every optional field is tagged; Leader -2 ("no change") and
     null ISR are defaults and take no bytes."""

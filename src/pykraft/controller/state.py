@@ -23,7 +23,7 @@ the same indexes as deriving them.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TypeAlias
 
@@ -31,6 +31,7 @@ import immutables
 
 from pykraft.errors import InvariantViolation, invariant
 from pykraft.metadata.image import MetadataDelta, MetadataImage, TopicImage
+from pykraft.metadata.partition_map import EMPTY_PARTITIONS
 from pykraft.metadata.records import MetadataRecord, RegisterBrokerRecord, UnregisterBrokerRecord
 from pykraft.metadata.registrations import NO_LEADER, PartitionRegistration
 
@@ -255,7 +256,7 @@ class StateBuilder:
             if previous is None:
                 if has_collision_chars(topic.name):
                     indexes.collision_names[unify_collision_chars(topic.name)] = topic.name
-                previous_partitions: immutables.Map[int, PartitionRegistration] = immutables.Map()
+                previous_partitions: Mapping[int, PartitionRegistration] = EMPTY_PARTITIONS
             else:
                 previous_partitions = previous.partitions
             for index, partition in self.delta.changed_partitions(topic_id).items():

@@ -6,8 +6,10 @@ from a base image, `replay`s records, and `apply(offset, epoch)` builds the next
 Everything large is an `immutables.Map` (a hash array mapped trie), and `apply` only
 `set`s what changed, so the next image shares every untouched node with its base: one
 partition changed on a 100,000-partition image makes one new `PartitionRegistration`, one
-new partitions map path, one new `TopicImage` and one new path in each topic map, and
-every other `TopicImage` object is the very same object in both images.
+new tuple of its topic's partitions (`PartitionMap`: Kafka's partition ids are dense, and a
+tuple is one object for the garbage collector where a trie was two per partition), one new
+`TopicImage` and one new path in each topic map, and every other `TopicImage` object is
+the very same object in both images.
 
 Publishers get `(delta, image)` and ask the delta what changed (`changed_topics`,
 `changed_partitions(topic_id)`, `deleted_topic_ids`, `changed_brokers`, `changed_configs`,
@@ -34,6 +36,7 @@ from typing import ClassVar, Final, Generic, TypeVar, assert_never
 import immutables
 
 from pykraft.errors import InvariantViolation, invariant
+from pykraft.metadata.partition_map import EMPTY_PARTITIONS, PartitionMap
 from pykraft.metadata.records import (
     AbortTransactionRecord,
     AccessControlEntryRecord,
@@ -161,7 +164,7 @@ class ClusterImage:
 class TopicImage:
     name: str
     topic_id: uuid.UUID
-    partitions: immutables.Map[int, PartitionRegistration]
+    partitions: PartitionMap  # by index (partition_map.py: a tuple, not a trie)
 
 
 @dataclass(frozen=True, slots=True)
@@ -387,7 +390,7 @@ class TopicsDelta:
             record.topic_id in self.base.by_id and record.topic_id not in self.deleted
         )
         invariant(not live, f"topic id {record.topic_id} already in use")
-        image = TopicImage(name=record.name, topic_id=record.topic_id, partitions=_empty_map())
+        image = TopicImage(name=record.name, topic_id=record.topic_id, partitions=EMPTY_PARTITIONS)
         self.changed[record.topic_id] = TopicDelta(image)
         self._names[record.name] = record.topic_id
 

@@ -21,7 +21,7 @@ such an `invariant`: a snapshot that asks for one is not a snapshot of this log.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 
 import immutables
 
@@ -31,6 +31,7 @@ from pykraft.metadata.image import (
     MetadataDelta,
     MetadataImage,
 )
+from pykraft.metadata.partition_map import EMPTY_PARTITIONS
 from pykraft.metadata.records import (
     AccessControlEntryRecord,
     ClientQuotaRecord,
@@ -127,7 +128,7 @@ def _topics(base: MetadataImage, target: MetadataImage) -> Iterator[MetadataReco
             yield RemoveTopicRecord(topic_id=topic_id)
     for topic_id, topic in sorted(new.items(), key=lambda item: item[1].name):
         was = old.get(topic_id)
-        partitions: immutables.Map[int, PartitionRegistration] = immutables.Map()
+        partitions: Mapping[int, PartitionRegistration] = EMPTY_PARTITIONS
         if was is None:
             yield TopicRecord(name=topic.name, topic_id=topic_id)
         elif was is topic:

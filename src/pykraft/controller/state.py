@@ -10,6 +10,7 @@ one fact the image does not keep, the log offset of each broker's registration:
 - `isr_members`, `leaders`: broker id -> the partitions whose ISR holds it / it leads, for
   fencing and controlled shutdown (which partitions must change) without a full scan.
 - `leaderless`: the partitions without a leader, for re-electing when a broker unfences.
+  Each set of partitions is a map of topic id -> bit mask of indexes (`_Partitions`).
 - `collision_names`: for topics whose names contain '.' or '_', the name with '.' turned
   into '_' -> the real name (Kafka refuses a topic whose name collides with one of these).
 
@@ -44,13 +45,28 @@ __all__ = [
 ]
 
 PartitionKey: TypeAlias = tuple[uuid.UUID, int]  # (topic id, partition index)
-_Members: TypeAlias = immutables.Map[int, immutables.Map[PartitionKey, bool]]
+# A set of partitions: per topic id, a bit mask of partition indexes (bit i: partition i).
+# An int is no object for the garbage collector to walk, where a map of (topic id, index)
+# keys made a key tuple and trie nodes per partition and broker: 2.5 of the 4.6 objects a
+# controller tracked per partition (the census of 20,000 partitions in the harness).
+_Partitions: TypeAlias = immutables.Map[uuid.UUID, int]
+_Members: TypeAlias = immutables.Map[int, _Partitions]  # by broker
 
 
-def _key_order(key: PartitionKey) -> tuple[int, int]:
-    """The order of the keys themselves (UUIDs compare by their int), without calling
-    UUID.__lt__ for each comparison: sorting 100,000 keys takes 40% less."""
-    return key[0].int, key[1]
+def _topic_order(topic_id: uuid.UUID) -> int:
+    """UUIDs compare by their int, without UUID.__lt__ for each comparison."""
+    return topic_id.int
+
+
+def _keys(partitions: _Partitions | None) -> tuple[PartitionKey, ...]:
+    """The partitions of a set, by topic id then index (the order of the keys themselves)."""
+    if not partitions:
+        return ()
+    keys: list[PartitionKey] = []
+    for topic_id in sorted(partitions.keys(), key=_topic_order):
+        bits = bin(partitions[topic_id])[:1:-1]  # bit i at position i: linear in the mask
+        keys.extend((topic_id, index) for index, bit in enumerate(bits) if bit == "1")
+    return tuple(keys)
 
 
 def has_collision_chars(name: str) -> bool:
@@ -68,7 +84,7 @@ class ControllerState:
     registration_offsets: immutables.Map[int, int]
     isr_members: _Members
     leaders: _Members
-    leaderless: immutables.Map[PartitionKey, bool]
+    leaderless: _Partitions
     collision_names: immutables.Map[str, str]
 
     @classmethod
@@ -88,19 +104,17 @@ class ControllerState:
         return builder.finish(image, registration_offsets)
 
     def partitions_with_isr_member(self, broker_id: int) -> tuple[PartitionKey, ...]:
-        found = self.isr_members.get(broker_id)
-        return () if found is None else tuple(sorted(found.keys(), key=_key_order))
+        return _keys(self.isr_members.get(broker_id))
 
     def partitions_led_by(self, broker_id: int) -> tuple[PartitionKey, ...]:
-        found = self.leaders.get(broker_id)
-        return () if found is None else tuple(sorted(found.keys(), key=_key_order))
+        return _keys(self.leaders.get(broker_id))
 
     def has_leaderships(self, broker_id: int) -> bool:
         found = self.leaders.get(broker_id)
         return found is not None and len(found) > 0
 
     def leaderless_partitions(self) -> tuple[PartitionKey, ...]:
-        return tuple(sorted(self.leaderless.keys(), key=_key_order))
+        return _keys(self.leaderless)
 
     def partition(self, key: PartitionKey) -> PartitionRegistration:
         found = self.image.partition(key[0], key[1])
@@ -136,18 +150,18 @@ class _IndexBuilder:
     """Mutable copies of a state's indexes, changed partition by partition, then frozen."""
 
     def __init__(self, base: ControllerState) -> None:
-        self.isr_members: dict[int, immutables.MapMutation[PartitionKey, bool]] = {}
-        self.leaders: dict[int, immutables.MapMutation[PartitionKey, bool]] = {}
+        self.isr_members: dict[int, immutables.MapMutation[uuid.UUID, int]] = {}
+        self.leaders: dict[int, immutables.MapMutation[uuid.UUID, int]] = {}
         self.base = base
         self.leaderless = base.leaderless.mutate()
         self.collision_names = base.collision_names.mutate()
 
     def _members(
         self,
-        which: dict[int, immutables.MapMutation[PartitionKey, bool]],
+        which: dict[int, immutables.MapMutation[uuid.UUID, int]],
         base: _Members,
         broker: int,
-    ) -> immutables.MapMutation[PartitionKey, bool]:
+    ) -> immutables.MapMutation[uuid.UUID, int]:
         found = which.get(broker)
         if found is None:
             current = base.get(broker)
@@ -162,25 +176,28 @@ class _IndexBuilder:
     ) -> None:
         # only what differs is touched: most changes move a leader or one ISR member, and
         # each index update hashes the key (a UUID, in Python) -- 100,000 of them per fence
+        topic_id, bit = key[0], 1 << key[1]
         old_isr = old.isr if old is not None else ()
         new_isr = new.isr if new is not None else ()
         if old_isr != new_isr:
             for broker in set(old_isr).difference(new_isr):
-                self._members(self.isr_members, self.base.isr_members, broker).pop(key, None)
+                _remove(self._members(self.isr_members, self.base.isr_members, broker),
+                        topic_id, bit)
             for broker in set(new_isr).difference(old_isr):
-                self._members(self.isr_members, self.base.isr_members, broker)[key] = True
+                _add(self._members(self.isr_members, self.base.isr_members, broker),
+                     topic_id, bit)
         old_leader = old.leader if old is not None else NO_LEADER
         new_leader = new.leader if new is not None else NO_LEADER
         if old_leader == new_leader and old is not None and new is not None:
             return
         if old_leader != new_leader and old_leader != NO_LEADER:
-            self._members(self.leaders, self.base.leaders, old_leader).pop(key, None)
+            _remove(self._members(self.leaders, self.base.leaders, old_leader), topic_id, bit)
         if old_leader != new_leader and new_leader != NO_LEADER:
-            self._members(self.leaders, self.base.leaders, new_leader)[key] = True
+            _add(self._members(self.leaders, self.base.leaders, new_leader), topic_id, bit)
         if new is not None and new_leader == NO_LEADER:
-            self.leaderless[key] = True
+            _add(self.leaderless, topic_id, bit)
         else:
-            self.leaderless.pop(key, None)
+            _remove(self.leaderless, topic_id, bit)
 
     def add_topic(self, topic: TopicImage) -> None:
         if has_collision_chars(topic.name):
@@ -207,8 +224,24 @@ class _IndexBuilder:
         )
 
 
+def _add(partitions: immutables.MapMutation[uuid.UUID, int], topic_id: uuid.UUID,
+         bit: int) -> None:
+    partitions[topic_id] = partitions.get(topic_id, 0) | bit
+
+
+def _remove(partitions: immutables.MapMutation[uuid.UUID, int], topic_id: uuid.UUID,
+            bit: int) -> None:
+    mask = partitions.get(topic_id, 0)
+    if mask & bit:
+        mask ^= bit
+        if mask:
+            partitions[topic_id] = mask
+        else:
+            del partitions[topic_id]
+
+
 def _finish_members(
-    base: _Members, changed: dict[int, immutables.MapMutation[PartitionKey, bool]]
+    base: _Members, changed: dict[int, immutables.MapMutation[uuid.UUID, int]]
 ) -> _Members:
     if not changed:
         return base

@@ -15,10 +15,14 @@ encoding of the same values.
 from __future__ import annotations
 
 import functools
+import io
 import struct
 import uuid
 from collections.abc import Iterable, Sequence
 from typing import Final
+
+from kio.serial.writers import write_unsigned_varint
+from kio.static.primitive import uvarint
 
 FIRST_FLEXIBLE: Final = 9
 _INT16_INT32_INT32: Final = struct.Struct(">hii")
@@ -28,20 +32,15 @@ _EMPTY_TAGS: Final = b"\x00"
 _SHORT: Final = 16  # list lengths packed with the rest of a partition (`_partition_layout`)
 
 
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def _length(count: int, flexible: bool) -> bytes:
     """An array's (or string's) length: compact (count + 1, unsigned varint) or int32."""
-    if flexible:
-        return bytes((count + 1,)) if count < 0x7F else _uvarint(count + 1)
-    return _INT32.pack(count)
+    if not flexible:
+        return _INT32.pack(count)
+    if count < 0x7F:
+        return bytes((count + 1,))
+    out = io.BytesIO()  # 127 elements or more: kio's varint writer
+    write_unsigned_varint(out, uvarint(count + 1))
+    return out.getvalue()
 
 
 def _int32s(values: Sequence[int], flexible: bool) -> bytes:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import bisect
 import logging
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Final, NamedTuple
 
@@ -53,9 +54,11 @@ class EpochEntry(NamedTuple):
 class LeaderEpochCache:
     __slots__ = ("_path", "_entries", "_unsynced", "_stale", "_failed")  # one per replica
 
-    def __init__(self, path: Path, entries: list[EpochEntry] | None = None) -> None:
+    def __init__(self, path: Path, entries: Sequence[EpochEntry] = ()) -> None:
         self._path = os.fspath(path)  # a str: a broker holds one per idle partition
-        self._entries: list[EpochEntry] = entries if entries is not None else []
+        # a tuple, made anew at each (rare) change: an idle replica's is the shared empty
+        # one, where a list was one more object per replica for the garbage collector
+        self._entries: tuple[EpochEntry, ...] = tuple(entries)
         self._unsynced = False  # written since the last sync()
         self._stale = False  # the file lacks a change (a new epoch, or a failed write)
         self._failed = False  # its last write failed (warned once)
@@ -79,7 +82,7 @@ class LeaderEpochCache:
 
     @property
     def entries(self) -> tuple[EpochEntry, ...]:
-        return tuple(self._entries)
+        return self._entries
 
     @property
     def latest_epoch(self) -> int | None:
@@ -98,12 +101,11 @@ class LeaderEpochCache:
             return False  # the same epoch continuing
         if latest is not None and latest.epoch > epoch and latest.start_offset <= start_offset:
             return False  # an old epoch's batch after a newer epoch began: nothing to learn
-        self._entries = [
-            entry
-            for entry in self._entries
-            if entry.epoch < epoch and entry.start_offset < start_offset
-        ]
-        self._entries.append(EpochEntry(epoch, start_offset))
+        self._entries = (
+            *(entry for entry in self._entries
+              if entry.epoch < epoch and entry.start_offset < start_offset),
+            EpochEntry(epoch, start_offset),
+        )
         self._stale = True  # written by the log's next flush (sync), or a truncation
         return True
 
@@ -137,7 +139,7 @@ class LeaderEpochCache:
 
     def truncate_from_end(self, end_offset: int) -> None:
         """Forget epochs that start at or after `end_offset` (the log was truncated there)."""
-        kept = [entry for entry in self._entries if entry.start_offset < end_offset]
+        kept = tuple(entry for entry in self._entries if entry.start_offset < end_offset)
         if len(kept) != len(self._entries):
             self._entries = kept
             self.flush()
@@ -148,14 +150,14 @@ class LeaderEpochCache:
         if not covering:
             return
         first = EpochEntry(covering[-1].epoch, start_offset)
-        kept = [first, *(e for e in self._entries if e.start_offset > start_offset)]
+        kept = (first, *(e for e in self._entries if e.start_offset > start_offset))
         if kept != self._entries:
             self._entries = kept
             self.flush()
 
     def clear(self) -> None:
         if self._entries or not self.path.exists():
-            self._entries = []
+            self._entries = ()
             self.flush()
 
     def flush(self) -> None:

@@ -201,7 +201,9 @@ class Log:
         self.topic, self.partition = parse_topic_partition(directory.name)
         self._config = config
         self._segments = segments
-        self._bases = [segment.base_offset for segment in segments]
+        # a tuple of ints, made anew when segments come and go: no object for the garbage
+        # collector to walk (a list was one per replica)
+        self._bases = tuple(segment.base_offset for segment in segments)
         self.leader_epoch_cache = epoch_cache
         self._log_start_offset = log_start_offset
         self._log_end_offset = log_end_offset
@@ -346,7 +348,7 @@ class Log:
 
     @property
     def segment_base_offsets(self) -> tuple[int, ...]:
-        return tuple(self._bases)
+        return self._bases
 
     @property
     def first_segment_base_offset(self) -> int:
@@ -627,7 +629,7 @@ class Log:
                 active.open_for_append(self._config)
             raise
         self._segments.append(segment)
-        self._bases.append(base_offset)
+        self._bases += (base_offset,)
         self._directory_dirty = True
         self._roll_flush_offset = base_offset  # flush the finished segment soon (flush_due)
         if self.watch is not None:
@@ -640,10 +642,10 @@ class Log:
         # created first: if that fails, the old one is still there and active
         segment = LogSegment.create(self.dir, base_offset, self._config, created_ms)
         self._segments.pop()
-        self._bases.pop()
+        self._bases = self._bases[:-1]
         old.delete()
         self._segments.append(segment)
-        self._bases.append(base_offset)
+        self._bases += (base_offset,)
         self._directory_dirty = True
 
     # -- read ------------------------------------------------------------------------------------
@@ -720,7 +722,7 @@ class Log:
 
     def _rewrite_txn_indexes(self, state: TxnState, from_offset: int) -> None:
         """Each segment's `.txnindex` from `from_offset` on, as the log's markers say."""
-        bases = self._bases + [self._log_end_offset + 1]
+        bases = (*self._bases, self._log_end_offset + 1)
         for index, segment in enumerate(self._segments):
             if segment.base_offset < from_offset:
                 continue
@@ -927,7 +929,8 @@ class Log:
         keep = self._segment_for(offset)
         for segment in self._segments[keep + 1 :]:
             segment.delete()
-        del self._segments[keep + 1 :], self._bases[keep + 1 :]
+        del self._segments[keep + 1 :]
+        self._bases = self._bases[: keep + 1]
         active = self._active
         if not active.offset_index.writable:
             active.open_for_append(self._config)
@@ -954,7 +957,7 @@ class Log:
         for segment in self._segments:
             segment.delete()
         segment = LogSegment.create(self.dir, offset, self._config, created_ms)
-        self._segments, self._bases = [segment], [offset]
+        self._segments, self._bases = [segment], (offset,)
         self._directory_dirty = True
         self.leader_epoch_cache.clear()
         self._log_start_offset = self._log_end_offset = offset
@@ -1025,7 +1028,7 @@ class Log:
         fsync_directory(self.dir)
         segment = LogSegment.load(self.dir, cleaned.base_offset, self._config, now_ms)
         self._segments[first:last] = [segment]
-        self._bases[first:last] = [segment.base_offset]
+        self._bases = (*self._bases[:first], segment.base_offset, *self._bases[last:])
         return segment
 
     # -- retention -------------------------------------------------------------------------------
@@ -1084,7 +1087,7 @@ class Log:
                     raise
         for segment in doomed:
             self._segments.remove(segment)
-            self._bases.remove(segment.base_offset)
+            self._bases = tuple(base for base in self._bases if base != segment.base_offset)
             self._schedule_delete(segment, now_ms)
         self._log_start_offset = max(self._log_start_offset, self._segments[0].base_offset)
         self.leader_epoch_cache.truncate_from_start(self._log_start_offset)
@@ -1150,7 +1153,7 @@ class Log:
             self._log_start_offset <= self._high_watermark <= self._log_end_offset,
             f"{self._log_start_offset} <= {self._high_watermark} <= {self._log_end_offset}",
         )
-        invariant(self._bases == sorted(set(self._bases)), f"segment bases {self._bases}")
+        invariant(list(self._bases) == sorted(set(self._bases)), f"segment bases {self._bases}")
         previous = -1
         for segment in self._segments:
             invariant(segment.base_offset > previous, "segment bases increase")

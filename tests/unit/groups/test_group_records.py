@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pykraft.broker.group_coordinator.records import (
@@ -131,6 +131,7 @@ offset_values = st.builds(OffsetCommitValue, offset=INT64, leader_epoch=INT32, m
                           commit_timestamp=INT64, expire_timestamp=st.just(-1))
 
 
+@settings(deadline=None)  # the first example compiles the codecs: 0.4 s on a busy machine
 @given(st.one_of(
     st.builds(CoordinatorRecord, st.builds(GroupMetadataKey, group=TEXT),
               st.none() | group_values),

@@ -25,6 +25,7 @@ from pykraft.raft.driver import RaftNode
 from pykraft.raft.log_store import RaftLogView
 from pykraft.raft.messages import SnapshotId
 from pykraft.raft.snapshot import build_snapshot, snapshot_values
+from pykraft.server import metadata_snapshots
 from pykraft.server.config import ConfigError, ServerConfig
 from pykraft.server.image_digest import image_digest
 from pykraft.server.metadata_snapshots import (
@@ -69,10 +70,33 @@ class StateMachine:
         self.loaded.append(snapshot_id)
 
 
+class SlicedStateMachine(StateMachine):
+    """The node's own way: the snapshot decoded a slice per turn of the loop, awaited by
+    the Raft driver; it counts the loop's turns of another task meanwhile."""
+
+    turns_while_loading = 0
+
+    async def handle_load_snapshot(  # type: ignore[override]
+            self, snapshot_id: SnapshotId, snapshot: RaftLogView) -> None:
+        assert self.snapshots is not None
+        done = asyncio.Event()
+
+        async def count_turns() -> None:
+            while not done.is_set():
+                self.turns_while_loading += 1
+                await asyncio.sleep(0)
+        counter = asyncio.ensure_future(count_turns())
+        await self.snapshots.load_async(snapshot_id, snapshot)
+        done.set()
+        await counter
+        self.loaded.append(snapshot_id)
+
+
 async def open_node(
-    log_dir: Path, policy: SnapshotPolicy, clock: Clock
+    log_dir: Path, policy: SnapshotPolicy, clock: Clock,
+    machine: StateMachine | None = None,
 ) -> tuple[RaftNode, StateMachine]:
-    machine = StateMachine()
+    machine = machine or StateMachine()
     raft = RaftNode.open(node_id=1, voters=frozenset({1}),
                          log_dir=log_dir / "__cluster_metadata-0", listener=machine,
                          election_timeout_ms=50)
@@ -134,6 +158,37 @@ async def test_a_snapshot_past_retention_deletes_the_log_below_and_a_restart_loa
         same_place = dataclasses.replace(machine.loader.image, offset=final.offset,
                                          epoch=final.epoch)
         assert same_place == final and image_digest(same_place) == image_digest(final)
+    finally:
+        await raft.stop()
+
+
+async def test_a_snapshot_is_decoded_a_slice_per_turn_and_the_log_after_it_waits(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A broker far behind loads a snapshot of 300,000 partitions: other tasks (its
+    heartbeats) run between slices, and the batches after the snapshot are replayed only
+    once it is loaded, onto the same image a load in one go makes."""
+    monkeypatch.setattr(metadata_snapshots, "DECODED_PER_TURN", 10)
+    clock = Clock()
+    raft, machine = await open_node(tmp_path, NO_TRIGGER_NO_RETENTION, clock)
+    assert machine.snapshots is not None
+    try:
+        records = history(2, 300)
+        await append(raft, records[:200])
+        written = await machine.snapshots.write_now()
+        assert written is not None
+        await append(raft, records[200:])
+        final = machine.loader.image
+    finally:
+        await raft.stop()
+    sliced = SlicedStateMachine()
+    raft, _ = await open_node(tmp_path, NO_TRIGGER_NO_RETENTION, clock, sliced)
+    try:
+        assert sliced.loaded == [written]
+        count = sum(1 for _ in read_snapshot_records(written, raft.store))
+        assert sliced.turns_while_loading >= count // 10 - 1
+        same_place = dataclasses.replace(sliced.loader.image, offset=final.offset,
+                                         epoch=final.epoch)
+        assert same_place == final
     finally:
         await raft.stop()
 

@@ -37,6 +37,7 @@ import asyncio
 import contextlib
 import dataclasses
 import heapq
+import inspect
 import itertools
 import logging
 import random
@@ -502,7 +503,7 @@ class RaftNode:
                 self._send(ready.messages)
                 if resigning:
                     self._resign_sent.set()
-                self._deliver(ready)
+                await self._deliver(ready)
                 self.core.advance(ready)
                 if flushed_end_offset is not None:
                     self.core.flushed(flushed_end_offset)
@@ -694,7 +695,7 @@ class RaftNode:
         if leading is not None:
             self._led_high_watermark = max(self._led_high_watermark, self.core.high_watermark or 0)
 
-    def _deliver(self, ready: Ready) -> None:
+    async def _deliver(self, ready: Ready) -> None:
         if ready.load_snapshot is not None:
             for listener in self._listeners:
                 load = getattr(listener, "handle_load_snapshot", None)
@@ -704,7 +705,9 @@ class RaftNode:
                     "would no longer be a fold over the log",
                 )
                 assert load is not None
-                load(ready.load_snapshot, self._store)
+                loading = load(ready.load_snapshot, self._store)
+                if inspect.isawaitable(loading):  # a listener that lets the loop turn: the
+                    await loading  # batches after the snapshot wait for it, this turn too
         for batch in ready.committed:
             for listener in self._listeners:
                 listener.handle_commit(batch)

@@ -380,9 +380,10 @@ class Node:
         return image
 
     # SnapshotLoader: the latest local snapshot at start-up, or one fetched from the leader
-    def handle_load_snapshot(self, snapshot_id: SnapshotId, snapshot: RaftLogView) -> None:
+    async def handle_load_snapshot(self, snapshot_id: SnapshotId, snapshot: RaftLogView
+                                   ) -> None:
         assert self.snapshots is not None  # created before the Raft node starts
-        image = self.snapshots.load(snapshot_id, snapshot)
+        image = await self.snapshots.load_async(snapshot_id, snapshot)
         if self.controller is not None:
             self.controller.replace_core(lambda core: controller_from_image(core, image))
 

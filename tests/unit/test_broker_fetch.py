@@ -222,3 +222,31 @@ async def test_a_session_partition_named_before_its_topic_was_known_is_read_once
     later = await fetch(apis, by_id({}, opened.session_id, 1), version=15)
     answered = [p for t in later.responses for p in t.partitions]
     assert [(p.error_code, bool(p.records)) for p in answered] == [(ErrorCode.none, True)]
+
+
+def test_a_follower_caught_up_while_it_could_not_join_joins_once_it_can(
+        manager: ReplicaManager, clock: Clock, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Broker 2 fetched at the leader's end while fenced (restarted, not yet unfenced):
+    no proposal then. Its later fetches of the idle partition take the session's shortcut
+    (`follower_still_caught_up`), which must still propose it once it may join -- 15
+    partitions of the 300,000-partition run stayed out of their ISRs for good."""
+    registration = PartitionRegistration(
+        replicas=(ME, 2), isr=(ME,), removing_replicas=(), adding_replicas=(), leader=ME,
+        leader_recovery_state=LeaderRecoveryState.RECOVERED, leader_epoch=0,
+        partition_epoch=0, directories=())
+    manager._apply_partition("t", TOPIC_ID, 0, registration,
+                             LogConfig.from_configs({}, manager.server_configs))
+    partition = manager.get_partition("t", 0)
+    assert partition is not None
+    manager.append(partition, build_batch([(b"k", b"v", [], 1)]), acks=1)
+    proposed: list[tuple[int, ...]] = []
+    monkeypatch.setattr(manager, "_propose_isr", lambda _, isr: proposed.append(isr))
+    eligible = False
+    monkeypatch.setattr(manager, "_broker_eligible", lambda broker: eligible)
+    manager.update_follower(partition, 2, partition.log.log_end_offset)
+    assert proposed == []
+    manager.follower_still_caught_up(partition, 2, clock())
+    assert proposed == []
+    eligible = True  # unfenced: its next fetch, still of an idle partition
+    manager.follower_still_caught_up(partition, 2, clock())
+    assert proposed == [(ME, 2)]

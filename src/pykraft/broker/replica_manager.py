@@ -924,10 +924,15 @@ class ReplicaManager:
     def follower_still_caught_up(self, partition: Partition, replica_id: int,
                                  now_ms: int) -> None:
         """`replica_id` fetched `partition` again at our log end, and nothing changed since
-        its last fetch was looked at in full: what update_follower would record."""
+        its last fetch was looked at in full: what update_follower would record, and the
+        ISR expansion it would try. A follower caught up while it could not join (fenced,
+        not yet unfenced after its restart) joins once it can, though the partition stays
+        idle: 15 such partitions stayed out of their ISRs for good at 300,000."""
         state = partition.followers.get(replica_id)
         if state is not None:
             state.last_caught_up_ms = state.last_fetch_ms = now_ms
+            if replica_id not in partition.isr:
+                self._maybe_expand_isr(partition, replica_id, state)
 
     # -- ISR changes (KIP-497) ------------------------------------------------------------
 

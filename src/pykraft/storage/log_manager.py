@@ -188,8 +188,9 @@ class LogManager:
 
     def _on_threads(self, work: Callable[[_Item], _Result], items: list[_Item]
                     ) -> Iterable[_Result]:
-        """`work` over `items`, in order, on num.recovery.threads.per.data.dir threads per
-        log dir (Kafka's pool for loading logs at start-up and flushing them at shutdown):
+        """`work` over `items`, in order, on num.recovery.threads.per.data.dir threads for
+        each log dir (Kafka's pool for loading logs at start-up and flushing them at
+        shutdown; a load goes a log dir at a time, on all of them):
         opening or closing a log is mostly waiting for the disk -- a few small files read
         or written, a directory listed -- which threads overlap. A restarted broker of
         200,000 logs spent 200 s loading them with one."""

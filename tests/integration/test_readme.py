@@ -263,6 +263,14 @@ def _use_cluster(bootstrap: str, replicas: int) -> None:
     assert {len(p.replicas) for p in offsets.partitions.values()} == {replicas}
 
 
+def _log_tails(sandbox: Path) -> str:
+    """The last 40 lines of each node log run.sh wrote (data/<node>.log)."""
+    return "".join(
+        f"\n--- the end of {log.name}:\n"
+        + "\n".join(log.read_text(errors="replace").splitlines()[-40:])
+        for log in sorted((sandbox / "data").glob("*.log")))
+
+
 def _run_cluster_example(block: Block, command: str, sandbox: Path) -> None:
     """examples/cluster/run.sh on a free port base: the cluster it prints answers real
     clients; after Ctrl-C (SIGINT) every node it started is gone."""
@@ -292,7 +300,10 @@ def _run_cluster_example(block: Block, command: str, sandbox: Path) -> None:
                 bootstrap = line.strip().split("=", 1)[1]
         assert bootstrap.split(",")[0] == f"127.0.0.1:{base}", bootstrap
         brokers = len(bootstrap.split(","))
-        _answers(bootstrap, brokers)
+        try:
+            _answers(bootstrap, brokers)
+        except AssertionError as error:  # which node did not join, and what it said
+            raise AssertionError(f"{error}:{_log_tails(sandbox)}") from None
         _use_cluster(bootstrap, min(3, brokers))
         assert sorted(_node_processes(sandbox)) == sorted(pids), "the nodes are not run.sh's"
     finally:
@@ -304,11 +315,8 @@ def _run_cluster_example(block: Block, command: str, sandbox: Path) -> None:
             for pid in pids:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(pid, signal.SIGKILL)
-            tails = "".join(
-                f"\n--- the end of {log.name}:\n"
-                + "\n".join(log.read_text(errors="replace").splitlines()[-40:])
-                for log in sorted((sandbox / "data").glob("*.log")))
-            raise AssertionError(f"run.sh did not stop within 60 s of SIGINT:{tails}") from None
+            raise AssertionError(
+                f"run.sh did not stop within 60 s of SIGINT:{_log_tails(sandbox)}") from None
     while (line := lines.get(timeout=5)) is not None:
         output.append(line)
     text = "".join(output)

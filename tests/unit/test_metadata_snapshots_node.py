@@ -54,6 +54,7 @@ class StateMachine:
         self.loader = MetadataLoader()
         self.snapshots: MetadataSnapshots | None = None
         self.loaded: list[SnapshotId] = []
+        self.turns_while_loading = 0
 
     def handle_commit(self, batch: CommittedBatch) -> None:
         records = [decode_metadata_record(value) for value in batch.records]
@@ -64,20 +65,10 @@ class StateMachine:
     def handle_leader_change(self, leader_id: int, epoch: int) -> None:
         pass
 
-    def handle_load_snapshot(self, snapshot_id: SnapshotId, snapshot: RaftLogView) -> None:
-        assert self.snapshots is not None
-        self.snapshots.load(snapshot_id, snapshot)
-        self.loaded.append(snapshot_id)
-
-
-class SlicedStateMachine(StateMachine):
-    """The node's own way: the snapshot decoded a slice per turn of the loop, awaited by
-    the Raft driver; it counts the loop's turns of another task meanwhile."""
-
-    turns_while_loading = 0
-
-    async def handle_load_snapshot(  # type: ignore[override]
-            self, snapshot_id: SnapshotId, snapshot: RaftLogView) -> None:
+    async def handle_load_snapshot(self, snapshot_id: SnapshotId, snapshot: RaftLogView
+                                   ) -> None:
+        """As the node's: the snapshot decoded a slice per turn of the loop, awaited by the
+        Raft driver (`turns_while_loading` counts another task's turns meanwhile)."""
         assert self.snapshots is not None
         done = asyncio.Event()
 
@@ -86,17 +77,16 @@ class SlicedStateMachine(StateMachine):
                 self.turns_while_loading += 1
                 await asyncio.sleep(0)
         counter = asyncio.ensure_future(count_turns())
-        await self.snapshots.load_async(snapshot_id, snapshot)
+        await self.snapshots.load(snapshot_id, snapshot)
         done.set()
         await counter
         self.loaded.append(snapshot_id)
 
 
 async def open_node(
-    log_dir: Path, policy: SnapshotPolicy, clock: Clock,
-    machine: StateMachine | None = None,
+    log_dir: Path, policy: SnapshotPolicy, clock: Clock
 ) -> tuple[RaftNode, StateMachine]:
-    machine = machine or StateMachine()
+    machine = StateMachine()
     raft = RaftNode.open(node_id=1, voters=frozenset({1}),
                          log_dir=log_dir / "__cluster_metadata-0", listener=machine,
                          election_timeout_ms=50)
@@ -180,8 +170,7 @@ async def test_a_snapshot_is_decoded_a_slice_per_turn_and_the_log_after_it_waits
         final = machine.loader.image
     finally:
         await raft.stop()
-    sliced = SlicedStateMachine()
-    raft, _ = await open_node(tmp_path, NO_TRIGGER_NO_RETENTION, clock, sliced)
+    raft, sliced = await open_node(tmp_path, NO_TRIGGER_NO_RETENTION, clock)
     try:
         assert sliced.loaded == [written]
         count = sum(1 for _ in read_snapshot_records(written, raft.store))

@@ -52,7 +52,6 @@ from pykraft.metadata.codec import (
 )
 from pykraft.metadata.image import MetadataImage
 from pykraft.metadata.loader import MetadataLoader
-from pykraft.metadata.records import MetadataRecord
 from pykraft.metadata.snapshot import image_records
 from pykraft.raft.core import CommittedBatch
 from pykraft.raft.driver import RaftNode
@@ -72,7 +71,7 @@ __all__ = [
 log = logging.getLogger("pykraft.server")
 
 READ_CHUNK_BYTES: Final = 1024 * 1024
-DECODED_PER_TURN: Final = 10_000  # snapshot records decoded per turn of the loop (load_async)
+DECODED_PER_TURN: Final = 10_000  # snapshot records decoded per turn of the loop (load)
 # a committed batch's size, estimated from its record values: Kafka counts batch bytes
 BATCH_OVERHEAD_BYTES: Final = 61  # the RecordBatch v2 header
 RECORD_OVERHEAD_BYTES: Final = 8  # a small record's length, attributes, deltas, key, headers
@@ -179,25 +178,17 @@ class MetadataSnapshots:
         if self._bytes_since >= self.policy.max_bytes_between:
             self._due.set()
 
-    def load(self, snapshot_id: SnapshotId, view: RaftLogView) -> MetadataImage:
-        """Replace the loader's image by snapshot `snapshot_id` (published as one delta)."""
-        records = [decode_metadata_record(value)
-                   for value in read_snapshot_records(snapshot_id, view)]
-        return self._loaded(snapshot_id, records)
-
-    async def load_async(self, snapshot_id: SnapshotId, view: RaftLogView) -> MetadataImage:
-        """`load`, decoding DECODED_PER_TURN records per turn of the event loop: a broker
-        that fell behind the log start loaded 303,005 records (300,000 partitions) in one
-        turn, held its loop 8.7 s, and its heartbeats went unanswered until it was fenced.
-        The fold and the publication stay one step."""
+    async def load(self, snapshot_id: SnapshotId, view: RaftLogView) -> MetadataImage:
+        """Replace the loader's image by snapshot `snapshot_id` (published as one delta),
+        decoding DECODED_PER_TURN records per turn of the event loop: a broker that fell
+        behind the log start loaded 303,005 records (300,000 partitions) in one turn, held
+        its loop 8.7 s, and its heartbeats went unanswered until it was fenced. The fold
+        and the publication stay one step."""
         records = []
         for count, value in enumerate(read_snapshot_records(snapshot_id, view), 1):
             records.append(decode_metadata_record(value))
             if count % DECODED_PER_TURN == 0:
                 await asyncio.sleep(0)
-        return self._loaded(snapshot_id, records)
-
-    def _loaded(self, snapshot_id: SnapshotId, records: list[MetadataRecord]) -> MetadataImage:
         base_offset = self.loader.image.offset
         self.loader.load_snapshot(
             records, offset=snapshot_id.end_offset - 1, epoch=snapshot_id.epoch)

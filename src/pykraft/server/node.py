@@ -383,7 +383,7 @@ class Node:
     async def handle_load_snapshot(self, snapshot_id: SnapshotId, snapshot: RaftLogView
                                    ) -> None:
         assert self.snapshots is not None  # created before the Raft node starts
-        image = await self.snapshots.load_async(snapshot_id, snapshot)
+        image = await self.snapshots.load(snapshot_id, snapshot)
         if self.controller is not None:
             self.controller.replace_core(lambda core: controller_from_image(core, image))
 

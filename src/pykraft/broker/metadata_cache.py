@@ -175,7 +175,7 @@ class MetadataCache:
                               else ErrorCode.leader_not_available,
                               index, r.leader, r.leader_epoch, r.replicas, r.isr,
                               self._offline(r.replicas))
-             for index, r in sorted(partitions.items())),
+             for index, r in partitions.items()),  # by index (PartitionMap)
             len(partitions), ops)
         self._encoded[(version, name, ops)] = (topic, brokers, encoded)
         return encoded
@@ -246,8 +246,7 @@ class MetadataCache:
     def _build_topic(self, module: Any, topic: TopicImage, ops: int) -> Any:
         name = topic.name
         partitions = []
-        for index in sorted(topic.partitions.keys()):
-            registration = topic.partitions[index]
+        for index, registration in topic.partitions.items():  # by index (PartitionMap)
             leader = registration.leader
             code = ErrorCode.none if leader >= 0 else ErrorCode.leader_not_available
             partitions.append(make(

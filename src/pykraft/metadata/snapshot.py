@@ -140,7 +140,7 @@ def _topics(base: MetadataImage, target: MetadataImage) -> Iterator[MetadataReco
                 invariant(index in topic.partitions,
                           "partition %s-%d cannot be removed from a live topic", topic.name,
                           index)
-        for index, registration in sorted(topic.partitions.items()):
+        for index, registration in topic.partitions.items():  # by index (PartitionMap)
             if partitions.get(index) != registration:
                 yield registration.to_record(topic_id, index)
 

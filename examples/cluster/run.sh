@@ -111,6 +111,14 @@ else
     echo "bootstrap.servers=127.0.0.1:$base"
 fi
 echo "controllers: 127.0.0.1:$((base + 10001))-$((base + 10003)); Ctrl-C stops every node"
-# returns when every node has exited, or at once on Ctrl-C / SIGTERM; the EXIT trap then
-# stops whatever still runs (killing one node, say the active controller, stops only it)
-wait || true
+# until every node has exited, or at once on Ctrl-C / SIGTERM; the EXIT trap then stops
+# whatever still runs (killing one node, say the active controller, stops only it). A
+# one-second wait at a time: a signal that one `wait` missed is acted on at the next (bash
+# runs a trap that came in while it waited, at the latest when that wait ends)
+while :; do
+    alive=0
+    for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+    [ "$alive" = 1 ] || break
+    sleep 1 </dev/null >/dev/null 2>&1 &
+    wait "$!" || true
+done

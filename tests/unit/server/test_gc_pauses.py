@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from pykraft.server import gc_pauses
 from pykraft.server.gc_pauses import GcPauses
 
 
@@ -106,3 +107,32 @@ def test_the_census_names_what_a_long_full_collection_walked(
     named = re.search(r"\bNode (\d+)", census[0])  # (others may still be alive)
     assert named is not None and int(named.group(1)) >= 50_000, census
     assert walked and gc.get_freeze_count() > 0
+
+
+def test_a_pause_is_told_with_the_time_collecting_and_only_that_decides_the_freeze(
+        caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full collection whose node thread waited (for the GIL, or for a core) is logged
+    with its whole pause and the CPU time it took; its survivors are frozen only when the
+    collecting itself was long."""
+    clocks = {"wall": 0.0, "cpu": 0.0}
+    monkeypatch.setattr(gc_pauses.time, "perf_counter", lambda: clocks["wall"])
+    monkeypatch.setattr(gc_pauses.time, "thread_time", lambda: clocks["cpu"])
+    pauses = GcPauses(threshold_ms=100, thaw_interval_s=3600)
+    full = {"generation": 2, "collected": 0, "uncollectable": 0}
+
+    def collection(wall_s: float, cpu_s: float) -> None:
+        pauses._on_collection("start", full)
+        clocks["wall"] += wall_s
+        clocks["cpu"] += cpu_s
+        pauses._on_collection("stop", full)
+
+    with caplog.at_level(logging.INFO, logger="pykraft.server.gc_pauses"):
+        collection(0.5, 0.01)  # waited 490 ms
+        assert caplog.messages == ["garbage collection of generation 2 paused the node for "
+                                   "500 ms, 10 ms of it collecting (0 objects collected, "
+                                   "0 uncollectable)"]
+        assert gc.get_freeze_count() == 0
+        collection(0.3, 0.25)  # walked a lot
+        assert "paused the node for 300 ms, 250 ms of it collecting" in caplog.messages[-1]
+        assert gc.get_freeze_count() > 0
+    assert pauses.longest_ms == 500

@@ -136,3 +136,12 @@ def test_a_pause_is_told_with_the_time_collecting_and_only_that_decides_the_free
         assert "paused the node for 300 ms, 250 ms of it collecting" in caplog.messages[-1]
         assert gc.get_freeze_count() > 0
     assert pauses.longest_ms == 500
+    # a young collection is timed by the clock alone (the CPU clock is a system call)
+    monkeypatch.setattr(gc_pauses.time, "thread_time", lambda: pytest.fail("thread_time"))
+    young = {"generation": 0, "collected": 0, "uncollectable": 0}
+    with caplog.at_level(logging.INFO, logger="pykraft.server.gc_pauses"):
+        pauses._on_collection("start", young)
+        clocks["wall"] += 0.25
+        pauses._on_collection("stop", young)
+    assert caplog.messages[-1] == ("garbage collection of generation 0 paused the node for "
+                                   "250 ms (0 objects collected, 0 uncollectable)")

@@ -315,6 +315,34 @@ async def test_a_partition_back_from_a_delay_is_told_to_the_leader_again(
         (TOPIC_ID, [0])]
 
 
+async def test_delays_end_in_their_order_and_a_later_delay_or_a_drop_wins(
+        tmp_path: Path) -> None:
+    """A delay ends when it is over and not before; a state delayed again keeps only its
+    newest delay; one delayed until the metadata moves it, or dropped, never comes back."""
+    fetcher, _, _ = scripted_fetcher(tmp_path, 4, FetcherConfig(backoff_ms=50))
+    states = [fetcher.states[("t", i)] for i in range(4)]
+    fetcher._full_look_at = math.inf  # no look at everything meanwhile
+    fetcher._delay_until(states[0], 10.0)
+    fetcher._delay_until(states[1], 20.0)
+    fetcher._delay_until(states[2], 5.0)
+    fetcher._delay_until(states[2], 30.0)  # delayed again: the 5.0 no longer counts
+    fetcher._delay_until(states[3], 15.0)
+    fetcher._delay_until(states[3], math.inf)  # until the metadata moves it
+    fetcher._dirty.clear()
+    assert fetcher._next_delay_end() == 10.0
+    fetcher._end_delays(9.9)
+    assert len(fetcher._delayed) == 4 and not fetcher._dirty
+    fetcher._end_delays(15.0)
+    assert fetcher._dirty == {(TOPIC_ID, 0)}
+    fetcher.remove(states[1].partition)  # dropped while delayed
+    fetcher._dirty.clear()
+    assert fetcher._next_delay_end() == 30.0
+    fetcher._end_delays(1000.0)
+    assert fetcher._dirty == {(TOPIC_ID, 2)}
+    assert list(fetcher._delayed) == [(TOPIC_ID, 3)] and fetcher._delay_ends == []
+    assert fetcher._next_delay_end() == math.inf
+
+
 async def test_the_fetcher_applies_records_divergence_and_errors(tmp_path: Path) -> None:
     log = follower_log(tmp_path, [(1, 2), (2, 3)])  # epoch 2 at 2-4, the leader's ended at 3
     fetcher, state = fetcher_for(log)

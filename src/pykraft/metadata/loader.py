@@ -141,14 +141,12 @@ class MetadataLoader:
                 if per_step and count % per_step == 0:
                     yield
 
+        building = MetadataDelta(MetadataImage.EMPTY)
+        yield from replayed(building, records)
+        target = building.apply(offset, epoch)
         if self._image is MetadataImage.EMPTY:  # start-up, or a wiped node: one replay
-            delta = MetadataDelta(self._image)
-            yield from replayed(delta, records)
-            image = delta.apply(offset, epoch)
+            delta, image = building, target
         else:
-            building = MetadataDelta(MetadataImage.EMPTY)
-            yield from replayed(building, records)
-            target = building.apply(offset, epoch)
             delta = MetadataDelta(self._image)
             yield from replayed(delta, change_records(self._image, target))
             image = delta.apply(offset, epoch)

@@ -93,21 +93,15 @@ class GcPauses:
                 self._started_cpu = time.thread_time()
             return
         paused_ms = (time.perf_counter() - self._started) * 1000
+        collecting_ms = (time.thread_time() - self._started_cpu) * 1000 if full else 0.0
         self.longest_ms = max(self.longest_ms, paused_ms)
-        if not full:
-            if paused_ms >= self.threshold_ms:
-                log.info("garbage collection of generation %d paused the node for %d ms "
-                         "(%d objects collected, %d uncollectable)", info["generation"],
-                         paused_ms, info["collected"], info["uncollectable"])
-            return
-        collecting_ms = (time.thread_time() - self._started_cpu) * 1000
         if paused_ms >= self.threshold_ms:
             # (not gc.get_freeze_count(): it walks every frozen object)
-            log.info("garbage collection of generation %d paused the node for %d ms, %d ms "
-                     "of it collecting (%d objects collected, %d uncollectable)",
-                     info["generation"], paused_ms, collecting_ms, info["collected"],
-                     info["uncollectable"])
-        if not self.freeze:
+            log.info("garbage collection of generation %d paused the node for %d ms%s "
+                     "(%d objects collected, %d uncollectable)", info["generation"], paused_ms,
+                     f", {int(collecting_ms)} ms of it collecting" if full else "",
+                     info["collected"], info["uncollectable"])
+        if not full or not self.freeze:
             return
         now = time.monotonic()  # the collection is over: its lists may change
         if now - self._thawed_at >= self.thaw_interval_s:

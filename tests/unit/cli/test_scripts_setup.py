@@ -41,6 +41,7 @@ case "$1" in
               exit 1
             fi
             touch src/pykraft/records/_scan.cpython-311-x86_64-linux-gnu.so
+            touch src/pykraft/metadata/_read.cpython-311-x86_64-linux-gnu.so
             echo "Successfully installed pykraft" ;;
         esac ;;
     esac ;;
@@ -67,6 +68,8 @@ def project(tmp_path: Path) -> Path:
     (tmp_path / "setup.py").write_text("")
     (tmp_path / "src" / "pykraft" / "records").mkdir(parents=True)
     (tmp_path / "src" / "pykraft" / "records" / "_scan.c").write_text("")
+    (tmp_path / "src" / "pykraft" / "metadata").mkdir(parents=True)
+    (tmp_path / "src" / "pykraft" / "metadata" / "_read.c").write_text("")
     (tmp_path / "include").mkdir()
     (tmp_path / "include" / "Python.h").write_text("")
     bin_dir = tmp_path / "bin"
@@ -174,18 +177,19 @@ def test_setup_without_tests_needs_neither_kcat_nor_java(project: Path) -> None:
 
 
 def test_a_changed_c_source_or_a_missing_module_installs_again(project: Path) -> None:
-    """The C record check is built by the install: a newer _scan.c or setup.py, or a work
-    tree without the built module, is installed again; otherwise nothing is."""
+    """The two C modules are built by the install: a newer _scan.c, _read.c or setup.py, or
+    a work tree without one of the built modules, is installed again; otherwise nothing is."""
     assert run_setup(project).returncode == 0
     again = run_setup(project)
     assert again.returncode == 0 and "Successfully installed" not in again.stdout
     marker = project / ".venv" / ".pykraft-installed"
-    for changed in ("src/pykraft/records/_scan.c", "setup.py"):
+    for changed in ("src/pykraft/records/_scan.c", "src/pykraft/metadata/_read.c", "setup.py"):
         os.utime(project / changed, (marker.stat().st_mtime + 5,) * 2)
         assert "Successfully installed" in run_setup(project).stdout, changed
-    for built in (project / "src" / "pykraft" / "records").glob("_scan.*.so"):
-        built.unlink()
-    assert "Successfully installed" in run_setup(project).stdout
+    for module in ("records/_scan", "metadata/_read"):
+        for built in (project / "src" / "pykraft").glob(f"{module}.*.so"):
+            built.unlink()
+        assert "Successfully installed" in run_setup(project).stdout, module
 
 
 def test_a_missing_compiler_or_headers_is_named(project: Path) -> None:

@@ -16,7 +16,12 @@ the cluster holds that many partitions, then report:
 - the last broker's lifecycle, watched through the first broker's Metadata (all topics,
   polled back to back, so the resolution is one such response): SIGTERM until no partition
   is led by it (controlled shutdown), restart until it is listed (unfenced), `kill -9` until
-  every partition has a leader again, and restart until unfenced again.
+  every partition has a leader again, restart until unfenced again, and until it is back
+  in the ISR of every partition it hosts (polled once a second).
+
+RSS per partition (controller) and per replica (broker) is what the node's RSS grew since
+the cluster started empty, divided by the partitions it knows (controller) or the replicas
+it hosts (broker, the largest of the three).
 
     .venv/bin/python benchmarks/metadata_scale.py [--steps 100,10000,30000,100000]
         [--partitions-per-topic 100] [--rf 3] [--failovers 1] [--config KEY=VALUE ...]
@@ -202,6 +207,14 @@ def led_by(bootstrap: str, broker: int) -> int:
                if partition.leader_id in (broker, -1))
 
 
+def outside_isr(bootstrap: str, broker: int) -> int:
+    """Partitions with a replica on `broker` whose ISR, as one broker's Metadata says, does
+    not hold it."""
+    response, _ = metadata(bootstrap, None)
+    return sum(1 for topic in response.topics for partition in topic.partitions
+               if broker in partition.replica_nodes and broker not in partition.isr_nodes)
+
+
 def live_brokers(bootstrap: str) -> set[int]:
     response, _ = metadata(bootstrap, [])
     return {broker.node_id for broker in response.brokers}
@@ -252,10 +265,11 @@ def image_offset(cluster: LocalCluster, node_id: int) -> int:
 
 
 def broker_lifecycle(cluster: LocalCluster, admin: AdminClient, topics: list[str],
-                     partitions: int) -> tuple[float, float, float, float]:
+                     partitions: int) -> tuple[float, float, float, float, float]:
     """(controlled shutdown s, restart to unfenced s, kill -9 until all led s, restart to
-    unfenced s) for the last broker, watched through the first broker's Metadata. Before
-    each stop the broker leads its preferred share again (preferred leader election)."""
+    unfenced s, restart until back in every ISR s) for the last broker, watched through the
+    first broker's Metadata. Before each stop the broker leads its preferred share again
+    (preferred leader election)."""
     victim, watcher = cluster.broker_ids[-1], cluster.broker_ids[0]
     bootstrap = cluster.node(watcher).bootstrap_servers
     total = len(topics) * partitions
@@ -284,7 +298,15 @@ def broker_lifecycle(cluster: LocalCluster, admin: AdminClient, topics: list[str
     started = time.monotonic()
     cluster.restart_node(victim, wait=False)
     wait_until("unfenced after kill -9", lambda: victim in live_brokers(bootstrap))
-    return shutdown_s, restart_s, kill_s, time.monotonic() - started
+    unfenced_s = time.monotonic() - started
+    print(f"# restart after kill -9 to unfenced {unfenced_s:.2f} s", flush=True)
+    # polled once a second: an all-topics Metadata response every few ms would be a load
+    # on the watcher that the real cluster does not carry
+    wait_until("back in every ISR after kill -9", lambda: outside_isr(bootstrap, victim) == 0,
+               limit_s=3600, interval_s=1)
+    isr_s = time.monotonic() - started
+    print(f"# restart after kill -9 until back in every ISR {isr_s:.2f} s", flush=True)
+    return shutdown_s, restart_s, kill_s, unfenced_s, isr_s
 
 
 def main() -> None:
@@ -311,10 +333,11 @@ def main() -> None:
     print(f"# {platform.node()} {platform.machine()}, {now}; 3 controllers + 3 brokers, "
           f"{args.partitions_per_topic} partitions per topic, RF={args.rf}{extra}")
     print("| partitions | create s (step): committed / on all brokers | partitions/s "
-          "| controller RSS MiB | broker RSS MiB | Metadata 1 topic ms (size) "
-          "| Metadata all ms (size) | controller failover s | controlled shutdown s "
-          "| restart to unfenced s | kill -9 until all led s | restart to unfenced s |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| controller RSS MiB (per partition) | broker RSS MiB (per replica) "
+          "| Metadata 1 topic ms (size) | Metadata all ms (size) | controller failover s "
+          "| controlled shutdown s | restart to unfenced s | kill -9 until all led s "
+          "| restart to unfenced s | restart to back in every ISR s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     with LocalCluster(controllers=3, brokers=3, configs=configs,
                       startup_timeout_s=120, stop_timeout_s=300) as cluster:
         bootstrap = cluster.bootstrap_servers
@@ -331,6 +354,7 @@ def main() -> None:
 
 def run_steps(cluster: LocalCluster, admin: AdminClient, first_broker: str, steps: list[int],
               args: argparse.Namespace) -> None:
+    empty_rss = {node_id: rss_mib(cluster, node_id) for node_id in cluster.nodes}
     made = 0
     topic_index = 0
     every_topic: list[str] = []
@@ -345,13 +369,22 @@ def run_steps(cluster: LocalCluster, admin: AdminClient, first_broker: str, step
                                  functools.partial(served_everywhere, cluster, names[-1]))
         every_topic += names
         made += count * args.partitions_per_topic
-        controller_rss = rss_mib(cluster, cluster.active_controller())
+        active = cluster.active_controller()
+        controller_rss = rss_mib(cluster, active)
         broker_rss = max(rss_mib(cluster, b) for b in cluster.broker_ids)
+        # what the partitions added to a node since it started empty: a broker hosts
+        # rf / brokers of the replicas
+        controller_each = (controller_rss - empty_rss[active]) * 1024**2 / made
+        hosted = made * args.rf / len(cluster.broker_ids)
+        broker_each = max(rss_mib(cluster, b) - empty_rss[b]
+                          for b in cluster.broker_ids) * 1024**2 / hosted
         one_s, one_bytes = metadata_timing(first_broker, names[-1] if names else None)
         all_s, all_bytes = metadata_timing(first_broker, None, rounds=3)
         # each figure as soon as it is measured: a later step may fail
         print(f"# {made:,}: created in {took:.1f} s (on all brokers {seen:.1f} s); RSS "
-              f"controller {controller_rss:.0f} MiB, broker {broker_rss:.0f} MiB; Metadata "
+              f"controller {controller_rss:.0f} MiB ({controller_each:,.0f} B per "
+              f"partition), broker {broker_rss:.0f} MiB ({broker_each:,.0f} B per replica); "
+              f"Metadata "
               f"1 topic {one_s * 1000:.1f} ms ({one_bytes:,} B), all {all_s * 1000:.0f} ms "
               f"({all_bytes / 1e6:.1f} MB)", flush=True)
         failovers = []
@@ -361,15 +394,16 @@ def run_steps(cluster: LocalCluster, admin: AdminClient, first_broker: str, step
         fail_s = statistics.median(failovers)
         fail_text = f"{fail_s:.2f}" + (f" ({min(failovers):.2f}-{max(failovers):.2f})"
                                        if len(failovers) > 1 else "")
-        shutdown_s, restart_s, kill_s, rejoin_s = broker_lifecycle(
+        shutdown_s, restart_s, kill_s, rejoin_s, isr_s = broker_lifecycle(
             cluster, admin, every_topic, args.partitions_per_topic)
         rate = count * args.partitions_per_topic / took
         print(f"| {made:,} | {took:.1f} / {seen:.1f} | {rate:,.0f} "
-              f"| {controller_rss:.0f} | {broker_rss:.0f} "
+              f"| {controller_rss:.0f} ({controller_each:,.0f} B) "
+              f"| {broker_rss:.0f} ({broker_each:,.0f} B) "
               f"| {one_s * 1000:.1f} ({one_bytes:,} B) "
               f"| {all_s * 1000:.0f} ({all_bytes / 1e6:.1f} MB) | {fail_text} "
-              f"| {shutdown_s:.2f} | {restart_s:.2f} | {kill_s:.2f} | {rejoin_s:.2f} |",
-              flush=True)
+              f"| {shutdown_s:.2f} | {restart_s:.2f} | {kill_s:.2f} | {rejoin_s:.2f} "
+              f"| {isr_s:.2f} |", flush=True)
 
 
 if __name__ == "__main__":

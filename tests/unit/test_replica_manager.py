@@ -33,6 +33,7 @@ from pykraft.errors import (
 )
 from pykraft.metadata.image import MetadataDelta, MetadataImage
 from pykraft.metadata.records import (
+    ConfigRecord,
     MetadataRecord,
     PartitionChangeRecord,
     PartitionRecord,
@@ -379,6 +380,23 @@ async def test_many_new_replicas_get_their_logs_off_the_event_loop(
         f"doomed-{i}" for i in range(4)]
     info = manager.append(manager.leader_partition("big", 0, image), batch(3), acks=1)
     assert info.last_offset == 2
+
+
+async def test_each_delta_that_moves_replicas_here_is_logged_with_its_offset(
+        manager: ReplicaManager, caplog: pytest.LogCaptureFixture) -> None:
+    topic = uuid.UUID(int=6)
+    with caplog.at_level(logging.INFO, logger="pykraft.broker.replica_manager"):
+        delta, image = _delta(MetadataImage.EMPTY, _topic("moved", topic, 6))
+        manager.apply_delta(delta, image)
+        delta, image = _delta(image, [ConfigRecord(resource_type=2, resource_name="moved",
+                                                   name="retention.ms", value="1000")])
+        manager.apply_delta(delta, image)  # no replica moves: nothing said
+        delta, image = _delta(image, [PartitionChangeRecord(partition_id=1, topic_id=topic,
+                                                            leader=ME)])
+        manager.apply_delta(delta, image)
+    said = [r.getMessage() for r in caplog.records if "to lead" in r.getMessage()]
+    assert said == ["metadata at offset 6: 3 partition(s) to lead, 3 to follow here",
+                    "metadata at offset 8: 1 partition(s) to lead, 0 to follow here"]
 
 
 async def test_a_few_new_replicas_are_served_at_once(manager: ReplicaManager) -> None:

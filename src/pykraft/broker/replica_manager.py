@@ -473,6 +473,12 @@ class ReplicaManager:
         """
         self._image = image
         changes = delta.local_changes(self.node_id)
+        if changes.leaders or changes.followers:
+            # as Kafka's applyDelta says it: when a large change reached each broker is
+            # what the logs of a cluster are read for (a follower that applies its new
+            # leader's change 30 s after that leader leaves its ISRs)
+            log.info("metadata at offset %d: %d partition(s) to lead, %d to follow here",
+                     image.offset, len(changes.leaders), len(changes.followers))
         for deleted in changes.deletes:
             self._pending.pop((deleted.topic, deleted.partition), None)
             self._remove(deleted.topic, deleted.partition)

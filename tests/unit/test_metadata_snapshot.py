@@ -37,7 +37,7 @@ from pykraft.metadata.records import (
     UserScramCredentialRecord,
     ZkMigrationStateRecord,
 )
-from pykraft.metadata.snapshot import change_records, image_from_records, image_records
+from pykraft.metadata.snapshot import change_records, image_records
 from pykraft.server.image_digest import image_digest
 from tests.unit.metadata.metadata_workload import workload
 
@@ -120,8 +120,8 @@ def test_image_records_rebuild_the_image_exactly(seed: int, steps: int) -> None:
     records = history(seed, steps)
     image = fold(records, offset=len(records) + 17, epoch=5)
     written = list(image_records(image))
-    rebuilt = image_from_records(through_bytes(written, image.features.metadata_version),
-                                 offset=image.offset, epoch=image.epoch)
+    rebuilt = fold(through_bytes(written, image.features.metadata_version),
+                   offset=image.offset, epoch=image.epoch)
     assert rebuilt == image
     assert image_digest(rebuilt) == image_digest(image)
     # a snapshot holds the state, not the history: one record per thing that exists

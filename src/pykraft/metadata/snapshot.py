@@ -4,7 +4,8 @@ Theory of operation. `image_records(image)` lists records that, replayed into an
 `MetadataDelta`, rebuild `image` exactly (every field of every registration, fencing and
 controlled-shutdown state included), in Kafka's order: features (metadata.version first),
 cluster, topics with their partitions, configs, client quotas, producer ids, ACLs, SCRAM
-credentials, delegation tokens. `image_from_records` is the other way.
+credentials, delegation tokens. Replaying them into an empty `MetadataDelta` is the other
+way (`MetadataLoader.load_snapshot_steps`).
 
 `change_records(base, target)` is the general form: records that, replayed onto `base`,
 give `target`'s content (removals included: topics, brokers, config keys, quotas, ACLs,
@@ -21,14 +22,13 @@ such an `invariant`: a snapshot that asks for one is not a snapshot of this log.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 
 import immutables
 
 from pykraft.errors import invariant
 from pykraft.metadata.image import (
     METADATA_VERSION,
-    MetadataDelta,
     MetadataImage,
 )
 from pykraft.metadata.partition_map import EMPTY_PARTITIONS
@@ -55,22 +55,12 @@ from pykraft.metadata.registrations import (
     PartitionRegistration,
 )
 
-__all__ = ["change_records", "image_from_records", "image_records"]
+__all__ = ["change_records", "image_records"]
 
 
 def image_records(image: MetadataImage) -> Iterator[MetadataRecord]:
     """Records that rebuild `image` from nothing (a snapshot's content), lazily."""
     return change_records(MetadataImage.EMPTY, image)
-
-
-def image_from_records(
-    records: Iterable[MetadataRecord], *, offset: int, epoch: int
-) -> MetadataImage:
-    """The image `records` build from nothing, as of `offset` in `epoch`."""
-    delta = MetadataDelta(MetadataImage.EMPTY)
-    for record in records:
-        delta.replay(record)
-    return delta.apply(offset, epoch)
 
 
 def change_records(base: MetadataImage, target: MetadataImage) -> Iterator[MetadataRecord]:

@@ -824,10 +824,11 @@ def _native_read(layout: _Layout) -> Read | None:
         if op is None:
             return None
         tagged.append((tag, index[spec.name], op))
-    specs = {spec.name: spec for spec in layout.cls.FIELDS}
-    read_first = {spec.name for spec in layout.regular}
-    defaults = tuple(None if name in read_first else specs[name].default
-                     for name in layout.names)
+    # as `_reader` starts: the absent and tagged fields at their defaults (a regular one is
+    # always read)
+    unread = {spec.name: spec.default
+              for spec in (*layout.absent, *(spec for _, spec in layout.tagged))}
+    defaults = tuple(unread.get(name) for name in layout.names)
     setters = tuple(vars(layout.cls)[name] for name in layout.names)
     return _NATIVE_READER(layout.cls, setters, defaults, tuple(regular), tuple(tagged),
                           MetadataDecodeError, _UUIDS, _uuid_of, _UUID_ARRAYS, _uuid_array_of)

@@ -565,8 +565,15 @@ def test_the_leader_answers_follower_fetches_as_kafka(cluster: LocalCluster) -> 
     request = MetadataRequest(topics=(MetadataRequestTopic(name=topic, topic_id=None),),
                               allow_auto_topic_creation=False,
                               include_topic_authorized_operations=False)
-    with WireClient(cluster.nodes[leader].bootstrap_servers, timeout_s=5) as client:
-        topic_uuid = client.request(3, 12, request).topics[0].topic_id
+
+    def known_id() -> uuid.UUID | None:
+        # the leader learns of the topic from its own copy of the metadata log, which may
+        # trail the broker partition_state asked; until then it answers the zero id
+        with WireClient(cluster.nodes[leader].bootstrap_servers, timeout_s=5) as client:
+            found = client.request(3, 12, request).topics[0]
+        return found.topic_id if found.error_code == ErrorCode.none else None
+
+    topic_uuid = wait_for(known_id, f"{topic}'s id on its leader")
     p = producer(bootstrap_of(cluster))
     for i in range(3):
         p.produce(topic, value=f"w{i}".encode())

@@ -250,3 +250,109 @@ def test_a_follower_caught_up_while_it_could_not_join_joins_once_it_can(
     eligible = True  # unfenced: its next fetch, still of an idle partition
     manager.follower_still_caught_up(partition, 2, clock())
     assert proposed == [(ME, 2)]
+
+
+def follower_fetch(offsets: dict[int, int], *, session_id: int, epoch: int,
+                   replica_id: int = 2) -> object:
+    """Broker `replica_id`'s fetch (v12: by topic name) of the partitions in `offsets`."""
+    return make(
+        fetch_request.FetchRequest, replica_id=replica_id,
+        max_wait=datetime.timedelta(0), min_bytes=1, max_bytes=1 << 20, isolation_level=0,
+        session_id=session_id, session_epoch=epoch,
+        topics=(make(fetch_request.FetchTopic, topic="t", partitions=tuple(
+            make(fetch_request.FetchPartition, partition=index, current_leader_epoch=0,
+                 fetch_offset=offset, last_fetched_epoch=-1, log_start_offset=0,
+                 partition_max_bytes=1 << 16)
+            for index, offset in offsets.items())),) if offsets else (),
+        forgotten_topics_data=(), rack_id="")
+
+
+def lead_with_follower(manager: ReplicaManager, index: int) -> Partition:
+    """A partition led here with broker 2 in its ISR, holding one record."""
+    registration = PartitionRegistration(
+        replicas=(ME, 2), isr=(ME, 2), removing_replicas=(), adding_replicas=(), leader=ME,
+        leader_recovery_state=LeaderRecoveryState.RECOVERED, leader_epoch=0,
+        partition_epoch=0, directories=())
+    manager._apply_partition("t", TOPIC_ID, index, registration,
+                             LogConfig.from_configs({}, manager.server_configs))
+    partition = manager.get_partition("t", index)
+    assert partition is not None
+    manager.append(partition, build_batch([(b"k", b"v", [], 1)]), acks=1)
+    return partition
+
+
+async def test_an_idle_follower_stays_caught_up_without_a_look_at_its_partitions(
+        manager: ReplicaManager, apis: BrokerApis, clock: Clock,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Broker 2's session holds partitions idle at our log end; its fetches go on for
+    longer than replica.lag.time.max.ms without looking at them (no full look). An append
+    then leaves its recorded position behind ours: until it fetches again it still counts
+    as caught up, as of its session's last look -- and no longer once that look is older
+    than the lag allowed. Looking at each idle partition to record it was the full look
+    every 5 s: with the rest of the look at idle partitions, up to 17% of a broker's time
+    at 300,000 partitions."""
+    monkeypatch.setattr(apis_module, "FULL_LOOK_MS", 10**9)
+    partitions = [lead_with_follower(manager, index) for index in range(3)]
+    lag_ms = manager.replica_lag_time_max_ms
+    opened = await fetch(apis, follower_fetch(dict.fromkeys(range(3), 1), session_id=0,
+                                              epoch=0))
+    session_id = opened.session_id
+    assert session_id != 0
+    # its first fetch moved the high watermarks meanwhile: the next one looks at them again
+    await fetch(apis, follower_fetch({}, session_id=session_id, epoch=1))
+    looks = 0
+    idle_state = apis_module._idle_state
+
+    def counted(partition: Partition) -> object:
+        nonlocal looks
+        looks += 1
+        return idle_state(partition)
+
+    monkeypatch.setattr(apis_module, "_idle_state", counted)
+    epoch = 2
+    for _ in range(4):  # 40 s of fetches, each 10 s apart, none looking at a partition
+        clock.ms += lag_ms // 3
+        assert (await fetch(apis, follower_fetch({}, session_id=session_id,
+                                                 epoch=epoch))).responses == ()
+        epoch += 1
+    assert looks == 0
+    manager.append(partitions[0], build_batch([(b"k", b"v", [], 1)]), acks=1)
+    assert partitions[0].followers[2].log_end_offset == 1  # behind our 2 since long ago
+    assert clock() - partitions[0].followers[2].last_caught_up_ms > lag_ms
+    assert manager.out_of_sync_replicas(partitions[0], clock()) == ()
+    assert manager.maybe_shrink_isr() == 0
+    clock.ms += lag_ms  # the session's last look is now as old as the lag allowed
+    assert manager.out_of_sync_replicas(partitions[0], clock()) == ()
+    clock.ms += 1
+    assert manager.out_of_sync_replicas(partitions[0], clock()) == (2,)
+    assert manager.out_of_sync_replicas(partitions[1], clock()) == ()  # still at our end
+
+
+async def test_a_follower_partition_read_again_after_a_change_is_caught_up_as_of_the_last_look(
+        manager: ReplicaManager, apis: BrokerApis, clock: Clock,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a long idle time, an append to a session's idle partition: the follower's
+    next fetch reads it from its old position and gets the record. Until the fetch after,
+    the follower counts as caught up as of the session's look before (Kafka's previous
+    fetch), not as of when it was last read, long ago."""
+    monkeypatch.setattr(apis_module, "FULL_LOOK_MS", 10**9)
+    partition = lead_with_follower(manager, 0)
+    lag_ms = manager.replica_lag_time_max_ms
+    opened = await fetch(apis, follower_fetch({0: 1}, session_id=0, epoch=0))
+    session_id = opened.session_id
+    await fetch(apis, follower_fetch({}, session_id=session_id, epoch=1))  # (the new HW)
+    for epoch in range(2, 5):
+        clock.ms += lag_ms // 3
+        await fetch(apis, follower_fetch({}, session_id=session_id, epoch=epoch))
+    last_look = clock()
+    clock.ms += 100
+    manager.append(partition, build_batch([(b"k", b"v", [], 1)]), acks=1)
+    answered = await fetch(apis, follower_fetch({}, session_id=session_id, epoch=5))
+    [data] = [p for t in answered.responses for p in t.partitions]
+    assert data.records and data.high_watermark == 1
+    assert partition.followers[2].log_end_offset == 1
+    assert partition.followers[2].last_caught_up_ms == last_look
+    clock.ms += lag_ms - 100
+    assert manager.out_of_sync_replicas(partition, clock()) == ()
+    clock.ms += 1
+    assert manager.out_of_sync_replicas(partition, clock()) == (2,)

@@ -97,8 +97,10 @@ FIRST_FETCH_WITH_RACK = 11  # KIP-392: rack_id in requests, preferred_read_repli
 # FETCH_SLICE_CHECK partitions (each look takes some 10-30 us)
 FETCH_SLICE_S = 0.02
 FETCH_SLICE_CHECK = 64
-# a fetch session's partitions are all looked at (not only those noted as changed) this often
-FULL_LOOK_MS = 5_000
+# a fetch session's partitions are all looked at (not only those noted as changed) this
+# often: for a change nothing noted (retention moving a log start). An idle follower needs
+# no look to stay caught up (FetchSessionCache.idle_follower_ms).
+FULL_LOOK_MS = 60_000
 READ_COMMITTED = 1  # isolation_level of Fetch and ListOffsets
 FIRST_NULLABLE_METADATA_NAME = 12  # Metadata v12+: a topic answered by id may have no name
 LATEST_TIMESTAMP = -1
@@ -192,6 +194,7 @@ class BrokerApis:
                                    or FETCH_MAX_BYTES_DEFAULT)
         self.auto_create_topics = auto_create_topics
         self.fetch_sessions = fetch_sessions or FetchSessionCache()
+        replicas.idle_follower_ms = self.fetch_sessions.idle_follower_ms
         # (transactional id, producer id, epoch, topic, partition) -> error: set by the node
         # (broker.transaction_apis) to refuse transactional batches outside a transaction
         self.verify_transactional: Callable[
@@ -487,9 +490,11 @@ class BrokerApis:
         refused = self._refused_fetch(context, replica_id)
         names = {key: self._fetch_topic_name(topic, image)
                  for topic in request.topics for key in (topic_key(topic),)}
-        fetch = self.fetch_sessions.context(request, names, self.replicas.now_ms(),
+        look_ms = self.replicas.now_ms()
+        fetch = self.fetch_sessions.context(request, names, look_ms,
                                             follower=replica_id >= 0,
-                                            name_of=lambda topic_id: _topic_name(image, topic_id))
+                                            name_of=lambda topic_id: _topic_name(image, topic_id),
+                                            replica_id=replica_id)
         if fetch.error != ErrorCode.none:
             return make(module.FetchResponse, throttle_time=NO_THROTTLE,
                         error_code=fetch.error, session_id=NO_SESSION, responses=())
@@ -502,6 +507,8 @@ class BrokerApis:
             looked, reads, total, errors, parked, woken = await self._read_fetch(
                 fetch, read_before, max_bytes, replica_id, first_pass, committed,
                 client_rack, context.listener_name, refused)
+            if first_pass and session is not None:
+                session.looked_ms = look_ms  # its idle partitions were at our log end then
             first_pass = False
             remaining_ms = int((deadline - loop.time()) * 1000)
             if (total >= min_bytes or errors or remaining_ms <= 0
@@ -622,6 +629,12 @@ class BrokerApis:
                         parked.append(partition)
                         reads.append(None)
                         continue
+                    if replica_id >= 0 and session is not None \
+                            and partition is each.idle[0]:
+                        # changed since the session's last look, at which the follower was
+                        # at our log end: so it was caught up then (not looked at since)
+                        self.replicas.follower_still_caught_up(partition, replica_id,
+                                                               session.looked_ms)
                 partition, read = self._fetch_partition(
                     each, image, max(0, max_bytes - total), total == 0, replica_id,
                     first_pass, committed=committed, client_rack=client_rack,
@@ -640,9 +653,8 @@ class BrokerApis:
     def _changed_since_last_look(self, session: FetchSession | None, size: int,
                                  first_pass: bool, now_ms: int) -> set[Partition] | None:
         """The partitions changed since `session`'s last look, or None: look at each (no
-        session, too many changes, or the session's full look is due: every FULL_LOOK_MS,
-        and at least four times per replica.lag.time.max.ms, which records its idle
-        followers as caught up)."""
+        session, too many changes, or the session's full look is due: every
+        FULL_LOOK_MS)."""
         if session is None:
             return None
         changes = self.replicas.changes
@@ -650,8 +662,7 @@ class BrokerApis:
         if not first_pass or now_ms < session.full_look_ms:
             changed = changes.since(session.changes_seen, size)
         if changed is None and first_pass:
-            session.full_look_ms = now_ms + min(FULL_LOOK_MS,
-                                                self.replicas.replica_lag_time_max_ms // 4)
+            session.full_look_ms = now_ms + FULL_LOOK_MS
         session.changes_seen = changes.count
         return changed
 

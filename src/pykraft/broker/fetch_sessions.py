@@ -100,6 +100,11 @@ class FetchSession:
     # record an idle follower as still caught up)
     changes_seen: int = -1
     full_look_ms: int = 0
+    # a follower's session: the broker it is of, and when the last look at its partitions
+    # began (the fetch's arrival); each partition still marked idle was at this leader's
+    # log end then, so the follower counts as caught up on it as of that time
+    replica_id: int = -1
+    looked_ms: int = -1
     # partitions whose topic id was unknown when they were named (the leader had not yet
     # applied the topic): looked up again at each request, as Kafka's sessions do
     unresolved: set[Key] = dataclasses.field(default_factory=set)
@@ -191,7 +196,8 @@ class FetchSessionCache:
 
     def context(self, request: Any, names: dict[Any, tuple[str, uuid.UUID | None]],
                 now_ms: int, follower: bool,
-                name_of: Callable[[uuid.UUID], str] = lambda _: "") -> FetchContext:
+                name_of: Callable[[uuid.UUID], str] = lambda _: "",
+                replica_id: int = -1) -> FetchContext:
         """The FetchContext of `request`; `names` maps each topic key of the request (and of
         its forgotten topics) to the topic's name and id ("" for an unknown id); `name_of`
         gives the current name of a topic id, for the session's partitions named while
@@ -205,7 +211,7 @@ class FetchSessionCache:
             partitions = list(requested.values())
             if epoch == FINAL_EPOCH:
                 return FetchContext(partitions, None, False, NO_SESSION)
-            session = self._open(OrderedDict(requested), now_ms, follower)
+            session = self._open(OrderedDict(requested), now_ms, follower, replica_id)
             if session is None:
                 return FetchContext(partitions, None, False, NO_SESSION)
             return FetchContext(partitions, session, False, session.session_id)
@@ -265,14 +271,27 @@ class FetchSessionCache:
                     field(wanted, "log_start_offset", -1))
         return requested
 
+    def idle_follower_ms(self, partition: Any, replica_id: int) -> int:
+        """When a session of follower `replica_id` last looked at its partitions while
+        `partition` (the replica manager's) was marked idle there -- the follower at this
+        leader's log end -- or -1: what its idle partitions are not looked at to record."""
+        seen = -1
+        for session in self._sessions.values():
+            if session.replica_id == replica_id:
+                found = session.idle_of.get(partition)
+                if found is not None and found.idle is not None:
+                    seen = max(seen, session.looked_ms)
+        return seen
+
     def _open(self, partitions: OrderedDict[Key, SessionPartition], now_ms: int,
-              follower: bool) -> FetchSession | None:
+              follower: bool, replica_id: int = -1) -> FetchSession | None:
         if len(self._sessions) >= self.slots and not self._evict_one(now_ms, follower):
             return None
         session_id = self._rng.randint(1, 0x7FFFFFFF)
         while session_id in self._sessions:
             session_id = self._rng.randint(1, 0x7FFFFFFF)
-        session = FetchSession(session_id, follower, partitions, last_used_ms=now_ms)
+        session = FetchSession(session_id, follower, partitions, last_used_ms=now_ms,
+                               replica_id=replica_id if follower else -1)
         for key, partition in partitions.items():
             session.note_unresolved(key, partition)
         self._sessions[session_id] = session

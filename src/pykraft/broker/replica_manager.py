@@ -437,6 +437,11 @@ class ReplicaManager:
             (server_configs.get(UNSAFE_LEADER_HIGH_WATERMARK_KEY) or "").lower() == "true")
         self.fetchers: FetcherControl | None = None
         self.alter_partition: AlterPartitionSender | None = None
+        # (partition, follower) -> when a fetch session of the follower last looked at its
+        # partitions while it was at this leader's log end on `partition`, or -1: the
+        # Fetch handler's (FetchSessionCache.idle_follower_ms), which does not look at
+        # idle partitions to record each of them as caught up
+        self.idle_follower_ms: Callable[[Partition, int], int] | None = None
         self.retry_backoff_ms = 100
         self._partitions: dict[tuple[str, int], Partition] = {}
         self.changes = PartitionChanges()
@@ -935,14 +940,16 @@ class ReplicaManager:
 
     def follower_still_caught_up(self, partition: Partition, replica_id: int,
                                  now_ms: int) -> None:
-        """`replica_id` fetched `partition` again at our log end, and nothing changed since
-        its last fetch was looked at in full: what update_follower would record, and the
-        ISR expansion it would try. A follower caught up while it could not join (fenced,
-        not yet unfenced after its restart) joins once it can, though the partition stays
-        idle: 15 such partitions stayed out of their ISRs for good at 300,000."""
+        """`replica_id` fetched `partition` at our log end at `now_ms`, and nothing changed
+        since its last fetch was looked at in full: what update_follower would record, and
+        the ISR expansion it would try. A follower caught up while it could not join
+        (fenced, not yet unfenced after its restart) joins once it can, though the
+        partition stays idle: 15 such partitions stayed out of their ISRs for good at
+        300,000."""
         state = partition.followers.get(replica_id)
         if state is not None:
-            state.last_caught_up_ms = state.last_fetch_ms = now_ms
+            state.last_caught_up_ms = max(state.last_caught_up_ms, now_ms)
+            state.last_fetch_ms = max(state.last_fetch_ms, now_ms)
             if replica_id not in partition.isr:
                 self._maybe_expand_isr(partition, replica_id, state)
 
@@ -978,15 +985,19 @@ class ReplicaManager:
     def out_of_sync_replicas(self, partition: Partition, now_ms: int) -> tuple[int, ...]:
         """ISR members (not the leader) not caught up for replica.lag.time.max.ms; one
         whose log end is the leader's counts as caught up (an idle partition keeps a
-        silent follower, as Kafka's does)."""
+        silent follower, as Kafka's does), and so does one that a fetch session of it saw
+        at our log end within that time (`idle_follower_ms`)."""
         leader_end = partition.log.log_end_offset
+        lag_max = self.replica_lag_time_max_ms
         lagging = []
         for replica in partition.isr:
             if replica == self.node_id:
                 continue
             state = partition.followers.get(replica, FollowerState())
             if (state.log_end_offset != leader_end
-                    and now_ms - state.last_caught_up_ms > self.replica_lag_time_max_ms):
+                    and now_ms - state.last_caught_up_ms > lag_max
+                    and (self.idle_follower_ms is None
+                         or now_ms - self.idle_follower_ms(partition, replica) > lag_max)):
                 lagging.append(replica)
         return tuple(lagging)
 

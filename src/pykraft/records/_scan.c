@@ -222,14 +222,293 @@ done:
     return result;
 }
 
+/* -- records(): the records of a section, decoded --------------------------------------
+ *
+ * records(section, count, base_offset, base_timestamp, log_append_time, cls, setters)
+ *     -> list of `cls`
+ *
+ * The C twin of pykraft.records.record._decode_records_python, the reference: the same
+ * records, and the same sections refused (ValueError(message); the caller raises
+ * CorruptRecord). Its varints are kio's: a fifth varint byte may carry any bits (the value
+ * then lies outside int32 and every field that reads one refuses it), a tenth varlong byte
+ * any but the top one (the bits past 64 are dropped). Offsets and timestamps are Python's
+ * sums: past int64 they are larger ints, not wrapped. Each record is made as the
+ * dataclass's own __init__ would make it, through its slots' descriptors (`setters`:
+ * offset, timestamp, key, value, headers), without calling it. */
+
+typedef enum { KIO_OK = 0, KIO_SHORT = 1, KIO_LONG = 2 } kio_status;
+
+/* kio's varint: up to five bytes; the value as a 64-bit int (outside int32 when the fifth
+ * byte carries more than four bits). */
+static inline kio_status kio_varint(const uint8_t **cursor, const uint8_t *end, int64_t *out)
+{
+    const uint8_t *p = *cursor;
+    if (__builtin_expect(p < end && !(*p & 0x80), 1)) {
+        *out = (int64_t)(*p >> 1) ^ -(int64_t)(*p & 1);
+        *cursor = p + 1;
+        return KIO_OK;
+    }
+    uint64_t raw = 0;
+    for (int shift = 0; shift <= 28; shift += 7) {
+        if (p >= end)
+            return KIO_SHORT;
+        uint8_t byte = *p++;
+        raw |= (uint64_t)(byte & 0x7f) << shift;
+        if (!(byte & 0x80)) {
+            *cursor = p;
+            *out = (int64_t)(raw >> 1) ^ -(int64_t)(raw & 1);
+            return KIO_OK;
+        }
+    }
+    return KIO_LONG;
+}
+
+/* kio's varlong: up to ten bytes, the tenth without its top bit; bits past 64 dropped. */
+static inline kio_status kio_varlong(const uint8_t **cursor, const uint8_t *end, int64_t *out)
+{
+    const uint8_t *p = *cursor;
+    if (__builtin_expect(p < end && !(*p & 0x80), 1)) {
+        *out = (int64_t)(*p >> 1) ^ -(int64_t)(*p & 1);
+        *cursor = p + 1;
+        return KIO_OK;
+    }
+    uint64_t raw = 0;
+    for (int shift = 0; shift <= 63; shift += 7) {
+        if (p >= end)
+            return KIO_SHORT;
+        uint8_t byte = *p++;
+        if (shift == 63 && (byte & 0x80))
+            return KIO_LONG;
+        raw |= (uint64_t)(byte & 0x7f) << shift;
+        if (!(byte & 0x80)) {
+            *cursor = p;
+            *out = (int64_t)((raw >> 1) ^ (0ull - (raw & 1ull)));
+            return KIO_OK;
+        }
+    }
+    return KIO_LONG;
+}
+
+static PyObject *corrupt(const char *format, ...)
+{
+    va_list args;
+    va_start(args, format);
+    PyObject *message = PyUnicode_FromFormatV(format, args);
+    va_end(args);
+    if (message != NULL) {
+        PyErr_SetObject(PyExc_ValueError, message);
+        Py_DECREF(message);
+    }
+    return NULL;
+}
+
+/* a + b as Python adds them: an int64 when it fits, a larger int otherwise */
+static PyObject *exact_sum(int64_t a, int64_t b)
+{
+    int64_t sum;
+    if (!__builtin_add_overflow(a, b, &sum))
+        return PyLong_FromLongLong(sum);
+    PyObject *left = PyLong_FromLongLong(a), *right = PyLong_FromLongLong(b), *total = NULL;
+    if (left != NULL && right != NULL)
+        total = PyNumber_Add(left, right);
+    Py_XDECREF(left);
+    Py_XDECREF(right);
+    return total;
+}
+
+/* A nullable byte string of `length` (-1: None) at *cursor, within `end`. */
+static PyObject *take_bytes(const uint8_t **cursor, const uint8_t *end, int64_t length)
+{
+    if (length == -1)
+        Py_RETURN_NONE;
+    if (length < 0 || length > end - *cursor)
+        return NULL; /* no exception set: the caller says what */
+    PyObject *taken = PyBytes_FromStringAndSize((const char *)*cursor, (Py_ssize_t)length);
+    *cursor += length;
+    return taken;
+}
+
+#define RECORD_FIELDS 5
+
+static PyObject *make_record(PyObject *cls, PyObject *setters, PyObject **values)
+{
+    static PyObject *no_arguments = NULL;
+    if (no_arguments == NULL && (no_arguments = PyTuple_New(0)) == NULL)
+        return NULL;
+    PyObject *record = PyBaseObject_Type.tp_new((PyTypeObject *)cls, no_arguments, NULL);
+    if (record == NULL)
+        return NULL;
+    for (int field = 0; field < RECORD_FIELDS; field++) {
+        PyObject *setter = PyTuple_GET_ITEM(setters, field);
+        if (Py_TYPE(setter)->tp_descr_set(setter, record, values[field]) < 0) {
+            Py_DECREF(record);
+            return NULL;
+        }
+    }
+    return record;
+}
+
+static PyObject *headers_of(const uint8_t **cursor, const uint8_t *end, int64_t count,
+                            Py_ssize_t index)
+{
+    PyObject *headers = PyTuple_New((Py_ssize_t)count);
+    if (headers == NULL)
+        return NULL;
+    for (int64_t header = 0; header < count; header++) {
+        int64_t key_length, value_length;
+        if (kio_varint(cursor, end, &key_length) != KIO_OK || key_length < 0
+                || key_length > end - *cursor) {
+            Py_DECREF(headers);
+            return corrupt("record %zd: header %lld's key does not fit the record", index,
+                           (long long)header);
+        }
+        PyObject *key = PyUnicode_DecodeUTF8((const char *)*cursor, (Py_ssize_t)key_length,
+                                             "surrogateescape");
+        if (key == NULL) {
+            Py_DECREF(headers);
+            return NULL;
+        }
+        *cursor += key_length;
+        PyObject *value = NULL;
+        if (kio_varint(cursor, end, &value_length) != KIO_OK
+                || (value = take_bytes(cursor, end, value_length)) == NULL) {
+            Py_DECREF(key);
+            Py_DECREF(headers);
+            if (PyErr_Occurred())
+                return NULL;
+            return corrupt("record %zd: header %lld's value does not fit the record", index,
+                           (long long)header);
+        }
+        PyObject *pair = PyTuple_Pack(2, key, value);
+        Py_DECREF(key);
+        Py_DECREF(value);
+        if (pair == NULL) {
+            Py_DECREF(headers);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(headers, (Py_ssize_t)header, pair);
+    }
+    return headers;
+}
+
+static PyObject *records(PyObject *module, PyObject *args)
+{
+    Py_buffer view;
+    Py_ssize_t count;
+    long long base_offset, base_timestamp;
+    PyObject *append_time, *cls, *setters;
+    if (!PyArg_ParseTuple(args, "y*nLLOOO!", &view, &count, &base_offset, &base_timestamp,
+                          &append_time, &cls, &PyTuple_Type, &setters))
+        return NULL;
+    PyObject *result = NULL, *list = NULL;
+    if (!PyType_Check(cls) || PyTuple_GET_SIZE(setters) != RECORD_FIELDS) {
+        PyErr_SetString(PyExc_TypeError, "records: a class and its five slot descriptors");
+        goto done;
+    }
+    for (int field = 0; field < RECORD_FIELDS; field++) {
+        if (Py_TYPE(PyTuple_GET_ITEM(setters, field))->tp_descr_set == NULL) {
+            PyErr_SetString(PyExc_TypeError, "records: a setter is not a data descriptor");
+            goto done;
+        }
+    }
+    if (append_time != Py_None && !PyLong_Check(append_time)) {
+        PyErr_SetString(PyExc_TypeError, "records: log_append_time is an int or None");
+        goto done;
+    }
+    const uint8_t *p = (const uint8_t *)view.buf;
+    const uint8_t *end = p + view.len;
+    if ((list = PyList_New(0)) == NULL)
+        goto done;
+    for (Py_ssize_t index = 0; index < count; index++) {
+        int64_t length, timestamp_delta, offset_delta, key_length, value_length, header_count;
+        if (kio_varint(&p, end, &length) != KIO_OK || length < 0 || length > end - p) {
+            corrupt("record %zd: its length does not fit the records", index);
+            goto done;
+        }
+        const uint8_t *record_end = p + length;
+        if (p >= record_end) {
+            corrupt("record %zd is empty", index);
+            goto done;
+        }
+        p++; /* attributes: unused in v2 */
+        if (kio_varlong(&p, record_end, &timestamp_delta) != KIO_OK
+                || kio_varint(&p, record_end, &offset_delta) != KIO_OK) {
+            corrupt("record %zd: its timestamp or offset delta does not fit the record", index);
+            goto done;
+        }
+        if (offset_delta < INT32_MIN || offset_delta > INT32_MAX) {
+            corrupt("record %zd: varint %lld is outside int32", index, (long long)offset_delta);
+            goto done;
+        }
+        PyObject *values[RECORD_FIELDS] = {NULL, NULL, NULL, NULL, NULL};
+        PyObject *record = NULL;
+        if (kio_varint(&p, record_end, &key_length) != KIO_OK
+                || (values[2] = take_bytes(&p, record_end, key_length)) == NULL) {
+            if (!PyErr_Occurred())
+                corrupt("record %zd: its key does not fit the record", index);
+            goto next;
+        }
+        if (kio_varint(&p, record_end, &value_length) != KIO_OK
+                || (values[3] = take_bytes(&p, record_end, value_length)) == NULL) {
+            if (!PyErr_Occurred())
+                corrupt("record %zd: its value does not fit the record", index);
+            goto next;
+        }
+        if (kio_varint(&p, record_end, &header_count) != KIO_OK || header_count < 0
+                || header_count > record_end - p) {
+            corrupt("record %zd: its header count does not fit the record", index);
+            goto next;
+        }
+        if ((values[4] = headers_of(&p, record_end, header_count, index)) == NULL)
+            goto next;
+        if (p != record_end) {
+            corrupt("record %zd declares %lld bytes, its fields span otherwise", index,
+                    (long long)length);
+            goto next;
+        }
+        if ((values[0] = exact_sum(base_offset, offset_delta)) == NULL)
+            goto next;
+        if (append_time == Py_None)
+            values[1] = exact_sum(base_timestamp, timestamp_delta);
+        else
+            values[1] = Py_NewRef(append_time);
+        if (values[1] == NULL)
+            goto next;
+        record = make_record(cls, setters, values);
+    next:
+        for (int field = 0; field < RECORD_FIELDS; field++)
+            Py_XDECREF(values[field]);
+        if (record == NULL)
+            goto done;
+        int appended = PyList_Append(list, record);
+        Py_DECREF(record);
+        if (appended < 0)
+            goto done;
+    }
+    if (p != end) {
+        corrupt("%zd bytes follow the batch's %zd records", (Py_ssize_t)(end - p), count);
+        goto done;
+    }
+    result = list;
+    list = NULL;
+done:
+    Py_XDECREF(list);
+    PyBuffer_Release(&view);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS,
      "scan(section, count, base_timestamp) -> (max_timestamp, min_timestamp, keyless_count)"},
+    {"records", records, METH_VARARGS,
+     "records(section, count, base_offset, base_timestamp, log_append_time, cls, setters)"
+     " -> list of cls"},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_scan", "RecordBatch v2 records, checked in C.", -1, methods,
+    PyModuleDef_HEAD_INIT, "_scan", "RecordBatch v2 records, checked and decoded in C.", -1,
+    methods,
 };
 
 PyMODINIT_FUNC PyInit__scan(void) { return PyModule_Create(&module); }

@@ -22,6 +22,10 @@ record consumes exactly its declared length, and the records section holds exact
 `recordsCount` records. Any violation raises CorruptRecord; so does a bad CRC, since the CRC
 is checked before anything is decoded.
 
+Records are decoded in C (`_scan.records`, built by setup.py beside the produce check) and
+in Python where it is not built: the same records, the same sections refused. The metadata
+log is read through here on every node.
+
 Header keys are decoded with `surrogateescape`: bytes that are not UTF-8 (librdkafka lets a
 client send any) survive a decode/encode round trip, so a compacted batch keeps the header
 keys its producer wrote, byte for byte.
@@ -30,7 +34,7 @@ keys its producer wrote, byte for byte.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Final
@@ -66,6 +70,7 @@ __all__ = [
     "iter_batch_records",
     "iter_records",
     "marker_type",
+    "native_records_loaded",
     "read_control_record_type",
     "read_end_txn_marker",
 ]
@@ -138,6 +143,21 @@ def _decode_batch(
 def _decode_records(
     data: bytes, count: int, base_offset: int, base_timestamp: int, log_append_time: int | None
 ) -> list[Record]:
+    """The `count` records of an uncompressed records section; in C (`_scan.records`) when
+    it is built, else in Python (`_decode_records_python`, the reference)."""
+    if _native_records is None:
+        return _decode_records_python(data, count, base_offset, base_timestamp,
+                                      log_append_time)
+    try:
+        return _native_records(data, count, base_offset, base_timestamp, log_append_time,
+                               Record, _RECORD_SETTERS)
+    except ValueError as error:
+        raise CorruptRecord(f"malformed record: {error}") from None
+
+
+def _decode_records_python(
+    data: bytes, count: int, base_offset: int, base_timestamp: int, log_append_time: int | None
+) -> list[Record]:
     records: list[Record] = []
     append = records.append
     position, end = 0, len(data)
@@ -174,6 +194,25 @@ def _decode_records(
     if position != end:
         raise CorruptRecord(f"{end - position} bytes follow the batch's {count} records")
     return records
+
+
+def _load_native_records() -> Callable[..., list[Record]] | None:
+    try:
+        from pykraft.records import _scan  # type: ignore[attr-defined]  # built by setup
+    except ImportError:  # records.validate warns that it is not built
+        return None
+    native: Callable[..., list[Record]] | None = getattr(_scan, "records", None)
+    return native
+
+
+_native_records = _load_native_records()
+# the slots' descriptors, through which the C decoder sets a Record's fields
+_RECORD_SETTERS: Final = tuple(
+    Record.__dict__[name] for name in ("offset", "timestamp", "key", "value", "headers"))
+
+
+def native_records_loaded() -> bool:
+    return _native_records is not None
 
 
 def _read_bytes(data: bytes, position: int) -> tuple[bytes | None, int]:

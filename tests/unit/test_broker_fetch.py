@@ -356,3 +356,40 @@ async def test_a_follower_partition_read_again_after_a_change_is_caught_up_as_of
     assert manager.out_of_sync_replicas(partition, clock()) == ()
     clock.ms += 1
     assert manager.out_of_sync_replicas(partition, clock()) == (2,)
+
+
+async def test_an_isr_change_that_keeps_the_follower_in_it_is_not_read_again(
+        manager: ReplicaManager, apis: BrokerApis, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A controlled shutdown takes one broker out of every ISR: the sessions of the other
+    followers, idle at our log end, do not read those partitions again (no answer tells
+    the ISR); a follower taken out of the ISR itself is read again, to be added back."""
+    def registration(isr: tuple[int, ...], partition_epoch: int) -> PartitionRegistration:
+        return PartitionRegistration(
+            replicas=(ME, 2, 3), isr=isr, removing_replicas=(), adding_replicas=(),
+            leader=ME, leader_recovery_state=LeaderRecoveryState.RECOVERED, leader_epoch=0,
+            partition_epoch=partition_epoch, directories=())
+
+    config = LogConfig.from_configs({}, manager.server_configs)
+    for index in range(3):
+        manager._apply_partition("t", TOPIC_ID, index, registration((ME, 2, 3), 0), config)
+    opened = await fetch(apis, follower_fetch(dict.fromkeys(range(3), 0), session_id=0,
+                                              epoch=0))
+    session_id = opened.session_id
+    await fetch(apis, follower_fetch({}, session_id=session_id, epoch=1))
+    read = apis_module.BrokerApis._fetch_partition
+    reads: list[int] = []
+
+    def counted(self: BrokerApis, wanted: Any, *args: Any, **kwargs: Any) -> Any:
+        reads.append(wanted.partition)
+        return read(self, wanted, *args, **kwargs)
+
+    monkeypatch.setattr(apis_module.BrokerApis, "_fetch_partition", counted)
+    changes = manager.changes.count
+    for index in range(3):  # broker 3 leaves every ISR
+        manager._apply_partition("t", TOPIC_ID, index, registration((ME, 2), 1), config)
+    assert manager.changes.count > changes  # noted: the session looks at them again
+    assert await fetch(apis, follower_fetch({}, session_id=session_id, epoch=2))
+    assert reads == []
+    manager._apply_partition("t", TOPIC_ID, 1, registration((ME,), 2), config)  # 2 leaves
+    await fetch(apis, follower_fetch({}, session_id=session_id, epoch=3))
+    assert reads == [1]

@@ -85,19 +85,39 @@ class _MappedIndex:
     """
 
     ENTRY: ClassVar[struct.Struct]
-    # slots: a broker holds two indexes per partition replica, almost all idle
-    __slots__ = ("_path", "base_offset", "_max_entries", "_fd", "_map", "_buffer", "_entries",
-                 "_writable")
+    FILE_SUFFIX: ClassVar[str]  # of the file's usual name, after the base offset
+    # slots: a broker holds two indexes per partition replica, almost all idle; the path is
+    # not held whole (130 B a string, three per idle replica with the segment's) but as
+    # the directory, which the log's segments share, and the file's name, None for the
+    # usual one (made from the base offset when needed)
+    __slots__ = ("_dir", "_file", "base_offset", "_max_entries", "_fd", "_map", "_buffer",
+                 "_entries", "_writable")
 
-    def __init__(self, path: str | Path, base_offset: int, max_index_bytes: int) -> None:
-        self._path = os.fspath(path)  # a str: a broker holds two per idle partition
+    def __init__(self, path: str | Path, base_offset: int, max_index_bytes: int, *,
+                 directory: str | None = None, suffix: str = "") -> None:
+        """The index at `path`; or, given `directory` (a str the caller shares), at its
+        usual name there with `suffix` after it (`path` is then not read)."""
         self.base_offset = base_offset
+        if directory is None:
+            directory, name = os.path.split(os.fspath(path))
+            self._dir = directory
+            self._file: str | None = None if name == self._usual_name() else name
+        else:
+            self._dir = directory
+            self._file = self._usual_name() + suffix if suffix else None
         self._max_entries = max(1, max_index_bytes // self.ENTRY.size)
         self._fd: int | None = None
         self._map: mmap.mmap | None = None
         self._buffer: bytearray | None = None  # the entries, while writable
         self._entries = -1  # unknown until the file is opened
         self._writable = False
+
+    def _usual_name(self) -> str:
+        return f"{self.base_offset:020d}{self.FILE_SUFFIX}"
+
+    @property
+    def _path(self) -> str:
+        return os.path.join(self._dir, self._file or self._usual_name())
 
     # -- opening and closing ----------------------------------------------------------------
 
@@ -172,7 +192,8 @@ class _MappedIndex:
 
     def rename(self, path: Path) -> None:
         os.replace(self._path, path)
-        self._path = os.fspath(path)
+        self._dir, name = os.path.split(os.fspath(path))
+        self._file = None if name == self._usual_name() else name
 
     def _open_fd(self) -> int:
         if self._fd is None:
@@ -321,6 +342,7 @@ class _MappedIndex:
 
 class OffsetIndex(_MappedIndex):
     ENTRY: ClassVar[struct.Struct] = struct.Struct(">ii")
+    FILE_SUFFIX: ClassVar[str] = INDEX_SUFFIX
     __slots__ = ()
 
     def append(self, offset: int, position: int) -> None:
@@ -353,6 +375,7 @@ class OffsetIndex(_MappedIndex):
 
 class TimeIndex(_MappedIndex):
     ENTRY: ClassVar[struct.Struct] = struct.Struct(">qi")
+    FILE_SUFFIX: ClassVar[str] = TIME_INDEX_SUFFIX
     __slots__ = ()
 
     @property

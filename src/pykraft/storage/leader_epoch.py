@@ -52,10 +52,20 @@ class EpochEntry(NamedTuple):
 
 
 class LeaderEpochCache:
-    __slots__ = ("_path", "_entries", "_unsynced", "_stale", "_failed")  # one per replica
+    # one per replica; the path is held as its directory, a str the caller may share (the
+    # log's), and the file's name, None for the usual one: a whole path was 130 B a replica
+    __slots__ = ("_dir", "_file", "_entries", "_unsynced", "_stale", "_failed")
 
-    def __init__(self, path: Path, entries: Sequence[EpochEntry] = ()) -> None:
-        self._path = os.fspath(path)  # a str: a broker holds one per idle partition
+    def __init__(self, path: Path, entries: Sequence[EpochEntry] = (), *,
+                 directory: str | None = None) -> None:
+        """The cache kept at `path`; given `directory`, at its usual name there (`path` is
+        then not read)."""
+        if directory is None:
+            directory, name = os.path.split(os.fspath(path))
+            self._file: str | None = None if name == LEADER_EPOCH_CHECKPOINT_FILE else name
+        else:
+            self._file = None
+        self._dir = directory
         # a tuple, made anew at each (rare) change: an idle replica's is the shared empty
         # one, where a list was one more object per replica for the garbage collector
         self._entries: tuple[EpochEntry, ...] = tuple(entries)
@@ -64,7 +74,7 @@ class LeaderEpochCache:
         self._failed = False  # its last write failed (warned once)
 
     @classmethod
-    def load(cls, path: Path) -> LeaderEpochCache:
+    def load(cls, path: Path, *, directory: str | None = None) -> LeaderEpochCache:
         entries = []
         for epoch, start_offset in read_checkpoint(path, 2):
             try:
@@ -74,11 +84,11 @@ class LeaderEpochCache:
         for before, after in zip(entries, entries[1:], strict=False):
             if not (before.epoch < after.epoch and before.start_offset < after.start_offset):
                 raise KafkaStorageError(f"{path}: entries out of order: {before} then {after}")
-        return cls(path, entries)
+        return cls(path, entries, directory=directory)
 
     @property
     def path(self) -> Path:
-        return Path(self._path)
+        return Path(self._dir, self._file or LEADER_EPOCH_CHECKPOINT_FILE)
 
     @property
     def entries(self) -> tuple[EpochEntry, ...]:

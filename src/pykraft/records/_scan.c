@@ -236,57 +236,42 @@ done:
  * dataclass's own __init__ would make it, through its slots' descriptors (`setters`:
  * offset, timestamp, key, value, headers), without calling it. */
 
-typedef enum { KIO_OK = 0, KIO_SHORT = 1, KIO_LONG = 2 } kio_status;
-
-/* kio's varint: up to five bytes; the value as a 64-bit int (outside int32 when the fifth
- * byte carries more than four bits). */
-static inline kio_status kio_varint(const uint8_t **cursor, const uint8_t *end, int64_t *out)
+/* kio's varints: up to five bytes (max_shift 28) or ten (63); a last byte may carry any
+ * bits (a varint's value then lies outside int32; a varlong's bits past 64 are dropped),
+ * but not its top one. */
+static inline scan_status kio_read(const uint8_t **cursor, const uint8_t *end, int64_t *out,
+                                   int max_shift)
 {
     const uint8_t *p = *cursor;
     if (__builtin_expect(p < end && !(*p & 0x80), 1)) {
         *out = (int64_t)(*p >> 1) ^ -(int64_t)(*p & 1);
         *cursor = p + 1;
-        return KIO_OK;
+        return SCAN_OK;
     }
     uint64_t raw = 0;
-    for (int shift = 0; shift <= 28; shift += 7) {
+    for (int shift = 0; shift <= max_shift; shift += 7) {
         if (p >= end)
-            return KIO_SHORT;
+            return SCAN_SHORT;
         uint8_t byte = *p++;
-        raw |= (uint64_t)(byte & 0x7f) << shift;
-        if (!(byte & 0x80)) {
-            *cursor = p;
-            *out = (int64_t)(raw >> 1) ^ -(int64_t)(raw & 1);
-            return KIO_OK;
-        }
-    }
-    return KIO_LONG;
-}
-
-/* kio's varlong: up to ten bytes, the tenth without its top bit; bits past 64 dropped. */
-static inline kio_status kio_varlong(const uint8_t **cursor, const uint8_t *end, int64_t *out)
-{
-    const uint8_t *p = *cursor;
-    if (__builtin_expect(p < end && !(*p & 0x80), 1)) {
-        *out = (int64_t)(*p >> 1) ^ -(int64_t)(*p & 1);
-        *cursor = p + 1;
-        return KIO_OK;
-    }
-    uint64_t raw = 0;
-    for (int shift = 0; shift <= 63; shift += 7) {
-        if (p >= end)
-            return KIO_SHORT;
-        uint8_t byte = *p++;
-        if (shift == 63 && (byte & 0x80))
-            return KIO_LONG;
         raw |= (uint64_t)(byte & 0x7f) << shift;
         if (!(byte & 0x80)) {
             *cursor = p;
             *out = (int64_t)((raw >> 1) ^ (0ull - (raw & 1ull)));
-            return KIO_OK;
+            return SCAN_OK;
         }
     }
-    return KIO_LONG;
+    return SCAN_LONG;
+}
+
+static inline scan_status kio_varint(const uint8_t **cursor, const uint8_t *end, int64_t *out)
+{
+    return kio_read(cursor, end, out, 28);
+}
+
+static inline scan_status kio_varlong(const uint8_t **cursor, const uint8_t *end,
+                                      int64_t *out)
+{
+    return kio_read(cursor, end, out, 63);
 }
 
 static PyObject *corrupt(const char *format, ...)
@@ -356,7 +341,7 @@ static PyObject *headers_of(const uint8_t **cursor, const uint8_t *end, int64_t 
         return NULL;
     for (int64_t header = 0; header < count; header++) {
         int64_t key_length, value_length;
-        if (kio_varint(cursor, end, &key_length) != KIO_OK || key_length < 0
+        if (kio_varint(cursor, end, &key_length) != SCAN_OK || key_length < 0
                 || key_length > end - *cursor) {
             Py_DECREF(headers);
             return corrupt("record %zd: header %lld's key does not fit the record", index,
@@ -370,7 +355,7 @@ static PyObject *headers_of(const uint8_t **cursor, const uint8_t *end, int64_t 
         }
         *cursor += key_length;
         PyObject *value = NULL;
-        if (kio_varint(cursor, end, &value_length) != KIO_OK
+        if (kio_varint(cursor, end, &value_length) != SCAN_OK
                 || (value = take_bytes(cursor, end, value_length)) == NULL) {
             Py_DECREF(key);
             Py_DECREF(headers);
@@ -421,7 +406,7 @@ static PyObject *records(PyObject *module, PyObject *args)
         goto done;
     for (Py_ssize_t index = 0; index < count; index++) {
         int64_t length, timestamp_delta, offset_delta, key_length, value_length, header_count;
-        if (kio_varint(&p, end, &length) != KIO_OK || length < 0 || length > end - p) {
+        if (kio_varint(&p, end, &length) != SCAN_OK || length < 0 || length > end - p) {
             corrupt("record %zd: its length does not fit the records", index);
             goto done;
         }
@@ -431,8 +416,8 @@ static PyObject *records(PyObject *module, PyObject *args)
             goto done;
         }
         p++; /* attributes: unused in v2 */
-        if (kio_varlong(&p, record_end, &timestamp_delta) != KIO_OK
-                || kio_varint(&p, record_end, &offset_delta) != KIO_OK) {
+        if (kio_varlong(&p, record_end, &timestamp_delta) != SCAN_OK
+                || kio_varint(&p, record_end, &offset_delta) != SCAN_OK) {
             corrupt("record %zd: its timestamp or offset delta does not fit the record", index);
             goto done;
         }
@@ -442,19 +427,19 @@ static PyObject *records(PyObject *module, PyObject *args)
         }
         PyObject *values[RECORD_FIELDS] = {NULL, NULL, NULL, NULL, NULL};
         PyObject *record = NULL;
-        if (kio_varint(&p, record_end, &key_length) != KIO_OK
+        if (kio_varint(&p, record_end, &key_length) != SCAN_OK
                 || (values[2] = take_bytes(&p, record_end, key_length)) == NULL) {
             if (!PyErr_Occurred())
                 corrupt("record %zd: its key does not fit the record", index);
             goto next;
         }
-        if (kio_varint(&p, record_end, &value_length) != KIO_OK
+        if (kio_varint(&p, record_end, &value_length) != SCAN_OK
                 || (values[3] = take_bytes(&p, record_end, value_length)) == NULL) {
             if (!PyErr_Occurred())
                 corrupt("record %zd: its value does not fit the record", index);
             goto next;
         }
-        if (kio_varint(&p, record_end, &header_count) != KIO_OK || header_count < 0
+        if (kio_varint(&p, record_end, &header_count) != SCAN_OK || header_count < 0
                 || header_count > record_end - p) {
             corrupt("record %zd: its header count does not fit the record", index);
             goto next;

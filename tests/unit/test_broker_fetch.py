@@ -85,6 +85,32 @@ def apis(manager: ReplicaManager) -> BrokerApis:
     return BrokerApis(ME, MetadataCache(ME, "cluster"), manager, [], auto_create_topics=None)
 
 
+def count_idle_looks(monkeypatch: pytest.MonkeyPatch) -> list[Partition]:
+    """The partitions whose idle state the Fetch handler works out, from now on."""
+    looks: list[Partition] = []
+    idle_state = apis_module._idle_state
+
+    def counted(partition: Partition) -> object:
+        looks.append(partition)
+        return idle_state(partition)
+
+    monkeypatch.setattr(apis_module, "_idle_state", counted)
+    return looks
+
+
+def record_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The indexes of the partitions the Fetch handler reads, from now on."""
+    read = apis_module.BrokerApis._fetch_partition
+    reads: list[int] = []
+
+    def counted(self: BrokerApis, wanted: Any, *args: Any, **kwargs: Any) -> Any:
+        reads.append(wanted.partition)
+        return read(self, wanted, *args, **kwargs)
+
+    monkeypatch.setattr(apis_module.BrokerApis, "_fetch_partition", counted)
+    return reads
+
+
 async def fetch(apis: BrokerApis, request: object, version: int = 12) -> Any:
     return await apis.fetch(types.SimpleNamespace(  # type: ignore[arg-type]
         header=types.SimpleNamespace(api_version=version), listener_name="PLAINTEXT"), request)
@@ -117,15 +143,7 @@ async def test_an_idle_session_looks_again_only_at_partitions_noted_as_changed(
     """After a session's partitions went idle, an incremental fetch looks at none of them
     until the replica manager notes a change (an append here); a change it was not told
     of (retention moving a log start) is seen at the session's full look."""
-    looks = 0
-    idle_state = apis_module._idle_state
-
-    def counted(partition: Partition) -> object:
-        nonlocal looks
-        looks += 1
-        return idle_state(partition)
-
-    monkeypatch.setattr(apis_module, "_idle_state", counted)
+    looks = count_idle_looks(monkeypatch)
     partitions = [lead(manager, index) for index in range(PARTITIONS)]
     for partition in partitions:
         manager.append(partition, build_batch([(b"k", b"v", [], 1)]), acks=1)
@@ -141,12 +159,12 @@ async def test_an_idle_session_looks_again_only_at_partitions_noted_as_changed(
                 for data in topic.partitions}
 
     assert await incremental(1) == {}
-    looks = 0
+    looks.clear()
     assert await incremental(2) == {}
-    assert looks == 0  # none of the idle partitions was looked at
+    assert looks == []  # none of the idle partitions was looked at
     manager.append(partitions[3], build_batch([(b"k", b"v", [], 1)]), acks=1)
     answered = await incremental(3)
-    assert list(answered) == [3] and looks <= 2
+    assert list(answered) == [3] and len(looks) <= 2
     partitions[7].log.delete_records(1, clock())  # as retention would: nobody told
     assert await incremental(4, {3: 2}) == {}  # the consumer moved past the record
     clock.ms += apis_module.FULL_LOOK_MS
@@ -167,14 +185,7 @@ async def test_a_parked_session_fetch_waits_on_the_changes_not_on_each_partition
     session_id = opened.session_id
     assert session_id != 0
     assert await fetch(apis, consumer_fetch({}, session_id=session_id, epoch=1))
-    read = apis_module.BrokerApis._fetch_partition
-    reads: list[int] = []
-
-    def counted(self: BrokerApis, wanted: Any, *args: Any, **kwargs: Any) -> Any:
-        reads.append(wanted.partition)
-        return read(self, wanted, *args, **kwargs)
-
-    monkeypatch.setattr(apis_module.BrokerApis, "_fetch_partition", counted)
+    reads = record_reads(monkeypatch)
     fetching = asyncio.ensure_future(fetch(apis, consumer_fetch(
         {}, session_id=session_id, epoch=2, max_wait_ms=10_000)))
     for _ in range(5):
@@ -300,22 +311,14 @@ async def test_an_idle_follower_stays_caught_up_without_a_look_at_its_partitions
     assert session_id != 0
     # its first fetch moved the high watermarks meanwhile: the next one looks at them again
     await fetch(apis, follower_fetch({}, session_id=session_id, epoch=1))
-    looks = 0
-    idle_state = apis_module._idle_state
-
-    def counted(partition: Partition) -> object:
-        nonlocal looks
-        looks += 1
-        return idle_state(partition)
-
-    monkeypatch.setattr(apis_module, "_idle_state", counted)
+    looks = count_idle_looks(monkeypatch)
     epoch = 2
     for _ in range(4):  # 40 s of fetches, each 10 s apart, none looking at a partition
         clock.ms += lag_ms // 3
         assert (await fetch(apis, follower_fetch({}, session_id=session_id,
                                                  epoch=epoch))).responses == ()
         epoch += 1
-    assert looks == 0
+    assert looks == []
     manager.append(partitions[0], build_batch([(b"k", b"v", [], 1)]), acks=1)
     assert partitions[0].followers[2].log_end_offset == 1  # behind our 2 since long ago
     assert clock() - partitions[0].followers[2].last_caught_up_ms > lag_ms
@@ -376,14 +379,7 @@ async def test_an_isr_change_that_keeps_the_follower_in_it_is_not_read_again(
                                               epoch=0))
     session_id = opened.session_id
     await fetch(apis, follower_fetch({}, session_id=session_id, epoch=1))
-    read = apis_module.BrokerApis._fetch_partition
-    reads: list[int] = []
-
-    def counted(self: BrokerApis, wanted: Any, *args: Any, **kwargs: Any) -> Any:
-        reads.append(wanted.partition)
-        return read(self, wanted, *args, **kwargs)
-
-    monkeypatch.setattr(apis_module.BrokerApis, "_fetch_partition", counted)
+    reads = record_reads(monkeypatch)
     changes = manager.changes.count
     for index in range(3):  # broker 3 leaves every ISR
         manager._apply_partition("t", TOPIC_ID, index, registration((ME, 2), 1), config)

@@ -403,6 +403,64 @@ def test_the_controller_moves_leaders_back_every_check_interval() -> None:
     assert h.controller.tick(20_001).records == ()
 
 
+def not_preferred_led(h: Harness) -> list[tuple[str, int]]:
+    return sorted(
+        (topic.name, index)
+        for topic in h.controller.image.topics.by_id.values()
+        for index, p in topic.partitions.items()
+        if p.leader != p.preferred_replica
+    )
+
+
+def test_rebalancing_moves_a_bounded_number_of_leaders_a_pass(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Kafka's MAX_ELECTIONS_PER_IMBALANCE: a pass moves at most that many leaders and the
+    next pass comes 10 ms later, until the partitions found at the check are done; a
+    partition that can no longer move by then is left alone."""
+    from pykraft.controller import quorum_controller
+
+    monkeypatch.setattr(quorum_controller, "MAX_ELECTIONS_PER_IMBALANCE", 1)
+    h = rebalance_setup()
+    waiting = not_preferred_led(h)
+    assert len(waiting) >= 3
+    for broker in (0, 1, 2):
+        h.heartbeat(broker, 19_000)
+    op = h.controller.tick(20_000)
+    assert len(op.records) == 1
+    assert op.response.rebalance is not None
+    assert (op.response.rebalance.found, op.response.rebalance.elected) == (len(waiting), 1)
+    assert op.response.rebalance.left == len(waiting) - 1
+    assert op.response.wake_at_ms == 20_010
+    h.run(op)
+    assert len(not_preferred_led(h)) == len(waiting) - 1
+    # one of those left drops its preferred replica from the ISR: no longer movable
+    name, index = not_preferred_led(h)[-1]
+    isr = tuple(b for b in part(h, name, index).isr if b != 0)
+    answer, _ = alter(h, name, isr, index=index)
+    assert answer.error_code == ErrorCode.none
+    now = 20_010
+    passes = 1
+    while True:
+        op = h.controller.tick(now)
+        h.run(op)
+        passes += 1
+        rebalance = op.response.rebalance
+        assert rebalance is not None and rebalance.found == 0
+        assert len(op.records) <= 1
+        if rebalance.left == 0:
+            break
+        assert op.response.wake_at_ms == now + 10
+        now += 10
+    assert passes == len(waiting)
+    assert rebalance.elected_in_all == len(waiting) - 1
+    assert not_preferred_led(h) == [(name, index)]
+    # done: the next check is an interval away
+    assert op.response.wake_at_ms > now + 10
+    later = h.controller.tick(now + 10)
+    assert later.records == () and later.response.rebalance is None
+
+
 def test_rebalancing_can_be_disabled_or_tolerate_an_imbalance() -> None:
     h = rebalance_setup(auto_leader_rebalance_enable=False)
     for broker in (0, 1, 2):

@@ -74,6 +74,7 @@ from pykraft.controller.requests import (
     OpResult,
     ReassignableTopic,
     ReassignmentTopicResult,
+    RebalancePass,
     TickResult,
     TopicElectionResult,
 )
@@ -87,6 +88,10 @@ __all__ = ["Plan", "QuorumController", "bootstrap_records"]
 # A broker whose heartbeat connection closed gets broker.heartbeat.interval.ms and this much
 # more to heartbeat again before it is fenced (see BrokerSessions.connection_lost).
 CONNECTION_GRACE_EXTRA_MS = 1000
+# Leader rebalancing moves at most this many leaders a pass, the next pass this much later
+# while partitions are left (Kafka's MAX_ELECTIONS_PER_IMBALANCE and its 10 ms reschedule).
+MAX_ELECTIONS_PER_IMBALANCE = 1000
+NEXT_BALANCE_PASS_MS = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +128,8 @@ class QuorumController:
         self._leader_epoch = -1
         self._next_write_offset = -1
         self._next_balance_ms = -1
+        self._balance_queue: deque[tuple[uuid.UUID, int]] = deque()  # rebalancing's to-do
+        self._balance_elected = 0  # preferred elections since the check that filled it
         self._next_unclean_ms = -1
 
     # -- reading ----------------------------------------------------------------------
@@ -187,6 +194,7 @@ class QuorumController:
         self._leader_epoch = -1
         self._next_write_offset = -1
         self._next_balance_ms = -1
+        self._balance_queue.clear()
         self._next_unclean_ms = -1
 
     # -- the log ----------------------------------------------------------------------
@@ -513,13 +521,15 @@ class QuorumController:
             self._next_unclean_ms = now_ms + self.config.unclean_leader_election_interval_ms
             records.extend(self._unclean_records(records))
         wake_at_ms = min(wake_at_ms, self._next_unclean_ms)
+        rebalance = None
         if self.config.auto_leader_rebalance_enable:
-            if now_ms >= self._next_balance_ms:
-                self._next_balance_ms = now_ms + self.config.leader_imbalance_check_interval_ms
-                records.extend(self._balance_records(records))
-            wake_at_ms = min(wake_at_ms, self._next_balance_ms)
-        return OpResult(tuple(records), TickResult(tuple(fenced), max(wake_at_ms, now_ms + 1)),
-                        atomic=False)
+            if self._balance_queue or now_ms >= self._next_balance_ms:
+                elections, rebalance = self._balance_records(records, now_ms)
+                records.extend(elections)
+            wake_at_ms = min(wake_at_ms, now_ms + NEXT_BALANCE_PASS_MS
+                             if self._balance_queue else self._next_balance_ms)
+        return OpResult(tuple(records), TickResult(tuple(fenced), max(wake_at_ms, now_ms + 1),
+                                                   rebalance), atomic=False)
 
     def _after(self, earlier: Sequence[MetadataRecord]) -> ControllerState:
         state = self._state
@@ -553,12 +563,27 @@ class QuorumController:
 
         return replication.elect_unclean_leaders(state, self._active_in(state), unclean_allowed)
 
-    def _balance_records(self, earlier: Sequence[MetadataRecord]) -> list[MetadataRecord]:
-        """Preferred elections of the leader rebalancing, seeing `earlier` applied."""
+    def _balance_records(
+        self, earlier: Sequence[MetadataRecord], now_ms: int
+    ) -> tuple[list[MetadataRecord], RebalancePass]:
+        """One pass of the leader rebalancing, seeing `earlier` applied: the partitions found
+        at the check, up to MAX_ELECTIONS_PER_IMBALANCE of them moved per pass (Kafka's
+        bound); once none is left, the next check is an interval away."""
         state = self._after(earlier)
-        return replication.balance_leaders(
-            state, self._active_in(state), self.config.leader_imbalance_per_broker_percentage
-        )
+        is_active = self._active_in(state)
+        found = 0
+        if not self._balance_queue:
+            self._balance_queue.extend(replication.imbalanced_partitions(
+                state, is_active, self.config.leader_imbalance_per_broker_percentage))
+            found = len(self._balance_queue)
+            self._balance_elected = 0
+        records = replication.preferred_elections(
+            state, is_active, self._balance_queue, MAX_ELECTIONS_PER_IMBALANCE)
+        self._balance_elected += len(records)
+        if not self._balance_queue:
+            self._next_balance_ms = now_ms + self.config.leader_imbalance_check_interval_ms
+        return records, RebalancePass(found, len(records), self._balance_elected,
+                                      len(self._balance_queue))
 
     # -- producer ids (KIP-730) and features (KIP-584, KIP-778) ----------------------------
 

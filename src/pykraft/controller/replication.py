@@ -40,13 +40,15 @@ Leader rebalancing. Every leader.imbalance.check.interval.seconds the active con
 counts, for each broker, the partitions whose preferred replica it is and how many of
 those it does not lead; when that share is above leader.imbalance.per.broker.percentage,
 each of those partitions gets a preferred election (moved only if the preferred replica
-is in the ISR and active).
+is in the ISR and active). As in Kafka, a pass elects at most 1,000 leaders and the next
+pass follows 10 ms later, so that a broker back after a restart gets its leaderships in
+steps the brokers apply between other changes, not as one change of 300,000 partitions.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
@@ -70,7 +72,10 @@ from pykraft.metadata.registrations import (
     PartitionRegistration,
 )
 
-__all__ = ["alter_partition", "elect_leaders", "balance_leaders", "elect_unclean_leaders"]
+__all__ = [
+    "alter_partition", "elect_leaders", "imbalanced_partitions", "preferred_elections",
+    "elect_unclean_leaders",
+]
 
 IsActive = Callable[[int], bool]
 
@@ -268,13 +273,14 @@ def elect_leaders(
 # -- leader rebalancing ------------------------------------------------------------------------
 
 
-def balance_leaders(
+def imbalanced_partitions(
     state: ControllerState, is_active: IsActive, imbalance_percentage: int
-) -> list[MetadataRecord]:
-    """Preferred elections for the partitions of every broker whose share of partitions it
-    prefers but does not lead is above `imbalance_percentage`."""
+) -> list[tuple[uuid.UUID, int]]:
+    """The partitions to move back to their preferred replica: those each active broker
+    prefers but does not lead, for every broker whose share of them is above
+    `imbalance_percentage` (broker by broker, in id order)."""
     preferred: dict[int, int] = defaultdict(int)
-    not_led: dict[int, list[tuple[uuid.UUID, int, PartitionRegistration]]] = defaultdict(list)
+    not_led: dict[int, list[tuple[uuid.UUID, int]]] = defaultdict(list)
     for topic_id, topic in state.image.topics.by_id.items():
         for index, partition in topic.partitions.items():
             broker = partition.preferred_replica
@@ -282,28 +288,45 @@ def balance_leaders(
                 continue
             preferred[broker] += 1
             if partition.leader != broker:
-                not_led[broker].append((topic_id, index, partition))
+                not_led[broker].append((topic_id, index))
+    return [
+        candidate
+        for broker, candidates in sorted(not_led.items())
+        if len(candidates) * 100 > imbalance_percentage * preferred[broker] and is_active(broker)
+        for candidate in candidates
+    ]
+
+
+def preferred_elections(
+    state: ControllerState, is_active: IsActive, candidates: deque[tuple[uuid.UUID, int]],
+    limit: int,
+) -> list[MetadataRecord]:
+    """Preferred elections for the `candidates` (taken from the left) until `limit`
+    partitions move or none is left; a candidate moves only if, in `state`, its preferred
+    replica is active, in the ISR and not its leader yet."""
     records: list[MetadataRecord] = []
     metadata_version = state.image.features.metadata_version
-    for broker, candidates in sorted(not_led.items()):
-        if len(candidates) * 100 <= imbalance_percentage * preferred[broker]:
+    by_id = state.image.topics.by_id
+    while candidates and len(records) < limit:
+        topic_id, index = candidates.popleft()
+        topic = by_id.get(topic_id)
+        partition = topic.partitions.get(index) if topic is not None else None
+        if partition is None:
             continue
-        if not is_active(broker):
+        broker = partition.preferred_replica
+        if partition.leader == broker or broker not in partition.isr or not is_active(broker):
             continue
-        for topic_id, index, partition in candidates:
-            if broker not in partition.isr:
-                continue
-            record = build_partition_change(
-                partition,
-                topic_id,
-                index,
-                target_isr=partition.isr,
-                is_acceptable_leader=is_active,
-                metadata_version=metadata_version,
-                election=Election.PREFERRED,
-            )
-            if record is not None and record.leader == broker:
-                records.append(record)
+        record = build_partition_change(
+            partition,
+            topic_id,
+            index,
+            target_isr=partition.isr,
+            is_acceptable_leader=is_active,
+            metadata_version=metadata_version,
+            election=Election.PREFERRED,
+        )
+        if record is not None and record.leader == broker:
+            records.append(record)
     return records
 
 

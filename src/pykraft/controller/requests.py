@@ -41,6 +41,7 @@ __all__ = [
     "BrokerFeatureRange",
     "BrokerRegistrationResult",
     "BrokerHeartbeatResult",
+    "RebalancePass",
     "TickResult",
     "IsrMember",
     "AlterPartitionItem",
@@ -222,11 +223,25 @@ class BrokerHeartbeatResult:
 
 
 @dataclass(frozen=True, slots=True)
+class RebalancePass:
+    """One pass of the leader rebalancing: partitions `found` not led by their preferred
+    replica (when this pass checked, else 0), the leaders it `elected`, `elected_in_all`
+    since that check, and the partitions `left` for the next passes."""
+
+    found: int
+    elected: int
+    elected_in_all: int
+    left: int
+
+
+@dataclass(frozen=True, slots=True)
 class TickResult:
-    """`fenced_broker_ids`: brokers whose session expired; call `tick` again at `wake_at_ms`."""
+    """`fenced_broker_ids`: brokers whose session expired; call `tick` again at `wake_at_ms`;
+    `rebalance`: what the leader rebalancing did, if it ran."""
 
     fenced_broker_ids: tuple[int, ...]
     wake_at_ms: int
+    rebalance: RebalancePass | None = None
 
 
 # -- AlterPartition (KIP-497) ------------------------------------------------------------

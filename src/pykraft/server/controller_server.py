@@ -271,6 +271,15 @@ class ControllerServer:
         # before anything can run on the loop, so it never sees the dict change under it
         result = await self.run(
             lambda core: core.tick(self.now_ms(), self._heartbeats.copy().items()))
+        if (rebalance := result.rebalance) is not None:
+            node = self.core.config.node_id
+            if rebalance.found:
+                log.info("controller %d: leader rebalancing: %d partitions are not led by "
+                         "their preferred replica", node, rebalance.found)
+            if rebalance.elected_in_all and not rebalance.left and (
+                    rebalance.elected or rebalance.found):
+                log.info("controller %d: leader rebalancing done: %d preferred elections",
+                         node, rebalance.elected_in_all)
         return result.wake_at_ms
 
     def heartbeat_arrived(self, broker_id: int, broker_epoch: int) -> None:

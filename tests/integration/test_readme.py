@@ -219,6 +219,22 @@ def _lines(stream: object) -> queue.Queue[str | None]:
     return lines
 
 
+def _process_state(pid: int) -> str:
+    """What a process that does not react is doing: its state, signal masks, kernel wait
+    channel and children (for a failure message)."""
+    proc = Path(f"/proc/{pid}")
+    try:
+        status = [line for line in (proc / "status").read_text().splitlines()
+                  if line.startswith(("State", "SigQ", "SigPnd", "ShdPnd", "SigBlk", "SigIgn",
+                                      "SigCgt"))]
+        wchan = (proc / "wchan").read_text()
+        children = subprocess.run(["ps", "-o", "pid,pgid,stat,wchan:20,args", "--ppid",
+                                   str(pid)], capture_output=True, text=True).stdout
+    except OSError as error:
+        return f"pid {pid}: {error}"
+    return f"pid {pid}: {'; '.join(status)}; wchan {wchan}; children:\n{children}"
+
+
 def _node_processes(cwd: Path) -> list[int]:
     """Pids of the live `pykraft server start` processes running in directory `cwd`."""
     found = []
@@ -311,12 +327,14 @@ def _run_cluster_example(block: Block, command: str, sandbox: Path) -> None:
         try:
             process.wait(60)
         except subprocess.TimeoutExpired:
+            state = _process_state(process.pid)
             os.killpg(process.pid, signal.SIGKILL)
             for pid in pids:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(pid, signal.SIGKILL)
             raise AssertionError(
-                f"run.sh did not stop within 60 s of SIGINT:{_log_tails(sandbox)}") from None
+                f"run.sh did not stop within 60 s of SIGINT ({state}); its output:\n"
+                f"{''.join(output)}{_log_tails(sandbox)}") from None
     while (line := lines.get(timeout=5)) is not None:
         output.append(line)
     text = "".join(output)

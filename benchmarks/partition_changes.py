@@ -25,8 +25,12 @@ With --replica-memory N (0 to skip), what an idle replica costs a broker in memo
 growth of this process's RSS while a fresh ReplicaManager makes and installs the logs of N
 new partitions (their metadata image built beforehand), per replica.
 
+With --log-loading N (0 to skip), a restarted broker's loading of its logs: N idle
+replicas' logs, made and closed cleanly as above, opened again by a new LogManager
+(page cache warm), then closed again, µs per log each.
+
 Run: .venv/bin/python benchmarks/partition_changes.py [--partitions 100000] [--rounds 3]
-     [--broker-partitions 10000] [--replica-memory 10000]
+     [--broker-partitions 10000] [--replica-memory 10000] [--log-loading 10000]
 """
 
 from __future__ import annotations
@@ -157,14 +161,20 @@ def replayed(base: MetadataImage, records: Sequence[MetadataRecord]) -> Metadata
     return delta
 
 
+LOG_CONFIGS = {"log.segment.bytes": "1048576", "log.index.size.max.bytes": "4096"}
+
+
 @contextlib.asynccontextmanager
-async def observer_manager() -> AsyncIterator[ReplicaManager]:
-    """Broker OBSERVER's ReplicaManager over a LogManager in a temporary directory."""
-    with tempfile.TemporaryDirectory(prefix="partition-changes-") as directory:
-        configs = {"log.segment.bytes": "1048576", "log.index.size.max.bytes": "4096"}
-        log_manager = LogManager([directory], configs)
+async def observer_manager(directory: str | None = None) -> AsyncIterator[ReplicaManager]:
+    """Broker OBSERVER's ReplicaManager over a LogManager in `directory` (by default a
+    temporary one), closed cleanly at the end."""
+    with contextlib.ExitStack() as stack:
+        if directory is None:
+            directory = stack.enter_context(
+                tempfile.TemporaryDirectory(prefix="partition-changes-"))
+        log_manager = LogManager([directory], LOG_CONFIGS)
         log_manager.load(int(time.time() * 1000))
-        manager = ReplicaManager(OBSERVER, log_manager, configs,
+        manager = ReplicaManager(OBSERVER, log_manager, LOG_CONFIGS,
                                  lambda: int(time.time() * 1000))
         try:
             yield manager
@@ -225,12 +235,37 @@ async def replica_memory(partitions: int) -> None:
               f"{grown / 2**20:,.1f} MiB, {grown / partitions:,.0f} B per replica")
 
 
+async def log_loading(partitions: int) -> None:
+    """A restarted broker's loading of its logs: those of `partitions` idle replicas, made
+    by broker OBSERVER's ReplicaManager and closed cleanly, opened again by a new
+    LogManager (num.recovery.threads.per.data.dir at its default)."""
+    with tempfile.TemporaryDirectory(prefix="partition-changes-") as directory:
+        async with observer_manager(directory) as manager:
+            created = replayed(MetadataImage.EMPTY, creation_records(partitions))
+            manager.apply_delta(created, created.apply(1, 1))
+            while manager._creator is not None:
+                await asyncio.sleep(0.05)
+        log_manager = LogManager([directory], LOG_CONFIGS)
+        gc.collect()
+        started = time.perf_counter()
+        log_manager.load(int(time.time() * 1000))
+        took = time.perf_counter() - started
+        loaded = len(log_manager.logs())
+        started = time.perf_counter()
+        log_manager.close()
+        closed = time.perf_counter() - started
+        print(f"broker {OBSERVER} restart: {loaded:,} logs loaded in {took:.2f} s, "
+              f"{took / loaded * 1e6:,.0f} µs per log; closed again (a clean shutdown) in "
+              f"{closed:.2f} s, {closed / loaded * 1e6:,.0f} µs per log")
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--partitions", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--broker-partitions", type=int, default=10_000)
     parser.add_argument("--replica-memory", type=int, default=10_000)
+    parser.add_argument("--log-loading", type=int, default=10_000)
     args = parser.parse_args(argv)
     created = creation_records(args.partitions)
     image = measure("create", MetadataImage.EMPTY, created, args.rounds)
@@ -242,6 +277,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         asyncio.run(broker_reaction(args.broker_partitions))
     if args.replica_memory > 0:
         asyncio.run(replica_memory(args.replica_memory))
+    if args.log_loading > 0:
+        asyncio.run(log_loading(args.log_loading))
 
 
 if __name__ == "__main__":

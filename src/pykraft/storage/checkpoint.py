@@ -98,10 +98,24 @@ def _write_lines(path: Path, lines: list[str], *, sync: bool = True) -> None:
                      sync=sync)
 
 
+def _read_small_text(path: str | Path) -> str:
+    """A small file's text (UTF-8) read with plain system calls: a broker restarting reads
+    two such files per log, and Path.read_text's layers of file objects were a fifth of
+    the time it took to load 300,000 idle logs."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        chunks = []
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode("utf-8")
+
+
 def read_checkpoint(path: Path, fields: int) -> list[list[str]]:
     """The entries of a checkpoint file, each split into `fields` strings; [] if absent."""
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = _read_small_text(path).splitlines()
     except FileNotFoundError:
         return []
     except (OSError, UnicodeDecodeError) as error:
@@ -168,7 +182,7 @@ def write_partition_metadata(directory: Path, topic_id: uuid.UUID) -> None:
 def read_partition_metadata(directory: Path) -> uuid.UUID | None:
     path = directory / PARTITION_METADATA_FILE
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = _read_small_text(path).splitlines()
     except FileNotFoundError:
         return None
     except (OSError, UnicodeDecodeError) as error:

@@ -96,7 +96,7 @@ class _MappedIndex:
     # the directory, which the log's segments share, and the file's name, None for the
     # usual one (made from the base offset when needed)
     __slots__ = ("_dir", "_file", "base_offset", "_max_entries", "_fd", "_map", "_buffer",
-                 "_entries", "_writable")
+                 "_entries", "_writable", "_kept_empty")
 
     def __init__(self, path: str | Path, base_offset: int, max_index_bytes: int, *,
                  directory: str | None = None, suffix: str = "") -> None:
@@ -116,6 +116,7 @@ class _MappedIndex:
         self._buffer: bytearray | bytes | None = None  # the entries, while writable
         self._entries = -1  # unknown until the file is opened
         self._writable = False
+        self._kept_empty = False  # opened for append empty, its file found empty and kept
 
     def _usual_name(self) -> str:
         return f"{self.base_offset:020d}{self.FILE_SUFFIX}"
@@ -138,10 +139,14 @@ class _MappedIndex:
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None
-            _unlink(self._path)  # whatever it held indexes no data
+            # whatever it held indexes no data; an empty file (its own, as the last close
+            # left it) stays: a stat rather than an unlink now and a file made at close,
+            # for each of an idle replica's two indexes at every restart
+            self._kept_empty = _empty_or_removed(self._path)
             self._entries = 0
             self._buffer = NO_ENTRIES  # a bytearray of its own at the first entry
         else:
+            self._kept_empty = False
             fd = self._open_fd()
             length = self.entries * self.ENTRY.size
             self._buffer = bytearray(pread_exact(fd, length, 0))
@@ -158,7 +163,8 @@ class _MappedIndex:
         if not self._writable:
             return
         if self._fd is None:  # opened for append, never written: leave an empty file
-            os.close(os.open(self._path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
+            if not self._kept_empty:
+                os.close(os.open(self._path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
         elif os.fstat(self._fd).st_size != self._entries * self.ENTRY.size:
             os.ftruncate(self._fd, self._entries * self.ENTRY.size)  # a torn entry's bytes
         self._buffer = None
@@ -188,7 +194,7 @@ class _MappedIndex:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
-        self._buffer, self._writable = None, False
+        self._buffer, self._writable, self._kept_empty = None, False, False
         _unlink(self._path)
 
     @property
@@ -429,6 +435,17 @@ class TimeIndex(_MappedIndex):
             else:
                 high = middle - 1
         self._truncate_entries(keep)
+
+
+def _empty_or_removed(path: str) -> bool:
+    """Whether `path` is an empty file; one that is not is removed."""
+    try:
+        if os.stat(path).st_size == 0:
+            return True
+    except FileNotFoundError:
+        return False
+    _unlink(path)
+    return False
 
 
 def _unlink(path: str) -> None:

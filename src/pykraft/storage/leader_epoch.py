@@ -17,7 +17,9 @@ written (a full disk), so that the append or leadership change that made it goes
 stale file is written by the next truncation, by the log's close (`write_if_stale`), or
 by `sync`, which the log's flush calls before it moves the recovery point: entries for data
 below the recovery point are always in the file. A file left behind (stale) is repaired at
-open (Log.open truncates it to the log and assigns the recovered batches' epochs again).
+open: Log.open drops its entries past the log end and, after a crash, those from where
+recovery starts, whose batches then assign their epochs again. So a stale file may lack
+entries or hold extra ones past the recovery point, never differ below it.
 """
 
 from __future__ import annotations
@@ -147,12 +149,17 @@ class LeaderEpochCache:
             return requested_epoch, end_offset
         return self._entries[higher - 1].epoch, end_offset
 
-    def truncate_from_end(self, end_offset: int) -> None:
-        """Forget epochs that start at or after `end_offset` (the log was truncated there)."""
+    def truncate_from_end(self, end_offset: int, *, write: bool = True) -> None:
+        """Forget epochs that start at or after `end_offset` (the log was truncated there).
+        With `write` false only the entries change and the file is stale (Log.open, which
+        repairs a stale file: see the module's doc)."""
         kept = tuple(entry for entry in self._entries if entry.start_offset < end_offset)
         if len(kept) != len(self._entries):
             self._entries = kept
-            self.flush()
+            if write:
+                self.flush()
+            else:
+                self._stale = True
 
     def truncate_from_start(self, start_offset: int) -> None:
         """Forget history before `start_offset`; the epoch covering it now starts there."""

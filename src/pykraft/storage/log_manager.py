@@ -97,7 +97,7 @@ class _OpenJob:
     def open(self) -> Log:
         return Log.open(self.directory, self.config, recovery_point=self.recovery_point,
                         log_start_offset=self.log_start_offset, now_ms=self.now_ms,
-                        had_clean_shutdown=self.had_clean_shutdown)
+                        had_clean_shutdown=self.had_clean_shutdown, listed=True)
 
 
 _Item = typing.TypeVar("_Item")

@@ -388,6 +388,8 @@ class LogSegment:
 
     def read_next_offset(self) -> tuple[int, int]:
         """(next offset after the last batch, end of the last whole batch) by scanning the tail."""
+        if self.size == 0:  # no batch: no index opened, no file read (an idle replica's)
+            return self.base_offset, 0
         _, start = self.offset_index.last_entry if self.offset_index.entries else (0, 0)
         next_offset, end = self.base_offset, start
         for position, header in self.iter_headers(start):

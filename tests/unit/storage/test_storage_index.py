@@ -85,6 +85,35 @@ def test_crash_leaves_zero_tail_that_is_not_taken_for_entries(tmp_path: Path) ->
     assert OffsetIndex(copy, 0, 800).lookup(85) == (80, 800)
 
 
+def test_an_empty_segments_index_keeps_its_empty_file_and_drops_one_with_entries(
+        tmp_path: Path) -> None:
+    """Opened for append with no data (an idle replica at each restart), an index keeps the
+    empty file its last close left, and does not make it again at its close; a file that
+    still holds entries indexes nothing now and goes; the first entry empties the file."""
+    path = tmp_path / "00000000000000000000.index"
+    index = OffsetIndex(path, 0, 1024)
+    index.open_for_append(1024, empty=True)
+    assert not path.exists()  # made by the first entry, or at close
+    index.close()
+    made = os.stat(path)
+    assert made.st_size == 0
+    index = OffsetIndex(path, 0, 1024)
+    index.open_for_append(1024, empty=True)
+    index.close()
+    assert os.stat(path).st_ino == made.st_ino and os.stat(path).st_mtime_ns == made.st_mtime_ns
+    path.write_bytes(struct.pack(">ii", 5, 4096))  # entries a crash left behind
+    index = OffsetIndex(path, 0, 1024)
+    index.open_for_append(1024, empty=True)
+    assert not path.exists() and index.entries == 0
+    index.close()
+    assert os.path.getsize(path) == 0
+    index = OffsetIndex(path, 0, 1024)
+    index.open_for_append(1024, empty=True)
+    index.append(3, 100)
+    index.close()
+    assert path.read_bytes() == struct.pack(">ii", 3, 100)
+
+
 def test_truncate_removes_entries_at_or_above_offset(tmp_path: Path) -> None:
     """truncate_to(o) drops entries for o and later, in both index kinds."""
     offsets = OffsetIndex(tmp_path / "0.index", 0, 800)

@@ -136,6 +136,46 @@ def test_a_new_leaders_epoch_is_in_the_checkpoint_once_the_log_is_closed(
     reopened.close()
 
 
+def test_an_epoch_that_wrote_nothing_is_dropped_at_open_and_from_the_file_at_close(
+        tmp_path: Path) -> None:
+    """A leadership that ended before it wrote leaves an epoch at the log end: the reopened
+    log forgets it at once, the file at its next flush or close, not while it opens (one
+    file written per idle log was half of a broker's restart)."""
+    config = small_config()
+    log = open_log(tmp_path / "t-0", config)
+    log.append_as_leader(make_batch(2), leader_epoch=1, now_ms=0)
+    log.assign_epoch_start(4)
+    log.close()
+    checkpoint = tmp_path / "t-0" / "leader-epoch-checkpoint"
+    written = checkpoint.read_bytes()
+    assert LeaderEpochCache.load(checkpoint).entries == ((1, 0), (4, 2))
+    reopened = open_log(tmp_path / "t-0", config, recovery_point=2, had_clean_shutdown=True)
+    assert reopened.leader_epoch_cache.entries == ((1, 0),)
+    assert checkpoint.read_bytes() == written  # not written at open
+    reopened.close()
+    assert LeaderEpochCache.load(checkpoint).entries == ((1, 0),)
+
+
+def test_a_stale_epoch_past_the_recovery_point_gives_way_to_the_recovered_batches(
+        tmp_path: Path) -> None:
+    """The file as a crash leaves it after an epoch was dropped in memory only (above) and
+    batches of an older epoch came after (a leader elected uncleanly had them): recovery
+    takes the epochs past where it starts from the batches, not from the file."""
+    config = small_config()
+    log = open_log(tmp_path / "t-0", config)
+    log.append_as_leader(make_batch(2), leader_epoch=1, now_ms=0)
+    log.flush()
+    recovery_point = log.recovery_point
+    log.append_as_leader(make_batch(2), leader_epoch=5, now_ms=0)
+    copy = crash_copy(log, tmp_path / "crashed")
+    log.close()
+    (copy / "leader-epoch-checkpoint").write_text("0\n2\n1 0\n7 2\n")  # the stale file
+    reopened = open_log(copy, config, recovery_point=recovery_point)
+    assert reopened.leader_epoch_cache.entries == ((1, 0), (5, 2))
+    assert reopened.end_offset_for_epoch(5) == (5, 4)
+    reopened.close()
+
+
 def test_a_torn_epoch_checkpoint_is_rebuilt_from_the_log_after_a_crash(
         tmp_path: Path) -> None:
     """The checkpoint is replaced without fsync, so a crash may leave it torn: after an

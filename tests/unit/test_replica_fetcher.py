@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import uuid
 from pathlib import Path
@@ -313,6 +314,52 @@ async def test_a_partition_back_from_a_delay_is_told_to_the_leader_again(
     assert (request.session_id, request.session_epoch) == (77, 1)
     assert [(t.topic_id, [p.partition for p in t.partitions]) for t in request.topics] == [
         (TOPIC_ID, [0])]
+
+
+class RefusingConnection(ScriptedConnection):
+    """Refused `refusals` times (a killed leader), then answers from the list; keeps when
+    each request came (loop time)."""
+
+    def __init__(self, refusals: int, answers: list[Any]) -> None:
+        super().__init__(answers)
+        self.refusals = refusals
+        self.asked_at: list[float] = []
+
+    async def request(self, api_key: int, version: int, request: Any,
+                      extra_timeout_ms: int = 0) -> Any:
+        self.asked_at.append(asyncio.get_running_loop().time())
+        if self.refusals > 0:
+            self.refusals -= 1
+            self.requests.append(request)
+            raise ConnectionRefusedError(111, "Connection refused")
+        return await super().request(api_key, version, request, extra_timeout_ms)
+
+
+async def test_a_refused_fetch_backs_off_the_fetcher_not_each_partition(
+        tmp_path: Path) -> None:
+    """A leader that cannot be reached: the fetcher asks again backoff_ms later, with a new
+    session naming every partition, and no partition is delayed on its own (delaying each
+    of 100,000 after every refusal held a broker's loop seconds at a time)."""
+    fetcher, _, _ = scripted_fetcher(tmp_path, 3, FetcherConfig(backoff_ms=50))
+    connection = RefusingConnection(3, [fetch_answer(77)])
+    fetcher.connection = connection
+    task = asyncio.create_task(fetcher.run())
+    try:
+        for _ in range(200):
+            if len(connection.asked_at) >= 4:
+                break
+            assert not fetcher._delayed and not fetcher._delay_ends
+            await asyncio.sleep(0.01)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    asked = connection.asked_at[:4]
+    assert len(asked) == 4
+    assert all(later - earlier >= 0.045 for earlier, later in zip(asked, asked[1:]))
+    final = connection.requests[3]
+    assert (final.session_id, final.session_epoch) == (0, 0)  # a new session: full fetch
+    assert sorted(p.partition for t in final.topics for p in t.partitions) == [0, 1, 2]
 
 
 async def test_delays_end_in_their_order_and_a_later_delay_or_a_drop_wins(

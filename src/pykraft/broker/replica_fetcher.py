@@ -283,6 +283,7 @@ class ReplicaFetcher:
         self._delay_ties = itertools.count()
         self._resets: dict[_IdKey, FetchState] = {}  # reset_needed
         self._full_look_at = 0.0  # loop time
+        self._backoff_until = 0.0  # loop time: no request before it (`_back_off`)
         self._wake = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
         # the incremental fetch session with the leader (KIP-227, broker.fetch_sessions):
@@ -328,6 +329,9 @@ class ReplicaFetcher:
         loop = asyncio.get_running_loop()
         while True:
             now = loop.time()
+            if now < self._backoff_until:
+                await asyncio.sleep(self._backoff_until - now)
+                continue
             self._end_delays(now)
             if len(self._delayed) == len(self._by_id):  # nothing to fetch now
                 wake_at = self._next_delay_end()
@@ -343,16 +347,24 @@ class ReplicaFetcher:
                 raise
             except (OSError, TimeoutError, asyncio.IncompleteReadError, FrameError,
                     ConnectionError) as error:
-                self.reset_session()
                 log.info("broker %d: fetch from leader %d failed (%s); retrying in %d ms",
                          self.node_id, self.leader_id, error or type(error).__name__,
                          self.config.backoff_ms)
-                self._delay(list(self._by_id.values()), self.config.backoff_ms)
+                self._back_off()
             except Exception:
-                self.reset_session()
                 log.exception("broker %d: fetch from leader %d failed", self.node_id,
                               self.leader_id)
-                self._delay(list(self._by_id.values()), self.config.backoff_ms)
+                self._back_off()
+
+    def _back_off(self) -> None:
+        """The whole fetch failed (the leader unreachable, or an error for all of it): a
+        new session, opened no sooner than backoff_ms from now. One deadline for the
+        fetcher rather than a delay per partition: delaying each of the 100,000 partitions
+        a killed leader had led, again after each refused connection, held a broker's loop
+        2 s at a time while it was to apply the fence that moves them elsewhere."""
+        self.reset_session()
+        self._backoff_until = (asyncio.get_running_loop().time()
+                               + self.config.backoff_ms / 1000)
 
     async def _sleep(self, timeout_s: float | None) -> None:
         """Until a partition is added (`add`) or `timeout_s` has passed."""
@@ -506,8 +518,7 @@ class ReplicaFetcher:
         if response.error_code != ErrorCode.none:
             log.info("broker %d: leader %d answered the fetch with %s", self.node_id,
                      self.leader_id, response.error_code.name)
-            self.reset_session()
-            self._delay(list(self._by_id.values()), self.config.backoff_ms)
+            self._back_off()
             return True
         self._session_answered(response, round_)
         self.handle_response(round_, response)

@@ -59,6 +59,16 @@ COMMAND_TIMEOUT_S = 120.0
 SLOW_COMMAND_TIMEOUT_S = 900.0
 
 
+def _as_in_a_terminal() -> None:
+    """(In the child, before exec.) Ctrl-C and Ctrl-\\ at their defaults, as for a command
+    typed at a terminal. A test run started in the background (`./scripts/test &`, or under
+    nohup) hands its processes SIGINT ignored, and a shell started so can never trap it:
+    run.sh then ignored the Ctrl-C these tests send (seen twice in full runs, where the
+    failure message showed SigIgn 0x7)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+
+
 def _env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if k not in ("PYKRAFT", "PYKRAFT_DATA", "PYKRAFT_PORT_BASE")}
@@ -166,7 +176,7 @@ def quick_start(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path
             ["./scripts/start", *[arg for o in overrides for arg in ("--override", o)]],
             cwd=REPO, env=_env(PYKRAFT_DATA=str(sandbox / "data")), stdout=output,
             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-            text=True)
+            preexec_fn=_as_in_a_terminal, text=True)
     try:
         _answers(f"127.0.0.1:{ports[9092]}", 1, process=process, log=log)
         yield sandbox, ports
@@ -294,7 +304,7 @@ def _run_cluster_example(block: Block, command: str, sandbox: Path) -> None:
     process = subprocess.Popen(["bash", "-c", f"exec {command}"], cwd=sandbox,
                                env=_env(PYKRAFT_PORT_BASE=str(base)), stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
-                               start_new_session=True)
+                               start_new_session=True, preexec_fn=_as_in_a_terminal)
     lines = _lines(process.stdout)
     output: list[str] = []
     pids: list[int] = []
@@ -353,7 +363,8 @@ def _run_server(block: Block, command: str, sandbox: Path, ports: Mapping[int, i
     with open(log, "w") as output:
         process = subprocess.Popen(["bash", "-c", f"exec {command}"], cwd=sandbox, env=_env(),
                                    stdout=output, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL, text=True, start_new_session=True)
+                                   stdin=subprocess.DEVNULL, text=True, start_new_session=True,
+                                   preexec_fn=_as_in_a_terminal)
     try:
         _answers(f"127.0.0.1:{ports[9092]}", 1, process=process, log=log)
     except AssertionError as error:

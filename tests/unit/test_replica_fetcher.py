@@ -356,7 +356,7 @@ async def test_a_refused_fetch_backs_off_the_fetcher_not_each_partition(
             await task
     asked = connection.asked_at[:4]
     assert len(asked) == 4
-    assert all(later - earlier >= 0.045 for earlier, later in zip(asked, asked[1:]))
+    assert all(later - earlier >= 0.045 for earlier, later in zip(asked, asked[1:], strict=False))
     final = connection.requests[3]
     assert (final.session_id, final.session_epoch) == (0, 0)  # a new session: full fetch
     assert sorted(p.partition for t in final.topics for p in t.partitions) == [0, 1, 2]

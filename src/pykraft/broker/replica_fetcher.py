@@ -406,11 +406,11 @@ class ReplicaFetcher:
         return (partition is state and state.partition.leader_id == self.leader_id
                 and state.partition.leader_epoch == state.leader_epoch)
 
-    def _delay(self, states: list[FetchState], delay_ms: int) -> None:
-        until = asyncio.get_running_loop().time() + delay_ms / 1000
-        for state in states:
-            if state.delayed_until != math.inf:
-                self._delay_until(state, until)
+    def _delay(self, state: FetchState, delay_ms: int) -> None:
+        """One partition waits `delay_ms` (unless it waits for the metadata already); a fetch
+        that fails as a whole backs off the fetcher instead (`_back_off`)."""
+        if state.delayed_until != math.inf:
+            self._delay_until(state, asyncio.get_running_loop().time() + delay_ms / 1000)
 
     def _delay_until(self, state: FetchState, until: float) -> None:
         state.delayed_until = until
@@ -545,7 +545,7 @@ class ReplicaFetcher:
                 except KafkaError as error:
                     log.warning("broker %d: %s from leader %d: %s", self.node_id,
                                 state.partition.name, self.leader_id, error)
-                    self._delay([state], self.config.backoff_ms)
+                    self._delay(state, self.config.backoff_ms)
 
     def handle_partition(self, state: FetchState, data: Any) -> None:
         partition = state.partition
@@ -573,7 +573,7 @@ class ReplicaFetcher:
         else:
             self._events(f"leader {self.leader_id} answers {code.name}; retrying in "
                          f"{self.config.backoff_ms} ms").add(partition.name)
-            self._delay([state], self.config.backoff_ms)
+            self._delay(state, self.config.backoff_ms)
 
     def _events(self, what: str) -> PartitionEvents:
         """The log of one kind of event, one line per loop turn (a leader that stopped
@@ -590,7 +590,7 @@ class ReplicaFetcher:
         earliest = await self._leader_offset(state, EARLIEST_TIMESTAMP)
         latest = await self._leader_offset(state, LATEST_TIMESTAMP)
         if earliest is None or latest is None or not self._current(state):
-            self._delay([state], self.config.backoff_ms)
+            self._delay(state, self.config.backoff_ms)
             return
         log_ = state.partition.log
         end = log_.log_end_offset

@@ -270,8 +270,8 @@ class Log:
         point = log_end_offset if had_clean_shutdown else min(recovery_point, log_end_offset)
         epoch_path = dir / LEADER_EPOCH_CHECKPOINT_FILE
         epochs_from = recover_from  # where the batches' epochs are assigned again
+        shared = os.fspath(dir)  # the Path's own str, held once for the log's files
         try:
-            shared = os.fspath(dir)  # the Path's own str, held once for the log's files
             epoch_cache = (LeaderEpochCache(epoch_path, directory=shared) if fresh
                            else LeaderEpochCache.load(epoch_path, directory=shared))
         except KafkaStorageError as error:
@@ -280,8 +280,7 @@ class Log:
             # written without fsync (LeaderEpochCache.flush): after a crash it may be torn;
             # every batch's epoch is in the log, so it is rebuilt from all of them
             logging.getLogger(__name__).warning("%s; rebuilding it from the log", error)
-            epoch_cache, epochs_from = LeaderEpochCache(epoch_path,
-                                                         directory=os.fspath(dir)), 0
+            epoch_cache, epochs_from = LeaderEpochCache(epoch_path, directory=shared), 0
         log = cls(
             dir, config, segments, epoch_cache, log_start_offset=min(start, log_end_offset),
             log_end_offset=log_end_offset, recovery_point=max(point, 0), now_ms=now_ms,

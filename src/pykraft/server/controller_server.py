@@ -276,8 +276,7 @@ class ControllerServer:
             if rebalance.found:
                 log.info("controller %d: leader rebalancing: %d partitions are not led by "
                          "their preferred replica", node, rebalance.found)
-            if rebalance.elected_in_all and not rebalance.left and (
-                    rebalance.elected or rebalance.found):
+            if rebalance.elected_in_all and not rebalance.left:  # the check's last pass
                 log.info("controller %d: leader rebalancing done: %d preferred elections",
                          node, rebalance.elected_in_all)
         return result.wake_at_ms

@@ -544,3 +544,48 @@ async def test_a_log_that_could_not_be_created_is_created_once_space_returns(
     monkeypatch.setattr(manager.log_manager, "get_or_create_log", real)
     assert manager.retry_unplaced() == [] and manager.get_partition("gone", 0) is None
     assert manager._unplaced == set()
+
+
+class FetcherCalls:
+    """The replica fetchers as calls recorded: (follow or unfollow, partition index)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int]] = []
+
+    def follow(self, partition: Partition) -> None:
+        self.calls.append(("follow", partition.index))
+
+    def unfollow(self, partition: Partition) -> None:
+        self.calls.append(("unfollow", partition.index))
+
+
+async def test_in_its_controlled_shutdown_a_broker_stops_fetching_what_left_its_isr(
+        manager: ReplicaManager) -> None:
+    """Kafka's applyLocalFollowersDelta: once this broker began its controlled shutdown,
+    a follower replica whose ISR it left (or that has no leader) is no longer
+    fetched, whether its leader moved or not; one still in the ISR follows its new leader.
+    Before that, leaving an ISR under the same leader changes nothing here."""
+    topic = uuid.UUID(int=8)
+    fetchers = FetcherCalls()
+    manager.fetchers = fetchers
+    delta, image = _delta(MetadataImage.EMPTY, _topic("s", topic, 6))
+    manager.apply_delta(delta, image)
+    assert sorted(fetchers.calls) == [("follow", 1), ("follow", 3), ("follow", 5),
+                                      ("unfollow", 0), ("unfollow", 2), ("unfollow", 4)]
+    fetchers.calls.clear()
+    # not shutting down: out of the ISR of partition 1 under the same leader
+    delta, image = _delta(image, [PartitionChangeRecord(partition_id=1, topic_id=topic,
+                                                        isr=(2, 3))])
+    manager.apply_delta(delta, image)
+    assert fetchers.calls == []
+    manager.begin_controlled_shutdown()
+    delta, image = _delta(image, [
+        PartitionChangeRecord(partition_id=0, topic_id=topic, leader=2, isr=(2, 3)),
+        PartitionChangeRecord(partition_id=2, topic_id=topic, leader=3),  # still in the ISR
+        PartitionChangeRecord(partition_id=3, topic_id=topic, isr=(2, 3)),
+        PartitionChangeRecord(partition_id=4, topic_id=topic, leader=-1, isr=(1,))])
+    manager.apply_delta(delta, image)
+    assert sorted(fetchers.calls) == [("follow", 2), ("unfollow", 0), ("unfollow", 3),
+                                      ("unfollow", 4)]
+    assert manager.get_partition("s", 0).leader_id == 2  # type: ignore[union-attr]
+    assert manager.get_partition("s", 0).followers == {}  # type: ignore[union-attr]

@@ -446,6 +446,7 @@ class ReplicaManager:
         self._partitions: dict[tuple[str, int], Partition] = {}
         self.changes = PartitionChanges()
         self._image: MetadataImage | None = None
+        self._shutting_down = False  # begin_controlled_shutdown was called
         self._alter_tasks: set[asyncio.Task[None]] = set()
         self._pending: dict[tuple[str, int], PendingReplica] = {}  # logs being created
         # replicas whose log could not be created (a full disk): tried again by
@@ -463,6 +464,13 @@ class ReplicaManager:
         self._isr_changes = PartitionEvents(log, "ISR now")
         self._alter_unanswered = PartitionEvents(log, "AlterPartition not answered; retrying")
         self._alter_refused = PartitionEvents(log, "AlterPartition refused")
+
+    def begin_controlled_shutdown(self) -> None:
+        """From here on, a follower replica whose ISR this broker left, or that has no
+        leader, is no longer fetched (Kafka's ReplicaManager.beginControlledShutdown): the
+        controller takes the broker out of every ISR, and the leaders that take over its
+        leaderships need not be asked for each of them meanwhile."""
+        self._shutting_down = True
 
     # -- following the metadata image --------------------------------------------------
 
@@ -669,16 +677,18 @@ class ReplicaManager:
             if not was_leader or new_epoch:
                 self._become_leader(partition)
             self._maybe_advance_high_watermark(partition)
-        elif not was_leader and not new_epoch:
-            pass  # an ISR change seen by a follower: nothing to do
         else:
-            partition.followers.clear()
-            partition.leader_epoch_start_offset = -1
-            if self.fetchers is not None:
-                if partition.leader_id >= 0:
-                    self.fetchers.follow(partition)
-                else:
-                    self.fetchers.unfollow(partition)
+            if was_leader or new_epoch:
+                partition.followers.clear()
+                partition.leader_epoch_start_offset = -1
+            if self.fetchers is None:
+                pass
+            elif partition.leader_id < 0 or (self._shutting_down
+                                             and self.node_id not in partition.isr):
+                self.fetchers.unfollow(partition)  # Kafka's applyLocalFollowersDelta
+            elif was_leader or new_epoch:
+                self.fetchers.follow(partition)
+            # else an ISR change seen by a follower: nothing to do
         partition.wake_waiters()
 
     def _become_leader(self, partition: Partition) -> None:

@@ -708,6 +708,7 @@ class Node:
         for task in self._tasks:
             if task.get_name() == "broker-heartbeat":
                 task.cancel()  # from here on only want-shutdown heartbeats
+        self.replicas.begin_controlled_shutdown()
         interval_s = min(0.5, self.config.get_int("broker.heartbeat.interval.ms") / 1000)
         try:
             async with asyncio.timeout(CONTROLLED_SHUTDOWN_TIMEOUT_MS / 1000):

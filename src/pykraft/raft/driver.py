@@ -98,6 +98,13 @@ LEADERSHIPS_KEPT: Final = 1_000  # lost epochs whose proposals wait_committed st
 # the quorum went unanswered that long.)
 BLIND_MS: Final = 250
 BEAT_MS: Final = 100
+# A Ready delivers at most RaftConfig.apply_bytes_max of committed batches, and the loop
+# yielded after each: a broker whose loop also answered its followers' fetches applied
+# one batch of 1,000 partition changes per turn of the loop, 28% of its time, while a
+# controlled shutdown of 300,000 partitions waited for it (py-spy). With a backlog of
+# committed batches the loop delivers on, Ready after Ready, for up to DELIVERY_TURN_S
+# before it yields: what Kafka's metadata loader, on a thread of its own, gets anyway.
+DELIVERY_TURN_S: Final = 0.1
 
 
 class Transport(Protocol):
@@ -483,6 +490,7 @@ class RaftNode:
         loop = asyncio.get_running_loop()
         self._beat_due = loop.time() + BEAT_MS / 1000
         self._beat_handle = loop.call_at(self._beat_due, self._beat)
+        turn_ends = loop.time() + DELIVERY_TURN_S
         try:
             while not self._stopping:
                 self._wake.clear()
@@ -512,9 +520,13 @@ class RaftNode:
                 self._resolve_waiters()
                 self._note_caught_up()
                 if ready.has_work or flushed_end_offset is not None or stepped or self._inbox:
+                    if ready.committed and loop.time() < turn_ends:
+                        continue  # more committed batches to deliver (DELIVERY_TURN_S)
                     await asyncio.sleep(0)  # let proposers in, then take the next turn
+                    turn_ends = loop.time() + DELIVERY_TURN_S
                     continue
                 await self._sleep_until(ready.wake_at_ms)
+                turn_ends = loop.time() + DELIVERY_TURN_S
         except BaseException as failure:
             self._failure = failure
             self._fail_waiters(failure)

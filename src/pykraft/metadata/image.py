@@ -427,20 +427,27 @@ class TopicsDelta:
             by_name[topic.name] = topic
         return TopicsImage(by_id=by_id.finish(), by_name=by_name.finish())
 
-    def local_changes(self, broker_id: int) -> LocalReplicaChanges:
+    def local_changes(self, broker_id: int, topic: str | None = None) -> LocalReplicaChanges:
         deletes: set[TopicIdPartition] = set()
         elected: dict[TopicIdPartition, PartitionRegistration] = {}
         leaders: dict[TopicIdPartition, PartitionRegistration] = {}
         followers: dict[TopicIdPartition, PartitionRegistration] = {}
+        new_key = tuple.__new__  # TopicIdPartition(...) is a Python call: 4% of a broker's
+        # time while a controlled shutdown's changes were applied (py-spy)
         for topic_id in self.deleted:
-            topic = self.base.by_id[topic_id]
-            for index, partition in topic.partitions.items():
+            deleted = self.base.by_id[topic_id]
+            if topic is not None and deleted.name != topic:
+                continue
+            for index, partition in deleted.partitions.items():
                 if broker_id in partition.replicas:
-                    deletes.add(TopicIdPartition(topic_id, topic.name, index))
+                    deletes.add(new_key(TopicIdPartition, (topic_id, deleted.name, index)))
         for topic_id, delta in self.changed.items():
+            name = delta.image.name
+            if topic is not None and name != topic:
+                continue
             previous_partitions = delta.image.partitions
             for index, partition in delta.partition_changes.items():
-                key = TopicIdPartition(topic_id, delta.image.name, index)
+                key = new_key(TopicIdPartition, (topic_id, name, index))
                 previous = previous_partitions.get(index)
                 if broker_id not in partition.replicas:
                     if previous is not None and broker_id in previous.replicas:
@@ -746,8 +753,10 @@ class MetadataDelta:
         delta = self._topics.changed.get(topic_id)
         return MappingProxyType({} if delta is None else delta.partition_changes)
 
-    def local_changes(self, broker_id: int) -> LocalReplicaChanges:
-        return self._topics.local_changes(broker_id)
+    def local_changes(self, broker_id: int, topic: str | None = None) -> LocalReplicaChanges:
+        """What this delta means for `broker_id`'s replicas; with `topic`, for those of
+        that topic only (a coordinator's internal topic)."""
+        return self._topics.local_changes(broker_id, topic)
 
     @property
     def changed_brokers(self) -> Mapping[int, BrokerRegistration | None]:

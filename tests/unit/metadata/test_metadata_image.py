@@ -459,6 +459,13 @@ def test_local_changes_for_a_broker() -> None:
     assert local.elected_leaders == {}  # leader epoch unchanged
     assert local.followers == {}
     assert local.deletes == {TopicIdPartition(FOO, "foo", 2), TopicIdPartition(BAR, "bar", 0)}
+    # a coordinator asks about its own topic only
+    only_bar = fold(changes, base)[0].local_changes(1, "bar")
+    assert (only_bar.leaders, only_bar.deletes) == ({}, {TopicIdPartition(BAR, "bar", 0)})
+    only_foo = fold(changes, base)[0].local_changes(1, "foo")
+    assert set(only_foo.leaders) == {TopicIdPartition(FOO, "foo", 0)}
+    assert only_foo.deletes == {TopicIdPartition(FOO, "foo", 2)}
+    assert type(next(iter(only_foo.leaders))) is TopicIdPartition
 
 
 # ---------------------------------------------------------------------------------------------

@@ -170,7 +170,7 @@ class GroupCoordinatorShell:
     def on_metadata(self, delta: MetadataDelta, image: MetadataImage) -> None:
         """Loader publisher (after the replica manager's): load what we now lead, unload
         what we no longer do."""
-        changes = delta.local_changes(self.node_id)
+        changes = delta.local_changes(self.node_id, CONSUMER_OFFSETS_TOPIC)
         if image.configs is not self._configs:  # images share unchanged parts: cheap test
             self._configs = image.configs
             self.core.update_group_configs({
@@ -183,14 +183,12 @@ class GroupCoordinatorShell:
                 name: TopicInfo(topic.topic_id, name, len(topic.partitions))
                 for name, topic in image.topics.by_name.items()}, self.now_ms())
         for key, registration in changes.elected_leaders.items():
-            if key.topic == CONSUMER_OFFSETS_TOPIC:
-                self._pending_loads[key.partition] = registration.leader_epoch
-                changed = True
+            self._pending_loads[key.partition] = registration.leader_epoch
+            changed = True
         for key in (*changes.followers, *changes.deletes):
-            if key.topic == CONSUMER_OFFSETS_TOPIC:
-                self._pending_loads.pop(key.partition, None)
-                self.core.unload(key.partition)
-                changed = True
+            self._pending_loads.pop(key.partition, None)
+            self.core.unload(key.partition)
+            changed = True
         if changed:
             self._drain()
 

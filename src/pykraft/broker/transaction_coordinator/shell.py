@@ -171,17 +171,15 @@ class TransactionCoordinatorShell:
     def on_metadata(self, delta: MetadataDelta, image: MetadataImage) -> None:
         """Loader publisher (after the replica manager's): load what we now lead, unload
         what we no longer do."""
-        changes = delta.local_changes(self.node_id)
+        changes = delta.local_changes(self.node_id, TRANSACTION_STATE_TOPIC)
         changed = False
         for key, registration in changes.elected_leaders.items():
-            if key.topic == TRANSACTION_STATE_TOPIC:
-                self._pending_loads[key.partition] = registration.leader_epoch
-                changed = True
+            self._pending_loads[key.partition] = registration.leader_epoch
+            changed = True
         for key in (*changes.followers, *changes.deletes):
-            if key.topic == TRANSACTION_STATE_TOPIC:
-                self._pending_loads.pop(key.partition, None)
-                self.core.unload(key.partition)
-                changed = True
+            self._pending_loads.pop(key.partition, None)
+            self.core.unload(key.partition)
+            changed = True
         if changed:
             self._drain()
 

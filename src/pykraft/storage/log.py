@@ -756,6 +756,9 @@ class Log:
     @property
     def last_stable_offset(self) -> int:
         """Below the first open transaction and the high watermark."""
+        if self._txns is None and len(self._segments) == 1 and self._segments[0].size == 0:
+            return self._high_watermark  # no batch: no transaction (and no TxnState made
+            # for each idle log its followers' fetches look at)
         first = self.txns.first_unstable_offset()
         return self._high_watermark if first is None else min(first, self._high_watermark)
 

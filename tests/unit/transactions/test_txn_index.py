@@ -54,6 +54,19 @@ def test_open_transactions_hold_the_last_stable_offset(tmp_path: Path) -> None:
     assert log.txns.aborted == [AbortedTxn(8, 4, 9, 10)]
 
 
+def test_an_empty_log_has_no_transaction_state_until_its_first_batch(tmp_path: Path) -> None:
+    """The last stable offset of a log without a batch is its high watermark, and asking
+    for it makes no TxnState (an idle replica that followers fetch); the first batch, a
+    transactional one, still holds it back."""
+    log = open_log(tmp_path)
+    assert log.last_stable_offset == 0 == log.high_watermark
+    assert log._txns is None
+    append(log, data(7))  # 0-1 opens producer 7's transaction
+    assert log.high_watermark == 2 and log.last_stable_offset == 0
+    append(log, marker(7, True))
+    assert log.last_stable_offset == 3
+
+
 def test_the_last_stable_offset_never_passes_the_high_watermark(tmp_path: Path) -> None:
     log = open_log(tmp_path)
     append(log, data(-1, transactional=False))

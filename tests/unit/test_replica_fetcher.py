@@ -263,7 +263,7 @@ async def test_a_round_looks_only_at_what_moved_and_all_of_it_now_and_then(
     now = asyncio.get_running_loop().time()
     fetcher._end_delays(now)  # the first look at all of them
     await fetcher._fetch()  # opens the session with the three
-    assert fetcher._dirty == set()
+    assert not fetcher._dirty
     logs[2].update_high_watermark(2)
     logs[2].maybe_increment_log_start_offset(1)  # as retention would
     connection.answers = [fetch_answer(77)]
@@ -274,6 +274,27 @@ async def test_a_round_looks_only_at_what_moved_and_all_of_it_now_and_then(
     await fetcher._fetch()
     told = connection.requests[-1].topics[0].partitions
     assert [(p.partition, p.log_start_offset) for p in told] == [(2, 1)]
+
+
+async def test_partitions_are_told_to_the_leader_oldest_first(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A round tells the leader of at most TOLD_PER_ROUND_MAX partitions: the ones that
+    waited longest, so that partitions added meanwhile (leaderships moving to this leader
+    one batch after another) never keep an older one waiting."""
+    monkeypatch.setattr(ReplicaFetcher, "TOLD_PER_ROUND_MAX", 2)
+    fetcher, connection, logs = scripted_fetcher(tmp_path, 12, FetcherConfig(backoff_ms=50))
+    while fetcher.session_epoch == 0 or fetcher._dirty:  # the session opens, all twelve
+        connection.answers = [fetch_answer(77)]
+        await fetcher._fetch()
+    told = []
+    for round_ in range(6):  # two positions move a round, in this order
+        for index in (11 - 2 * round_, 2 * round_):
+            logs[index].truncate_to(0)
+            fetcher._dirty.add((TOPIC_ID, index))
+        connection.answers = [fetch_answer(77)]
+        await fetcher._fetch()
+        told += [p.partition for t in connection.requests[-1].topics for p in t.partitions]
+    assert told == [11, 0, 9, 2, 7, 4, 5, 6, 3, 8, 1, 10]
 
 
 async def test_a_full_look_with_nothing_to_tell_sends_one_waiting_request(
@@ -294,7 +315,7 @@ async def test_a_full_look_with_nothing_to_tell_sends_one_waiting_request(
     await fetcher._fetch()
     assert [(r.topics, r.max_wait.total_seconds()) for r in connection.requests] == [
         ((), 0.5)]
-    assert fetcher._dirty == set()
+    assert not fetcher._dirty
 
 
 async def test_a_partition_back_from_a_delay_is_told_to_the_leader_again(
@@ -380,12 +401,12 @@ async def test_delays_end_in_their_order_and_a_later_delay_or_a_drop_wins(
     fetcher._end_delays(9.9)
     assert len(fetcher._delayed) == 4 and not fetcher._dirty
     fetcher._end_delays(15.0)
-    assert fetcher._dirty == {(TOPIC_ID, 0)}
+    assert set(fetcher._dirty) == {(TOPIC_ID, 0)}
     fetcher.remove(states[1].partition)  # dropped while delayed
     fetcher._dirty.clear()
     assert fetcher._next_delay_end() == 30.0
     fetcher._end_delays(1000.0)
-    assert fetcher._dirty == {(TOPIC_ID, 2)}
+    assert set(fetcher._dirty) == {(TOPIC_ID, 2)}
     assert list(fetcher._delayed) == [(TOPIC_ID, 3)] and fetcher._delay_ends == []
     assert fetcher._next_delay_end() == math.inf
 
@@ -427,7 +448,7 @@ async def test_answers_for_an_old_epoch_or_a_moved_log_are_dropped(tmp_path: Pat
     fetcher._dirty.clear()
     fetcher.handle_response(told_at(1), response)  # sent at 1: the log moved since
     assert log.log_end_offset == 2
-    assert fetcher._dirty == {(TOPIC_ID, 0)}  # its position is told again next round
+    assert set(fetcher._dirty) == {(TOPIC_ID, 0)}  # its position is told again next round
     fetcher.handle_response(told_at(2), response)
     assert log.log_end_offset == 3
 

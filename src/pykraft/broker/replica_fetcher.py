@@ -35,6 +35,7 @@ answer says how much to cut (Kafka's KRaft-mode makeFollower does the same).
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import datetime
 import heapq
@@ -42,7 +43,7 @@ import itertools
 import logging
 import math
 import struct
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -227,6 +228,42 @@ def _id_key(state: FetchState) -> _IdKey:
     return (state.partition.topic_id, state.partition.index)
 
 
+class _Dirty:
+    """The partitions to look at again, oldest first: one marked again keeps its place.
+    Taken in a set's order, a partition could wait behind later ones round after round
+    while leaderships kept moving to its leader (a controlled shutdown at 300,000
+    partitions), until the leader dropped this follower from its ISR 30 s on."""
+
+    __slots__ = ("_keys",)
+
+    def __init__(self, keys: Iterable[_IdKey] = ()) -> None:
+        self._keys: collections.OrderedDict[_IdKey, None] = collections.OrderedDict.fromkeys(
+            keys)
+
+    def add(self, key: _IdKey) -> None:
+        self._keys.setdefault(key)
+
+    def update(self, keys: Iterable[_IdKey]) -> None:
+        setdefault = self._keys.setdefault
+        for key in keys:
+            setdefault(key)
+
+    def pop(self) -> _IdKey:
+        return self._keys.popitem(last=False)[0]
+
+    def clear(self) -> None:
+        self._keys.clear()
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __bool__(self) -> bool:
+        return bool(self._keys)
+
+    def __iter__(self) -> Iterator[_IdKey]:
+        return iter(self._keys)
+
+
 @dataclass(frozen=True, slots=True)
 class FetchRound:
     """What one request told the leader: per partition the position it asks from, or None
@@ -274,7 +311,7 @@ class ReplicaFetcher:
         self.now_ms = now_ms
         self.states: dict[tuple[str, int], FetchState] = {}
         self._by_id: dict[_IdKey, FetchState] = {}
-        self._dirty: set[_IdKey] = set()
+        self._dirty = _Dirty()
         self._refill = True  # the next full fetch takes every partition as dirty
         self._delayed: dict[_IdKey, FetchState] = {}  # delayed_until still to come
         # (delayed_until, tie, key) of each finite delay, soonest first; an entry whose
@@ -436,7 +473,7 @@ class ReplicaFetcher:
         them."""
         full = self.session_epoch == INITIAL_EPOCH
         if full and (self._refill or not self._dirty):
-            self._dirty, self._refill = set(self._by_id), False
+            self._dirty, self._refill = _Dirty(self._by_id), False
         dirty = self._dirty
         by_topic: dict[Any, list[Any]] = {}
         told: dict[_IdKey, _Position | None] = {}

@@ -104,6 +104,10 @@ BEAT_MS: Final = 100
 # controlled shutdown of 300,000 partitions waited for it (py-spy). With a backlog of
 # committed batches the loop delivers on, Ready after Ready, for up to DELIVERY_TURN_S
 # before it yields: what Kafka's metadata loader, on a thread of its own, gets anyway.
+# Not on the quorum's leader, whose voters wait for its fetch answers: in one of the two
+# runs with it there, an active controller committing a 300,000-partition shutdown left
+# a voter unanswered 2.3 s and was voted out (none in the runs before; not shown to be
+# this, but the leader's own listeners are not what a shutdown waits for).
 DELIVERY_TURN_S: Final = 0.1
 
 
@@ -520,7 +524,8 @@ class RaftNode:
                 self._resolve_waiters()
                 self._note_caught_up()
                 if ready.has_work or flushed_end_offset is not None or stepped or self._inbox:
-                    if ready.committed and loop.time() < turn_ends:
+                    if (ready.committed and loop.time() < turn_ends
+                            and not isinstance(self.core.state, Leader)):
                         continue  # more committed batches to deliver (DELIVERY_TURN_S)
                     await asyncio.sleep(0)  # let proposers in, then take the next turn
                     turn_ends = loop.time() + DELIVERY_TURN_S

@@ -248,9 +248,6 @@ class _Dirty:
         for key in keys:
             setdefault(key)
 
-    def pop(self) -> _IdKey:
-        return self._keys.popitem(last=False)[0]
-
     def clear(self) -> None:
         self._keys.clear()
 

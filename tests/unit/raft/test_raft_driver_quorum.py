@@ -9,6 +9,7 @@ import random
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kio.schema.errors import ErrorCode
@@ -208,4 +209,91 @@ async def test_a_stall_of_its_own_loop_does_not_cost_a_leader_its_leadership(
         stop.set()
         await fetching
     finally:
+        await node.stop(resign=False)
+
+
+class LeaderTwo:
+    """Voter 2 leads epoch 1 with `log` (whole batches) committed: it answers node 1's
+    fetches from it and grants no vote."""
+
+    def __init__(self, log: bytes, end_offset: int) -> None:
+        self.log, self.end_offset = log, end_offset
+        self.deliver: Callable[[InboundMessage], None] | None = None
+
+    def connect(self, deliver: Callable[[InboundMessage], None]) -> None:
+        self.deliver = deliver
+
+    def send(self, message: OutboundMessage) -> None:
+        body = message.body
+        if not isinstance(body, FetchRequest) or message.destination_id != 2:
+            return
+        records = self.log if body.fetch_offset == 0 else b""
+        answer = FetchResponse(ErrorCode.none, 2, 1, self.end_offset, records=records)
+        assert self.deliver is not None
+        asyncio.get_running_loop().call_soon(
+            self.deliver, InboundMessage(2, message.correlation_id, answer))
+
+    async def flush(self, timeout_ms: int) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+
+async def test_a_follower_delivers_a_backlog_of_commits_without_yielding_after_each(
+        tmp_path: Path) -> None:
+    """A follower with several Readies' worth of committed batches to deliver (each Ready at
+    most apply_bytes_max) delivers them one after another, without handing the loop to
+    other tasks between two (up to DELIVERY_TURN_S): a broker's metadata is not one
+    batch per turn of a busy loop."""
+    # the leader's log: its epoch's control batch, then six batches of ~40 KB each
+    source = MemoryLogStore()
+    writer = RaftNode(RaftCore(2, frozenset({2}), source, QuorumStateData(), random.Random(1),
+                               SystemClock().now_ms(), config=CONFIG),
+                      source, QuorumStateStore(tmp_path / "writer-state"), clock=SystemClock())
+    await writer.start()
+    async with asyncio.timeout(5):
+        await writer.wait_leader()
+    for index in range(6):
+        await writer.wait_committed(writer.append([bytes([index]) * 40_000]))
+    await writer.stop(resign=False)
+    end = source.log_end_offset
+    assert CONFIG.apply_bytes_max < 2 * 40_000  # one batch a Ready
+
+    leader = LeaderTwo(source.read(0, 1 << 24), end)
+    state_store = QuorumStateStore(tmp_path / "quorum-state")
+    store = MemoryLogStore()
+    core = RaftCore(1, VOTERS, store, QuorumStateData(), random.Random(3),
+                    SystemClock().now_ms(), config=CONFIG)
+    node = RaftNode(core, store, state_store, clock=SystemClock(), transport=leader)
+    turns = 0
+    seen_at: list[int] = []  # the loop turn each big batch was delivered in
+
+    class Listener:
+        def handle_commit(self, batch: Any) -> None:
+            if any(len(record) == 40_000 for record in batch.records):
+                seen_at.append(turns)
+
+        def handle_leader_change(self, leader_id: int, epoch: int) -> None:
+            pass
+
+    node.register_listener(Listener())
+
+    async def count_turns() -> None:
+        nonlocal turns
+        while True:
+            turns += 1
+            await asyncio.sleep(0)
+
+    counter = asyncio.ensure_future(count_turns())
+    try:
+        await node.start()
+        await node.handle_request(2, BeginQuorumEpochRequest(2, 1))
+        async with asyncio.timeout(5):
+            while len(seen_at) < 6:
+                await asyncio.sleep(0.001)
+        assert not isinstance(node.core.state, Leader)
+        assert len(set(seen_at)) < len(seen_at), seen_at  # some in one turn of the loop
+    finally:
+        counter.cancel()
         await node.stop(resign=False)

@@ -290,7 +290,7 @@ async def test_partitions_are_told_to_the_leader_oldest_first(
     for round_ in range(6):  # two positions move a round, in this order
         for index in (11 - 2 * round_, 2 * round_):
             logs[index].truncate_to(0)
-            fetcher._dirty.add((TOPIC_ID, index))
+            fetcher._dirty[(TOPIC_ID, index)] = None
         connection.answers = [fetch_answer(77)]
         await fetcher._fetch()
         told += [p.partition for t in connection.requests[-1].topics for p in t.partitions]

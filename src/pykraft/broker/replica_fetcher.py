@@ -43,7 +43,7 @@ import itertools
 import logging
 import math
 import struct
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -228,39 +228,6 @@ def _id_key(state: FetchState) -> _IdKey:
     return (state.partition.topic_id, state.partition.index)
 
 
-class _Dirty:
-    """The partitions to look at again, oldest first: one marked again keeps its place.
-    Taken in a set's order, a partition could wait behind later ones round after round
-    while leaderships kept moving to its leader (a controlled shutdown at 300,000
-    partitions), until the leader dropped this follower from its ISR 30 s on."""
-
-    __slots__ = ("_keys",)
-
-    def __init__(self, keys: Iterable[_IdKey] = ()) -> None:
-        self._keys: collections.OrderedDict[_IdKey, None] = collections.OrderedDict.fromkeys(
-            keys)
-
-    def add(self, key: _IdKey) -> None:
-        self._keys.setdefault(key)
-
-    def update(self, keys: Iterable[_IdKey]) -> None:
-        setdefault = self._keys.setdefault
-        for key in keys:
-            setdefault(key)
-
-    def clear(self) -> None:
-        self._keys.clear()
-
-    def __len__(self) -> int:
-        return len(self._keys)
-
-    def __bool__(self) -> bool:
-        return bool(self._keys)
-
-    def __iter__(self) -> Iterator[_IdKey]:
-        return iter(self._keys)
-
-
 @dataclass(frozen=True, slots=True)
 class FetchRound:
     """What one request told the leader: per partition the position it asks from, or None
@@ -308,7 +275,12 @@ class ReplicaFetcher:
         self.now_ms = now_ms
         self.states: dict[tuple[str, int], FetchState] = {}
         self._by_id: dict[_IdKey, FetchState] = {}
-        self._dirty = _Dirty()
+        # the partitions to look at again, oldest first (one marked again keeps its place:
+        # an OrderedDict's assignment). Taken in a set's order, a partition could wait
+        # behind later ones round after round while leaderships kept moving to its leader
+        # (a controlled shutdown at 300,000 partitions), until the leader dropped this
+        # follower from its ISR 30 s on.
+        self._dirty: collections.OrderedDict[_IdKey, None] = collections.OrderedDict()
         self._refill = True  # the next full fetch takes every partition as dirty
         self._delayed: dict[_IdKey, FetchState] = {}  # delayed_until still to come
         # (delayed_until, tie, key) of each finite delay, soonest first; an entry whose
@@ -342,7 +314,7 @@ class ReplicaFetcher:
         state = FetchState(partition, partition.leader_epoch)
         self.states[(partition.topic, partition.index)] = state
         self._by_id[_id_key(state)] = state
-        self._dirty.add(_id_key(state))
+        self._dirty[_id_key(state)] = None
         self._wake.set()
 
     def remove(self, partition: Partition) -> None:
@@ -357,7 +329,7 @@ class ReplicaFetcher:
             del self._by_id[key]
             self._delayed.pop(key, None)
             self._resets.pop(key, None)
-            self._dirty.add(key)  # to be forgotten by the leader's session
+            self._dirty[key] = None  # to be forgotten by the leader's session
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -417,11 +389,11 @@ class ReplicaFetcher:
             _, _, key = heapq.heappop(self._delay_ends)
             del self._delayed[key]
             self._in_session.pop(key, None)
-            self._dirty.add(key)
+            self._dirty[key] = None
         if now >= self._full_look_at:
             self._full_look_at = now + self.FULL_LOOK_S
-            self._dirty.update(self._by_id)
-            self._dirty.update(self._in_session)
+            self._dirty.update(dict.fromkeys(self._by_id))
+            self._dirty.update(dict.fromkeys(self._in_session))
 
     def _next_delay_end(self) -> float:
         """When the soonest finite delay ends (math.inf: none), stale entries dropped."""
@@ -453,7 +425,7 @@ class ReplicaFetcher:
             self._delayed[key] = state
             if until != math.inf:
                 heapq.heappush(self._delay_ends, (until, next(self._delay_ties), key))
-            self._dirty.add(key)  # the leader's session forgets it meanwhile
+            self._dirty[key] = None  # the leader's session forgets it meanwhile
 
     def _needs_reset(self, state: FetchState, needed: bool) -> None:
         state.reset_needed = needed
@@ -462,7 +434,7 @@ class ReplicaFetcher:
             self._resets[key] = state
         elif self._resets.get(key) is state:
             del self._resets[key]
-        self._dirty.add(key)
+        self._dirty[key] = None
 
     def build_request(self) -> tuple[Any, FetchRound]:
         """The Fetch of this round: in a session, only the partitions whose position
@@ -470,8 +442,9 @@ class ReplicaFetcher:
         them."""
         full = self.session_epoch == INITIAL_EPOCH
         if full and (self._refill or not self._dirty):
-            self._dirty, self._refill = _Dirty(self._by_id), False
-        dirty = self._dirty._keys  # the ordered dict itself: this loop runs 10,000 times
+            self._dirty = collections.OrderedDict.fromkeys(self._by_id)
+            self._refill = False
+        dirty = self._dirty
         by_topic: dict[Any, list[Any]] = {}
         told: dict[_IdKey, _Position | None] = {}
         looked = 0
@@ -569,7 +542,7 @@ class ReplicaFetcher:
                 state = self._by_id.get(key)
                 if state is None or not self._current(state):
                     continue
-                self._dirty.add(key)  # its position may move now, or moved meanwhile
+                self._dirty[key] = None  # its position may move now, or moved meanwhile
                 position = round_.told.get(key) or self._in_session.get(key)
                 if (position is None or position[1] != state.leader_epoch
                         or state.partition.log.log_end_offset != position[0]):

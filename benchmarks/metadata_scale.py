@@ -135,6 +135,13 @@ def metadata_timing(bootstrap: str, topic: str | None, rounds: int = 5) -> tuple
     return times[len(times) // 2], size
 
 
+def wait_limit_s(partitions: int) -> float:
+    """How long a step's waits may take before the run gives up: 600 s, or 2 ms per
+    partition where that is longer (a broker making or loading 1,000,000 logs takes
+    minutes)."""
+    return max(600.0, partitions * 0.002)
+
+
 def wait_until(what: str, check: Callable[[], bool], limit_s: float = 600,
                interval_s: float = 0.01) -> float:
     """Seconds until `check()` holds (polled back to back by default; each poll is a real
@@ -189,13 +196,13 @@ def elect_preferred(admin: AdminClient, topics: list[str], partitions: int) -> N
 
 
 def lead_preferred(admin: AdminClient, topics: list[str], partitions: int,
-                   done: Callable[[], bool]) -> None:
+                   done: Callable[[], bool], limit_s: float = 600) -> None:
     """Preferred leader election until `done()`: a restarted broker is preferred again only
     once it is back in the ISRs, so an election right after its restart may move nothing."""
-    deadline = time.monotonic() + 600
+    deadline = time.monotonic() + limit_s
     while not done():
         if time.monotonic() > deadline:
-            raise SystemExit("preferred leaders: not within 600 s")
+            raise SystemExit(f"preferred leaders: not within {limit_s:.0f} s")
         elect_preferred(admin, topics, partitions)
         time.sleep(2)
 
@@ -265,7 +272,7 @@ def image_offset(cluster: LocalCluster, node_id: int) -> int:
 
 
 def broker_lifecycle(cluster: LocalCluster, admin: AdminClient, topics: list[str],
-                     partitions: int) -> tuple[float, float, float, float, float]:
+                     partitions: int, limit_s: float) -> tuple[float, float, float, float, float]:
     """(controlled shutdown s, restart to unfenced s, kill -9 until all led s, restart to
     unfenced s, restart until back in every ISR s) for the last broker, watched through the
     first broker's Metadata. Before each stop the broker leads its preferred share again
@@ -273,31 +280,37 @@ def broker_lifecycle(cluster: LocalCluster, admin: AdminClient, topics: list[str
     victim, watcher = cluster.broker_ids[-1], cluster.broker_ids[0]
     bootstrap = cluster.node(watcher).bootstrap_servers
     total = len(topics) * partitions
-    lead_preferred(admin, topics, partitions, lambda: led_by(bootstrap, victim) * 4 > total)
+    lead_preferred(admin, topics, partitions, lambda: led_by(bootstrap, victim) * 4 > total,
+                   limit_s)
     started = time.monotonic()
     cluster.node(victim).process.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
-    wait_until("controlled shutdown", lambda: led_by(bootstrap, victim) == 0)
+    wait_until("controlled shutdown", lambda: led_by(bootstrap, victim) == 0, limit_s=limit_s)
     shutdown_s = time.monotonic() - started
     print(f"# controlled shutdown {shutdown_s:.2f} s", flush=True)
-    cluster.node(victim).process.wait(600)  # type: ignore[union-attr]
+    cluster.node(victim).process.wait(limit_s)  # type: ignore[union-attr]
     # a broker that stopped stays listed until the controller fences it: restart only then,
     # or the restart would be "unfenced" at once
-    wait_until("fenced after the stop", lambda: victim not in live_brokers(bootstrap))
+    wait_until("fenced after the stop", lambda: victim not in live_brokers(bootstrap),
+               limit_s=limit_s)
     started = time.monotonic()
     cluster.restart_node(victim, wait=False)
-    wait_until("unfenced after restart", lambda: victim in live_brokers(bootstrap))
+    wait_until("unfenced after restart", lambda: victim in live_brokers(bootstrap),
+               limit_s=limit_s)
     restart_s = time.monotonic() - started
     print(f"# restart to unfenced {restart_s:.2f} s", flush=True)
-    lead_preferred(admin, topics, partitions, lambda: led_by(bootstrap, victim) * 4 > total)
+    lead_preferred(admin, topics, partitions, lambda: led_by(bootstrap, victim) * 4 > total,
+                   limit_s)
     cluster.kill_node(victim)
     started = time.monotonic()
-    wait_until("leaders after kill -9", lambda: led_by(bootstrap, victim) == 0)
+    wait_until("leaders after kill -9", lambda: led_by(bootstrap, victim) == 0, limit_s=limit_s)
     kill_s = time.monotonic() - started
     print(f"# kill -9 until all led {kill_s:.2f} s", flush=True)
-    wait_until("fenced after kill -9", lambda: victim not in live_brokers(bootstrap))
+    wait_until("fenced after kill -9", lambda: victim not in live_brokers(bootstrap),
+               limit_s=limit_s)
     started = time.monotonic()
     cluster.restart_node(victim, wait=False)
-    wait_until("unfenced after kill -9", lambda: victim in live_brokers(bootstrap))
+    wait_until("unfenced after kill -9", lambda: victim in live_brokers(bootstrap),
+               limit_s=limit_s)
     unfenced_s = time.monotonic() - started
     print(f"# restart after kill -9 to unfenced {unfenced_s:.2f} s", flush=True)
     # polled once a second: an all-topics Metadata response every few ms would be a load
@@ -366,7 +379,8 @@ def run_steps(cluster: LocalCluster, admin: AdminClient, first_broker: str, step
         create(admin, names, args.partitions_per_topic, args.rf, args.topics_per_request)
         took = time.monotonic() - started
         seen = took + wait_until("topics served by every broker",
-                                 functools.partial(served_everywhere, cluster, names[-1]))
+                                 functools.partial(served_everywhere, cluster, names[-1]),
+                                 limit_s=wait_limit_s(made + count * args.partitions_per_topic))
         every_topic += names
         made += count * args.partitions_per_topic
         active = cluster.active_controller()
@@ -395,7 +409,7 @@ def run_steps(cluster: LocalCluster, admin: AdminClient, first_broker: str, step
         fail_text = f"{fail_s:.2f}" + (f" ({min(failovers):.2f}-{max(failovers):.2f})"
                                        if len(failovers) > 1 else "")
         shutdown_s, restart_s, kill_s, rejoin_s, isr_s = broker_lifecycle(
-            cluster, admin, every_topic, args.partitions_per_topic)
+            cluster, admin, every_topic, args.partitions_per_topic, wait_limit_s(made))
         rate = count * args.partitions_per_topic / took
         print(f"| {made:,} | {took:.1f} / {seen:.1f} | {rate:,.0f} "
               f"| {controller_rss:.0f} ({controller_each:,.0f} B) "

@@ -236,7 +236,7 @@ _OTHER_DYNAMIC: Final = (
     _B("num.io.threads", "int", "8", 1),
     _B("num.network.threads", "int", "3", 1),
     _B("num.replica.fetchers", "int", "1", 1),
-    _B("num.recovery.threads.per.data.dir", "int", "2", 1),
+    _B("num.recovery.threads.per.data.dir", "int", "1", 1),
     _B("background.threads", "int", "10", 1),
     _B("log.cleaner.threads", "int", "1", 0),
     _B("log.cleaner.dedupe.buffer.size", "long", "134217728"),

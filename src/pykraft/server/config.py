@@ -154,7 +154,7 @@ SERVER_KEYS: Final[dict[str, ServerKey]] = {
         ServerKey("initial.broker.registration.timeout.ms", "int", "60000", 1),
         ServerKey("num.network.threads", "int", "3", 1),
         ServerKey("num.io.threads", "int", "8", 1),
-        ServerKey("num.recovery.threads.per.data.dir", "int", "2", 1),  # log loading threads
+        ServerKey("num.recovery.threads.per.data.dir", "int", "1", 1),  # log loading threads
         ServerKey("offsets.topic.num.partitions", "int", "50", 1),
         ServerKey("offsets.topic.replication.factor", "short", "3", 1),
         ServerKey("transaction.state.log.num.partitions", "int", "50", 1),

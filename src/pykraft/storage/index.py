@@ -127,12 +127,22 @@ class _MappedIndex:
 
     # -- opening and closing ----------------------------------------------------------------
 
-    def open_for_append(self, max_index_bytes: int, *, empty: bool = False) -> None:
+    def exists(self, listed: frozenset[str] | None = None) -> bool:
+        """Whether the file is there: in `listed` (its directory's file names, as the caller
+        has just listed them) or, without one, on disk."""
+        if listed is not None:
+            return (self._file or self._usual_name()) in listed
+        return os.path.exists(self._path)
+
+    def open_for_append(self, max_index_bytes: int, *, empty: bool = False,
+                        listed: frozenset[str] | None = None) -> None:
         """Make the index writable, holding at most `max_index_bytes` (rounded to entries).
 
         With `empty` (the segment holds no data, so no entry can be valid) nothing is opened
         yet: the file is created, emptied and written by the first entry. A broker hosting
-        many partitions that see no traffic then holds no descriptor for them.
+        many partitions that see no traffic then holds no descriptor for them. `listed`:
+        the directory's file names, when the caller has just listed it (an idle log's
+        indexes have no file: no stat is needed to tell).
         """
         self._unmap()
         if empty:
@@ -142,7 +152,8 @@ class _MappedIndex:
             # whatever it held indexes no data; an empty file (its own, as the last close
             # left it) stays: a stat rather than an unlink now and a file made at close,
             # for each of an idle replica's two indexes at every restart
-            self._kept_empty = _empty_or_removed(self._path)
+            self._kept_empty = ((listed is None or self.exists(listed))
+                                and _empty_or_removed(self._path))
             self._entries = 0
             self._buffer = NO_ENTRIES  # a bytearray of its own at the first entry
         else:

@@ -78,6 +78,7 @@ from pykraft.records.validate import (
 )
 from pykraft.storage import log_files
 from pykraft.storage.checkpoint import (
+    PARTITION_METADATA_FILE,
     fsync_directory,
     fsync_file,
     read_partition_metadata,
@@ -86,6 +87,7 @@ from pykraft.storage.checkpoint import (
 from pykraft.storage.leader_epoch import LEADER_EPOCH_CHECKPOINT_FILE, LeaderEpochCache
 from pykraft.storage.log_config import LONG_MAX, LogConfig
 from pykraft.storage.producer_state import (
+    SNAPSHOT_SUFFIX,
     BatchMetadata,
     ProducerState,
     delete_snapshots,
@@ -196,7 +198,7 @@ class Log:
     def __init__(
         self, directory: Path, config: LogConfig, segments: list[LogSegment],
         epoch_cache: LeaderEpochCache, *, log_start_offset: int, log_end_offset: int,
-        recovery_point: int, now_ms: int, fresh: bool = False,
+        recovery_point: int, now_ms: int, topic_id: uuid.UUID | None = None,
     ) -> None:
         # the directory as a str, its Path built when asked (`dir`), and the topic's name
         # shared by its partitions: a Path and a name of its own were a fifth of what an idle
@@ -214,8 +216,7 @@ class Log:
         self._log_end_offset = log_end_offset
         self._recovery_point = recovery_point
         self._high_watermark = log_start_offset
-        # a directory made just now (`fresh`) has no partition.metadata to read
-        self._topic_id = None if fresh else read_partition_metadata(directory)
+        self._topic_id = topic_id  # as partition.metadata says (None: no such file yet)
         self._last_flush_ms = now_ms
         self._roll_flush_offset: int | None = None
         self.watch: LogWatch | None = None  # its LogManager's, once attached there
@@ -253,17 +254,19 @@ class Log:
                 fresh = True
             except FileExistsError:
                 pass
-        bases = [] if fresh else log_files.clean_leftovers(dir, config, now_ms)
-        segments = [LogSegment.load(dir, base, config, now_ms) for base in bases]
+        # which files are there, as listed once (a directory made here holds none)
+        bases, names = (([], frozenset()) if fresh
+                        else log_files.clean_leftovers(dir, config, now_ms))
+        segments = [LogSegment.load(dir, base, config, now_ms, listed=names) for base in bases]
         created = not segments
         if created:
             start = log_start_offset if log_start_offset is not None else 0
             segments = [LogSegment.create(dir, start, config, now_ms, fresh=fresh)]
         recover_from = None if had_clean_shutdown or created else recovery_point
-        segments = log_files.recover_segments(segments, recover_from, config)
+        segments = log_files.recover_segments(segments, recover_from, config, names)
         active = segments[-1]
         if not active.offset_index.writable:
-            active.open_for_append(config)
+            active.open_for_append(config, listed=names)
         log_end_offset, _ = active.read_next_offset()
         first_base = segments[0].base_offset
         start = max(first_base, log_start_offset if log_start_offset is not None else first_base)
@@ -272,8 +275,9 @@ class Log:
         epochs_from = recover_from  # where the batches' epochs are assigned again
         shared = os.fspath(dir)  # the Path's own str, held once for the log's files
         try:
-            epoch_cache = (LeaderEpochCache(epoch_path, directory=shared) if fresh
-                           else LeaderEpochCache.load(epoch_path, directory=shared))
+            epoch_cache = (LeaderEpochCache.load(epoch_path, directory=shared)
+                           if LEADER_EPOCH_CHECKPOINT_FILE in names
+                           else LeaderEpochCache(epoch_path, directory=shared))
         except KafkaStorageError as error:
             if recover_from is None:
                 raise
@@ -284,7 +288,8 @@ class Log:
         log = cls(
             dir, config, segments, epoch_cache, log_start_offset=min(start, log_end_offset),
             log_end_offset=log_end_offset, recovery_point=max(point, 0), now_ms=now_ms,
-            fresh=fresh,
+            topic_id=(read_partition_metadata(dir) if PARTITION_METADATA_FILE in names
+                      else None),
         )
         if start > log_end_offset:  # everything below the checkpointed start is gone
             log.truncate_fully_and_start_at(start, now_ms=now_ms)
@@ -297,7 +302,8 @@ class Log:
             log.log_end_offset if epochs_from is None else min(epochs_from, log.log_end_offset),
             write=False)
         epoch_cache.truncate_from_start(log.log_start_offset)
-        if recover_from is not None:  # after a clean close none lies above the log end
+        if recover_from is not None and any(name.endswith(SNAPSHOT_SUFFIX) for name in names):
+            # after a clean close none lies above the log end
             delete_snapshots(dir, above=log.log_end_offset)  # of batches recovery cut off
             log._txn_indexes_from = log._segments[log._segment_for(recover_from)].base_offset
         if epochs_from is not None:

@@ -20,13 +20,16 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Final
+from typing import Final, NamedTuple
 
 from pykraft.storage.index import INDEX_SUFFIX, TIME_INDEX_SUFFIX
 from pykraft.storage.log_config import LogConfig
 from pykraft.storage.segment import LOG_SUFFIX, TXN_INDEX_SUFFIX, LogSegment
 
-__all__ = ["CLEANED_SUFFIX", "DELETED_SUFFIX", "SWAP_SUFFIX", "clean_leftovers", "recover_segments"]
+__all__ = [
+    "CLEANED_SUFFIX", "DELETED_SUFFIX", "SWAP_SUFFIX", "Listing", "clean_leftovers",
+    "recover_segments",
+]
 
 DELETED_SUFFIX: Final = ".deleted"
 CLEANED_SUFFIX: Final = ".cleaned"
@@ -48,10 +51,19 @@ def _file_names(directory: Path) -> list[str]:
         return [entry.name for entry in entries if entry.is_file()]
 
 
-def clean_leftovers(directory: Path, config: LogConfig, now_ms: int) -> list[int]:
-    """Apply the leftover rules; return the sorted base offsets of the segments left.
+class Listing(NamedTuple):
+    """A partition directory's files once its leftovers are dealt with."""
+
+    bases: list[int]  # the segments' base offsets, ascending
+    names: frozenset[str]  # every regular file's name: whether a file is there, unasked
+
+
+def clean_leftovers(directory: Path, config: LogConfig, now_ms: int) -> Listing:
+    """Apply the leftover rules; return the segments and files left.
     The directory is listed once, and again only if a rule removed or renamed a file: a
-    broker restarting with 200,000 logs lists each of them."""
+    broker restarting with 200,000 logs lists each of them, and asks the listing, not the
+    file system, which of a log's optional files exist (an idle log has no index file, no
+    leader epoch checkpoint and no producer snapshot: a stat or an open less for each)."""
     names = _file_names(directory)
     changed = False
     swaps: list[str] = []
@@ -83,8 +95,8 @@ def clean_leftovers(directory: Path, config: LogConfig, now_ms: int) -> list[int
         base for name in names
         if name.endswith(LOG_SUFFIX) and (base := _base_offset(name)) is not None
     )
-    _delete_orphan_indexes(directory, names, set(bases))
-    return bases
+    removed = _delete_orphan_indexes(directory, names, set(bases))
+    return Listing(bases, frozenset(names).difference(removed))
 
 
 def _complete_swap(directory: Path, base: int, config: LogConfig, now_ms: int) -> None:
@@ -102,16 +114,21 @@ def _complete_swap(directory: Path, base: int, config: LogConfig, now_ms: int) -
     swap_path.rename(swap_path.with_name(swap_path.name[: -len(SWAP_SUFFIX)]))
 
 
-def _delete_orphan_indexes(directory: Path, names: list[str], bases: set[int]) -> None:
+def _delete_orphan_indexes(directory: Path, names: list[str], bases: set[int]) -> list[str]:
+    """Delete the index files without their segment; return their names."""
+    removed = []
     for name in names:
         if name.endswith(_INDEX_SUFFIXES):
             base = _base_offset(name)
             if base is not None and base not in bases:
                 (directory / name).unlink(missing_ok=True)
+                removed.append(name)
+    return removed
 
 
 def recover_segments(
-    segments: list[LogSegment], recovery_point: int | None, config: LogConfig
+    segments: list[LogSegment], recovery_point: int | None, config: LogConfig,
+    listed: frozenset[str] | None = None,
 ) -> list[LogSegment]:
     """Re-validate the unflushed tail (None: a clean shutdown); return the surviving segments.
 
@@ -121,7 +138,7 @@ def recover_segments(
     start = _first_to_recover(segments, recovery_point)
     for index in range(start, len(segments)):
         segment = segments[index]
-        segment.open_for_append(config)
+        segment.open_for_append(config, listed=listed)
         truncated = segment.recover()
         is_last = index == len(segments) - 1
         if truncated and not is_last:

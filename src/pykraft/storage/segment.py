@@ -118,18 +118,19 @@ class LogSegment:
         segment = cls(directory, base_offset, config, now_ms)
         # the file exists from now on (Kafka's layout); its descriptor is opened on first use
         os.close(os.open(segment._log_path, os.O_RDWR | os.O_CREAT, 0o644))
-        segment.open_for_append(config)
+        segment.open_for_append(config, listed=frozenset())  # no index file is left
         return segment
 
     @classmethod
     def load(
         cls, directory: Path, base_offset: int, config: LogConfig, now_ms: int,
-        *, suffix: str = "",
+        *, suffix: str = "", listed: frozenset[str] | None = None,
     ) -> LogSegment:
-        """An existing segment; indexes are opened lazily (and rebuilt if missing)."""
+        """An existing segment; indexes are opened lazily (and rebuilt if missing).
+        `listed`: the directory's file names, when the caller has just listed it."""
         segment = cls(directory, base_offset, config, now_ms, suffix=suffix)
         segment.indexes_were_missing = segment.size > 0 and not (  # none for no data
-            segment.offset_index.path.exists() and segment.time_index.path.exists()
+            segment.offset_index.exists(listed) and segment.time_index.exists(listed)
         )
         return segment
 
@@ -148,12 +149,15 @@ class LogSegment:
             self._fd = os.open(self._log_path, os.O_RDWR | os.O_CREAT, 0o644)
         return self._fd
 
-    def open_for_append(self, config: LogConfig) -> None:
-        """Ready the indexes for appends; an empty segment's are opened by its first entry."""
+    def open_for_append(self, config: LogConfig, *, listed: frozenset[str] | None = None
+                        ) -> None:
+        """Ready the indexes for appends; an empty segment's are opened by its first entry.
+        `listed`: the directory's file names, when the caller has just listed it."""
         self.index_interval_bytes = config.index_interval_bytes
         empty = self.size == 0
-        self.offset_index.open_for_append(config.segment_index_bytes, empty=empty)
-        self.time_index.open_for_append(config.segment_index_bytes, empty=empty)
+        self.offset_index.open_for_append(config.segment_index_bytes, empty=empty,
+                                          listed=listed)
+        self.time_index.open_for_append(config.segment_index_bytes, empty=empty, listed=listed)
         self._reset_bytes_since_index_entry()
 
     def _reset_bytes_since_index_entry(self) -> None:
@@ -419,9 +423,9 @@ class LogSegment:
         self.time_index.reset()
         self._max, self._first_batch_timestamp = (-1, self.base_offset), None
         self._bytes_since_index_entry = 0
-        # by path while no descriptor is open: an empty segment then needs none
-        opened = self._fd is not None
-        file_size = os.fstat(self.fd).st_size if opened else self.log_path.stat().st_size
+        # with no descriptor open nothing wrote to the file since its size was read (at
+        # load): an empty segment then needs no descriptor and no second stat
+        file_size = os.fstat(self._fd).st_size if self._fd is not None else self.size
         position = 0
         for header in self._iter_valid_batches(file_size):
             self._index_batch(position, header.size, header.last_offset, header.max_timestamp)

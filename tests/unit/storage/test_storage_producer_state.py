@@ -148,6 +148,25 @@ def test_state_survives_clean_restart_crash_and_truncation(tmp_path: Path) -> No
                                     now_ms=1_000).first_offset == 10
 
 
+def test_a_crash_leaves_no_snapshot_above_the_recovered_log_end(tmp_path: Path) -> None:
+    """Recovery after a crash deletes the producer snapshots past the log end it found (a
+    snapshot of batches the crash lost), and keeps the others."""
+    directory = tmp_path / "t-0"
+    config = small_config(segment_bytes=400)
+    log = open_log(directory, config)
+    for seq in range(0, 20, 2):
+        log.append_as_leader(producer_batch(2, sequence=seq), leader_epoch=0, now_ms=1_000)
+    kept = list_snapshots(directory)
+    assert kept and max(kept) < 20  # snapshots at rolls
+    log.flush()
+    (directory / f"{40:020d}.snapshot").write_bytes((directory / f"{kept[-1]:020d}.snapshot")
+                                                    .read_bytes())
+    crashed = open_log(directory, config, recovery_point=0)  # no close: a crash
+    assert crashed.log_end_offset == 20
+    assert list_snapshots(directory) == kept
+    assert crashed.producer_state.producers[PID].last_sequence == 19
+
+
 def test_follower_appends_and_transactions_update_the_state(tmp_path: Path) -> None:
     """A follower applies batches without checks (a leader already did); a marker closes
     the producer's transaction; a new leader continues the producer's sequence."""

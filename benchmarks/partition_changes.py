@@ -27,10 +27,13 @@ new partitions (their metadata image built beforehand), per replica.
 
 With --log-loading N (0 to skip), a restarted broker's loading of its logs: N idle
 replicas' logs, made and closed cleanly as above, opened again by a new LogManager
-(page cache warm), then closed again, µs per log each.
+(page cache warm) on --recovery-threads threads (num.recovery.threads.per.data.dir, by
+default the node's default), opened once more as after a crash (the first manager's logs
+left unclosed: each is recovered), then closed, µs per log each.
 
 Run: .venv/bin/python benchmarks/partition_changes.py [--partitions 100000] [--rounds 3]
      [--broker-partitions 10000] [--replica-memory 10000] [--log-loading 10000]
+     [--recovery-threads N]
 """
 
 from __future__ import annotations
@@ -235,27 +238,38 @@ async def replica_memory(partitions: int) -> None:
               f"{grown / 2**20:,.1f} MiB, {grown / partitions:,.0f} B per replica")
 
 
-async def log_loading(partitions: int) -> None:
+async def log_loading(partitions: int, threads: int | None) -> None:
     """A restarted broker's loading of its logs: those of `partitions` idle replicas, made
     by broker OBSERVER's ReplicaManager and closed cleanly, opened again by a new
-    LogManager (num.recovery.threads.per.data.dir at its default)."""
+    LogManager on `threads` recovery threads (None: the default), then again as after a
+    crash, then closed."""
+    configs = dict(LOG_CONFIGS)
+    if threads is not None:
+        configs["num.recovery.threads.per.data.dir"] = str(threads)
     with tempfile.TemporaryDirectory(prefix="partition-changes-") as directory:
         async with observer_manager(directory) as manager:
             created = replayed(MetadataImage.EMPTY, creation_records(partitions))
             manager.apply_delta(created, created.apply(1, 1))
             while manager._creator is not None:
                 await asyncio.sleep(0.05)
-        log_manager = LogManager([directory], LOG_CONFIGS)
-        gc.collect()
-        started = time.perf_counter()
-        log_manager.load(int(time.time() * 1000))
-        took = time.perf_counter() - started
+        took: dict[str, float] = {}
+        for how in ("after a clean shutdown", "after a crash"):
+            log_manager = LogManager([directory], configs)
+            gc.collect()
+            started = time.perf_counter()
+            log_manager.load(int(time.time() * 1000))
+            took[how] = time.perf_counter() - started
+            if how == "after a clean shutdown":
+                log_manager.release_locks()  # not closed: the next load is a crash's
         loaded = len(log_manager.logs())
         started = time.perf_counter()
         log_manager.close()
         closed = time.perf_counter() - started
-        print(f"broker {OBSERVER} restart: {loaded:,} logs loaded in {took:.2f} s, "
-              f"{took / loaded * 1e6:,.0f} µs per log; closed again (a clean shutdown) in "
+        loads = "; ".join(f"{how} in {s:.2f} s, {s / loaded * 1e6:,.0f} µs per log"
+                          for how, s in took.items())
+        on = "default" if threads is None else threads
+        print(f"broker {OBSERVER} restart (num.recovery.threads.per.data.dir={on}): "
+              f"{loaded:,} logs loaded {loads}; closed again (a clean shutdown) in "
               f"{closed:.2f} s, {closed / loaded * 1e6:,.0f} µs per log")
 
 
@@ -266,6 +280,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--broker-partitions", type=int, default=10_000)
     parser.add_argument("--replica-memory", type=int, default=10_000)
     parser.add_argument("--log-loading", type=int, default=10_000)
+    parser.add_argument("--recovery-threads", type=int, default=None,
+                        help="num.recovery.threads.per.data.dir for --log-loading "
+                             "(default: the node's default)")
     args = parser.parse_args(argv)
     created = creation_records(args.partitions)
     image = measure("create", MetadataImage.EMPTY, created, args.rounds)
@@ -278,7 +295,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.replica_memory > 0:
         asyncio.run(replica_memory(args.replica_memory))
     if args.log_loading > 0:
-        asyncio.run(log_loading(args.log_loading))
+        asyncio.run(log_loading(args.log_loading, args.recovery_threads))
 
 
 if __name__ == "__main__":

@@ -302,9 +302,9 @@ class Log:
             log.log_end_offset if epochs_from is None else min(epochs_from, log.log_end_offset),
             write=False)
         epoch_cache.truncate_from_start(log.log_start_offset)
-        if recover_from is not None and any(name.endswith(SNAPSHOT_SUFFIX) for name in names):
-            # after a clean close none lies above the log end
-            delete_snapshots(dir, above=log.log_end_offset)  # of batches recovery cut off
+        if recover_from is not None:  # after a clean close none lies above the log end
+            if any(name.endswith(SNAPSHOT_SUFFIX) for name in names):
+                delete_snapshots(dir, above=log.log_end_offset)  # of batches recovery cut off
             log._txn_indexes_from = log._segments[log._segment_for(recover_from)].base_offset
         if epochs_from is not None:
             log._assign_recovered_epochs(epochs_from)

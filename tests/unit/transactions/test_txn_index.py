@@ -6,6 +6,8 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
+import pytest
+
 from pykraft.broker.txn_markers import Marker, marker_batch
 from pykraft.records.batch import read_header
 from pykraft.records.record import build_batch
@@ -168,9 +170,12 @@ def test_a_follower_and_a_log_never_read_committed_index_aborts_too(tmp_path: Pa
     assert txn_index(leader) == txn_index(follower) == {0: [AbortedTxn(4, 0, 2, 3)]}
 
 
-def test_truncation_and_an_unclean_restart_keep_the_index_true(tmp_path: Path) -> None:
+@pytest.mark.parametrize("snapshots", [True, False])
+def test_truncation_and_an_unclean_restart_keep_the_index_true(tmp_path: Path,
+                                                               snapshots: bool) -> None:
     """Truncating below a marker drops its entry; after an unclean stop the recovered
-    segments' indexes are rewritten from the log when the transactions are next built."""
+    segments' indexes are rewritten from the log when the transactions are next built,
+    whether or not a producer snapshot had been written before the stop."""
     log = open_log(tmp_path)
     append(log, data(1))  # 0-1
     append(log, marker(1, False))  # 2
@@ -182,6 +187,9 @@ def test_truncation_and_an_unclean_restart_keep_the_index_true(tmp_path: Path) -
     segment_index = log.segments[0].txn_index_path
     segment_index.write_bytes(segment_index.read_bytes()[:34])  # the second entry was lost
     log.close()
+    if not snapshots:
+        for snapshot in (tmp_path / "t-0").glob("*.snapshot"):
+            snapshot.unlink()
     reopened = Log.open(tmp_path / "t-0", LogConfig(), recovery_point=0,
                         log_start_offset=None, now_ms=NOW)  # not a clean shutdown
     reopened.update_high_watermark(reopened.log_end_offset)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import threading
 import types
 import uuid
 from collections.abc import Iterator
@@ -19,7 +20,9 @@ from kio.schema.fetch.v15 import request as fetch_v15
 from pykraft.broker import apis as apis_module
 from pykraft.broker.apis import BrokerApis
 from pykraft.broker.metadata_cache import MetadataCache
-from pykraft.broker.replica_manager import Partition, ReplicaManager
+from pykraft.broker.replica_manager import NEW_LOGS_ON_LOOP, Partition, ReplicaManager
+from pykraft.metadata.image import MetadataDelta, MetadataImage
+from pykraft.metadata.records import PartitionRecord, TopicRecord
 from pykraft.metadata.registrations import LeaderRecoveryState, PartitionRegistration
 from pykraft.protocol.entities import make
 from pykraft.records.record import build_batch
@@ -264,11 +267,12 @@ def test_a_follower_caught_up_while_it_could_not_join_joins_once_it_can(
 
 
 def follower_fetch(offsets: dict[int, int], *, session_id: int, epoch: int,
-                   replica_id: int = 2) -> object:
+                   replica_id: int = 2, max_wait_ms: int = 0) -> object:
     """Broker `replica_id`'s fetch (v12: by topic name) of the partitions in `offsets`."""
     return make(
         fetch_request.FetchRequest, replica_id=replica_id,
-        max_wait=datetime.timedelta(0), min_bytes=1, max_bytes=1 << 20, isolation_level=0,
+        max_wait=datetime.timedelta(milliseconds=max_wait_ms), min_bytes=1,
+        max_bytes=1 << 20, isolation_level=0,
         session_id=session_id, session_epoch=epoch,
         topics=(make(fetch_request.FetchTopic, topic="t", partitions=tuple(
             make(fetch_request.FetchPartition, partition=index, current_leader_epoch=0,
@@ -389,3 +393,72 @@ async def test_an_isr_change_that_keeps_the_follower_in_it_is_not_read_again(
     manager._apply_partition("t", TOPIC_ID, 1, registration((ME,), 2), config)  # 2 leaves
     await fetch(apis, follower_fetch({}, session_id=session_id, epoch=3))
     assert reads == [1]
+
+
+async def test_a_follower_fetch_of_a_log_still_being_made_waits_for_it_without_an_error(
+        manager: ReplicaManager, apis: BrokerApis, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A delta makes this broker the leader of more new partitions than it makes logs for
+    on the loop: until a partition's log exists, a follower's fetch of it in a session is
+    answered as from the empty log it will be (no error, offsets 0) and is held there --
+    an incremental fetch neither reads it again nor answers at once -- until the log is
+    made, then served as any other. Outside a session, or from an offset the new log
+    cannot have, it is still NOT_LEADER_OR_FOLLOWER. Refused each time, the followers of
+    1,000,000 new partitions asked again for each of them every second."""
+    release = threading.Event()
+    open_logs = manager._open_logs
+
+    def held(jobs: Any) -> Any:
+        release.wait(10)
+        return open_logs(jobs)
+
+    monkeypatch.setattr(manager, "_open_logs", held)
+    count = NEW_LOGS_ON_LOOP + 1
+    delta = MetadataDelta(MetadataImage.EMPTY)
+    for record in [TopicRecord(name="t", topic_id=TOPIC_ID), *(
+            PartitionRecord(partition_id=index, topic_id=TOPIC_ID, replicas=(ME, 2),
+                            isr=(ME, 2), leader=ME, leader_epoch=0, partition_epoch=0)
+            for index in range(count))]:
+        delta.replay(record)
+    image = delta.apply(count + 1, 1)
+    apis.cache.image = image
+    manager.apply_delta(delta, image)
+    assert manager.get_partition("t", 0) is None  # its log is being made
+
+    def answered(response: Any) -> dict[int, tuple[int, int, int, bytes | None]]:
+        return {data.partition_index: (data.error_code, data.high_watermark,
+                                       data.log_start_offset, data.records)
+                for topic in response.responses for data in topic.partitions}
+
+    without_session = await fetch(apis, follower_fetch({0: 0}, session_id=0, epoch=-1))
+    assert answered(without_session)[0][0] == ErrorCode.not_leader_or_follower
+    beyond = await fetch(apis, follower_fetch({2: 7}, session_id=0, epoch=0))
+    assert answered(beyond)[2][0] == ErrorCode.not_leader_or_follower  # a new log has no 7
+    opened = await fetch(apis, follower_fetch({0: 0, 1: 0}, session_id=0, epoch=0))
+    session_id = opened.session_id
+    assert session_id not in (0, beyond.session_id)
+    told = answered(opened)
+    assert told[0] == told[1] == (ErrorCode.none, 0, 0, b"")
+    reads = record_reads(monkeypatch)
+    waiting = asyncio.ensure_future(fetch(apis, follower_fetch(
+        {}, session_id=session_id, epoch=1, max_wait_ms=10_000)))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert not waiting.done()
+    assert reads == []  # passed by
+    release.set()
+    async with asyncio.timeout(10):
+        while manager._creator is not None:
+            await asyncio.sleep(0.01)
+    partition = manager.get_partition("t", 0)
+    assert partition is not None
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert not waiting.done()  # looked again at the logs made: nothing to say yet
+    assert reads == [0, 1]
+    manager.append(partition, build_batch([(b"k", b"v", [], 1)]), acks=1)
+    response = await asyncio.wait_for(waiting, 5)
+    told = answered(response)
+    assert list(told) == [0] and told[0][:3] == (ErrorCode.none, 0, 0) and told[0][3]
+    await fetch(apis, follower_fetch({0: 1}, session_id=session_id, epoch=2))
+    assert partition.followers[2].log_end_offset == 1
+    assert partition.log.high_watermark == 1

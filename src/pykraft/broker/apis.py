@@ -622,6 +622,9 @@ class BrokerApis:
                     continue
                 if each.idle is not None:  # nothing to read when last read: still so?
                     partition = partitions(each.topic, each.partition)
+                    if partition is None and each.idle == self._being_made(each):
+                        reads.append(None)  # its log is still being made
+                        continue
                     if (partition is not None and each.idle == _idle_state(partition)
                             and (replica_id < 0 or replica_id in partition.isr)):
                         if replica_id >= 0 and first_pass:  # a follower at our log end
@@ -640,7 +643,12 @@ class BrokerApis:
                     each, image, max(0, max_bytes - total), total == 0, replica_id,
                     first_pass, committed=committed, client_rack=client_rack,
                     listener_name=listener_name)
-                if read.error_code != ErrorCode.none or partition is None:
+                if (partition is None and session is not None and replica_id >= 0
+                        and read.error_code == ErrorCode.not_leader_or_follower):
+                    read = self._log_being_made(each) or read
+                if partition is None and read.idle is not None:
+                    pass  # waits in the session (its idle_of) until the log is made
+                elif read.error_code != ErrorCode.none or partition is None:
                     errors = True
                 else:
                     parked.append(partition)
@@ -651,8 +659,33 @@ class BrokerApis:
                 unpark(parked[:watched], watch)
         return wanted, reads, total, errors, parked, watch is not None and watch.done()
 
+    def _being_made(self, wanted: SessionPartition) -> tuple[Any, ...] | None:
+        """The state of `wanted` if it is led here, its log still being made, and the
+        follower fetches it from the start at the leader epoch we have; None otherwise."""
+        pending = self.replicas.pending_leader(wanted.topic, wanted.partition)
+        if (pending is None or wanted.fetch_offset != 0
+                or wanted.current_leader_epoch not in (-1, pending.registration.leader_epoch)
+                or wanted.topic_id not in (None, pending.topic_id)):
+            return None
+        return (pending, pending.registration.leader_epoch)
+
+    def _log_being_made(self, wanted: SessionPartition) -> PartitionRead | None:
+        """A follower's fetch, in its session, of a partition led here whose log is still
+        being made (ReplicaManager.apply_delta makes 1,000,000 new logs a few thousand at a
+        time): answered as Kafka's leader, which has made its logs by the time it knows it
+        leads them, answers from the empty log -- nothing yet, no error -- and held idle in
+        the session until the replica manager notes the log made. Refused
+        (NOT_LEADER_OR_FOLLOWER), the follower asked again for each such partition every
+        replica.fetch.backoff.ms: creating 1,000,000 partitions, each follower was refused
+        some 23,000,000 times, and the leader that lagged most made its logs slower
+        still."""
+        state = self._being_made(wanted)
+        if state is None:
+            return None
+        return PartitionRead(wanted.partition, ErrorCode.none, 0, 0, 0, idle=state)
+
     def _changed_since_last_look(self, session: FetchSession | None, size: int,
-                                 first_pass: bool, now_ms: int) -> set[Partition] | None:
+                                 first_pass: bool, now_ms: int) -> set[Any] | None:
         """The partitions changed since `session`'s last look, or None: look at each (no
         session, too many changes, or the session's full look is due: every
         FULL_LOOK_MS)."""

@@ -105,9 +105,11 @@ def rack_aware_selector(value: str | None) -> bool:
                         f"the one replica selector supported is {RACK_AWARE_REPLICA_SELECTOR}")
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class PendingReplica:
-    """A replica whose log is being created off the event loop."""
+    """A replica whose log is being created off the event loop. Noted in
+    ReplicaManager.changes when its registration changes and when it stops being pending,
+    for the fetch sessions that hold a follower's fetch of it parked (apis.BrokerApis)."""
 
     topic_id: uuid.UUID
     registration: PartitionRegistration
@@ -255,10 +257,11 @@ class PartitionChanges:
 
     def __init__(self, keep: int = 65_536) -> None:
         self.count = 0  # of changes noted since the start
-        self._recent: collections.deque[Partition] = collections.deque(maxlen=keep)
+        self._recent: collections.deque[Partition | PendingReplica] = collections.deque(
+            maxlen=keep)
         self._waiters: list[asyncio.Future[None]] = []  # woken by the next change
 
-    def note(self, partition: Partition) -> None:
+    def note(self, partition: Partition | PendingReplica) -> None:
         self.count += 1
         self._recent.append(partition)
         if self._waiters:
@@ -282,7 +285,7 @@ class PartitionChanges:
             with contextlib.suppress(ValueError):  # woken: note swapped the list out
                 self._waiters.remove(future)
 
-    def since(self, count: int, limit: int) -> set[Partition] | None:
+    def since(self, count: int, limit: int) -> set[Partition | PendingReplica] | None:
         """The partitions changed after the first `count` changes; None when more than
         `limit` changes came since, or some are no longer kept (look at everything)."""
         new = self.count - count
@@ -483,6 +486,8 @@ class ReplicaManager:
         milliseconds on a busy disk, would otherwise stall every connection of the broker for
         seconds. Until its log exists such a replica is pending: not served (clients are told
         NOT_LEADER_OR_FOLLOWER and retry), its newest registration kept for when it is made.
+        A follower fetching one led here in a fetch session is answered as for the empty
+        log it will be, and waits (apis.BrokerApis._log_being_made).
         """
         self._image = image
         changes = delta.local_changes(self.node_id)
@@ -493,7 +498,9 @@ class ReplicaManager:
             log.info("metadata at offset %d: %d partition(s) to lead, %d to follow here",
                      image.offset, len(changes.leaders), len(changes.followers))
         for deleted in changes.deletes:
-            self._pending.pop((deleted.topic, deleted.partition), None)
+            dropped = self._pending.pop((deleted.topic, deleted.partition), None)
+            if dropped is not None:
+                self.changes.note(dropped)
             self._remove(deleted.topic, deleted.partition)
         placed = [item for group in (changes.leaders, changes.followers)
                   for item in group.items() if item[0].topic != METADATA_TOPIC]
@@ -513,6 +520,7 @@ class ReplicaManager:
                 pending = self._pending.get(name)
                 if pending is not None and pending.topic_id == key.topic_id:
                     pending.registration = registration  # applied once the log exists
+                    self.changes.note(pending)
                 elif name not in self._partitions and (
                         (off_loop and name in new) or name in self._pending
                         or self.log_manager.is_planned(key.topic, key.partition)):
@@ -582,7 +590,9 @@ class ReplicaManager:
                  result: Log | OSError | KafkaError) -> None:
         if not isinstance(result, Log):
             self.log_manager.abandon_new_log(topic, index)
-            self._pending.pop((topic, index), None)
+            dropped = self._pending.pop((topic, index), None)
+            if dropped is not None:
+                self.changes.note(dropped)
             self._not_created(topic, index, result)
             return
         self.log_manager.adopt_new_log(result)
@@ -591,6 +601,7 @@ class ReplicaManager:
             self.log_manager.delete_log(topic, index)
             return
         del self._pending[(topic, index)]
+        self.changes.note(pending)
         assert self._image is not None
         self._apply_partition(topic, topic_id, index, pending.registration,
                               self._log_config(self._image, topic))
@@ -723,6 +734,14 @@ class ReplicaManager:
 
     def get_partition(self, topic: str, index: int) -> Partition | None:
         return self._partitions.get((topic, index))
+
+    def pending_leader(self, topic: str, index: int) -> PendingReplica | None:
+        """The replica of `topic`-`index` if this broker leads it and its log is still
+        being made (apply_delta), else None."""
+        pending = self._pending.get((topic, index))
+        if pending is None or pending.registration.leader != self.node_id:
+            return None
+        return pending
 
     def leader_partition(self, topic: str, index: int, image: MetadataImage) -> Partition:
         partition = self._partitions.get((topic, index))

@@ -70,6 +70,9 @@ from pykraft.protocol.framing import (
 log = logging.getLogger(__name__)
 
 _SIZE: Final = struct.Struct(">i")
+# a response that takes longer to encode is logged with its API and size: the loop watch
+# shows the encoder holding the loop, not which request it was answering
+SLOW_ENCODE_S: Final = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -759,7 +762,15 @@ class Listener:
         response = await self.dispatcher.handle(context, request)
         if response is None:
             return None
-        return encode_response(header.correlation_id, response)
+        started = time.perf_counter()
+        encoded = encode_response(header.correlation_id, response)
+        took = time.perf_counter() - started
+        if took >= SLOW_ENCODE_S:
+            name = next((key.name for key in ApiKey if key == header.api_key),
+                        str(header.api_key))
+            log.warning("encoding a response to %s v%d (%d bytes) for client %r took %.1f s",
+                        name, header.api_version, len(encoded), header.client_id, took)
+        return encoded
 
 
 def _tls_reason(error: BaseException) -> str:

@@ -5,6 +5,7 @@ quotas are closed at accept, idle ones after connections.max.idle.ms."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import struct
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -14,6 +15,7 @@ from kio.schema.api_versions.v0.response import ApiVersionsResponse
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.errors import ErrorCode
 
+from pykraft.net import server as server_module
 from pykraft.net.limits import MemoryPool, quotas_for
 from pykraft.net.server import READ_AHEAD_BYTES, Listener, NetworkLimits, RequestContext
 from pykraft.protocol.framing import encode_request
@@ -323,4 +325,25 @@ async def test_the_controller_client_reconnects_after_an_idle_close() -> None:
         assert (await client.send(18, 0, ApiVersionsV0()))[0] == 1
     finally:
         await client.close()
+        await listener.close()
+
+
+async def test_a_response_slow_to_encode_is_logged_with_its_api_and_size(
+        clients: list[_Client], monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The loop watch shows the encoder holding the loop, not the request it answers."""
+    limits = NetworkLimits(MemoryPool(4 * MIB))
+    listener = await _serve(limits)
+    try:
+        client = await _connect(listener, clients)
+        with caplog.at_level(logging.WARNING, logger="pykraft.net.server"):
+            await client.send(_frame(correlation_id=1))
+            assert await client.answer() == 1
+            assert not [r for r in caplog.records if "encoding" in r.getMessage()]
+            monkeypatch.setattr(server_module, "SLOW_ENCODE_S", 0.0)
+            await client.send(_frame(correlation_id=2))
+            assert await client.answer() == 2
+        [said] = [r.getMessage() for r in caplog.records if "encoding" in r.getMessage()]
+        assert said.startswith("encoding a response to API_VERSIONS v3 (") and "'t'" in said
+    finally:
         await listener.close()

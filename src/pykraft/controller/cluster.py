@@ -448,7 +448,7 @@ def _leave_every_isr(
     """The partition changes that take `broker_id` out of every ISR, moving its
     leaderships (fencing and unregistration both start with these)."""
     return list(_leader_and_isr_updates(
-        state, config, state.partitions_with_isr_member(broker_id),
+        state, config, state.partitions_with_isr_member_led_first(broker_id),
         broker_to_remove=broker_id, broker_to_add=None))
 
 
@@ -527,7 +527,7 @@ def controlled_shutdown_records(
         _leader_and_isr_updates(
             state,
             config,
-            state.partitions_with_isr_member(broker_id),
+            state.partitions_with_isr_member_led_first(broker_id),
             broker_to_remove=broker_id,
             broker_to_add=None,
         )

@@ -58,7 +58,7 @@ def _topic_order(topic_id: uuid.UUID) -> int:
     return topic_id.int
 
 
-def _keys(partitions: _Partitions | None) -> tuple[PartitionKey, ...]:
+def _keys(partitions: Mapping[uuid.UUID, int] | None) -> tuple[PartitionKey, ...]:
     """The partitions of a set, by topic id then index (the order of the keys themselves)."""
     if not partitions:
         return ()
@@ -103,8 +103,25 @@ class ControllerState:
             builder.add_topic(topic)
         return builder.finish(image, registration_offsets)
 
-    def partitions_with_isr_member(self, broker_id: int) -> tuple[PartitionKey, ...]:
-        return _keys(self.isr_members.get(broker_id))
+    def partitions_with_isr_member_led_first(self, broker_id: int
+                                             ) -> tuple[PartitionKey, ...]:
+        """The partitions whose ISR holds `broker_id`, those it leads first: the changes that take
+        it out of every ISR then move its leaderships in their first batches, so that a
+        fenced broker's partitions have leaders again, and a stopping broker's clients are
+        sent elsewhere, early in a change of 300,000 partitions rather than throughout it
+        (its other partitions only lose a follower from their ISR)."""
+        members = self.isr_members.get(broker_id)
+        led = self.leaders.get(broker_id)
+        if not members or not led:
+            return _keys(members)
+        first, rest = {}, {}
+        for topic_id, mask in members.items():
+            leading = mask & led.get(topic_id, 0)
+            if leading:
+                first[topic_id] = leading
+            if mask & ~leading:
+                rest[topic_id] = mask & ~leading
+        return _keys(first) + _keys(rest)
 
     def partitions_led_by(self, broker_id: int) -> tuple[PartitionKey, ...]:
         return _keys(self.leaders.get(broker_id))

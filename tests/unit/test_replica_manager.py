@@ -283,6 +283,7 @@ async def test_a_refused_isr_change_is_dropped_until_the_metadata_moves(
     controller = Controller(error=95)  # INVALID_UPDATE_VERSION
     manager.alter_partition = controller
     partition = place(manager, registration(ME, 0, (1, 2)))
+    manager.append(partition, batch(1), acks=1)  # broker 2 has not fetched it
     clock.ms += 20_000
     assert manager.maybe_shrink_isr() == 1
     await asyncio.sleep(0.01)
@@ -589,3 +590,18 @@ async def test_in_its_controlled_shutdown_a_broker_stops_fetching_what_left_its_
                                       ("unfollow", 4)]
     assert manager.get_partition("s", 0).leader_id == 2  # type: ignore[union-attr]
     assert manager.get_partition("s", 0).followers == {}  # type: ignore[union-attr]
+
+
+def test_a_follower_of_a_log_that_never_held_a_record_stays_in_the_isr(
+        manager: ReplicaManager, clock: Clock) -> None:
+    """Nothing to be behind on: a follower that has not fetched a new, empty partition (its
+    log still being made on a broker creating 1,000,000) stays in the ISR however long;
+    after the first append it is judged from when this broker took over, so one that never
+    fetched leaves at the next check."""
+    partition = place(manager, registration(ME, 0, (1, 2, 3)))
+    manager.follower_fetch(partition, 2, 0, -1)
+    clock.ms += manager.replica_lag_time_max_ms * 10
+    assert manager.out_of_sync_replicas(partition, clock()) == ()
+    assert manager.maybe_shrink_isr() == 0
+    manager.append(partition, batch(1), acks=1)
+    assert manager.out_of_sync_replicas(partition, clock()) == (2, 3)

@@ -1015,8 +1015,16 @@ class ReplicaManager:
         """ISR members (not the leader) not caught up for replica.lag.time.max.ms; one
         whose log end is the leader's counts as caught up (an idle partition keeps a
         silent follower, as Kafka's does), and so does one that a fetch session of it saw
-        at our log end within that time (`idle_follower_ms`)."""
+        at our log end within that time (`idle_follower_ms`). A follower of a log that
+        never held a record (log end 0) is not behind on anything and stays: the replicas
+        of 1,000,000 new partitions are made over minutes, and a follower that made its
+        log 30 s after its leader was dropped from the ISR and added back, two partition
+        changes that every node applied, while it still had everything (docs/deviations.md).
+        Once the leader appends, such a follower is judged from when this broker became
+        leader, so a silent one leaves at the next check."""
         leader_end = partition.log.log_end_offset
+        if leader_end == 0:
+            return ()
         lag_max = self.replica_lag_time_max_ms
         lagging = []
         for replica in partition.isr:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import socket
 import struct
+import time
 from types import TracebackType
 from typing import Any
 
@@ -22,6 +23,8 @@ class WireClient:
         self.client_id = client_id
         self._correlation_id = 0
         self.last_response_bytes = 0  # size of the last response frame (benchmarks)
+        # time.monotonic() when the last response frame was read, before it was decoded
+        self.last_response_at = 0.0
 
     def send(self, api_key: int, api_version: int, request: Any) -> int:
         """Send without reading a response (produce with acks=0); return the correlation id."""
@@ -41,7 +44,9 @@ class WireClient:
     def receive(self, api_key: int, api_version: int) -> tuple[int, Any]:
         (size,) = struct.unpack(">i", self._read_exactly(4))
         self.last_response_bytes = 4 + size
-        return decode_response(api_key, api_version, self._read_exactly(size))
+        body = self._read_exactly(size)
+        self.last_response_at = time.monotonic()
+        return decode_response(api_key, api_version, body)
 
     def send_raw(self, data: bytes) -> None:
         self.sock.sendall(data)

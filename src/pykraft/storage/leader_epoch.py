@@ -56,12 +56,13 @@ class EpochEntry(NamedTuple):
 class LeaderEpochCache:
     # one per replica; the path is held as its directory, a str the caller may share (the
     # log's), and the file's name, None for the usual one: a whole path was 130 B a replica
-    __slots__ = ("_dir", "_file", "_entries", "_unsynced", "_stale", "_failed")
+    __slots__ = ("_dir", "_file", "_entries", "_unsynced", "_stale", "_failed", "_on_disk")
 
     def __init__(self, path: Path, entries: Sequence[EpochEntry] = (), *,
-                 directory: str | None = None) -> None:
+                 directory: str | None = None, absent: bool = False) -> None:
         """The cache kept at `path`; given `directory`, at its usual name there (`path` is
-        then not read)."""
+        then not read). `absent`: the caller knows no file is there (a listing of the
+        directory without it); otherwise what the file holds is unknown until written."""
         if directory is None:
             directory, name = os.path.split(os.fspath(path))
             self._file: str | None = None if name == LEADER_EPOCH_CHECKPOINT_FILE else name
@@ -74,6 +75,8 @@ class LeaderEpochCache:
         self._unsynced = False  # written since the last sync()
         self._stale = False  # the file lacks a change (a new epoch, or a failed write)
         self._failed = False  # its last write failed (warned once)
+        # what the file holds, as last read or written (None: not known)
+        self._on_disk: tuple[EpochEntry, ...] | None = () if absent else None
 
     @classmethod
     def load(cls, path: Path, *, directory: str | None = None) -> LeaderEpochCache:
@@ -86,7 +89,9 @@ class LeaderEpochCache:
         for before, after in zip(entries, entries[1:], strict=False):
             if not (before.epoch < after.epoch and before.start_offset < after.start_offset):
                 raise KafkaStorageError(f"{path}: entries out of order: {before} then {after}")
-        return cls(path, entries, directory=directory)
+        cache = cls(path, entries, directory=directory)
+        cache._on_disk = cache._entries
+        return cache
 
     @property
     def path(self) -> Path:
@@ -194,13 +199,22 @@ class LeaderEpochCache:
             return
         self._stale = self._failed = False
         self._unsynced = True
+        self._on_disk = self._entries
 
-    def write_if_stale(self) -> None:
+    def write_if_stale(self, log_end_offset: int | None = None) -> None:
         """Write the file if it lacks a change: before the log's files are closed, and so
         copied or read again (a move between log dirs). A failure is warned about and
-        left for the next flush, as in `flush`."""
-        if self._stale:
-            self.flush()
+        left for the next flush, as in `flush`. Given the log's end offset, not when the
+        file already holds every entry that starts below it: the next open (Log.open)
+        drops the entries at or past the log end, so the file would read the same.
+        A new, empty log's first epoch starts at its end: closing 1,000,000 of them
+        wrote a file each, some 150 µs."""
+        if not self._stale:
+            return
+        if log_end_offset is not None and self._on_disk is not None and (
+                _below(self._entries, log_end_offset) == _below(self._on_disk, log_end_offset)):
+            return
+        self.flush()
 
     def sync(self) -> None:
         """fsync what `flush` wrote, writing it first if it is stale (a new epoch, or a
@@ -209,7 +223,12 @@ class LeaderEpochCache:
         if self._stale:
             write_checkpoint(self.path, self._entries, sync=False)
             self._stale, self._failed, self._unsynced = False, False, True
+            self._on_disk = self._entries
         if self._unsynced:
             fsync_file(self.path)
             fsync_directory(self.path.parent)
             self._unsynced = False
+
+
+def _below(entries: tuple[EpochEntry, ...], offset: int) -> tuple[EpochEntry, ...]:
+    return tuple(entry for entry in entries if entry.start_offset < offset)

@@ -277,7 +277,7 @@ class Log:
         try:
             epoch_cache = (LeaderEpochCache.load(epoch_path, directory=shared)
                            if LEADER_EPOCH_CHECKPOINT_FILE in names
-                           else LeaderEpochCache(epoch_path, directory=shared))
+                           else LeaderEpochCache(epoch_path, directory=shared, absent=True))
         except KafkaStorageError as error:
             if recover_from is None:
                 raise
@@ -1158,7 +1158,8 @@ class Log:
         if self._closed:
             return
         if snapshot:
-            self.leader_epoch_cache.write_if_stale()  # a new epoch noted since the last flush
+            # a new epoch noted since the last flush, unless only past the log end
+            self.leader_epoch_cache.write_if_stale(self._log_end_offset)
             try:
                 self._snapshot_producers()
             except OSError as error:

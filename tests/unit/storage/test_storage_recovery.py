@@ -136,11 +136,13 @@ def test_a_new_leaders_epoch_is_in_the_checkpoint_once_the_log_is_closed(
     reopened.close()
 
 
-def test_an_epoch_that_wrote_nothing_is_dropped_at_open_and_from_the_file_at_close(
+def test_an_epoch_that_wrote_nothing_is_dropped_at_open_and_from_the_file_with_the_next_epoch(
         tmp_path: Path) -> None:
     """A leadership that ended before it wrote leaves an epoch at the log end: the reopened
-    log forgets it at once, the file at its next flush or close, not while it opens (one
-    file written per idle log was half of a broker's restart)."""
+    log forgets it at once; the file keeps it, since every open drops it again, until an
+    epoch below the log end changes -- not written while the log opens (one file written per
+    idle log was half of a broker's restart), nor at a close that would write the same
+    entries below the log end (one file per new, empty log closed)."""
     config = small_config()
     log = open_log(tmp_path / "t-0", config)
     log.append_as_leader(make_batch(2), leader_epoch=1, now_ms=0)
@@ -153,7 +155,36 @@ def test_an_epoch_that_wrote_nothing_is_dropped_at_open_and_from_the_file_at_clo
     assert reopened.leader_epoch_cache.entries == ((1, 0),)
     assert checkpoint.read_bytes() == written  # not written at open
     reopened.close()
-    assert LeaderEpochCache.load(checkpoint).entries == ((1, 0),)
+    assert checkpoint.read_bytes() == written  # nor at close: the same below the log end
+    again = open_log(tmp_path / "t-0", config, recovery_point=2, had_clean_shutdown=True)
+    assert again.leader_epoch_cache.entries == ((1, 0),)
+    again.append_as_leader(make_batch(1), leader_epoch=5, now_ms=0)
+    again.close()
+    assert LeaderEpochCache.load(checkpoint).entries == ((1, 0), (5, 2))
+
+
+def test_a_new_empty_log_closes_without_writing_its_epoch_file(tmp_path: Path) -> None:
+    """A leader's first epoch on a new log starts at its end (0): every open drops such an
+    entry, so its close writes no file; once a batch is written, the close writes it. A
+    torn file read at open is rewritten at close whatever it held."""
+    config = small_config()
+    log = open_log(tmp_path / "t-0", config)
+    log.assign_epoch_start(3)
+    log.close()
+    checkpoint = tmp_path / "t-0" / "leader-epoch-checkpoint"
+    assert not checkpoint.exists()
+    reopened = open_log(tmp_path / "t-0", config, recovery_point=0, had_clean_shutdown=True)
+    assert reopened.leader_epoch_cache.entries == ()
+    reopened.assign_epoch_start(4)
+    reopened.append_as_leader(make_batch(2), leader_epoch=4, now_ms=0)
+    reopened.close()
+    assert LeaderEpochCache.load(checkpoint).entries == ((4, 0),)
+    checkpoint.write_bytes(b"0\n1\n4 x\n")  # torn; rebuilt from the log after a crash
+    crashed = open_log(tmp_path / "t-0", config, recovery_point=0, had_clean_shutdown=False)
+    assert crashed.leader_epoch_cache.entries == ((4, 0),)
+    crashed.truncate_to(0)
+    crashed.close()
+    assert LeaderEpochCache.load(checkpoint).entries == ()
 
 
 def test_a_stale_epoch_past_the_recovery_point_gives_way_to_the_recovered_batches(

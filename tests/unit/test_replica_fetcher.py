@@ -310,12 +310,12 @@ async def test_a_full_look_with_nothing_to_tell_sends_one_waiting_request(
         await fetcher._fetch()
     connection.requests.clear()
     fetcher._end_delays(asyncio.get_running_loop().time() + ReplicaFetcher.FULL_LOOK_S)
-    assert len(fetcher._dirty) == 7
+    assert not fetcher._dirty and sorted(fetcher._full_look) == sorted(fetcher._by_id)
     connection.answers = [fetch_answer(77)]
     await fetcher._fetch()
     assert [(r.topics, r.max_wait.total_seconds()) for r in connection.requests] == [
         ((), 0.5)]
-    assert not fetcher._dirty
+    assert not fetcher._dirty and not fetcher._full_look
 
 
 async def test_a_partition_back_from_a_delay_is_told_to_the_leader_again(

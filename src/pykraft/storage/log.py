@@ -921,7 +921,7 @@ class Log:
         for path in self._txn_indexes_dirty:
             fsync_file(path)
         self._txn_indexes_dirty.clear()
-        self.leader_epoch_cache.sync()
+        self.leader_epoch_cache.sync(self._log_end_offset)
         if self._directory_dirty:
             fsync_directory(self.dir)
             self._directory_dirty = False

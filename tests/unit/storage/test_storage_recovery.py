@@ -165,11 +165,12 @@ def test_an_epoch_that_wrote_nothing_is_dropped_at_open_and_from_the_file_with_t
 
 def test_a_new_empty_log_closes_without_writing_its_epoch_file(tmp_path: Path) -> None:
     """A leader's first epoch on a new log starts at its end (0): every open drops such an
-    entry, so its close writes no file; once a batch is written, the close writes it. A
-    torn file read at open is rewritten at close whatever it held."""
+    entry, so neither its flush nor its close writes a file; once a batch is written, the
+    flush writes it. A torn file read at open is rewritten at close whatever it held."""
     config = small_config()
     log = open_log(tmp_path / "t-0", config)
     log.assign_epoch_start(3)
+    log.flush()  # as a clean shutdown does first
     log.close()
     checkpoint = tmp_path / "t-0" / "leader-epoch-checkpoint"
     assert not checkpoint.exists()
@@ -177,6 +178,8 @@ def test_a_new_empty_log_closes_without_writing_its_epoch_file(tmp_path: Path) -
     assert reopened.leader_epoch_cache.entries == ()
     reopened.assign_epoch_start(4)
     reopened.append_as_leader(make_batch(2), leader_epoch=4, now_ms=0)
+    reopened.flush()  # the batch is durable, and so is its epoch
+    assert LeaderEpochCache.load(checkpoint).entries == ((4, 0),)
     reopened.close()
     assert LeaderEpochCache.load(checkpoint).entries == ((4, 0),)
     checkpoint.write_bytes(b"0\n1\n4 x\n")  # torn; rebuilt from the log after a crash

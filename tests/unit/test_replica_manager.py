@@ -293,6 +293,40 @@ async def test_a_refused_isr_change_is_dropped_until_the_metadata_moves(
     assert partition.isr == (1,) and partition.partition_epoch == 3
 
 
+@pytest.mark.parametrize(("error", "again_after_ms"), [
+    (95, None),  # INVALID_UPDATE_VERSION: the controller has a newer partition epoch
+    (74, None),  # FENCED_LEADER_EPOCH: and a newer leader epoch
+    (107, 500),  # INELIGIBLE_REPLICA: not a stale state; proposed again in a while
+])
+async def test_a_proposal_refused_for_a_stale_state_waits_for_the_metadata(
+        manager: ReplicaManager, clock: Clock, error: int, again_after_ms: int | None) -> None:
+    """Refused because the controller has a newer state of the partition, the leader does
+    not propose again from the state it has (every 500 ms, at 1,000,000 partitions, a
+    broker lagging on the metadata proposed 3.4 million ISR changes in 23 minutes) until
+    the metadata brings it; refused for another reason, it tries again after 500 ms."""
+    controller = Controller(error=error)
+    manager.alter_partition = controller
+    partition = place(manager, registration(ME, 0, (1, 2)))
+    manager.append(partition, batch(1), acks=1)
+    clock.ms += 20_000
+    manager.maybe_shrink_isr()
+    await asyncio.sleep(0.01)
+    assert len(controller.updates) == 1 and partition.pending_isr is None
+    clock.ms += 600
+    manager.maybe_shrink_isr()
+    await asyncio.sleep(0.01)
+    assert len(controller.updates) == (1 if again_after_ms is None else 2)
+    if again_after_ms is None:
+        clock.ms += 60_000
+        manager.maybe_shrink_isr()
+        await asyncio.sleep(0.01)
+        assert len(controller.updates) == 1
+        place(manager, registration(ME, 0, (1, 2), partition_epoch=4))  # the newer state
+        manager.maybe_shrink_isr()
+        await asyncio.sleep(0.01)
+        assert [u.partition_epoch for u in controller.updates] == [0, 4]
+
+
 def test_a_silent_follower_of_an_idle_partition_stays_in_the_isr(
         manager: ReplicaManager, clock: Clock) -> None:
     partition = place(manager, registration(ME, 0, (1, 2, 3)))

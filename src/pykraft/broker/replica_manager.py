@@ -87,6 +87,11 @@ NEW_LOGS_PER_TURN = 200  # new replicas made on the thread, then installed on th
 ISR_CHECKS_PER_TURN = 5_000  # partitions the periodic ISR check looks at per loop turn
 LOG_CREATION_RETRY_MS = 5_000  # a log that could not be created (a full disk) is tried again
 REFUSED_PROPOSAL_QUIET_MS = 500
+# after a refusal for a stale state (INVALID_UPDATE_VERSION, FENCED_LEADER_EPOCH): no new
+# proposal until the metadata brings the partition's newer state
+UNTIL_THE_METADATA_MOVES = 1 << 62
+_STALE_STATE_ERRORS = frozenset({int(ErrorCode.invalid_update_version),
+                                 int(ErrorCode.fenced_leader_epoch)})
 # KIP-392's replica.selector.class: unset, the leader serves every consumer fetch; the one
 # selector Kafka ships sends a consumer to an in-sync replica in its rack (client.rack)
 REPLICA_SELECTOR_KEY: Final = "replica.selector.class"
@@ -684,6 +689,7 @@ class ReplicaManager:
         partition.isr = registration.isr
         partition.partition_epoch = registration.partition_epoch
         partition.pending_isr = None  # the committed state supersedes any proposal
+        partition.quiet_until_ms = 0  # and a refusal of the state before it is over
         if partition.leader_id == self.node_id:
             if not was_leader or new_epoch:
                 self._become_leader(partition)
@@ -1129,9 +1135,13 @@ class ReplicaManager:
         if result.error_code != 0:
             self._alter_refused.add(partition.name,
                                     f"{list(update.new_isr)} error {result.error_code}")
-            # each fetch of a caught-up follower would propose again at once: wait a little
-            # (the metadata usually brings the state the controller has meanwhile)
-            partition.quiet_until_ms = self.now_ms() + REFUSED_PROPOSAL_QUIET_MS
+            # each fetch of a caught-up follower would propose again at once. Refused for
+            # a stale partition or leader epoch, wait for the metadata to bring the newer
+            # one (proposed again every 500 ms from the stale one, broker 4 logged 3.4
+            # million ISR additions in 23 minutes at 1,000,000 partitions); else a little
+            partition.quiet_until_ms = (
+                UNTIL_THE_METADATA_MOVES if result.error_code in _STALE_STATE_ERRORS
+                else self.now_ms() + REFUSED_PROPOSAL_QUIET_MS)
             return
         if (result.leader_epoch != partition.leader_epoch
                 or result.partition_epoch <= partition.partition_epoch):

@@ -52,7 +52,7 @@ from pykraft.errors import InvalidRequest
 from pykraft.metadata.registrations import ScramCredential
 from pykraft.net import scram
 from pykraft.net.principal import KafkaPrincipal
-from pykraft.protocol.api import ApiKey, supports
+from pykraft.protocol.api import ApiKey, api_name, supports
 from pykraft.protocol.entities import make, response_module
 from pykraft.protocol.framing import (
     FrameError,
@@ -923,7 +923,7 @@ class SaslServerAuthenticator:
             State.REAUTH_AUTHENTICATE: (ApiKey.SASL_AUTHENTICATE,),
         }[state]
         if api_key not in expected:
-            name = _api_name(api_key)
+            name = api_name(api_key)
             during = "handshake" if api_key not in SASL_APIS and state in (
                 State.HANDSHAKE_OR_VERSIONS, State.HANDSHAKE) else "authentication"
             self.state = State.FAILED
@@ -938,7 +938,7 @@ class SaslServerAuthenticator:
         if not supports(self._apis, api_key, header.api_version):
             self.state = State.FAILED
             return Outcome(Decision.CLOSE, reason=f"Version {header.api_version} is not "
-                                                  f"supported for {_api_name(api_key)}")
+                                                  f"supported for {api_name(api_key)}")
         try:
             request = _decode(header, frame)
         except FrameError as error:
@@ -1085,14 +1085,7 @@ def _decode(header: RequestHeader, frame: memoryview) -> Any:
             header = skip_header_tags(header, frame)
         return decode_request(header, frame)
     except (InvalidRequest, UnknownAPIKey, UnknownEntity, FrameError, ValueError) as error:
-        raise FrameError(f"malformed {_api_name(header.api_key)} request: {error}") from None
-
-
-def _api_name(api_key: int) -> str:
-    try:
-        return ApiKey(api_key).name
-    except ValueError:
-        return f"api key {api_key}"
+        raise FrameError(f"malformed {api_name(header.api_key)} request: {error}") from None
 
 
 def _millis(ms: int) -> datetime.timedelta:

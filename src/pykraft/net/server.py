@@ -56,7 +56,7 @@ from pykraft.net.sasl import (
     illegal_state_response,
 )
 from pykraft.net.tls import PrincipalMapper, principal_name
-from pykraft.protocol.api import ApiKey, supports
+from pykraft.protocol.api import ApiKey, api_name, supports
 from pykraft.protocol.framing import (
     FrameError,
     RequestHeader,
@@ -766,10 +766,9 @@ class Listener:
         encoded = encode_response(header.correlation_id, response)
         took = time.perf_counter() - started
         if took >= SLOW_ENCODE_S:
-            name = next((key.name for key in ApiKey if key == header.api_key),
-                        str(header.api_key))
             log.warning("encoding a response to %s v%d (%d bytes) for client %r took %.1f s",
-                        name, header.api_version, len(encoded), header.client_id, took)
+                        api_name(header.api_key), header.api_version, len(encoded),
+                        header.client_id, took)
         return encoded
 
 

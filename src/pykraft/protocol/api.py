@@ -121,6 +121,14 @@ CONTROLLER_APIS: Final[dict[int, tuple[int, int]]] = {
 }
 
 
+def api_name(api_key: int) -> str:
+    """The API's name for messages ("FETCH"), or "api key N" for a key not listed here."""
+    try:
+        return ApiKey(api_key).name
+    except ValueError:
+        return f"api key {api_key}"
+
+
 def supports(table: dict[int, tuple[int, int]], api_key: int, api_version: int) -> bool:
     versions = table.get(api_key)
     return versions is not None and versions[0] <= api_version <= versions[1]

@@ -503,9 +503,7 @@ class ReplicaManager:
             log.info("metadata at offset %d: %d partition(s) to lead, %d to follow here",
                      image.offset, len(changes.leaders), len(changes.followers))
         for deleted in changes.deletes:
-            dropped = self._pending.pop((deleted.topic, deleted.partition), None)
-            if dropped is not None:
-                self.changes.note(dropped)
+            self._end_pending((deleted.topic, deleted.partition))
             self._remove(deleted.topic, deleted.partition)
         placed = [item for group in (changes.leaders, changes.followers)
                   for item in group.items() if item[0].topic != METADATA_TOPIC]
@@ -595,9 +593,7 @@ class ReplicaManager:
                  result: Log | OSError | KafkaError) -> None:
         if not isinstance(result, Log):
             self.log_manager.abandon_new_log(topic, index)
-            dropped = self._pending.pop((topic, index), None)
-            if dropped is not None:
-                self.changes.note(dropped)
+            self._end_pending((topic, index))
             self._not_created(topic, index, result)
             return
         self.log_manager.adopt_new_log(result)
@@ -605,11 +601,17 @@ class ReplicaManager:
         if pending is None or pending.topic_id != topic_id:  # deleted while it was made
             self.log_manager.delete_log(topic, index)
             return
-        del self._pending[(topic, index)]
-        self.changes.note(pending)
+        self._end_pending((topic, index))
         assert self._image is not None
         self._apply_partition(topic, topic_id, index, pending.registration,
                               self._log_config(self._image, topic))
+
+    def _end_pending(self, name: tuple[str, int]) -> None:
+        """`name` is no longer pending (made, failed, or deleted): the fetch sessions
+        holding a follower's fetch of it parked look at it again."""
+        ended = self._pending.pop(name, None)
+        if ended is not None:
+            self.changes.note(ended)
 
     def _not_created(self, topic: str, index: int, error: OSError | KafkaError) -> None:
         """Not served until a retry creates it; said once, not at every retry."""

@@ -187,6 +187,7 @@ class RaftNode:
         self._clock = clock
         self._listeners: list[RaftListener] = []
         self._wake = asyncio.Event()
+        self._written = asyncio.Event()  # set after each write of proposals to the log
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
         self._closed = False
@@ -444,6 +445,23 @@ class RaftNode:
         self._wake.set()
         return offset
 
+    async def wait_room(self, records: Sequence[bytes], timeout_s: float) -> None:
+        """Wait until `append(records)` would not be refused for the bytes that wait to be
+        written (its backpressure), which the loop writes write_bytes_max a turn; raises
+        RequestTimedOut after `timeout_s`, NotLeaderError if this node stops leading."""
+        deadline = time.monotonic() + timeout_s
+        while not self.core.has_room(records):
+            self._raise_if_failed()
+            if self._stopping or not self.is_leader:
+                raise NotLeaderError(*self.leader_and_epoch)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise RequestTimedOut(
+                    f"the log took more than {timeout_s:.0f} s to write what waits for it")
+            self._written.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._written.wait(), timeout=left)
+
     async def wait_committed(self, offset: int) -> None:
         """Wait until `offset` is committed and delivered to every listener.
 
@@ -516,7 +534,9 @@ class RaftNode:
                 if resigning:
                     self._resign_sent.set()
                 await self._deliver(ready)
-                self.core.advance(ready)
+                self.core.advance(ready, now_ms=self._clock.now_ms())
+                if ready.batches:
+                    self._written.set()  # room for proposals (wait_room)
                 if flushed_end_offset is not None:
                     self.core.flushed(flushed_end_offset)
                 self._log_transition()

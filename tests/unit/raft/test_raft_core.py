@@ -185,6 +185,30 @@ def test_proposals_beyond_the_pending_limit_are_refused_until_written() -> None:
     shell.core.propose([b"c" * 900], shell.now_ms)
 
 
+def test_a_ready_hands_out_at_most_write_bytes_max_of_batches_and_at_least_one() -> None:
+    """The shell writes and flushes a Ready's batches while its loop answers no fetch: a
+    large backlog goes out a bounded slice per Ready, every batch in order; a batch larger
+    than the bound still goes, alone."""
+    config = RaftConfig(append_linger_ms=0, batch_bytes_max=4096, apply_bytes_max=1024,
+                        write_bytes_max=2500)
+    shell = Shell(config=config)
+    shell.settle()
+    for i in range(6):
+        shell.core.propose([bytes([i]) * 900], shell.now_ms)  # six batches of ~1 KB
+    shell.core.propose([b"z" * 3000], shell.now_ms)  # one past the bound
+    shell.core.tick(shell.now_ms)  # the linger is over: every draft is sealed
+    written = []
+    for _ in range(10):
+        ready = shell.step()
+        if ready.batches:
+            written.append(len(ready.batches))
+            assert sum(map(len, ready.batches)) <= 2500 or len(ready.batches) == 1
+    assert written == [2, 2, 2, 1]
+    shell.settle()
+    assert [value for _, value in shell.data_records()] == [
+        *(bytes([i]) * 900 for i in range(6)), b"z" * 3000]
+
+
 def test_restart_replays_the_same_committed_batches_then_announces_leadership() -> None:
     """After a restart, listeners get every batch again, identical and in order, and only
     then learn that this node leads the new epoch."""

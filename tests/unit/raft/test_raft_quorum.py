@@ -264,3 +264,35 @@ def test_a_stall_of_its_own_is_left_out_of_the_timeouts() -> None:
     # but at most fetch.timeout.ms of stalls is: a loop always late still finds a dead leader
     assert gives_up_at(5_000) - silent in range(CONFIG.fetch_timeout_ms,
                                                CONFIG.fetch_timeout_ms + 5)
+
+
+def test_a_follower_s_own_time_writing_an_answer_is_not_counted_against_its_leader() -> None:
+    """The fetch timeout is the leader's to answer: a follower that took longer than the
+    timeout to write and flush what the leader sent (42 MB of a controlled shutdown at
+    1,000,000 partitions took 2-4 s) fetches again instead of starting an election, and
+    the leader then has a full timeout from that fetch; if it stays silent the follower
+    still gives up on it."""
+    follower = Node(1)
+    sent = follower.receive(2, BeginQuorumEpochRequest(leader_id=2, leader_epoch=4))
+    (fetch,) = [m for m in sent if isinstance(m.body, FetchRequest)]
+    records = build_batch([(None, b"x", (), 0)], base_offset=0, partition_leader_epoch=4)
+    follower.core.step(InboundMessage(2, fetch.correlation_id, FetchResponse(
+        error=ErrorCode.none, leader_id=2, leader_epoch=4, high_watermark=0,
+        records=bytes(records))), 10)
+    ready = follower.core.ready()  # the shell writes the batch ...
+    assert ready.batches
+    slow = 10 + 5 * CONFIG.fetch_timeout_ms  # ... and takes far longer than the timeout
+    follower.store.append(ready.batches[0])
+    follower.store.flush()
+    follower.core.advance(ready, now_ms=slow)
+    follower.core.flushed(follower.store.flushed_offset)
+    assert isinstance(follower.core.state, Follower)
+    sent = [m for m in follower.turn() if isinstance(m.body, FetchRequest)]
+    assert [m.body.fetch_offset for m in sent] == [1]  # it fetched again instead
+    for now in range(slow, slow + 10_000, 5):  # no answer from now on
+        follower.core.tick(now)
+        follower.turn()
+        if not isinstance(follower.core.state, Follower):
+            break
+    assert now - slow in range(CONFIG.fetch_timeout_ms,
+                               CONFIG.fetch_timeout_ms + CONFIG.election_jitter_ms + 10)

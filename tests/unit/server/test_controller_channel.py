@@ -21,7 +21,7 @@ from pykraft.controller.config import ControllerConfig
 from pykraft.controller.features import BOOTSTRAP_METADATA_VERSION, MINIMUM_KRAFT_METADATA_VERSION
 from pykraft.controller.quorum_controller import QuorumController
 from pykraft.controller.requests import BrokerFeatureRange, CreatableTopic, Listener
-from pykraft.errors import NotController, NotLeaderError
+from pykraft.errors import NotController, NotLeaderError, RequestTimedOut
 from pykraft.metadata.codec import decode_metadata_record, encode_metadata_record
 from pykraft.metadata.records import (
     BrokerRegistrationChangeRecord,
@@ -63,6 +63,9 @@ class ScriptedRaft:
         self.waiters: list[tuple[int, asyncio.Future[None]]] = []
         self.server: ControllerServer | None = None
         self.batch_sizes: list[int] = []  # records per append
+        self.unwritten_max: int | None = None  # batches held unwritten (None: no limit)
+        self.written = 0  # batches written so far (`write`); the rest wait
+        self._write_done = asyncio.Event()
 
     @property
     def leader_and_epoch(self) -> LeaderAndEpoch:
@@ -71,9 +74,23 @@ class ScriptedRaft:
     def append(self, records: Sequence[bytes]) -> int:
         if self.leader.leader_id != NODE:
             raise NotLeaderError(self.leader.leader_id, self.leader.epoch)
+        if (self.unwritten_max is not None
+                and len(self.batch_sizes) - self.written >= self.unwritten_max):
+            raise RequestTimedOut("too much waits to be written")  # as RaftCore.propose
         self.log.extend(records)
         self.batch_sizes.append(len(records))
         return len(self.log) - 1
+
+    async def wait_room(self, records: Sequence[bytes], timeout_s: float) -> None:
+        while (self.unwritten_max is not None
+               and len(self.batch_sizes) - self.written >= self.unwritten_max):
+            self._write_done.clear()
+            await asyncio.wait_for(self._write_done.wait(), timeout_s)
+
+    def write(self) -> None:
+        """The log has written every batch appended so far."""
+        self.written = len(self.batch_sizes)
+        self._write_done.set()
 
     async def wait_committed(self, offset: int) -> None:
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -329,6 +346,43 @@ def test_a_long_run_of_appends_lets_the_loop_turn_and_commits_wait_for_the_propo
         assert APPENDS_PER_TURN in seen  # the loop turned with the appends half done
         assert server.core.committed_image.cluster.brokers.get(1) is None
         assert server.core.committed_image.offset == len(raft.log) - 1
+    asyncio.run(go())
+
+
+def test_a_change_larger_than_raft_holds_unwritten_waits_for_the_writes_and_is_whole(
+) -> None:
+    """Raft refuses proposals past what it holds unwritten (40 MiB; a 1,000,000-partition
+    controlled shutdown is 42 MB): the controller waits for the log to write what it
+    appended before instead of leaving the change half appended (OutcomeUnknown)."""
+    batches = 5
+    partitions = (batches - 1) * RECORDS_PER_BATCH + 1
+
+    async def go() -> None:
+        server, raft = await activated()
+        await register(server, raft, 1)
+        task = asyncio.ensure_future(server.create_topics(
+            [CreatableTopic("t", partitions, 1)], validate_only=False))
+        await appended(raft)
+        raft.commit_all()
+        await task
+        raft.batch_sizes.clear()
+        raft.written = 0
+        raft.unwritten_max = 2
+        task = asyncio.ensure_future(server.run(lambda core: core.unregister_broker(1)))
+        for _ in range(50):
+            await asyncio.sleep(0)
+        assert raft.batch_sizes == [RECORDS_PER_BATCH] * 2  # the rest waits for room
+        for _ in range(100):
+            if len(raft.batch_sizes) == batches or task.done():
+                break
+            raft.write()
+            await asyncio.sleep(0)
+        await appended(raft)
+        raft.write()
+        raft.commit_all()
+        await task
+        assert raft.batch_sizes == [RECORDS_PER_BATCH] * (batches - 1) + [2]  # + unregister
+        assert server.core.committed_image.cluster.brokers.get(1) is None
     asyncio.run(go())
 
 

@@ -9,6 +9,7 @@ import asyncio
 import dataclasses
 import random
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,7 @@ from pykraft.server import metadata_snapshots
 from pykraft.server.config import ConfigError, ServerConfig
 from pykraft.server.image_digest import image_digest
 from pykraft.server.metadata_snapshots import (
+    HOLD_RETENTION_TIMES,
     MetadataSnapshots,
     SnapshotPolicy,
     batch_bytes,
@@ -84,13 +86,15 @@ class StateMachine:
 
 
 async def open_node(
-    log_dir: Path, policy: SnapshotPolicy, clock: Clock
+    log_dir: Path, policy: SnapshotPolicy, clock: Clock,
+    broker_offset: Callable[[], int | None] = lambda: None,
 ) -> tuple[RaftNode, StateMachine]:
     machine = StateMachine()
     raft = RaftNode.open(node_id=1, voters=frozenset({1}),
                          log_dir=log_dir / "__cluster_metadata-0", listener=machine,
                          election_timeout_ms=50)
-    machine.snapshots = MetadataSnapshots(raft, machine.loader, policy, clock)
+    machine.snapshots = MetadataSnapshots(raft, machine.loader, policy, clock,
+                                          broker_offset=broker_offset)
     await raft.start()
     await raft.wait_leader()
     return raft, machine
@@ -303,6 +307,49 @@ async def test_the_log_stays_below_snapshots_until_retention_passes(tmp_path: Pa
         assert snapshots.retention_passed(clock.ms) is None
         snapshots.policy = dataclasses.replace(policy, retention_ms=-1, retention_bytes=0)
         assert snapshots.retention_passed(clock.ms) is None  # nothing below the newest
+    finally:
+        await raft.stop()
+
+
+async def test_past_retention_the_log_a_live_broker_still_needs_is_kept(
+        tmp_path: Path) -> None:
+    """Past metadata.max.retention.bytes, the log goes below the newest snapshot every
+    live broker has applied past (as the active controller hears in heartbeats), not below
+    the newest one, and not at all while a broker is behind every snapshot -- until the log
+    and snapshots hold HOLD_RETENTION_TIMES the limit."""
+    clock = Clock()
+    reported: list[int | None] = [None]
+    raft, machine = await open_node(tmp_path, NO_TRIGGER, clock, lambda: reported[0])
+    snapshots = machine.snapshots
+    assert snapshots is not None
+    records = history(5, 200)
+    try:
+        await append(raft, records[:100])
+        first = await snapshots.write_now()
+        await append(raft, records[100:])
+        second = await snapshots.write_now()
+        assert first is not None and second is not None
+        store = raft.store
+        stored = store.size_bytes + sum(store.snapshot_size(each) or 0
+                                        for each in store.snapshot_ids)
+        snapshots.policy = dataclasses.replace(NO_TRIGGER, retention_bytes=stored // 2)
+        reported[0] = None  # no broker known (not the active controller): as before
+        assert snapshots.retention_passed(clock.ms) == second
+        reported[0] = first.end_offset - 2  # a broker that has not applied the first one
+        assert snapshots.retention_passed(clock.ms) is None
+        reported[0] = first.end_offset - 1  # past the first, not the second
+        assert snapshots.retention_passed(clock.ms) == first
+        reported[0] = second.end_offset - 1
+        assert snapshots.retention_passed(clock.ms) == second
+        reported[0] = first.end_offset - 1
+        snapshots.apply_retention(clock.ms)
+        await asyncio.sleep(0.2)  # the deletion is the raft loop's next write
+        assert raft.core.log_start_offset == first.end_offset
+        assert raft.store.snapshot_ids == (first, second)
+        reported[0] = 0  # far behind, but the store now holds more than 4x the limit
+        snapshots.policy = dataclasses.replace(
+            NO_TRIGGER, retention_bytes=stored // (HOLD_RETENTION_TIMES + 1))
+        assert snapshots.retention_passed(clock.ms) == second
     finally:
         await raft.stop()
 

@@ -194,9 +194,9 @@ class BrokerSessions:
 
     def lowest_active_offset(self, state: ControllerState) -> int | None:
         """The lowest metadata offset among unfenced brokers not shutting down."""
-        offsets = [
+        offsets = [  # (a copy: the node's loop reads it while a decision may add to it)
             session.metadata_offset
-            for broker_id, session in self._sessions.items()
+            for broker_id, session in list(self._sessions.items())
             if not session.shutting_down
             and broker_id in state.image.cluster.brokers
             and not state.image.cluster.brokers[broker_id].fenced

@@ -143,6 +143,11 @@ class QuorumController:
     def image(self) -> MetadataImage:
         return self._state.image
 
+    def lowest_broker_offset(self) -> int | None:
+        """The lowest metadata offset the unfenced brokers not shutting down reported in
+        their last heartbeats, while this controller is active; None otherwise."""
+        return self._sessions.lowest_active_offset(self._state) if self._active else None
+
     @property
     def leader_epoch(self) -> int:
         """The epoch this controller is active in; -1 when standby."""

@@ -22,7 +22,10 @@ snapshot goes, with the older snapshots (Kafka removes the oldest snapshot and t
 the next one at a time, down to the limit). Until then a node that fell behind (a broker
 applying a 300,000-partition fence) goes on from the log instead of loading a whole
 snapshot; deleting the log at every snapshot had sent such brokers to load 300,000 records
-at once.
+at once. On the active controller the log a live broker has not applied yet (the lowest
+offset the unfenced brokers report in their heartbeats) is kept past the limit: the log
+goes only below the newest snapshot they have all passed, or below the newest once the
+log and snapshots hold HOLD_RETENTION_TIMES the limit.
 
 Loading (the Raft driver's `SnapshotLoader` hook, called at start-up for the latest local
 snapshot and whenever a snapshot was fetched from the leader): the snapshot's records are
@@ -74,6 +77,7 @@ READ_CHUNK_BYTES: Final = 1024 * 1024
 DECODED_PER_TURN: Final = 10_000  # snapshot records decoded, or folded, per turn (load)
 # a committed batch's size, estimated from its record values: Kafka counts batch bytes
 BATCH_OVERHEAD_BYTES: Final = 61  # the RecordBatch v2 header
+HOLD_RETENTION_TIMES: Final = 4  # the log a live broker still needs stays up to 4x the limit
 RECORD_OVERHEAD_BYTES: Final = 8  # a small record's length, attributes, deltas, key, headers
 
 
@@ -152,11 +156,15 @@ class MetadataSnapshots:
         loader: MetadataLoader,
         policy: SnapshotPolicy,
         now_ms: Callable[[], int],
+        broker_offset: Callable[[], int | None] = lambda: None,
     ) -> None:
         self.raft = raft
         self.loader = loader
         self.policy = policy
         self._now_ms = now_ms
+        # the lowest metadata offset a live broker reported applying (the active controller
+        # knows it from heartbeats; None elsewhere): the log it still needs is kept
+        self._broker_offset = broker_offset
         self._bytes_since = 0  # committed since the last snapshot, written or loaded
         self._oldest_since_ms: int | None = None  # append time of the first of those batches
         self._last_append_timestamp = -1  # of the last batch the image folded
@@ -225,15 +233,33 @@ class MetadataSnapshots:
         if latest is None or (latest.end_offset <= start and len(store.snapshot_ids) <= 1):
             return None
         policy = self.policy
-        if policy.retention_bytes >= 0:
-            stored = store.size_bytes + sum(store.snapshot_size(each) or 0
-                                            for each in store.snapshot_ids)
-            if stored > policy.retention_bytes:
-                return latest
+        stored = store.size_bytes + sum(store.snapshot_size(each) or 0
+                                        for each in store.snapshot_ids)
+        if 0 <= policy.retention_bytes < stored:
+            return self._below_brokers(latest, stored)
         if policy.retention_ms >= 0:
             first = self._first_timestamp(start)
             if first is not None and now_ms - first > policy.retention_ms:
-                return latest
+                return self._below_brokers(latest, stored)
+        return None
+
+    def _below_brokers(self, latest: SnapshotId, stored: int) -> SnapshotId | None:
+        """The newest snapshot every live broker has applied past, to delete the log
+        below; None to keep it all for now. A broker behind the newest snapshot would have
+        to load a whole one instead of the log it lacks: at 1,000,000 partitions a broker
+        applying a controlled shutdown fell 700,000 records behind, the log below the
+        newest snapshot went, and loading it held the broker's loop 10.6 s, past its
+        session timeout. Kept until the stored bytes reach HOLD_RETENTION_TIMES the limit."""
+        lowest = self._broker_offset()
+        if lowest is None or lowest + 1 >= latest.end_offset:
+            return latest
+        store = self.raft.store
+        passed = [each for each in store.snapshot_ids
+                  if store.log_start_offset < each.end_offset <= lowest + 1]
+        if passed:
+            return max(passed, key=lambda each: each.end_offset)
+        if 0 <= self.policy.retention_bytes * HOLD_RETENTION_TIMES < stored:
+            return latest
         return None
 
     def _first_timestamp(self, start: int) -> int | None:

@@ -211,7 +211,7 @@ class Node:
         )
         self.snapshots = MetadataSnapshots(  # writes and loads metadata snapshots
             self.raft, self.loader, SnapshotPolicy.from_configs(self.config.get_int),
-            wall_clock_ms)
+            wall_clock_ms, broker_offset=self._lowest_broker_offset)
         if self.is_controller:
             try:  # the level `storage format` wrote; none in a dir an older pykraft formatted
                 formatted = read_bootstrap_metadata_version(self.config.metadata_log_dir)
@@ -402,6 +402,11 @@ class Node:
             fetch_timeout_ms=get("controller.quorum.fetch.timeout.ms"),
             request_timeout_ms=get("controller.quorum.request.timeout.ms"),
             retry_backoff_ms=get("controller.quorum.retry.backoff.ms"))
+
+    def _lowest_broker_offset(self) -> int | None:
+        """What the live brokers have applied of the metadata log, as far as this node
+        knows: the active controller only (snapshot retention keeps the rest)."""
+        return None if self.controller is None else self.controller.core.lowest_broker_offset()
 
     def _controller_channel(self) -> QuorumControllerChannel:
         """The broker's way to the active controller: in-process while this node's

@@ -5,6 +5,7 @@ broker heartbeats again."""
 from __future__ import annotations
 
 from pykraft.controller.cluster import BrokerSessions
+from tests.unit.controller.controller_harness import Harness
 
 
 def test_a_session_lasts_the_timeout_after_the_last_heartbeat() -> None:
@@ -59,3 +60,18 @@ def test_a_heartbeat_heard_of_before_its_turn_extends_the_session() -> None:
     assert sessions.expiry_ms(1) == 13_001
     sessions.heard_from(2, 4_000)
     assert sessions.expiry_ms(2) is None
+
+
+def test_the_active_controller_knows_the_lowest_offset_its_live_brokers_applied() -> None:
+    """What snapshot retention keeps the log for: the lowest metadata offset reported by
+    an unfenced broker not shutting down, and nothing on a standby."""
+    h = Harness()
+    h.start_brokers(3)
+    h.heartbeat(0, 100, offset=40)
+    h.heartbeat(1, 100, offset=30)
+    h.heartbeat(2, 100, offset=50)
+    assert h.controller.lowest_broker_offset() == 30
+    h.heartbeat(1, 200, want_shutdown=True, offset=60)  # leaving: no longer waited for
+    assert h.controller.lowest_broker_offset() == 40
+    h.controller.deactivate()
+    assert h.controller.lowest_broker_offset() is None

@@ -263,8 +263,9 @@ def test_three_voters_elect_one_leader_and_replicate_identical_logs(cluster: Any
 
 
 def test_every_node_waits_until_caught_up_with_whoever_leads(cluster: Any) -> None:
-    """wait_caught_up returns on the leader, an observer, and a follower restarted behind
-    the log -- the latter only once it applied what was committed before it started."""
+    """wait_answered and wait_caught_up return on the leader, an observer, and a follower
+    restarted behind the log -- the latter only once it applied what was committed before
+    it started."""
     make, started = cluster
     nodes = make(3, observers=1)
     leader = wait_for(lambda: single_leader(nodes[:3]), "a leader")
@@ -275,6 +276,7 @@ def test_every_node_waits_until_caught_up_with_whoever_leads(cluster: Any) -> No
     for node in (leader, behind, nodes[3]):
         async def wait(node: NodeThread = node) -> tuple[int, int]:
             assert node.node is not None
+            await node.node.wait_answered()  # a broker's bounded start-up step: done first
             leader_and_epoch = await node.node.wait_caught_up()
             return leader_and_epoch.leader_id, node.node.core.applied_offset
         leader_id, applied = node.call(wait)

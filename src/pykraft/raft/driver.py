@@ -211,6 +211,7 @@ class RaftNode:
         self._resign_requested = False
         self._resign_sent = asyncio.Event()
         self._caught_up = asyncio.Event()
+        self._fetch_answered = asyncio.Event()  # a fetch of ours was answered without error
         self._snapshot_writer: SnapshotWriter | None = None  # a snapshot being fetched
         self._leader_high_watermark = -1  # the highest a leader told us in a fetch answer
         self._logged_state: EpochState = core.state  # for the debug log of transitions
@@ -363,6 +364,24 @@ class RaftNode:
             self._raise_if_failed()
             raise NotLeaderError(*self.leader_and_epoch)
         return self.leader_and_epoch
+
+    async def wait_answered(self) -> None:
+        """Wait until a fetch of this node's is answered without an error (the quorum is
+        reachable and takes this node for one of its cluster), or this node leads."""
+        task = self._task
+        if task is None:
+            raise RuntimeError("wait_answered() before start()")
+        answered = asyncio.ensure_future(self._fetch_answered.wait())
+        caught_up = asyncio.ensure_future(self._caught_up.wait())
+        waits = [answered, caught_up, task]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            answered.cancel()
+            caught_up.cancel()
+        if task.done():
+            self._raise_if_failed()
+            raise NotLeaderError(*self.leader_and_epoch)
 
     async def wait_caught_up(self) -> LeaderAndEpoch:
         """Wait until this node's listeners have been given the log up to the high
@@ -679,6 +698,7 @@ class RaftNode:
             body = message.body
             if isinstance(body, FetchResponse) and body.error == ErrorCode.none:
                 self._leader_high_watermark = max(self._leader_high_watermark, body.high_watermark)
+                self._fetch_answered.set()
             elif isinstance(body, Unreachable):
                 log.debug("raft node %d: request %d to node %d failed (unreachable)",
                           self.core.node_id, message.correlation_id, message.source_id)

@@ -240,7 +240,12 @@ class Node:
             await self.controller.wait_active()  # the bootstrap records, if the log was new
             await self._controller_listeners()
         else:  # the log replayed up to a leader's high watermark
-            await self._joining(self.raft.wait_caught_up(), "catch up with the metadata quorum")
+            # initial.broker.registration.timeout.ms bounds reaching the quorum; once it
+            # answers, catching up takes what it takes (Kafka: server.max.startup.time.ms,
+            # unlimited by default): a broker restarted 2,000,000 records behind at
+            # 1,000,000 partitions needs minutes
+            await self._joining(self.raft.wait_answered(), "catch up with the metadata quorum")
+            await self.raft.wait_caught_up()
         if self.is_broker:
             await self._joining(self._register_broker(), "register with the active controller")
             await self._broker_listeners()

@@ -243,7 +243,10 @@ def _proposal_bytes(records: Sequence[bytes]) -> int:
 class RaftConfig:
     append_linger_ms: int = 25  # controller.quorum.append.linger.ms
     batch_bytes_max: int = 8 * 1024 * 1024  # Kafka's metadata batch limit
-    pending_batches_max: int = 5  # batches' worth of proposals held before appends refuse
+    # batches' worth of proposals held unwritten before appends refuse (128 MiB): a 1,000,000
+    # partition controlled shutdown (42 MB) is appended whole, so that the controller's
+    # queue (heartbeats first) is not held while the log writes it write_bytes_max a turn
+    pending_batches_max: int = 16
     # committed bytes read back per Ready, and the size past which proposals no longer
     # join a batch (one proposal may be larger, up to batch_bytes_max): the listeners apply
     # a Ready in one turn of the event loop, which answers no fetch meanwhile (8 MiB of

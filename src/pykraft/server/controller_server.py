@@ -69,8 +69,8 @@ Decision = tuple[OpResult[T], Batches, list[str]]  # ..., the broker changes to 
 RECORDS_PER_BATCH = 1000  # a non-atomic result's records per batch (Kafka: 10,000)
 APPENDS_PER_TURN = 8  # batches appended to Raft per turn of the event loop
 # how long an append waits for the log to write what came before it (Raft holds at most
-# 40 MiB of proposals unwritten and writes 1 MiB a turn; the 1,000,001 changes of a
-# controlled shutdown at 1,000,000 partitions are 42 MB)
+# 128 MiB of proposals unwritten and writes 1 MiB a turn; the 1,000,001 changes of a
+# controlled shutdown at 1,000,000 partitions are 42 MB); the controller's queue waits too
 ROOM_WAIT_S = 30.0
 
 

@@ -14,8 +14,9 @@ This is metadata_scale.py's controlled shutdown without the brokers' share: how 
 controllers take to decide, append, replicate and commit the changes, and whether the quorum
 keeps its leader meanwhile. Reported: creation time, the shutdown until the stand-in was
 told to shut down (all its partition changes committed), the quorum's leader changes from
-the shutdown to --settle-s after it (from the controllers' logs), the stand-ins' heartbeats
-that failed or were answered fenced, and the controllers' RSS.
+the shutdown to --settle-s after it and the live stand-ins the controller fenced (from the
+controllers' logs), the stand-ins' heartbeats that failed (30 s without an answer) or were
+answered fenced, and the controllers' RSS.
 
     .venv/bin/python benchmarks/quorum_scale.py [--partitions 1000000] [--settle-s 20]
 """
@@ -187,6 +188,8 @@ def main() -> None:
             while not told and time.monotonic() - started < 600:
                 answer = stand_ins.heartbeat(wire, LEAVING, shut_down=True)
                 if answer.error_code != ErrorCode.none:  # e.g. the quorum changed leader
+                    for line in leader_changes(cluster)[before:]:
+                        print(f"# {line}")
                     raise RuntimeError(f"the shutdown's heartbeat was answered {answer}")
                 told = bool(answer.should_shut_down)
                 time.sleep(0 if told else 0.2)
@@ -198,6 +201,8 @@ def main() -> None:
         time.sleep(args.settle_s)
         stand_ins.stop()
         changes = leader_changes(cluster)[before:]
+        live_fenced = controller_log(cluster, *(
+            f"broker {broker_id} fenced" for broker_id in STAND_INS if broker_id != LEAVING))
         for line in controller_log(cluster, "WARNING", "in controlled shutdown", "fenced"):
             print(f"# {line}")  # what the controllers said: why it took as long as it did
         for node_id in cluster.controller_ids:
@@ -210,12 +215,12 @@ def main() -> None:
         for line in changes:
             print(f"# {line}")
         print("| partitions | create s | partitions/s | controlled shutdown s "
-              "| quorum leader changes | stand-in heartbeats failed / fenced "
-              "| controller RSS MiB |")
-        print("|---|---|---|---|---|---|---|")
+              "| quorum leader changes | live stand-ins fenced | stand-in heartbeats "
+              "failed / answered fenced | controller RSS MiB |")
+        print("|---|---|---|---|---|---|---|---|")
         print(f"| {args.partitions:,} | {created_s:.1f} | {args.partitions / created_s:,.0f} "
-              f"| {shutdown_s:.1f} | {len(changes)} | {stand_ins.failed_heartbeats} / "
-              f"{stand_ins.fenced_answers} | {rss:.0f} |")
+              f"| {shutdown_s:.1f} | {len(changes)} | {len(live_fenced)} "
+              f"| {stand_ins.failed_heartbeats} / {stand_ins.fenced_answers} | {rss:.0f} |")
 
 
 if __name__ == "__main__":

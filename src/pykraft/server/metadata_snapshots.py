@@ -77,8 +77,8 @@ READ_CHUNK_BYTES: Final = 1024 * 1024
 DECODED_PER_TURN: Final = 10_000  # snapshot records decoded, or folded, per turn (load)
 # a committed batch's size, estimated from its record values: Kafka counts batch bytes
 BATCH_OVERHEAD_BYTES: Final = 61  # the RecordBatch v2 header
-HOLD_RETENTION_TIMES: Final = 4  # the log a live broker still needs stays up to 4x the limit
 RECORD_OVERHEAD_BYTES: Final = 8  # a small record's length, attributes, deltas, key, headers
+HOLD_RETENTION_TIMES: Final = 4  # the log a live broker still needs stays up to 4x the limit
 
 
 @dataclass(frozen=True, slots=True)

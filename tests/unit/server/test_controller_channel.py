@@ -309,6 +309,20 @@ def test_a_non_atomic_result_is_appended_in_batches_and_an_atomic_one_whole() ->
     asyncio.run(go())
 
 
+async def leading_topic(partitions: int) -> tuple[ControllerServer, ScriptedRaft]:
+    """An active controller whose broker 1 leads the committed topic "t" of `partitions`
+    (unregistering it then changes each), with the appends of that creation forgotten."""
+    server, raft = await activated()
+    await register(server, raft, 1)
+    task = asyncio.ensure_future(server.create_topics(
+        [CreatableTopic("t", partitions, 1)], validate_only=False))
+    await appended(raft)
+    raft.commit_all()
+    await task
+    raft.batch_sizes.clear()
+    return server, raft
+
+
 def test_a_long_run_of_appends_lets_the_loop_turn_and_commits_wait_for_the_proposals(
 ) -> None:
     """A change of more than APPENDS_PER_TURN batches is appended a few batches per turn of
@@ -319,14 +333,7 @@ def test_a_long_run_of_appends_lets_the_loop_turn_and_commits_wait_for_the_propo
     partitions = (batches - 1) * RECORDS_PER_BATCH + 1
 
     async def go() -> None:
-        server, raft = await activated()
-        await register(server, raft, 1)
-        task = asyncio.ensure_future(server.create_topics(
-            [CreatableTopic("t", partitions, 1)], validate_only=False))
-        await appended(raft)
-        raft.commit_all()
-        await task
-        raft.batch_sizes.clear()
+        server, raft = await leading_topic(partitions)
         seen: list[int] = []  # batches appended, as each turn of the loop saw them
 
         async def watch_and_commit() -> None:
@@ -351,21 +358,15 @@ def test_a_long_run_of_appends_lets_the_loop_turn_and_commits_wait_for_the_propo
 
 def test_a_change_larger_than_raft_holds_unwritten_waits_for_the_writes_and_is_whole(
 ) -> None:
-    """Raft refuses proposals past what it holds unwritten (40 MiB; a 1,000,000-partition
-    controlled shutdown is 42 MB): the controller waits for the log to write what it
-    appended before instead of leaving the change half appended (OutcomeUnknown)."""
+    """Raft refuses proposals past what it holds unwritten (128 MiB): a change larger than
+    that waits for the log to write what it appended before instead of being left half
+    appended (OutcomeUnknown), as a 1,000,000-partition controlled shutdown (42 MB) was at
+    the former 40 MiB."""
     batches = 5
     partitions = (batches - 1) * RECORDS_PER_BATCH + 1
 
     async def go() -> None:
-        server, raft = await activated()
-        await register(server, raft, 1)
-        task = asyncio.ensure_future(server.create_topics(
-            [CreatableTopic("t", partitions, 1)], validate_only=False))
-        await appended(raft)
-        raft.commit_all()
-        await task
-        raft.batch_sizes.clear()
+        server, raft = await leading_topic(partitions)
         raft.written = 0
         raft.unwritten_max = 2
         task = asyncio.ensure_future(server.run(lambda core: core.unregister_broker(1)))

@@ -612,6 +612,8 @@ class QuorumControllerChannel:
                 raise
             except KafkaError as error:
                 raise ControllerRefused(error.code, str(error) or None) from error
+            finally:
+                server.heartbeat_answered(broker_id)
 
         async def remote(client: ActiveControllerClient) -> BrokerHeartbeatResult | None:
             module = _module(BROKER_HEARTBEAT, BROKER_HEARTBEAT_VERSION)

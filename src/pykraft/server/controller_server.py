@@ -109,6 +109,9 @@ class ControllerServer:
         # loop as it arrives; a tick reads it, so that a heartbeat queued behind a decision
         # of 100,000 partition changes does not get its broker fenced meanwhile
         self._heartbeats: dict[int, tuple[int, int]] = {}
+        # broker id -> heartbeats that arrived and are not answered yet: a broker sends its
+        # next one only once answered, so while it waits on us its session runs to now
+        self._unanswered: dict[int, int] = {}
 
     async def _flush_deferred(self) -> None:
         """Do what waited for the decision, in order, letting the loop run between actions
@@ -275,8 +278,7 @@ class ControllerServer:
         """Fence brokers whose sessions expired; return when to tick again (ms)."""
         # the decision runs on a worker thread: dict.copy() takes the entries in one C call
         # before anything can run on the loop, so it never sees the dict change under it
-        result = await self.run(
-            lambda core: core.tick(self.now_ms(), self._heartbeats.copy().items()))
+        result = await self.run(lambda core: core.tick(*self._contacts()))
         if (rebalance := result.rebalance) is not None:
             node = self.core.config.node_id
             if rebalance.found:
@@ -287,9 +289,29 @@ class ControllerServer:
                          node, rebalance.elected_in_all)
         return result.wake_at_ms
 
+    def _contacts(self) -> tuple[int, list[tuple[int, tuple[int, int]]]]:
+        """(now, broker id -> (epoch, last contact ms)) for a tick: a heartbeat still
+        waiting for its answer is contact until now (at 1,000,000 partitions one waited
+        behind a controlled shutdown's decision past the session timeout, and its broker,
+        which could not send another, was fenced)."""
+        now_ms = self.now_ms()
+        unanswered = self._unanswered.copy()
+        return now_ms, [(broker_id, (epoch, now_ms if broker_id in unanswered else at_ms))
+                        for broker_id, (epoch, at_ms) in self._heartbeats.copy().items()]
+
     def heartbeat_arrived(self, broker_id: int, broker_epoch: int) -> None:
-        """A BrokerHeartbeat arrived and is about to wait its turn (`run`)."""
+        """A BrokerHeartbeat arrived and is about to wait its turn (`run`); call
+        `heartbeat_answered` once it has its answer (or failed)."""
         self._heartbeats[broker_id] = (broker_epoch, self.now_ms())
+        self._unanswered[broker_id] = self._unanswered.get(broker_id, 0) + 1
+
+    def heartbeat_answered(self, broker_id: int) -> None:
+        """The heartbeat `heartbeat_arrived` told of is answered: the broker's session
+        runs from now, the answer (its next heartbeat renews it)."""
+        left = self._unanswered.pop(broker_id, 0) - 1
+        if left > 0:
+            self._unanswered[broker_id] = left
+        self._heartbeats[broker_id] = (self._heartbeats[broker_id][0], self.now_ms())
 
     # -- ControllerChannel ------------------------------------------------------------
 

@@ -636,6 +636,60 @@ def test_broker_sessions_run_on_the_controllers_monotonic_clock(
     assert default.now_ms() - before < 60_000
 
 
+async def committed(raft: ScriptedRaft, task: asyncio.Future[Any]) -> Any:
+    """`task`'s result, committing whatever it appends meanwhile."""
+    for _ in range(1000):
+        if task.done():
+            return await task
+        raft.commit_all()
+        await asyncio.sleep(0.001)
+    raise AssertionError("not done within a second")
+
+
+def test_a_heartbeat_waiting_for_its_answer_keeps_its_broker_unfenced() -> None:
+    """A broker sends its next heartbeat only once the last is answered: while one waits
+    behind a long operation past the session timeout, a tick that runs first does not fence
+    its broker (at 1,000,000 partitions one did); once answered, the session runs from the
+    answer and expires as usual."""
+    async def go() -> None:
+        server, raft = await leading_topic(1)
+        clock = [1_000]
+        server.now_ms = lambda: clock[0]
+        session_ms = server.core.config.broker_session_timeout_ms
+        channel = QuorumControllerChannel(server, ScriptedClient(2, []), timeout_ms=1_000)
+
+        def fences() -> int:
+            return sum(isinstance(record, BrokerRegistrationChangeRecord) and record.fenced == 1
+                       for record in map(decode_metadata_record, raft.log[1:]))
+        raft.written = len(raft.batch_sizes)
+        raft.unwritten_max = 0  # the next append waits for the log to write
+        long = asyncio.ensure_future(server.create_topics([CreatableTopic("u", 1, 1)],
+                                                          validate_only=False))
+        await settle()
+        assert not long.done() and raft.batch_sizes == []  # holding the queue
+        tick = asyncio.ensure_future(server.tick())
+        clock[0] = 5_000
+        heartbeat = asyncio.ensure_future(channel.broker_heartbeat(
+            1, server.core.image.cluster.brokers[1].epoch, len(raft.log), want_fence=False,
+            want_shutdown=False))
+        await settle()
+        clock[0] = 5_000 + session_ms + 1  # the heartbeat waited out a whole session
+        raft.unwritten_max = None
+        raft.write()
+        await committed(raft, tick)  # ran before the heartbeat, still waiting its answer
+        assert not (await committed(raft, heartbeat)).is_fenced
+        await committed(raft, long)
+        assert fences() == 0
+        answered_ms = clock[0]
+        clock[0] = answered_ms + session_ms  # not yet expired: it runs from the answer
+        await committed(raft, asyncio.ensure_future(server.tick()))
+        assert fences() == 0
+        clock[0] = answered_ms + session_ms + 1
+        await committed(raft, asyncio.ensure_future(server.tick()))
+        assert fences() == 1 and server.core.committed_image.cluster.brokers[1].fenced
+    asyncio.run(go())
+
+
 def test_fencing_unfencing_and_controlled_shutdown_are_told_with_their_partition_changes(
 ) -> None:
     topic = uuid.uuid4()

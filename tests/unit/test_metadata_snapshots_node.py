@@ -30,6 +30,9 @@ from pykraft.server import metadata_snapshots
 from pykraft.server.config import ConfigError, ServerConfig
 from pykraft.server.image_digest import image_digest
 from pykraft.server.metadata_snapshots import (
+    BUSY_BYTES,
+    BUSY_WINDOW_MS,
+    DEFER_MAX_MS,
     HOLD_RETENTION_TIMES,
     MetadataSnapshots,
     SnapshotPolicy,
@@ -240,6 +243,59 @@ async def test_the_policy_counts_bytes_and_the_age_of_the_oldest_batch_not_in_a_
         snapshots.note_commit(big)
         assert snapshots.due(clock.ms), "the byte limit is reached"
     finally:
+        await raft.stop()
+
+
+async def test_a_due_snapshot_waits_while_a_burst_of_commits_is_applied(
+        tmp_path: Path) -> None:
+    """A snapshot due in the middle of a burst (BUSY_BYTES committed within BUSY_WINDOW_MS)
+    waits for the burst to end, or DEFER_MAX_MS at most, so that encoding the image does
+    not compete with applying and fetching it."""
+    clock = Clock()
+    raft, machine = await open_node(
+        tmp_path, SnapshotPolicy(max_bytes_between=4096, max_interval_ms=0), clock)
+    snapshots = machine.snapshots
+    assert snapshots is not None
+
+    def burst(offset: int) -> None:  # as many bytes committed as a busy node's second
+        snapshots.note_commit(CommittedBatch(
+            base_offset=offset, last_offset=offset, epoch=1, append_timestamp=clock.ms,
+            records=(b"x" * BUSY_BYTES,)))
+
+    async def written_while(step: Callable[[], None], turns: int) -> int:
+        for _ in range(turns):
+            step()
+            await asyncio.sleep(0.01)
+        return snapshots.written
+
+    task: asyncio.Task[None] | None = None
+    try:
+        records = history(3, 800)
+        await append(raft, records[:400])
+        burst(10**6)
+        assert snapshots.busy(clock.ms) and snapshots.due(clock.ms)
+        task = asyncio.create_task(snapshots.run())
+        assert await written_while(lambda: None, 30) == 0  # busy: it waits
+        clock.ms += BUSY_WINDOW_MS - 1
+        assert snapshots.busy(clock.ms)
+        clock.ms += 1  # the burst left the window
+        assert not snapshots.busy(clock.ms)
+        for _ in range(200):
+            if await written_while(lambda: None, 1):
+                break
+        assert snapshots.written == 1
+
+        def go_on() -> None:
+            clock.ms += BUSY_WINDOW_MS // 2
+            burst(2 * 10**6)
+        go_on()
+        await append(raft, records[400:])  # due again, in a burst that never ends
+        assert await written_while(go_on, 2 * DEFER_MAX_MS // BUSY_WINDOW_MS - 20) == 1
+        assert await written_while(go_on, 100) == 2  # but not past DEFER_MAX_MS
+    finally:
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
         await raft.stop()
 
 

@@ -16,7 +16,8 @@ keeps its leader meanwhile. Reported: creation time, the shutdown until the stan
 told to shut down (all its partition changes committed), the quorum's leader changes from
 the shutdown to --settle-s after it and the live stand-ins the controller fenced (from the
 controllers' logs), the stand-ins' heartbeats that failed (30 s without an answer) or were
-answered fenced, and the controllers' RSS.
+answered fenced or timed out (REQUEST_TIMED_OUT: it waited half a heartbeat interval behind
+the shutdown), and the controllers' RSS.
 
     .venv/bin/python benchmarks/quorum_scale.py [--partitions 1000000] [--settle-s 20]
 """
@@ -65,6 +66,7 @@ class StandIns:
         self.alive = set(STAND_INS)  # heartbeated by the thread (`keep_alive`)
         self.failed_heartbeats = 0
         self.fenced_answers = 0
+        self.timed_out_answers = 0  # REQUEST_TIMED_OUT: it waited behind other operations
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -102,7 +104,10 @@ class StandIns:
             while not self._stop.is_set():
                 for broker_id in sorted(self.alive):
                     try:
-                        if self.heartbeat(wire, broker_id).is_fenced:
+                        answer = self.heartbeat(wire, broker_id)
+                        if answer.error_code == ErrorCode.request_timed_out:
+                            self.timed_out_answers += 1
+                        elif answer.is_fenced:
                             self.fenced_answers += 1
                     except (OSError, ConnectionError):
                         self.failed_heartbeats += 1
@@ -187,7 +192,9 @@ def main() -> None:
             told = False
             while not told and time.monotonic() - started < 600:
                 answer = stand_ins.heartbeat(wire, LEAVING, shut_down=True)
-                if answer.error_code != ErrorCode.none:  # e.g. the quorum changed leader
+                if answer.error_code == ErrorCode.request_timed_out:  # waited: ask again
+                    stand_ins.timed_out_answers += 1
+                elif answer.error_code != ErrorCode.none:  # e.g. the quorum changed leader
                     for line in leader_changes(cluster)[before:]:
                         print(f"# {line}")
                     raise RuntimeError(f"the shutdown's heartbeat was answered {answer}")
@@ -216,11 +223,12 @@ def main() -> None:
             print(f"# {line}")
         print("| partitions | create s | partitions/s | controlled shutdown s "
               "| quorum leader changes | live stand-ins fenced | stand-in heartbeats "
-              "failed / answered fenced | controller RSS MiB |")
+              "failed / answered fenced / timed out | controller RSS MiB |")
         print("|---|---|---|---|---|---|---|---|")
         print(f"| {args.partitions:,} | {created_s:.1f} | {args.partitions / created_s:,.0f} "
               f"| {shutdown_s:.1f} | {len(changes)} | {len(live_fenced)} "
-              f"| {stand_ins.failed_heartbeats} / {stand_ins.fenced_answers} | {rss:.0f} |")
+              f"| {stand_ins.failed_heartbeats} / {stand_ins.fenced_answers} "
+              f"/ {stand_ins.timed_out_answers} | {rss:.0f} |")
 
 
 if __name__ == "__main__":

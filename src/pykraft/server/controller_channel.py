@@ -600,14 +600,17 @@ class QuorumControllerChannel:
         want_fence: bool,
         want_shutdown: bool,
     ) -> BrokerHeartbeatResult:
-        """BrokerHeartbeat; raises ControllerRefused as `register_broker` does."""
+        """BrokerHeartbeat; raises ControllerRefused as `register_broker` does, and with
+        REQUEST_TIMED_OUT when it waited half a heartbeat interval behind other operations
+        (as Kafka's controller: the broker's session counts it, and it sends the next)."""
         async def local(server: ControllerServer) -> BrokerHeartbeatResult:
             server.heartbeat_arrived(broker_id, broker_epoch)
             try:
                 return await server.run(lambda core: core.broker_heartbeat(
                     broker_id=broker_id, broker_epoch=broker_epoch,
                     current_metadata_offset=current_metadata_offset, want_fence=want_fence,
-                    want_shutdown=want_shutdown, now_ms=server.now_ms()))
+                    want_shutdown=want_shutdown, now_ms=server.now_ms()),
+                    queue_timeout_s=server.core.config.broker_heartbeat_interval_ms / 2000)
             except (NotController, OutcomeUnknown):
                 raise
             except KafkaError as error:

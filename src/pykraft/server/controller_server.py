@@ -196,17 +196,33 @@ class ControllerServer:
 
     # -- running operations -----------------------------------------------------------
 
-    async def run(self, operation: Callable[[QuorumController], OpResult[T]]) -> T:
+    async def run(self, operation: Callable[[QuorumController], OpResult[T]], *,
+                  queue_timeout_s: float | None = None) -> T:
         """Decide, append and pre-apply one operation at a time; answer once committed.
-        Raises NotController when this controller is not the active one (nothing done), and
-        OutcomeUnknown when it stopped being active after appending the records."""
+        Raises NotController when this controller is not the active one (nothing done),
+        OutcomeUnknown when it stopped being active after appending the records, and
+        RequestTimedOut (nothing done) when the operation waited `queue_timeout_s` for
+        the ones before it."""
         activation = self.activation
         if activation is not None and not activation.done():
             await asyncio.shield(activation)  # the bootstrap records go first
-        return await self._run(operation)
+        return await self._run(operation, queue_timeout_s)
 
-    async def _run(self, operation: Callable[[QuorumController], OpResult[T]]) -> T:
-        async with self._queue_lock:
+    async def _enter_queue(self, timeout_s: float | None) -> None:
+        if timeout_s is None:
+            await self._queue_lock.acquire()
+            return
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self._queue_lock.acquire()
+        except TimeoutError:
+            raise RequestTimedOut(f"waited {timeout_s:g} s for the controller's earlier "
+                                  "operations") from None
+
+    async def _run(self, operation: Callable[[QuorumController], OpResult[T]],
+                   queue_timeout_s: float | None = None) -> T:
+        await self._enter_queue(queue_timeout_s)
+        try:
             core = self.core
             epoch = core.leader_epoch
             self._deferred = []
@@ -257,6 +273,8 @@ class ControllerServer:
                             failure)
                 raise OutcomeUnknown(f"only part of the change was appended: {failure}") \
                     from failure
+        finally:
+            self._queue_lock.release()
         try:
             await self.raft.wait_committed(last_offset)
         except NotLeaderError as error:

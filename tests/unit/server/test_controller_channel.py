@@ -690,6 +690,45 @@ def test_a_heartbeat_waiting_for_its_answer_keeps_its_broker_unfenced() -> None:
     asyncio.run(go())
 
 
+def test_a_heartbeat_waiting_half_an_interval_behind_others_is_answered_timed_out() -> None:
+    """As Kafka's controller: a heartbeat that waited broker.heartbeat.interval.ms / 2 (1 s)
+    for the operations before it is answered REQUEST_TIMED_OUT, nothing decided, so that its
+    broker sends the next instead of waiting (a stand-in broker whose heartbeat went 30 s
+    unanswered closed its connection and was fenced); its session runs from that answer."""
+    async def go() -> None:
+        server, raft = await leading_topic(1)
+        clock = [1_000]
+        server.now_ms = lambda: clock[0]
+        session_ms = server.core.config.broker_session_timeout_ms
+        channel = QuorumControllerChannel(server, ScriptedClient(2, []), timeout_ms=1_000)
+        raft.written = len(raft.batch_sizes)
+        raft.unwritten_max = 0  # the next append waits for the log to write
+        long = asyncio.ensure_future(server.create_topics([CreatableTopic("u", 1, 1)],
+                                                          validate_only=False))
+        await settle()
+        started = time.monotonic()
+        heartbeat = asyncio.ensure_future(channel.broker_heartbeat(
+            1, server.core.image.cluster.brokers[1].epoch, len(raft.log), want_fence=False,
+            want_shutdown=False))
+        await settle()
+        clock[0] = 1_000 + 2 * session_ms  # its broker's session would have expired
+        with pytest.raises(ControllerRefused) as refused:
+            await heartbeat
+        assert refused.value.code == ErrorCode.request_timed_out
+        assert 0.9 <= time.monotonic() - started < 5
+        assert not long.done()  # still holding the queue
+        raft.unwritten_max = None
+        raft.write()
+        await committed(raft, long)
+        clock[0] += session_ms
+        await committed(raft, asyncio.ensure_future(server.tick()))
+        assert not server.core.committed_image.cluster.brokers[1].fenced
+        clock[0] += 1
+        await committed(raft, asyncio.ensure_future(server.tick()))
+        assert server.core.committed_image.cluster.brokers[1].fenced
+    asyncio.run(go())
+
+
 def test_fencing_unfencing_and_controlled_shutdown_are_told_with_their_partition_changes(
 ) -> None:
     topic = uuid.uuid4()

@@ -17,7 +17,8 @@ told to shut down (all its partition changes committed), the quorum's leader cha
 the shutdown to --settle-s after it and the live stand-ins the controller fenced (from the
 controllers' logs), the stand-ins' heartbeats that failed (30 s without an answer) or were
 answered fenced or timed out (REQUEST_TIMED_OUT: it waited half a heartbeat interval behind
-the shutdown), and the controllers' RSS.
+the shutdown), and the controllers' RSS. A run that fails keeps the nodes' logs in
+$TMPDIR/quorum_scale-logs-<time>/.
 
     .venv/bin/python benchmarks/quorum_scale.py [--partitions 1000000] [--settle-s 20]
 """
@@ -25,13 +26,17 @@ the shutdown), and the controllers' RSS.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import platform
 import re
+import shutil
 import sys
+import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -165,6 +170,22 @@ def leader_changes(cluster: LocalCluster) -> list[str]:
     return controller_log(cluster, NEW_LEADER)
 
 
+@contextlib.contextmanager
+def logs_kept_on_failure(cluster: LocalCluster) -> Iterator[None]:
+    """A run that fails keeps its nodes' logs (the cluster's directory is deleted) in
+    $TMPDIR/quorum_scale-logs-<time>/."""
+    try:
+        yield
+    except BaseException:
+        kept = Path(tempfile.gettempdir()) / time.strftime("quorum_scale-logs-%Y%m%d-%H%M%S")
+        kept.mkdir(parents=True, exist_ok=True)
+        for node_id, node in cluster.nodes.items():
+            for path in node.log_path.parent.glob(node.log_path.name + "*"):
+                shutil.copy(path, kept / f"node-{node_id}-{path.name}")
+        print(f"# the nodes' logs are kept in {kept}", file=sys.stderr, flush=True)
+        raise
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--partitions", type=int, default=1_000_000)
@@ -175,7 +196,7 @@ def main() -> None:
     print(f"# {platform.node()} {platform.machine()}, {now}; 3 controllers + 1 broker, "
           f"3 stand-in brokers, {PER_TOPIC} partitions per topic, RF 3")
     with LocalCluster(controllers=3, brokers=1, startup_timeout_s=120,
-                      stop_timeout_s=300) as cluster:
+                      stop_timeout_s=300) as cluster, logs_kept_on_failure(cluster):
         active = cluster.active_controller()
         address = f"127.0.0.1:{cluster.node(active).controller_port}"
         stand_ins = StandIns(address, cluster.cluster_id)

@@ -646,27 +646,36 @@ async def committed(raft: ScriptedRaft, task: asyncio.Future[Any]) -> Any:
     raise AssertionError("not done within a second")
 
 
+async def queue_held() -> tuple[ControllerServer, ScriptedRaft, list[int],
+                               QuorumControllerChannel, asyncio.Future[Any]]:
+    """An active controller whose broker 1 is registered, on a clock the test sets (at
+    1,000 ms), with a topic creation holding its queue until `raft.write()`: (server, raft,
+    clock, a channel to it, the creation)."""
+    server, raft = await leading_topic(1)
+    clock = [1_000]
+    server.now_ms = lambda: clock[0]
+    channel = QuorumControllerChannel(server, ScriptedClient(2, []), timeout_ms=1_000)
+    raft.written = len(raft.batch_sizes)
+    raft.unwritten_max = 0  # the next append waits for the log to write
+    long = asyncio.ensure_future(server.create_topics([CreatableTopic("u", 1, 1)],
+                                                      validate_only=False))
+    await settle()
+    assert not long.done() and raft.batch_sizes == []  # holding the queue
+    return server, raft, clock, channel, long
+
+
 def test_a_heartbeat_waiting_for_its_answer_keeps_its_broker_unfenced() -> None:
     """A broker sends its next heartbeat only once the last is answered: while one waits
     behind a long operation past the session timeout, a tick that runs first does not fence
     its broker (at 1,000,000 partitions one did); once answered, the session runs from the
     answer and expires as usual."""
     async def go() -> None:
-        server, raft = await leading_topic(1)
-        clock = [1_000]
-        server.now_ms = lambda: clock[0]
+        server, raft, clock, channel, long = await queue_held()
         session_ms = server.core.config.broker_session_timeout_ms
-        channel = QuorumControllerChannel(server, ScriptedClient(2, []), timeout_ms=1_000)
 
         def fences() -> int:
             return sum(isinstance(record, BrokerRegistrationChangeRecord) and record.fenced == 1
                        for record in map(decode_metadata_record, raft.log[1:]))
-        raft.written = len(raft.batch_sizes)
-        raft.unwritten_max = 0  # the next append waits for the log to write
-        long = asyncio.ensure_future(server.create_topics([CreatableTopic("u", 1, 1)],
-                                                          validate_only=False))
-        await settle()
-        assert not long.done() and raft.batch_sizes == []  # holding the queue
         tick = asyncio.ensure_future(server.tick())
         clock[0] = 5_000
         heartbeat = asyncio.ensure_future(channel.broker_heartbeat(
@@ -696,16 +705,8 @@ def test_a_heartbeat_waiting_half_an_interval_behind_others_is_answered_timed_ou
     broker sends the next instead of waiting (a stand-in broker whose heartbeat went 30 s
     unanswered closed its connection and was fenced); its session runs from that answer."""
     async def go() -> None:
-        server, raft = await leading_topic(1)
-        clock = [1_000]
-        server.now_ms = lambda: clock[0]
+        server, raft, clock, channel, long = await queue_held()
         session_ms = server.core.config.broker_session_timeout_ms
-        channel = QuorumControllerChannel(server, ScriptedClient(2, []), timeout_ms=1_000)
-        raft.written = len(raft.batch_sizes)
-        raft.unwritten_max = 0  # the next append waits for the log to write
-        long = asyncio.ensure_future(server.create_topics([CreatableTopic("u", 1, 1)],
-                                                          validate_only=False))
-        await settle()
         started = time.monotonic()
         heartbeat = asyncio.ensure_future(channel.broker_heartbeat(
             1, server.core.image.cluster.brokers[1].epoch, len(raft.log), want_fence=False,

@@ -209,11 +209,8 @@ class ControllerServer:
         return await self._run(operation, queue_timeout_s)
 
     async def _enter_queue(self, timeout_s: float | None) -> None:
-        if timeout_s is None:
-            await self._queue_lock.acquire()
-            return
         try:
-            async with asyncio.timeout(timeout_s):
+            async with asyncio.timeout(timeout_s):  # None: no limit
                 await self._queue_lock.acquire()
         except TimeoutError:
             raise RequestTimedOut(f"waited {timeout_s:g} s for the controller's earlier "

@@ -189,9 +189,10 @@ class MetadataSnapshots:
     def note_commit(self, batch: CommittedBatch) -> None:
         size = batch_bytes(batch)
         self._bytes_since += size
-        self._recent.append((self._now_ms(), size))
+        now_ms = self._now_ms()
+        self._recent.append((now_ms, size))
         self._recent_bytes += size
-        self.busy(self._recent[-1][0])  # drops what left the window
+        self.busy(now_ms)  # drops what left the window
         self._last_append_timestamp = batch.append_timestamp
         if self._oldest_since_ms is None:
             self._oldest_since_ms = batch.append_timestamp

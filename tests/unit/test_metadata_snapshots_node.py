@@ -30,10 +30,12 @@ from pykraft.server import metadata_snapshots
 from pykraft.server.config import ConfigError, ServerConfig
 from pykraft.server.image_digest import image_digest
 from pykraft.server.metadata_snapshots import (
+    BATCH_OVERHEAD_BYTES,
     BUSY_BYTES,
     BUSY_WINDOW_MS,
     DEFER_MAX_MS,
     HOLD_RETENTION_TIMES,
+    RECORD_OVERHEAD_BYTES,
     MetadataSnapshots,
     SnapshotPolicy,
     batch_bytes,
@@ -242,6 +244,45 @@ async def test_the_policy_counts_bytes_and_the_age_of_the_oldest_batch_not_in_a_
         assert batch_bytes(big) > 10_000
         snapshots.note_commit(big)
         assert snapshots.due(clock.ms), "the byte limit is reached"
+    finally:
+        await raft.stop()
+
+
+async def test_the_next_snapshot_waits_for_as_many_bytes_as_the_last_one_holds(
+        tmp_path: Path) -> None:
+    """Past metadata.log.max.record.bytes.between.snapshots, a snapshot is due once the log
+    since the last one is as large as it (written, or loaded at a restart): a snapshot
+    costs as much as the whole image, however little changed."""
+    clock = Clock()
+    policy = SnapshotPolicy(max_bytes_between=1000, max_interval_ms=0, retention_bytes=0)
+    raft, machine = await open_node(tmp_path, policy, clock)
+    snapshots = machine.snapshots
+    assert snapshots is not None
+
+    def commit(size: int) -> None:
+        snapshots.note_commit(CommittedBatch(
+            base_offset=0, last_offset=0, epoch=1, append_timestamp=clock.ms,
+            records=(b"x" * (size - BATCH_OVERHEAD_BYTES - RECORD_OVERHEAD_BYTES),)))
+
+    try:
+        await append(raft, history(5, 300))
+        written = await snapshots.write_now()
+        assert written is not None
+        size = sum(len(value) + RECORD_OVERHEAD_BYTES
+                   for value in read_snapshot_records(written, raft.store))
+        assert size > 5 * policy.max_bytes_between
+        assert snapshots.bytes_between() == size
+        commit(size - 1)
+        assert not snapshots.due(clock.ms), "less than the snapshot holds"
+        commit(1 + BATCH_OVERHEAD_BYTES + RECORD_OVERHEAD_BYTES)
+        assert snapshots.due(clock.ms)
+    finally:
+        await raft.stop()
+    raft, machine = await open_node(tmp_path, policy, clock)
+    try:
+        assert machine.loaded == [written]
+        assert machine.snapshots is not None
+        assert machine.snapshots.bytes_between() == size
     finally:
         await raft.stop()
 

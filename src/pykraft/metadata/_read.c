@@ -473,7 +473,15 @@ static int reader_init(PyObject *self, PyObject *args, PyObject *kwargs)
         PyErr_SetString(PyExc_ValueError, "more tagged fields than a reader tracks");
         return -1;
     }
-    if (!PyObject_IsSubclass(error, PyExc_Exception)) {
+    if (((PyTypeObject *)cls)->tp_new != PyBaseObject_Type.tp_new) {
+        /* reader_call makes each message with object's tp_new and fills its slots */
+        PyErr_SetString(PyExc_TypeError, "cls must be a class that object.__new__ makes");
+        return -1;
+    }
+    int is_exception = PyType_Check(error) ? PyObject_IsSubclass(error, PyExc_Exception) : 0;
+    if (is_exception < 0)
+        return -1;
+    if (!is_exception) {
         PyErr_SetString(PyExc_TypeError, "error must be an exception class");
         return -1;
     }
@@ -542,9 +550,13 @@ static int reader_traverse(PyObject *self, visitproc visit, void *arg)
     return 0;
 }
 
+static PyObject *reader_uninitialized(PyObject *self, PyObject *const *args, size_t nargsf,
+                                      PyObject *kwnames);
+
 static int reader_clear(PyObject *self)
 {
     Reader *reader = (Reader *)self;
+    reader->vectorcall = reader_uninitialized; /* nothing left to read with */
     Py_CLEAR(reader->cls);
     Py_CLEAR(reader->setters);
     Py_CLEAR(reader->defaults);

@@ -8,7 +8,14 @@ bytes since the last snapshot; once they reach
 `metadata.log.max.record.bytes.between.snapshots`, or once
 `metadata.log.max.snapshot.interval.ms` (0: never) has passed since the append time of
 the first batch committed after the last snapshot (KIP-876), the node writes the image as a
-snapshot. The snapshot
+snapshot. Unlike Kafka, the bytes must also reach the size of the last snapshot written or
+loaded (its records counted as the log's are): writing a snapshot costs in proportion to
+the image, not to what changed, and at 1,000,000 partitions (a 1,010,007-record snapshot,
+17-46 s of a worker thread's CPU, the GIL shared with the event loop) every node wrote two
+during one controlled shutdown. Tied to the image's size, writing snapshots costs at most
+about twice as much as appending the log (a snapshot holds at most the last one and the log
+since), and a restart replays at most one snapshot's worth of log after its snapshot. The
+snapshot
 ends after the last batch the image folded (`image.offset + 1`, always a batch boundary)
 and is taken only between metadata transactions. The records are produced and encoded in a
 worker thread from the immutable image (at the versions its metadata.version asks for, as
@@ -80,11 +87,12 @@ DECODED_PER_TURN: Final = 10_000  # snapshot records decoded, or folded, per tur
 BATCH_OVERHEAD_BYTES: Final = 61  # the RecordBatch v2 header
 RECORD_OVERHEAD_BYTES: Final = 8  # a small record's length, attributes, deltas, key, headers
 HOLD_RETENTION_TIMES: Final = 4  # the log a live broker still needs stays up to 4x the limit
-# a due snapshot waits while the node applies a burst (>= 1 MiB committed in the last
+# a due snapshot waits while the node applies a burst (>= 256 KiB committed in the last
 # second), up to a minute: encoding 1,000,000 partitions on a worker thread took the GIL for
-# 19 s of a controlled shutdown's 33 s on a follower, whose fetches then came late
+# 19 s of a controlled shutdown's 33 s on a follower, whose fetches then came late; the
+# controlled shutdown of a broker of 1,000,000 partitions commits about 400 KB a second
 BUSY_WINDOW_MS: Final = 1000
-BUSY_BYTES: Final = 1024 * 1024
+BUSY_BYTES: Final = 256 * 1024
 DEFER_MAX_MS: Final = 60_000
 
 
@@ -173,6 +181,7 @@ class MetadataSnapshots:
         # knows it from heartbeats; None elsewhere): the log it still needs is kept
         self._broker_offset = broker_offset
         self._bytes_since = 0  # committed since the last snapshot, written or loaded
+        self._snapshot_bytes = 0  # the size of that snapshot, counted as the log's records
         self._oldest_since_ms: int | None = None  # append time of the first of those batches
         self._last_append_timestamp = -1  # of the last batch the image folded
         self._due = asyncio.Event()
@@ -197,7 +206,7 @@ class MetadataSnapshots:
         if self._oldest_since_ms is None:
             self._oldest_since_ms = batch.append_timestamp
             self._due.set()  # the run loop sets its timer by it
-        if self._bytes_since >= self.policy.max_bytes_between:
+        if self._bytes_since >= self.bytes_between():
             self._due.set()
 
     async def load(self, snapshot_id: SnapshotId, view: RaftLogView) -> MetadataImage:
@@ -208,8 +217,10 @@ class MetadataSnapshots:
         with the decode alone sliced, another held its loop 5 s while folding them. The
         apply and the publication stay one step."""
         records = []
+        size = 0
         for count, value in enumerate(read_snapshot_records(snapshot_id, view), 1):
             records.append(decode_metadata_record(value))
+            size += len(value)
             if count % DECODED_PER_TURN == 0:
                 await asyncio.sleep(0)
         base_offset = self.loader.image.offset
@@ -218,6 +229,7 @@ class MetadataSnapshots:
                 per_step=DECODED_PER_TURN):
             await asyncio.sleep(0)
         self._bytes_since = 0
+        self._snapshot_bytes = size + len(records) * RECORD_OVERHEAD_BYTES
         self._oldest_since_ms = None
         self.loaded += 1
         image = self.loader.image
@@ -228,12 +240,18 @@ class MetadataSnapshots:
 
     # -- the policy ---------------------------------------------------------------------
 
+    def bytes_between(self) -> int:
+        """The bytes committed since the last snapshot that make the next one due:
+        metadata.log.max.record.bytes.between.snapshots, or the last snapshot's size if
+        larger."""
+        return max(self.policy.max_bytes_between, self._snapshot_bytes)
+
     def due(self, now_ms: int) -> bool:
         """Whether a snapshot should be written now: enough bytes committed since the last
         one, or (KIP-876) a batch it lacks was appended at least the interval ago."""
         if self._bytes_since <= 0 or self._oldest_since_ms is None:
             return False
-        if self._bytes_since >= self.policy.max_bytes_between:
+        if self._bytes_since >= self.bytes_between():
             return True
         interval = self.policy.max_interval_ms
         return interval > 0 and now_ms - self._oldest_since_ms >= interval
@@ -362,6 +380,8 @@ class MetadataSnapshots:
         snapshot_id = await self.raft.write_snapshot(
             end_offset, values, last_contained_log_timestamp=timestamp)
         self._bytes_since = max(0, self._bytes_since - bytes_covered)
+        self._snapshot_bytes = sum(len(value) for value in values) + (
+            len(values) * RECORD_OVERHEAD_BYTES)
         finished_ms = self._now_ms()
         # batches committed while it was written: their first append time is not kept, the
         # end of the write stands in for it

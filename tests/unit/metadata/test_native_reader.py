@@ -49,6 +49,39 @@ def test_the_compiled_reader_is_built_and_reads_the_partition_records() -> None:
         assert not codec._struct_codec(PartitionChangeRecord, 1, True).native
 
 
+@dataclass(slots=True)
+class _Two:
+    a: int = 0
+    b: int = 0
+
+
+class _MadeByInt(int):
+    pass
+
+
+def _reader_arguments(**changed: Any) -> tuple[Any, ...]:
+    """Arguments that make a valid compiled reader of `_Two` (two int32s), with `changed`."""
+    arguments: dict[str, Any] = {
+        "cls": _Two, "setters": (vars(_Two)["a"], vars(_Two)["b"]), "defaults": (0, 0),
+        "regular": ((0, 3), (1, 3)), "tagged": (), "error": MetadataDecodeError,
+        "uuids": {}, "uuid_of": uuid.UUID, "uuid_arrays": {}, "uuid_array_of": tuple}
+    arguments.update(changed)
+    return tuple(arguments.values())
+
+
+def test_the_compiled_reader_refuses_arguments_it_could_not_read_with() -> None:
+    from pykraft.metadata import _read  # type: ignore[attr-defined]
+
+    read = _read.Reader(*_reader_arguments())
+    assert read(bytes.fromhex("0000000100000002" "00"), 0) == (_Two(1, 2), 9)
+    # each a TypeError, not a SystemError left by an exception set and ignored, nor a
+    # reader that would build its messages wrong
+    for changed in ({"error": 5}, {"error": int}, {"cls": _MadeByInt, "setters": (
+            vars(_Two)["a"], vars(_Two)["b"])}):
+        with pytest.raises(TypeError):
+            _read.Reader(*_reader_arguments(**changed))
+
+
 def _outcome(data: bytes, compiled: bool) -> tuple[str, str]:
     with codec.native_reader(compiled):
         try:

@@ -11,6 +11,7 @@ import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -42,6 +43,7 @@ from pykraft.metadata.records import (
 )
 from pykraft.metadata.registrations import LeaderRecoveryState, PartitionRegistration
 from pykraft.records.record import build_batch
+from pykraft.storage.log import Log
 from pykraft.storage.log_config import LogConfig
 from pykraft.storage.log_manager import LogManager
 
@@ -262,17 +264,20 @@ async def test_a_leader_that_cannot_read_its_log_answers_storage_errors_and_keep
     manager.append(partition, batch(3), acks=1)
     manager.follower_fetch(partition, 2, 1, 0)
     manager.follower_fetch(partition, 3, 1, 0)
-    real_read = partition.log.read
+    real_read = Log.read
+    failing_log = partition.log
 
-    def failing(*args: object, **kwargs: object) -> object:
-        raise OSError(errno.EIO, os.strerror(errno.EIO))
+    def failing(log: Log, *args: Any, **kwargs: Any) -> Any:  # this log's reads fail (EIO)
+        if log is failing_log:
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        return real_read(log, *args, **kwargs)
 
-    monkeypatch.setattr(partition.log, "read", failing)
+    monkeypatch.setattr(Log, "read", failing)
     with pytest.raises(KafkaStorageError):
         manager.read(partition, 1, 10_000, min_one_message=True, up_to_high_watermark=False)
     clock.ms += 60_000
     assert manager.maybe_shrink_isr() == 0
-    monkeypatch.setattr(partition.log, "read", real_read)
+    monkeypatch.setattr(Log, "read", real_read)
     assert manager.read(partition, 1, 10_000, min_one_message=True,
                         up_to_high_watermark=False).next_offset == 3
     assert manager.maybe_shrink_isr() == 1  # it reads again: lagging followers are judged

@@ -195,6 +195,16 @@ class LogWatch:
 class Log:
     """A partition's segmented log. Not thread-safe: one caller at a time."""
 
+    # slots: a broker holds one per replica, and an instance dict is one more object for
+    # the garbage collector to walk, and more bytes, for each of them
+    __slots__ = (
+        "_dir", "partition", "topic", "_config", "_segments", "_bases", "leader_epoch_cache",
+        "_log_start_offset", "_log_end_offset", "_recovery_point", "_high_watermark",
+        "_topic_id", "_last_flush_ms", "_roll_flush_offset", "watch", "_pending_deletes",
+        "_directory_dirty", "_closed", "_txns", "_producers", "_txn_indexes_dirty",
+        "_txn_indexes_from",
+    )
+
     def __init__(
         self, directory: Path, config: LogConfig, segments: list[LogSegment],
         epoch_cache: LeaderEpochCache, *, log_start_offset: int, log_end_offset: int,
@@ -226,8 +236,8 @@ class Log:
         self._closed = False
         self._txns: TxnState | None = None  # built on first use (read_committed)
         self._producers: ProducerState | None = None  # built on first use (idempotence)
-        # `.txnindex` files to fsync at flush, as dict keys (an empty set is 3 times the size)
-        self._txn_indexes_dirty: dict[Path, None] = {}
+        # `.txnindex` files to fsync at flush, as dict keys; None for none (almost every log)
+        self._txn_indexes_dirty: dict[Path, None] | None = None
         # after an unclean stop: `.txnindex` files from this segment on are rewritten when
         # the transactions are next built (recovery may have cut markers, or lost entries)
         self._txn_indexes_from: int | None = None
@@ -757,7 +767,7 @@ class Log:
             write_entries(segment.txn_index_path, [
                 each for each in state.aborted_from(segment.base_offset)
                 if each.last_offset < bases[index + 1]])
-            self._txn_indexes_dirty[segment.txn_index_path] = None
+            self._txn_index_written(segment.txn_index_path)
 
     @property
     def last_stable_offset(self) -> int:
@@ -792,7 +802,13 @@ class Log:
                     self._txn_indexes_from = base if self._txn_indexes_from is None else min(
                         self._txn_indexes_from, base)
                     return
-                self._txn_indexes_dirty[path] = None
+                self._txn_index_written(path)
+
+    def _txn_index_written(self, path: Path) -> None:
+        """`path` (a `.txnindex`) was written: fsynced at the next flush."""
+        if self._txn_indexes_dirty is None:
+            self._txn_indexes_dirty = {}
+        self._txn_indexes_dirty[path] = None
 
     # -- idempotent producers (storage.producer_state) ----------------------------------------
 
@@ -918,9 +934,10 @@ class Log:
         if self._txn_indexes_from is not None and self._txns is not None:
             self._rewrite_txn_indexes(self._txns, self._txn_indexes_from)  # one failed
             self._txn_indexes_from = None
-        for path in self._txn_indexes_dirty:
-            fsync_file(path)
-        self._txn_indexes_dirty.clear()
+        if self._txn_indexes_dirty is not None:
+            for path in self._txn_indexes_dirty:
+                fsync_file(path)
+            self._txn_indexes_dirty = None
         self.leader_epoch_cache.sync(self._log_end_offset)
         if self._directory_dirty:
             fsync_directory(self.dir)
@@ -970,7 +987,7 @@ class Log:
         kept = [each for each in entries if each.last_offset < offset]
         if len(kept) != len(entries):
             write_entries(active.txn_index_path, kept)
-            self._txn_indexes_dirty[active.txn_index_path] = None
+            self._txn_index_written(active.txn_index_path)
         self._directory_dirty = True
         self._log_end_offset = offset
         self._txns = None  # a marker may be gone: built again on next use

@@ -227,8 +227,10 @@ def test_periodic_log_work_goes_on_past_a_failing_log_and_checkpoint(
     def enospc(*_: object, **__: object) -> int:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(failing, "flush_due", enospc)
-    monkeypatch.setattr(failing, "delete_retention_segments", enospc)
+    for name in ("flush_due", "delete_retention_segments"):  # on the failing log only
+        real = getattr(Log, name)
+        monkeypatch.setattr(Log, name, lambda log, *args, real=real, **kwargs: (
+            enospc() if log is failing else real(log, *args, **kwargs)))
     assert healthy.recovery_point == 0
     assert manager.flush_due(now_ms=10_000) == 1
     assert healthy.recovery_point == healthy.log_end_offset

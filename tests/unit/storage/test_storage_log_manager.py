@@ -179,13 +179,13 @@ def test_flush_due_looks_only_at_rolled_logs_and_those_with_a_flush_interval(
                                                config=small_config(segment_bytes=300),
                                                now_ms=0) for topic in ("rolling", "idle"))
     looked_at: list[str] = []
-    for log in (rolling, idle):
-        real = log.flush_due
+    real = Log.flush_due
 
-        def counted(now_ms: int, real=real, topic=log.topic) -> bool:  # type: ignore[no-untyped-def]
-            looked_at.append(topic)
-            return real(now_ms)
-        monkeypatch.setattr(log, "flush_due", counted)
+    def counted(log: Log, now_ms: int) -> bool:  # which of the two logs are looked at
+        if log in (rolling, idle):
+            looked_at.append(log.topic)
+        return real(log, now_ms)
+    monkeypatch.setattr(Log, "flush_due", counted)
     assert manager.flush_due(now_ms=1_000) == 0 and looked_at == []
     for _ in range(6):  # past segment.bytes: the log rolls
         rolling.append_as_leader(make_batch(2, timestamp=0, value_size=60), leader_epoch=0,

@@ -48,7 +48,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Final
 
@@ -113,8 +113,13 @@ class SnapshotPolicy:
         )
 
 
+def records_bytes(values: Iterable[bytes]) -> int:
+    """Record values' size as the log counts them (each with its record framing)."""
+    return sum(len(value) + RECORD_OVERHEAD_BYTES for value in values)
+
+
 def batch_bytes(batch: CommittedBatch) -> int:
-    return BATCH_OVERHEAD_BYTES + sum(len(value) + RECORD_OVERHEAD_BYTES for value in batch.records)
+    return BATCH_OVERHEAD_BYTES + records_bytes(batch.records)
 
 
 def encoded_image(image: MetadataImage) -> list[bytes]:
@@ -131,6 +136,13 @@ def encoded_image(image: MetadataImage) -> list[bytes]:
         except MetadataEncodeError:
             encoded.append(encode_metadata_record(record))
     return encoded
+
+
+def _encoded_and_sized(image: MetadataImage) -> tuple[list[bytes], int]:
+    """`encoded_image` and its `records_bytes`, both off the event loop (1,010,007 values
+    at 1,000,000 partitions)."""
+    values = encoded_image(image)
+    return values, records_bytes(values)
 
 
 def read_snapshot_records(
@@ -220,7 +232,7 @@ class MetadataSnapshots:
         size = 0
         for count, value in enumerate(read_snapshot_records(snapshot_id, view), 1):
             records.append(decode_metadata_record(value))
-            size += len(value)
+            size += len(value) + RECORD_OVERHEAD_BYTES  # records_bytes, as they stream
             if count % DECODED_PER_TURN == 0:
                 await asyncio.sleep(0)
         base_offset = self.loader.image.offset
@@ -229,7 +241,7 @@ class MetadataSnapshots:
                 per_step=DECODED_PER_TURN):
             await asyncio.sleep(0)
         self._bytes_since = 0
-        self._snapshot_bytes = size + len(records) * RECORD_OVERHEAD_BYTES
+        self._snapshot_bytes = size
         self._oldest_since_ms = None
         self.loaded += 1
         image = self.loader.image
@@ -374,14 +386,13 @@ class MetadataSnapshots:
             return None
         bytes_covered, timestamp = self._bytes_since, self._last_append_timestamp
         started_ms = self._now_ms()
-        values = await asyncio.to_thread(encoded_image, image)
+        values, size = await asyncio.to_thread(_encoded_and_sized, image)
         if end_offset < self.raft.core.log_start_offset:
             return None  # a snapshot fetched meanwhile is past this one
         snapshot_id = await self.raft.write_snapshot(
             end_offset, values, last_contained_log_timestamp=timestamp)
         self._bytes_since = max(0, self._bytes_since - bytes_covered)
-        self._snapshot_bytes = sum(len(value) for value in values) + (
-            len(values) * RECORD_OVERHEAD_BYTES)
+        self._snapshot_bytes = size
         finished_ms = self._now_ms()
         # batches committed while it was written: their first append time is not kept, the
         # end of the write stands in for it

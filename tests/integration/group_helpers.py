@@ -5,9 +5,27 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from confluent_kafka import Consumer
+
+
+@contextmanager
+def closing_all(consumers: list[Consumer]) -> Iterator[list[Consumer]]:
+    """Close every consumer in `consumers` (as the list is when the block ends), whether the
+    block failed or not, while the cluster is still up. A confluent-kafka consumer left to
+    the garbage collector with a rebalance callback pending blocks in its destructor for
+    good (librdkafka waits for the callback the destructor has already dropped), and so
+    does close() once the cluster is gone: either way the test worker hangs wherever the
+    collector happens to run, long after the test that leaked it. Closing twice is
+    harmless."""
+    try:
+        yield consumers
+    finally:
+        for consumer in consumers:
+            consumer.close()
 
 
 def assignments_of(consumers: list[Consumer]) -> list[set[int]]:

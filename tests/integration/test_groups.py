@@ -35,7 +35,12 @@ from kio.schema.sync_group.v3.request import SyncGroupRequest, SyncGroupRequestA
 
 from pykraft.testing import LocalCluster
 from pykraft.testing.wire import WireClient
-from tests.integration.group_helpers import assignments_of, poll_until, start_member
+from tests.integration.group_helpers import (
+    assignments_of,
+    closing_all,
+    poll_until,
+    start_member,
+)
 
 TOPIC = "shared"
 PARTITIONS = 6
@@ -303,32 +308,33 @@ def test_confluent_three_members_each_partition_once_and_offsets_resume(
         consumer.assign(partitions)
         consumer.pause(partitions)
 
-    for consumer in consumers:
-        consumer.subscribe([TOPIC], on_assign=pause_assigned)
-    # a record polled before the last assignment still counts (a paused partition should
-    # deliver none, but if the client let one through it was read once, not lost)
-    poll_until(consumers, lambda: owned_exactly_once(assignments_of(consumers)),
-               on_record=read)
-    history.append(f"resumed after {len(seen)} reads")
-    for consumer in consumers:
-        consumer.resume(consumer.assignment())
-    deadline = time.monotonic() + 30
-    while len(seen) < 600 and time.monotonic() < deadline:
+    with closing_all(consumers):
         for consumer in consumers:
-            message = consumer.poll(0.05)
-            if message is not None and message.error() is None:
-                read(consumer, message)
-    assert owned_exactly_once(assignments_of(consumers))
-    everything = {(p, o) for p in range(PARTITIONS) for o in range(100)}
-    missing = sorted(everything - set(seen))
-    twice = sorted(r for r in set(seen) if seen.count(r) > 1)
-    positions = [[(tp.partition, tp.offset) for tp in c.position(list(c.assignment()))]
-                 for c in consumers]
-    assert not missing and not twice and len(seen) == 600, (
-        f"missing {missing[:20]}, read twice {twice[:20]}; {history}; positions {positions}")
-    for consumer in consumers:
-        consumer.commit(asynchronous=False)
-        consumer.close()
+            consumer.subscribe([TOPIC], on_assign=pause_assigned)
+        # a record polled before the last assignment still counts (a paused partition should
+        # deliver none, but if the client let one through it was read once, not lost)
+        poll_until(consumers, lambda: owned_exactly_once(assignments_of(consumers)),
+                   on_record=read)
+        history.append(f"resumed after {len(seen)} reads")
+        for consumer in consumers:
+            consumer.resume(consumer.assignment())
+        deadline = time.monotonic() + 30
+        while len(seen) < 600 and time.monotonic() < deadline:
+            for consumer in consumers:
+                message = consumer.poll(0.05)
+                if message is not None and message.error() is None:
+                    read(consumer, message)
+        assert owned_exactly_once(assignments_of(consumers))
+        everything = {(p, o) for p in range(PARTITIONS) for o in range(100)}
+        missing = sorted(everything - set(seen))
+        twice = sorted(r for r in set(seen) if seen.count(r) > 1)
+        positions = [[(tp.partition, tp.offset) for tp in c.position(list(c.assignment()))]
+                     for c in consumers]
+        assert not missing and not twice and len(seen) == 600, (
+            f"missing {missing[:20]}, read twice {twice[:20]}; {history}; positions {positions}")
+        for consumer in consumers:
+            consumer.commit(asynchronous=False)
+            consumer.close()
     again = confluent_consumer(cluster.bootstrap_servers, group)
     committed = again.committed([TopicPartition(TOPIC, p) for p in range(PARTITIONS)], 10)
     assert [tp.offset for tp in committed] == [100] * PARTITIONS
@@ -567,18 +573,18 @@ def test_cooperative_sticky_a_joining_member_revokes_only_what_moves(
     extra = {"partition.assignment.strategy": "cooperative-sticky"}
     first_calls = Tracker()
     first = confluent_consumer(bootstrap, group, **extra)
-    first.subscribe([TOPIC], on_assign=first_calls.on_assign, on_revoke=first_calls.on_revoke)
-    poll_until([first], lambda: len(first.assignment()) == PARTITIONS)
-    second = confluent_consumer(bootstrap, group, **extra)
-    second.subscribe([TOPIC])
-    consumers = [first, second]
-    poll_until(consumers, lambda: owned_exactly_once(assignments_of(consumers)))
-    kept, moved = assignments_of(consumers)
-    revoked = set().union(*first_calls.revoked)
-    assert revoked == moved and len(kept) == len(moved) == PARTITIONS // 2
-    assert first_calls.assigned[0] == set(range(PARTITIONS))
-    for consumer in consumers:
-        consumer.close()
+    consumers = [first]
+    with closing_all(consumers):
+        first.subscribe([TOPIC], on_assign=first_calls.on_assign,
+                        on_revoke=first_calls.on_revoke)
+        poll_until([first], lambda: len(first.assignment()) == PARTITIONS)
+        consumers.append(confluent_consumer(bootstrap, group, **extra))
+        consumers[1].subscribe([TOPIC])
+        poll_until(consumers, lambda: owned_exactly_once(assignments_of(consumers)))
+        kept, moved = assignments_of(consumers)
+        revoked = set().union(*first_calls.revoked)
+        assert revoked == moved and len(kept) == len(moved) == PARTITIONS // 2
+        assert first_calls.assigned[0] == set(range(PARTITIONS))
 
 
 def test_a_restarted_static_member_gets_its_partitions_back_without_a_rebalance(
@@ -590,20 +596,23 @@ def test_a_restarted_static_member_gets_its_partitions_back_without_a_rebalance(
     static = {"session.timeout.ms": 6000}
     leader_calls = Tracker()
     leader = confluent_consumer(bootstrap, group, **{"group.instance.id": "s-1"}, **static)
-    leader.subscribe([TOPIC], on_assign=leader_calls.on_assign,
-                     on_revoke=leader_calls.on_revoke)
-    poll_until([leader], lambda: len(leader.assignment()) == PARTITIONS)
-    follower = confluent_consumer(bootstrap, group, **{"group.instance.id": "s-2"}, **static)
-    follower.subscribe([TOPIC])
-    consumers = [leader, follower]
-    poll_until(consumers, lambda: owned_exactly_once(assignments_of(consumers)))
-    before = assignments_of(consumers)
-    revocations = len(leader_calls.revoked)
-    follower.close()  # a static member does not leave the group on close
-    restarted = confluent_consumer(bootstrap, group, **{"group.instance.id": "s-2"}, **static)
-    restarted.subscribe([TOPIC])
-    poll_until([leader, restarted], lambda: bool(restarted.assignment()))
-    assert assignments_of([leader, restarted]) == before
-    assert len(leader_calls.revoked) == revocations
-    for consumer in (leader, restarted):
-        consumer.close()
+    consumers = [leader]
+    with closing_all(consumers):
+        leader.subscribe([TOPIC], on_assign=leader_calls.on_assign,
+                         on_revoke=leader_calls.on_revoke)
+        poll_until([leader], lambda: len(leader.assignment()) == PARTITIONS)
+        follower = confluent_consumer(bootstrap, group, **{"group.instance.id": "s-2"},
+                                      **static)
+        follower.subscribe([TOPIC])
+        consumers.append(follower)
+        poll_until(consumers, lambda: owned_exactly_once(assignments_of(consumers)))
+        before = assignments_of(consumers)
+        revocations = len(leader_calls.revoked)
+        follower.close()  # a static member does not leave the group on close
+        restarted = confluent_consumer(bootstrap, group, **{"group.instance.id": "s-2"},
+                                       **static)
+        consumers.append(restarted)
+        restarted.subscribe([TOPIC])
+        poll_until([leader, restarted], lambda: bool(restarted.assignment()))
+        assert assignments_of([leader, restarted]) == before
+        assert len(leader_calls.revoked) == revocations

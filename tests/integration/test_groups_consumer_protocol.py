@@ -25,7 +25,12 @@ from kio.schema.join_group.v5.request import JoinGroupRequest, JoinGroupRequestP
 
 from pykraft.testing import LocalCluster
 from pykraft.testing.wire import WireClient
-from tests.integration.group_helpers import assignments_of, poll_until, start_member
+from tests.integration.group_helpers import (
+    assignments_of,
+    closing_all,
+    poll_until,
+    start_member,
+)
 
 TOPIC = "kip848"
 PARTITIONS = 6
@@ -166,24 +171,27 @@ def test_three_members_read_everything_once_and_successors_resume(
         consumer.incremental_assign(partitions)  # KIP-848 assignments are incremental
         consumer.pause(partitions)
 
-    for consumer in consumers:
-        consumer.subscribe([TOPIC], on_assign=pause_assigned)
-    poll_until(consumers, lambda: owned_in_thirds(assignments_of(consumers)))
-    seen: list[tuple[int, int]] = []
-    total = PARTITIONS * RECORDS_PER_PARTITION
-    for consumer in consumers:
-        consumer.resume(consumer.assignment())
-    deadline = time.monotonic() + 30
-    while len(seen) < total and time.monotonic() < deadline:
+    with closing_all(consumers):
         for consumer in consumers:
-            message = consumer.poll(0.05)
-            if message is not None and message.error() is None:
-                seen.append((message.partition(), message.offset()))
-    assert owned_in_thirds(assignments_of(consumers))
-    assert len(set(seen)) == total
-    for consumer in consumers:
-        consumer.commit(asynchronous=False)
-        consumer.close()
+            consumer.subscribe([TOPIC], on_assign=pause_assigned)
+        poll_until(consumers, lambda: owned_in_thirds(assignments_of(consumers)))
+        seen: list[tuple[int, int]] = []
+        total = PARTITIONS * RECORDS_PER_PARTITION
+        for consumer in consumers:
+            consumer.resume(consumer.assignment())
+        deadline = time.monotonic() + 30
+        while len(seen) < total and time.monotonic() < deadline:
+            for consumer in consumers:
+                message = consumer.poll(0.05)
+                if message is not None and message.error() is None:
+                    seen.append((message.partition(), message.offset()))
+        assert owned_in_thirds(assignments_of(consumers))
+        assert len(set(seen)) == total
+        # All commit while the group is stable, then all leave. A commit after another
+        # member left may race the member's own heartbeat that takes the new epoch, and
+        # Kafka refuses a commit at the old one (STALE_MEMBER_EPOCH, as we do).
+        for consumer in consumers:
+            consumer.commit(asynchronous=False)
     again = consumer_of(cluster.bootstrap_servers, group)
     committed = again.committed([TopicPartition(TOPIC, p) for p in range(PARTITIONS)], 10)
     assert [tp.offset for tp in committed] == [RECORDS_PER_PARTITION] * PARTITIONS
@@ -328,34 +336,34 @@ def test_a_member_running_through_a_node_restart_keeps_its_partitions(tmp_path: 
         _fill(bootstrap, "steady")
         revoked: list[int] = []
         consumer = consumer_of(bootstrap, "kip848-steady")
-        consumer.subscribe(["steady"], on_revoke=lambda _, tps: revoked.extend(
-            tp.partition for tp in tps))
-        poll_until([consumer], lambda: len(consumer.assignment()) == PARTITIONS)
-        visitor = consumer_of(bootstrap, "kip848-steady")  # joins and leaves: epoch 3
-        visitor.subscribe(["steady"])
-        poll_until([consumer, visitor], lambda: len(visitor.assignment()) == PARTITIONS // 2)
-        visitor.close()
-        poll_until([consumer], lambda: len(consumer.assignment()) == PARTITIONS)
-        revoked.clear()
-        before = _described(bootstrap, "kip848-steady")
-        assert before.group_epoch == 3 and len(before.members) == 1
-        node.stop()
-        node.start()
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            consumer.poll(0.1)
-            after = _described(bootstrap, "kip848-steady")
-            if after.error_code == ErrorCode.none and after.members and (
-                    after.members[0].member_epoch == before.members[0].member_epoch):
-                break
-        assert after.error_code == ErrorCode.none
-        assert after.group_epoch == before.group_epoch
-        assert [m.member_id for m in after.members] == [m.member_id for m in before.members]
-        for _ in range(10):  # a few heartbeats after the restart
-            consumer.poll(0.1)
-        assert len(consumer.assignment()) == PARTITIONS and not revoked
-        assert _described(bootstrap, "kip848-steady").group_epoch == before.group_epoch
-        consumer.close()
+        with closing_all([consumer]):
+            consumer.subscribe(["steady"], on_revoke=lambda _, tps: revoked.extend(
+                tp.partition for tp in tps))
+            poll_until([consumer], lambda: len(consumer.assignment()) == PARTITIONS)
+            visitor = consumer_of(bootstrap, "kip848-steady")  # joins and leaves: epoch 3
+            visitor.subscribe(["steady"])
+            poll_until([consumer, visitor], lambda: len(visitor.assignment()) == PARTITIONS // 2)
+            visitor.close()
+            poll_until([consumer], lambda: len(consumer.assignment()) == PARTITIONS)
+            revoked.clear()
+            before = _described(bootstrap, "kip848-steady")
+            assert before.group_epoch == 3 and len(before.members) == 1
+            node.stop()
+            node.start()
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                consumer.poll(0.1)
+                after = _described(bootstrap, "kip848-steady")
+                if after.error_code == ErrorCode.none and after.members and (
+                        after.members[0].member_epoch == before.members[0].member_epoch):
+                    break
+            assert after.error_code == ErrorCode.none
+            assert after.group_epoch == before.group_epoch
+            assert [m.member_id for m in after.members] == [m.member_id for m in before.members]
+            for _ in range(10):  # a few heartbeats after the restart
+                consumer.poll(0.1)
+            assert len(consumer.assignment()) == PARTITIONS and not revoked
+            assert _described(bootstrap, "kip848-steady").group_epoch == before.group_epoch
 
 
 def test_a_regex_subscription_follows_topics_created_and_grown(cluster: LocalCluster) -> None:

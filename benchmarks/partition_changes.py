@@ -29,11 +29,14 @@ With --log-loading N (0 to skip), a restarted broker's loading of its logs: N id
 replicas' logs, made and closed cleanly as above, opened again by a new LogManager
 (page cache warm) on --recovery-threads threads (num.recovery.threads.per.data.dir, by
 default the node's default), opened once more as after a crash (the first manager's logs
-left unclosed: each is recovered), then closed, µs per log each.
+left unclosed: each is recovered), then closed, µs per log each. With --cold (root only)
+the kernel's caches are dropped before each load, as a broker with many logs finds them
+when it restarts; --no-readahead loads without the helper processes that read the
+directories ahead (storage/readahead.py).
 
 Run: .venv/bin/python benchmarks/partition_changes.py [--partitions 100000] [--rounds 3]
      [--broker-partitions 10000] [--replica-memory 10000] [--log-loading 10000]
-     [--recovery-threads N]
+     [--recovery-threads N] [--cold] [--no-readahead]
 """
 
 from __future__ import annotations
@@ -238,11 +241,19 @@ async def replica_memory(partitions: int) -> None:
               f"{grown / 2**20:,.1f} MiB, {grown / partitions:,.0f} B per replica")
 
 
-async def log_loading(partitions: int, threads: int | None) -> None:
+def drop_caches() -> None:
+    """Write back and drop the kernel's page, dentry and inode caches (root only)."""
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as control:
+        control.write("3\n")
+
+
+async def log_loading(partitions: int, threads: int | None, *, cold: bool = False,
+                      readahead: bool = True) -> None:
     """A restarted broker's loading of its logs: those of `partitions` idle replicas, made
     by broker OBSERVER's ReplicaManager and closed cleanly, opened again by a new
     LogManager on `threads` recovery threads (None: the default), then again as after a
-    crash, then closed."""
+    crash, then closed. `cold`: the kernel's caches dropped before each load."""
     configs = dict(LOG_CONFIGS)
     if threads is not None:
         configs["num.recovery.threads.per.data.dir"] = str(threads)
@@ -255,7 +266,11 @@ async def log_loading(partitions: int, threads: int | None) -> None:
         took: dict[str, float] = {}
         for how in ("after a clean shutdown", "after a crash"):
             log_manager = LogManager([directory], configs)
+            if not readahead:
+                log_manager.readahead_from = partitions + 1
             gc.collect()
+            if cold:
+                drop_caches()
             started = time.perf_counter()
             log_manager.load(int(time.time() * 1000))
             took[how] = time.perf_counter() - started
@@ -268,7 +283,9 @@ async def log_loading(partitions: int, threads: int | None) -> None:
         loads = "; ".join(f"{how} in {s:.2f} s, {s / loaded * 1e6:,.0f} µs per log"
                           for how, s in took.items())
         on = "default" if threads is None else threads
-        print(f"broker {OBSERVER} restart (num.recovery.threads.per.data.dir={on}): "
+        how = ("caches dropped" if cold else "caches warm") + (
+            "" if readahead else ", no readahead")
+        print(f"broker {OBSERVER} restart (num.recovery.threads.per.data.dir={on}, {how}): "
               f"{loaded:,} logs loaded {loads}; closed again (a clean shutdown) in "
               f"{closed:.2f} s, {closed / loaded * 1e6:,.0f} µs per log")
 
@@ -283,6 +300,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--recovery-threads", type=int, default=None,
                         help="num.recovery.threads.per.data.dir for --log-loading "
                              "(default: the node's default)")
+    parser.add_argument("--cold", action="store_true",
+                        help="drop the kernel's caches before each --log-loading load (root)")
+    parser.add_argument("--no-readahead", action="store_true",
+                        help="load without the helper processes reading ahead")
     args = parser.parse_args(argv)
     created = creation_records(args.partitions)
     image = measure("create", MetadataImage.EMPTY, created, args.rounds)
@@ -295,7 +316,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.replica_memory > 0:
         asyncio.run(replica_memory(args.replica_memory))
     if args.log_loading > 0:
-        asyncio.run(log_loading(args.log_loading, args.recovery_threads))
+        asyncio.run(log_loading(args.log_loading, args.recovery_threads, cold=args.cold,
+                                readahead=not args.no_readahead))
 
 
 if __name__ == "__main__":

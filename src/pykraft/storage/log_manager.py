@@ -49,12 +49,14 @@ from pykraft.storage.checkpoint import (
 )
 from pykraft.storage.log import Log, LogWatch, parse_topic_partition
 from pykraft.storage.log_config import LogConfig
+from pykraft.storage.readahead import Readahead
 from pykraft.storage.storage_errors import StorageErrorLog
 
 __all__ = [
     "CLEAN_SHUTDOWN_FILE",
     "LOG_START_OFFSET_CHECKPOINT",
     "LogManager",
+    "READAHEAD_PROCESSES",
     "RECOVERY_POINT_CHECKPOINT",
     "REPLICATION_OFFSET_CHECKPOINT",
 ]
@@ -70,6 +72,10 @@ FUTURE_DIR_SUFFIX: Final = "-future"
 STRAY_DIR_SUFFIX: Final = "-stray"
 # num.recovery.threads.per.data.dir; Kafka 4.0's is 2 (KIP-1030), see _on_threads
 RECOVERY_THREADS_DEFAULT: Final = 1
+# A load of this many logs or more in a log dir is read ahead by helper processes (see
+# storage/readahead.py): fewer are not worth starting them
+READAHEAD_FROM_LOGS: Final = 4096
+READAHEAD_PROCESSES: Final = 4
 
 TopicPartition = tuple[str, int]
 
@@ -121,6 +127,8 @@ def _flush_and_close(item: tuple[TopicPartition, Log]) -> list[tuple[str, OSErro
 
 
 class LogManager:
+    readahead_from = READAHEAD_FROM_LOGS  # tests lower it on an instance
+
     def __init__(
         self, log_dirs: Sequence[Path], server_configs: Mapping[str, str],
         *, rng: random.Random | None = None,
@@ -177,7 +185,7 @@ class LogManager:
                 jobs.append(_OpenJob(key, directory, configs.get(key[0], default),
                                      recovery_points.get(key, 0), start_offsets.get(key),
                                      now_ms, clean))
-            for job, log in zip(jobs, self._on_threads(_OpenJob.open, jobs), strict=True):
+            for job, log in zip(jobs, self._open_all(jobs), strict=True):
                 key = job.key
                 if key in high_watermarks:
                     log.update_high_watermark(high_watermarks[key])
@@ -186,6 +194,22 @@ class LogManager:
                 self._count[log_dir] += 1
         for log_dir in self.log_dirs:  # from here on, a crash is an unclean shutdown
             (log_dir / CLEAN_SHUTDOWN_FILE).unlink(missing_ok=True)
+
+    def _open_all(self, jobs: list[_OpenJob]) -> list[Log]:
+        """The logs of `jobs`, in order; many are read ahead by helper processes."""
+        if len(jobs) < self.readahead_from:
+            return list(self._on_threads(_OpenJob.open, jobs))
+        ahead = Readahead([job.directory for job in jobs], READAHEAD_PROCESSES)
+
+        def open_one(job: _OpenJob) -> Log:
+            log = job.open()
+            ahead.opened()
+            return log
+
+        try:
+            return list(self._on_threads(open_one, jobs))
+        finally:
+            ahead.close()
 
     def _on_threads(self, work: Callable[[_Item], _Result], items: list[_Item]
                     ) -> Iterable[_Result]:

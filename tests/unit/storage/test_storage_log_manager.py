@@ -11,16 +11,19 @@ from pathlib import Path
 import pytest
 
 from pykraft.errors import InconsistentTopicId, KafkaStorageError
+from pykraft.storage import log_manager
 from pykraft.storage.checkpoint import read_offsets_checkpoint
 from pykraft.storage.log import Log
 from pykraft.storage.log_config import LogConfig
 from pykraft.storage.log_manager import (
     CLEAN_SHUTDOWN_FILE,
     LOG_START_OFFSET_CHECKPOINT,
+    READAHEAD_PROCESSES,
     RECOVERY_POINT_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
     LogManager,
 )
+from pykraft.storage.readahead import Readahead
 from tests.unit.storage.storage_helpers import all_batches, make_batch, small_config
 
 TOPIC_ID = uuid.UUID(int=0x1234_5678_9ABC_DEF0_1234_5678_9ABC_DEF0)
@@ -338,12 +341,15 @@ def test_periodic_work_over_a_slice_skips_logs_deleted_since(tmp_path: Path) -> 
     manager.close()
 
 
+@pytest.mark.parametrize("readahead", [False, True])
 @pytest.mark.parametrize("threads", ["1", "4"])
 def test_logs_load_on_recovery_threads_and_a_bad_one_stops_the_load(
-        tmp_path: Path, threads: str) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, threads: str, readahead: bool
+) -> None:
     """num.recovery.threads.per.data.dir threads open the logs of a dir (Kafka's pool); each
     log comes back as it was written, and a log that cannot be read fails the start-up with
-    its own error whichever thread met it."""
+    its own error whichever thread met it; the same with helper processes reading the
+    directories ahead (a large log dir's load), which end with the load."""
     manager = _manager(tmp_path, count=1)
     for partition in range(30):
         log = manager.get_or_create_log("t", partition, topic_id=TOPIC_ID,
@@ -353,7 +359,18 @@ def test_logs_load_on_recovery_threads_and_a_bad_one_stops_the_load(
     manager.close(broker_epoch=1)
     configs = {"num.recovery.threads.per.data.dir": threads}
     again = LogManager([tmp_path / "data0"], configs)
+    started: list[Readahead] = []
+
+    def tracked(directories: list[Path], processes: int) -> Readahead:
+        started.append(Readahead(directories, processes))
+        return started[-1]
+
+    if readahead:
+        again.readahead_from = 1
+        monkeypatch.setattr(log_manager, "Readahead", tracked)
     again.load(now_ms=0)
+    assert [ahead.helpers for ahead in started] == ([READAHEAD_PROCESSES] if readahead else [])
+    assert [ahead.running() for ahead in started] == [0] * len(started)
     loaded = {(log.topic, log.partition): log for log in again.logs()}
     assert sorted(loaded) == [("t", p) for p in range(30)]
     for (_, partition), log in loaded.items():
@@ -361,8 +378,10 @@ def test_logs_load_on_recovery_threads_and_a_bad_one_stops_the_load(
     again.close(broker_epoch=2)
     (tmp_path / "data0" / "t-17" / "partition.metadata").write_text("version: 9\n")
     broken = LogManager([tmp_path / "data0"], configs)
+    broken.readahead_from = 1 if readahead else broken.readahead_from
     with pytest.raises(KafkaStorageError, match="t-17"):
         broken.load(now_ms=0)
+    assert [ahead.running() for ahead in started] == [0] * len(started)
     broken.release_locks()
 
 

@@ -303,7 +303,10 @@ class Node:
         """The broker's parts: data logs, replicas, group coordinator, metadata publishers."""
         values = self.config.values
         self.log_manager = LogManager(self.config.log_dirs, values)
+        started = time.monotonic()
         self.log_manager.load(now_ms)
+        log.info("Loaded %d logs in %dms", self.log_manager.log_count,  # Kafka's words
+                 (time.monotonic() - started) * 1000)
         self.replicas = ReplicaManager(self.node_id, self.log_manager, values, wall_clock_ms)
         self.fetchers = ReplicaFetcherManager(
             self.node_id, self._broker_address, FetcherConfig.from_configs(values),

@@ -382,6 +382,10 @@ class LogManager:
 
     # -- periodic work ---------------------------------------------------------------------------
 
+    @property
+    def log_count(self) -> int:
+        return len(self._logs)
+
     def log_keys(self) -> list[TopicPartition]:
         """Every log's (topic, partition), for periodic work done a slice at a time."""
         return list(self._logs)

@@ -17,7 +17,6 @@ import pytest
 
 from pykraft.broker.replica_manager import (
     NEW_LOGS_ON_LOOP,
-    AlterPartitionBatcher,
     IsrUpdate,
     IsrUpdateResult,
     Partition,
@@ -220,12 +219,12 @@ class Controller:
         self.updates: list[IsrUpdate] = []
         self.error = error
 
-    async def __call__(self, update: IsrUpdate) -> IsrUpdateResult:
-        self.updates.append(update)
+    async def __call__(self, updates: list[IsrUpdate]) -> list[IsrUpdateResult]:
+        self.updates.extend(updates)
         if self.error:
-            return IsrUpdateResult(self.error)
-        return IsrUpdateResult(0, ME, update.leader_epoch, update.new_isr,
-                               update.partition_epoch + 1)
+            return [IsrUpdateResult(self.error) for _ in updates]
+        return [IsrUpdateResult(0, ME, update.leader_epoch, update.new_isr,
+                                update.partition_epoch + 1) for update in updates]
 
 
 async def test_isr_shrinks_after_the_lag_time_and_expands_on_catch_up(
@@ -446,10 +445,11 @@ async def test_a_few_new_replicas_are_served_at_once(manager: ReplicaManager) ->
     assert manager.leader_partition("few", 0, image).log.log_end_offset == 0
 
 
-async def test_isr_proposals_made_while_one_is_in_flight_go_in_one_request() -> None:
+async def test_isr_proposals_made_while_one_is_in_flight_go_in_one_request(
+        tmp_path: Path, clock: Clock) -> None:
     """Kafka's AlterPartitionManager: one AlterPartition in flight; the proposals made
-    meanwhile are sent together, each caller gets its own partition's answer, and a failed
-    request fails every proposal in it (their senders retry)."""
+    meanwhile are sent together and each partition gets its own answer; a failed request
+    is sent again, after a backoff, with what still stands of it."""
     sent: list[list[int]] = []
     release = asyncio.Event()
 
@@ -459,24 +459,42 @@ async def test_isr_proposals_made_while_one_is_in_flight_go_in_one_request() -> 
             await release.wait()
         if len(sent) == 3:
             raise ConnectionError("controller gone")
-        return [IsrUpdateResult(0, 1, 0, u.new_isr, u.partition_epoch + 1) for u in updates]
+        return [IsrUpdateResult(0, ME, u.leader_epoch, u.new_isr, u.partition_epoch + 1)
+                for u in updates]
 
-    batcher = AlterPartitionBatcher(send)
-    topic_id = uuid.uuid4()
-
-    def update(partition: int) -> IsrUpdate:
-        return IsrUpdate("t", topic_id, partition, 0, partition, (1, 2), (5, 6))
-
-    first = asyncio.create_task(batcher.submit(update(0)))
-    await asyncio.sleep(0)
-    others = [asyncio.create_task(batcher.submit(update(p))) for p in (1, 2, 3)]
-    await asyncio.sleep(0)
-    release.set()
-    results = await asyncio.gather(first, *others)
-    assert sent == [[0], [1, 2, 3]]
-    assert [r.partition_epoch for r in results] == [1, 2, 3, 4]
-    with pytest.raises(ConnectionError):
-        await batcher.submit(update(7))
+    log_manager = LogManager([tmp_path], {})
+    log_manager.load(clock())
+    manager = ReplicaManager(ME, log_manager, {"retry.backoff.ms": "10"}, clock)
+    manager.alter_partition = send
+    config = LogConfig.from_configs({}, manager.server_configs)
+    partitions = []
+    for index in range(6):
+        manager._apply_partition("t", TOPIC_ID, index, registration(ME, 0, (1, 2)), config)
+        partition = manager.get_partition("t", index)
+        assert partition is not None
+        partitions.append(partition)
+    try:
+        manager.follower_fetch(partitions[0], 3, 0, -1)  # caught up: proposes (1, 2, 3)
+        await asyncio.sleep(0)
+        for partition in partitions[1:4]:
+            manager.follower_fetch(partition, 3, 0, -1)
+        await asyncio.sleep(0)
+        assert sent == [[0]]
+        release.set()
+        for _ in range(100):
+            await asyncio.sleep(0)
+        assert sent == [[0], [1, 2, 3]]
+        assert [p.isr for p in partitions[:4]] == [(1, 2, 3)] * 4
+        assert [p.partition_epoch for p in partitions[:4]] == [1] * 4
+        manager.follower_fetch(partitions[4], 3, 0, -1)
+        manager.follower_fetch(partitions[5], 3, 0, -1)
+        await asyncio.sleep(0.2)
+        assert sent == [[0], [1, 2, 3], [4, 5], [4, 5]]  # failed, then sent again
+        assert [p.isr for p in partitions] == [(1, 2, 3)] * 6
+        assert all(p.pending_isr is None for p in partitions)
+    finally:
+        await manager.close()
+        log_manager.close()
 
 
 def test_an_append_on_a_full_disk_is_a_storage_error_and_the_next_one_continues(

@@ -49,7 +49,6 @@ from pykraft.broker.records_apis import RecordsApis
 from pykraft.broker.replica_fetcher import FetcherConfig, ReplicaFetcherManager
 from pykraft.broker.replica_manager import (
     ALTER_PARTITION_VERSION,
-    AlterPartitionBatcher,
     IsrUpdate,
     IsrUpdateResult,
     ReplicaManager,
@@ -312,7 +311,7 @@ class Node:
             self.node_id, self._broker_address, FetcherConfig.from_configs(values),
             lambda: self.broker_epoch, wall_clock_ms, security=self._inter_broker_security)
         self.replicas.fetchers = self.fetchers
-        self.replicas.alter_partition = AlterPartitionBatcher(self._send_alter_partition).submit
+        self.replicas.alter_partition = self._send_alter_partition
         self.loader.publishers.append(self.replicas.apply_delta)
         self.groups = GroupCoordinatorShell(
             GroupCoordinator(GroupConfig.from_properties(values), random.Random()),
@@ -342,7 +341,7 @@ class Node:
 
     async def _send_alter_partition(self, updates: list[IsrUpdate]) -> list[IsrUpdateResult]:
         """AlterPartition (KIP-497) to the active controller over its listener, on a
-        connection of its own, for a batch of proposals (AlterPartitionBatcher); raises
+        connection of its own, for a batch of proposals (ReplicaManager._send_proposals); raises
         ControllerUnavailable when there is no answer."""
         assert self.raft is not None
         if self._alter_client is None:

@@ -25,6 +25,11 @@ With --replica-memory N (0 to skip), what an idle replica costs a broker in memo
 growth of this process's RSS while a fresh ReplicaManager makes and installs the logs of N
 new partitions (their metadata image built beforehand), per replica.
 
+With --isr-rejoin N (0 to skip), the leader's side of a restarted broker rejoining the
+ISRs: of N partitions, those led by broker OBSERVER that the fence took broker FENCED out
+of, each fetched by FENCED at the log end (a proposal to add it back) and answered by a
+stand-in controller; process CPU per partition.
+
 With --log-loading N (0 to skip), a restarted broker's loading of its logs: N idle
 replicas' logs, made and closed cleanly as above, opened again by a new LogManager
 (page cache warm) on --recovery-threads threads (num.recovery.threads.per.data.dir, by
@@ -36,7 +41,7 @@ directories ahead (storage/readahead.py).
 
 Run: .venv/bin/python benchmarks/partition_changes.py [--partitions 100000] [--rounds 3]
      [--broker-partitions 10000] [--replica-memory 10000] [--log-loading 10000]
-     [--recovery-threads N] [--cold] [--no-readahead]
+     [--recovery-threads N] [--cold] [--no-readahead] [--isr-rejoin 30000]
 """
 
 from __future__ import annotations
@@ -53,14 +58,16 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
-from pykraft.broker.replica_manager import ReplicaManager
+from pykraft.broker.replica_manager import IsrUpdate, IsrUpdateResult, ReplicaManager
 from pykraft.metadata.codec import decode_metadata_record, encode_metadata_record
 from pykraft.metadata.image import MetadataDelta, MetadataImage
 from pykraft.metadata.records import (
     MetadataRecord,
     PartitionChangeRecord,
     PartitionRecord,
+    RegisterBrokerRecord,
     TopicRecord,
+    UnfenceBrokerRecord,
 )
 from pykraft.storage.log_manager import LogManager
 
@@ -217,6 +224,50 @@ async def broker_reaction(partitions: int) -> None:
               f"{fence_s / count * 1e6:.2f} µs per changed partition")
 
 
+async def isr_rejoin(partitions: int) -> None:
+    """Broker OBSERVER as the leader a restarted broker FENCED rejoins: for each partition
+    led here whose ISR lost FENCED, FENCED's first fetch at the log end (which proposes
+    adding it back), then until every proposal is answered by a stand-in controller that
+    accepts them all; process CPU per rejoining partition."""
+    async with observer_manager() as manager:
+        brokers = [record for broker in BROKERS for record in (
+            RegisterBrokerRecord(broker_id=broker, broker_epoch=broker, fenced=False),
+            UnfenceBrokerRecord(id=broker, epoch=broker))]
+        created = replayed(MetadataImage.EMPTY, brokers + creation_records(partitions))
+        image = created.apply(1, 1)
+        manager.apply_delta(created, image)
+        while manager._creator is not None:  # the logs, made on the worker thread
+            await asyncio.sleep(0.05)
+        fence = replayed(image, fence_records(image, FENCED))
+        manager.apply_delta(fence, fence.apply(2, 1))
+        led = [partition for partition in (manager.get_partition(topic, index)
+                                           for topic, index in manager.log_manager.log_keys())
+               if partition is not None and partition.leader_id == OBSERVER
+               and FENCED in partition.replicas and FENCED not in partition.isr]
+        requests = 0
+
+        async def controller(updates: list[IsrUpdate]) -> list[IsrUpdateResult]:
+            nonlocal requests
+            requests += 1
+            return [IsrUpdateResult(0, OBSERVER, update.leader_epoch, update.new_isr,
+                                    update.partition_epoch + 1) for update in updates]
+
+        manager.alter_partition = controller
+        gc.collect()
+        started = time.process_time()
+        for partition in led:
+            manager.follower_fetch(partition, FENCED, partition.log.log_end_offset, -1)
+        fetched = time.process_time()
+        while any(partition.pending_isr is not None for partition in led):
+            await asyncio.sleep(0.01)
+        answered = time.process_time()
+        assert all(FENCED in partition.isr for partition in led)
+        print(f"broker {OBSERVER} leading {len(led):,} partitions that broker {FENCED} "
+              f"rejoins: its fetches {(fetched - started) / len(led) * 1e6:.1f} µs, the "
+              f"proposals answered {(answered - fetched) / len(led) * 1e6:.1f} µs per "
+              f"partition of CPU ({requests} AlterPartition requests)")
+
+
 def rss_bytes() -> int:
     with open(f"/proc/{os.getpid()}/status") as status:
         for line in status:
@@ -297,6 +348,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--broker-partitions", type=int, default=10_000)
     parser.add_argument("--replica-memory", type=int, default=10_000)
     parser.add_argument("--log-loading", type=int, default=10_000)
+    parser.add_argument("--isr-rejoin", type=int, default=30_000)
     parser.add_argument("--recovery-threads", type=int, default=None,
                         help="num.recovery.threads.per.data.dir for --log-loading "
                              "(default: the node's default)")
@@ -315,6 +367,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         asyncio.run(broker_reaction(args.broker_partitions))
     if args.replica_memory > 0:
         asyncio.run(replica_memory(args.replica_memory))
+    if args.isr_rejoin > 0:
+        asyncio.run(isr_rejoin(args.isr_rejoin))
     if args.log_loading > 0:
         asyncio.run(log_loading(args.log_loading, args.recovery_threads, cold=args.cold,
                                 readahead=not args.no_readahead))

@@ -524,3 +524,48 @@ async def test_the_manager_keeps_one_fetcher_per_leader(tmp_path: Path) -> None:
     manager.follow(partitions[2])
     await manager.close()
     assert manager.fetchers == {}
+
+
+async def test_partitions_no_longer_fetched_are_forgotten_at_once_past_the_round_bounds(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Partitions dropped from the fetcher (their leadership moved) are forgotten by the
+    leader's session in the next round, however many: each one it still holds would come
+    back in every response with an error. Their number is bounded on its own; one fetched
+    again before its turn is told, not forgotten; a delayed one is forgotten meanwhile."""
+    monkeypatch.setattr(ReplicaFetcher, "TOLD_PER_ROUND_MAX", 2)
+    monkeypatch.setattr(ReplicaFetcher, "LOOKED_PER_ROUND_MAX", 2)
+    fetcher, connection, logs = scripted_fetcher(tmp_path, 12, FetcherConfig(backoff_ms=50))
+    while fetcher.session_epoch == 0 or fetcher._dirty:  # the session gets all twelve
+        connection.answers = [fetch_answer(77)]
+        await fetcher._fetch()
+    assert len(fetcher._in_session) == 12
+
+    def forgotten(request: Any) -> list[int]:
+        return [i for topic in request.forgotten_topics_data for i in topic.partitions]
+
+    def asked(request: Any) -> list[int]:
+        return [p.partition for topic in request.topics for p in topic.partitions]
+
+    partitions = {i: fetcher.states[("t", i)].partition for i in range(12)}
+    for index in range(9):
+        fetcher.remove(partitions[index])
+    # followed again (at a new leader epoch): its position told, not forgotten
+    fetcher.add(Partition("t", TOPIC_ID, 4, logs[4], leader_id=2, leader_epoch=5,
+                          replicas=(1, 2), isr=(1, 2)))
+    connection.answers = [fetch_answer(77)]
+    await fetcher._fetch()
+    request = connection.requests[-1]
+    assert forgotten(request) == [0, 1, 2, 3, 5, 6, 7, 8] and asked(request) == [4]
+    assert not fetcher._forget and not fetcher._dirty
+
+    monkeypatch.setattr(ReplicaFetcher, "FORGOTTEN_PER_ROUND_MAX", 2)
+    for index in (9, 10, 11):
+        fetcher.remove(partitions[index])
+    fetcher._delay(fetcher.states[("t", 4)], 1_000)
+    rounds = []
+    while fetcher._forget or fetcher._dirty:
+        connection.answers = [fetch_answer(77)]
+        await fetcher._fetch()
+        rounds.append((forgotten(connection.requests[-1]), asked(connection.requests[-1])))
+    assert rounds == [([9, 10], []), ([4, 11], [])]
+    assert fetcher._in_session == {}

@@ -522,6 +522,10 @@ async def test_the_manager_keeps_one_fetcher_per_leader(tmp_path: Path) -> None:
     assert first.cancelled() or first.done()
     partitions[2].leader_id = 1  # this broker leads it now
     manager.follow(partitions[2])
+    assert sorted(manager.fetchers[2].states) == [("t", 0), ("t", 1)]
+    manager.unfollow(partitions[0])
+    manager.unfollow(partitions[0])  # again: nothing left to do
+    assert sorted(manager.fetchers[2].states) == [("t", 1)]
     await manager.close()
     assert manager.fetchers == {}
 

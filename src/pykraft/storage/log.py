@@ -1087,6 +1087,9 @@ class Log:
         Only segments entirely below the high watermark go. If every segment qualifies, a
         new empty segment is rolled first so the log always has an active one.
         """
+        segments = self._segments
+        if len(segments) == 1 and segments[0].size == 0:
+            return 0  # the empty active segment stays: most logs, at 1,000,000 partitions
         config = self._config
         deleted = self._delete_segments(self._below_log_start, now_ms)
         if config.delete:

@@ -28,7 +28,9 @@ new partitions (their metadata image built beforehand), per replica.
 With --isr-rejoin N (0 to skip), the leader's side of a restarted broker rejoining the
 ISRs: of N partitions, those led by broker OBSERVER that the fence took broker FENCED out
 of, each fetched by FENCED at the log end (a proposal to add it back) and answered by a
-stand-in controller; process CPU per partition.
+stand-in controller; process CPU per partition. Each AlterPartition is encoded and its
+answer decoded and read as the node's sender does (the stand-in's own encoding of the
+answer is left out).
 
 With --log-loading N (0 to skip), a restarted broker's loading of its logs: N idle
 replicas' logs, made and closed cleanly as above, opened again by a new LogManager
@@ -49,6 +51,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import datetime
 import gc
 import os
 import tempfile
@@ -58,7 +61,16 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
-from pykraft.broker.replica_manager import IsrUpdate, IsrUpdateResult, ReplicaManager
+from kio.schema.alter_partition.v3 import response as alter_response
+
+from pykraft.broker.replica_manager import (
+    ALTER_PARTITION_VERSION,
+    IsrUpdate,
+    IsrUpdateResult,
+    ReplicaManager,
+    alter_partition_request,
+    alter_partition_results,
+)
 from pykraft.metadata.codec import decode_metadata_record, encode_metadata_record
 from pykraft.metadata.image import MetadataDelta, MetadataImage
 from pykraft.metadata.records import (
@@ -69,6 +81,8 @@ from pykraft.metadata.records import (
     TopicRecord,
     UnfenceBrokerRecord,
 )
+from pykraft.protocol.entities import make
+from pykraft.protocol.framing import decode_response, encode_request, encode_response
 from pykraft.storage.log_manager import LogManager
 
 PARTITIONS_PER_TOPIC = 100
@@ -245,12 +259,21 @@ async def isr_rejoin(partitions: int) -> None:
                if partition is not None and partition.leader_id == OBSERVER
                and FENCED in partition.replicas and FENCED not in partition.isr]
         requests = 0
+        standing_in_s = 0.0  # the stand-in controller's own CPU, left out
 
         async def controller(updates: list[IsrUpdate]) -> list[IsrUpdateResult]:
-            nonlocal requests
+            """What the node's AlterPartition sender does (server.node): the request
+            encoded, the answer decoded and read; the controller's side left out."""
+            nonlocal requests, standing_in_s
             requests += 1
-            return [IsrUpdateResult(0, OBSERVER, update.leader_epoch, update.new_isr,
-                                    update.partition_epoch + 1) for update in updates]
+            encode_request(ALTER_PARTITION_KEY, ALTER_PARTITION_VERSION, requests,
+                           "partition-changes", alter_partition_request(updates, OBSERVER, 1))
+            started = time.process_time()
+            answer = encode_response(requests, alter_answer(updates))
+            standing_in_s += time.process_time() - started
+            _, decoded = decode_response(ALTER_PARTITION_KEY, ALTER_PARTITION_VERSION,
+                                         answer[4:])
+            return alter_partition_results(updates, decoded)
 
         manager.alter_partition = controller
         gc.collect()
@@ -260,12 +283,32 @@ async def isr_rejoin(partitions: int) -> None:
         fetched = time.process_time()
         while any(partition.pending_isr is not None for partition in led):
             await asyncio.sleep(0.01)
-        answered = time.process_time()
+        answered = time.process_time() - standing_in_s
         assert all(FENCED in partition.isr for partition in led)
         print(f"broker {OBSERVER} leading {len(led):,} partitions that broker {FENCED} "
               f"rejoins: its fetches {(fetched - started) / len(led) * 1e6:.1f} µs, the "
               f"proposals answered {(answered - fetched) / len(led) * 1e6:.1f} µs per "
               f"partition of CPU ({requests} AlterPartition requests)")
+
+
+ALTER_PARTITION_KEY = 56
+
+
+def alter_answer(updates: list[IsrUpdate]) -> Any:
+    """A controller's AlterPartition v3 answer accepting every update."""
+    m = alter_response
+    by_topic: dict[uuid.UUID, list[IsrUpdate]] = {}
+    for update in updates:
+        by_topic.setdefault(update.topic_id, []).append(update)
+    topics = tuple(
+        make(m.TopicData, topic_id=topic_id, partitions=tuple(
+            make(m.PartitionData, partition_index=u.partition, error_code=0,
+                 leader_id=OBSERVER, leader_epoch=u.leader_epoch, isr=u.new_isr,
+                 leader_recovery_state=0, partition_epoch=u.partition_epoch + 1)
+            for u in items))
+        for topic_id, items in by_topic.items())
+    return make(m.AlterPartitionResponse, throttle_time=datetime.timedelta(0), error_code=0,
+                topics=topics)
 
 
 def rss_bytes() -> int:

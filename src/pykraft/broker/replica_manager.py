@@ -45,7 +45,6 @@ from pathlib import Path
 from typing import Any, Final, Protocol
 
 import immutables
-from kio.schema.alter_partition.v3 import request as alter_request
 from kio.schema.errors import ErrorCode
 
 from pykraft.broker.partition_events import PartitionEvents
@@ -66,7 +65,8 @@ from pykraft.errors import (
 )
 from pykraft.metadata.image import MetadataDelta, MetadataImage
 from pykraft.metadata.registrations import ConfigResourceType, PartitionRegistration
-from pykraft.protocol.entities import make
+from pykraft.protocol.alter_partition import by_topic, encode_alter_partition_v3
+from pykraft.protocol.framing import EncodedBody
 from pykraft.records.batch import split_batches
 from pykraft.records.validate import (
     DECOMPRESSED_BATCH_BYTES_MAX,
@@ -161,22 +161,14 @@ ALTER_PARTITION_VERSION = 3  # topic ids, ISR members with their broker epochs (
 
 
 def alter_partition_request(updates: Sequence[IsrUpdate], broker_id: int,
-                            broker_epoch: int) -> Any:
+                            broker_epoch: int) -> EncodedBody:
     """The AlterPartition (API 56) v3 request a leader sends for its proposals (one item
-    per partition, grouped by topic)."""
-    by_topic: dict[uuid.UUID, list[IsrUpdate]] = {}
-    for update in updates:
-        by_topic.setdefault(update.topic_id, []).append(update)
-    return make(alter_request.AlterPartitionRequest,
-        broker_id=broker_id, broker_epoch=broker_epoch,
-        topics=tuple(make(alter_request.TopicData, topic_id=topic_id, partitions=tuple(
-            make(alter_request.PartitionData,
-                partition_index=update.partition, leader_epoch=update.leader_epoch,
-                new_isr_with_epochs=tuple(
-                    make(alter_request.BrokerState, broker_id=r, broker_epoch=e)
-                    for r, e in zip(update.new_isr, update.broker_epochs, strict=True)),
-                leader_recovery_state=0, partition_epoch=update.partition_epoch)
-            for update in items)) for topic_id, items in by_topic.items()))
+    per partition, grouped by topic), encoded (protocol.alter_partition)."""
+    return EncodedBody(encode_alter_partition_v3(broker_id, broker_epoch, by_topic(
+        (update.topic_id, (update.partition, update.leader_epoch,
+                           tuple(zip(update.new_isr, update.broker_epochs, strict=True)),
+                           update.partition_epoch))
+        for update in updates)), flexible_header=True)
 
 
 def alter_partition_results(updates: Sequence[IsrUpdate],

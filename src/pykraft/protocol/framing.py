@@ -143,8 +143,10 @@ def decode_request(header: RequestHeader, frame: bytes | memoryview) -> Any:
 
 @dataclass(frozen=True, slots=True)
 class EncodedBody:
-    """A response body encoded ahead of time (what `encode_entity` gives for the whole
-    response), answered as it is: a Metadata response spliced from per-topic encodings."""
+    """A body encoded ahead of time (what `encode_entity` gives for the whole response or
+    request), sent as it is: a Metadata response spliced from per-topic encodings, an
+    AlterPartition request written from a leader's proposals (`flexible_header` matters
+    for a response only: a request's header follows its API key and version)."""
 
     data: bytes
     flexible_header: bool
@@ -178,7 +180,8 @@ def encode_response(correlation_id: int, response: Any) -> bytes:
 def encode_request(
     api_key: int, api_version: int, correlation_id: int, client_id: str | None, request: Any
 ) -> bytes:
-    """Encode a request with header and size prefix (used by our own clients and tests)."""
+    """Encode a request (a kio entity or an EncodedBody) with header and size prefix (used
+    by our own clients and tests)."""
     buffer = io.BytesIO()
     buffer.write(b"\0\0\0\0")
     encoded_client = None if client_id is None else client_id.encode()
@@ -194,7 +197,10 @@ def encode_request(
         buffer.write(encoded_client)
     if is_flexible(api_key, api_version):
         buffer.write(b"\0")
-    _writer(type(request))(buffer, request)
+    if isinstance(request, EncodedBody):
+        buffer.write(request.data)
+    else:
+        _writer(type(request))(buffer, request)
     data = buffer.getbuffer()
     _SIZE.pack_into(data, 0, len(data) - 4)
     del data

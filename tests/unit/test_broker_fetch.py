@@ -462,3 +462,52 @@ async def test_a_follower_fetch_of_a_log_still_being_made_waits_for_it_without_a
     await fetch(apis, follower_fetch({0: 1}, session_id=session_id, epoch=2))
     assert partition.followers[2].log_end_offset == 1
     assert partition.log.high_watermark == 1
+
+
+async def test_a_rejoining_follower_is_not_read_again_while_its_addition_is_proposed(
+        manager: ReplicaManager, apis: BrokerApis, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A restarted follower at our log end, outside the ISR: its first fetch proposes it
+    back. Until the controller answers, its session's next fetches pass the partitions by
+    (at 1,000,000 partitions every fetch of a rejoining broker read again each of the
+    hundreds of thousands still proposed); the answer brings them back to a look: a
+    refusal to be read and proposed again, an acceptance to stay idle."""
+    from pykraft.broker.replica_manager import IsrUpdate, IsrUpdateResult
+
+    answers: list[asyncio.Future[list[IsrUpdateResult]]] = []
+    sent: list[list[IsrUpdate]] = []
+
+    async def controller(updates: list[IsrUpdate]) -> list[IsrUpdateResult]:
+        sent.append(updates)
+        answers.append(asyncio.get_running_loop().create_future())
+        return await answers[-1]
+
+    manager.alter_partition = controller
+    registration = PartitionRegistration(
+        replicas=(ME, 2), isr=(ME,), removing_replicas=(), adding_replicas=(), leader=ME,
+        leader_recovery_state=LeaderRecoveryState.RECOVERED, leader_epoch=0,
+        partition_epoch=0, directories=())
+    config = LogConfig.from_configs({}, manager.server_configs)
+    monkeypatch.setattr(manager, "_broker_eligible", lambda broker: True)
+    for index in range(3):
+        manager._apply_partition("t", TOPIC_ID, index, registration, config)
+    opened = await fetch(apis, follower_fetch(dict.fromkeys(range(3), 0), session_id=0,
+                                              epoch=0))
+    session_id, epoch = opened.session_id, 1
+    await asyncio.sleep(0)  # the proposals go out
+    assert [(u.partition, u.new_isr) for u in sent[0]] == [(0, (ME, 2)), (1, (ME, 2)),
+                                                           (2, (ME, 2))]
+    reads = record_reads(monkeypatch)
+    for _ in range(3):
+        await fetch(apis, follower_fetch({}, session_id=session_id, epoch=epoch))
+        epoch += 1
+    assert reads == []  # proposed: passed by
+
+    answers[0].set_result([  # 0 and 2 accepted, 1 refused
+        IsrUpdateResult(0, ME, 0, (ME, 2), 1), IsrUpdateResult(ErrorCode.invalid_request),
+        IsrUpdateResult(0, ME, 0, (ME, 2), 1)])
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert [manager.get_partition("t", i).isr for i in range(3)] == [  # type: ignore[union-attr]
+        (ME, 2), (ME,), (ME, 2)]
+    await fetch(apis, follower_fetch({}, session_id=session_id, epoch=epoch))
+    assert reads == [1]  # the refused one, read again (proposed once its quiet is over)

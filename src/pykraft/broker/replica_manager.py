@@ -355,6 +355,11 @@ class Partition:
             return self.isr
         return self.isr + tuple(r for r in self.pending_isr if r not in self.isr)
 
+    def in_maximal_isr(self, replica_id: int) -> bool:
+        """Whether `replica_id` is in the ISR or proposed for it (`maximal_isr`)."""
+        return replica_id in self.isr or (self.pending_isr is not None
+                                          and replica_id in self.pending_isr)
+
     @property
     def name(self) -> str:
         return f"{self.topic}-{self.index}"
@@ -1101,6 +1106,7 @@ class ReplicaManager:
                         log.exception("applying the AlterPartition answer for %s failed",
                                       partition.name)
                         partition.pending_isr = None
+                        partition.wake_waiters()
                     if count % ISR_RESULTS_PER_TURN == 0:
                         await asyncio.sleep(0)
         finally:
@@ -1120,6 +1126,7 @@ class ReplicaManager:
         if result.error_code != 0:
             self._alter_refused.add(partition.name,
                                     f"{list(update.new_isr)} error {result.error_code}")
+            partition.wake_waiters()  # the follower's session looks at it again
             # each fetch of a caught-up follower would propose again at once. Refused for
             # a stale partition or leader epoch, wait for the metadata to bring the newer
             # one (proposed again every 500 ms from the stale one, broker 4 logged 3.4

@@ -443,10 +443,62 @@ async def test_past_retention_the_log_a_live_broker_still_needs_is_kept(
         await asyncio.sleep(0.2)  # the deletion is the raft loop's next write
         assert raft.core.log_start_offset == first.end_offset
         assert raft.store.snapshot_ids == (first, second)
-        reported[0] = 0  # far behind, but the store now holds more than 4x the limit
-        snapshots.policy = dataclasses.replace(
-            NO_TRIGGER, retention_bytes=stored // (HOLD_RETENTION_TIMES + 1))
-        assert snapshots.retention_passed(clock.ms) == second
+        reported[0] = 0  # far behind; the store holds more than 4x the limit, but the
+        # newest snapshot is larger than the limit and the store less than 4x it (the
+        # bound is then the snapshot's: the next test)
+        limit = stored // (HOLD_RETENTION_TIMES + 1)
+        snapshots.policy = dataclasses.replace(NO_TRIGGER, retention_bytes=limit)
+        assert limit < (store.snapshot_size(second) or 0)
+        assert snapshots.retention_passed(clock.ms) is None
+    finally:
+        await raft.stop()
+
+
+async def test_the_log_a_live_broker_needs_is_held_up_to_4x_a_snapshot_past_the_limit(
+        tmp_path: Path) -> None:
+    """A snapshot larger than metadata.max.retention.bytes (a million partitions' image
+    is, at Kafka's default) raises the bound on the log kept for a broker behind it to
+    HOLD_RETENTION_TIMES that snapshot; a larger limit keeps its own bound."""
+    clock = Clock()
+    reported: list[int | None] = [None]
+    raft, machine = await open_node(tmp_path, NO_TRIGGER, clock, lambda: reported[0])
+    snapshots = machine.snapshots
+    assert snapshots is not None
+    records = history(5, 3000)
+    store = raft.store
+
+    def stored() -> int:
+        return store.size_bytes + sum(store.snapshot_size(each) or 0
+                                      for each in store.snapshot_ids)
+
+    def limited(limit: int) -> SnapshotId | None:
+        snapshots.policy = dataclasses.replace(NO_TRIGGER, retention_bytes=limit)
+        return snapshots.retention_passed(clock.ms)
+
+    try:
+        await append(raft, records[:200])
+        first = await snapshots.write_now()
+        assert first is not None
+        snapshots.policy = dataclasses.replace(NO_TRIGGER, retention_bytes=0)
+        snapshots.apply_retention(clock.ms)  # no broker known: the log below it goes
+        await asyncio.sleep(0.2)
+        assert store.log_start_offset == first.end_offset
+        snapshots.policy = NO_TRIGGER
+        reported[0] = first.end_offset - 1  # a broker past the first only
+        await append(raft, records[200:300])
+        second = await snapshots.write_now()
+        assert second is not None and store.log_start_offset == first.end_offset
+        size = store.snapshot_size(second) or 0
+        assert stored() <= size * HOLD_RETENTION_TIMES
+        assert limited(size // 2) is None  # held: within 4x the snapshot
+        for start in range(300, len(records), 50):
+            await append(raft, records[start:start + 50])
+            if stored() > size * (HOLD_RETENTION_TIMES + 2):
+                break
+        assert stored() > size * (HOLD_RETENTION_TIMES + 2)
+        assert limited(size // 2) == second  # past 4x the snapshot
+        assert limited(stored() // 3) is None  # a larger limit: within 4x of it
+        assert limited(stored() // (HOLD_RETENTION_TIMES + 1)) == second
     finally:
         await raft.stop()
 

@@ -32,7 +32,8 @@ snapshot; deleting the log at every snapshot had sent such brokers to load 300,0
 at once. On the active controller the log a live broker has not applied yet (the lowest
 offset the unfenced brokers report in their heartbeats) is kept past the limit: the log
 goes only below the newest snapshot they have all passed, or below the newest once the
-log and snapshots hold HOLD_RETENTION_TIMES the limit.
+log and snapshots hold HOLD_RETENTION_TIMES the limit (or the newest snapshot's size, if
+larger: a million partitions' image is past the default limit by itself).
 
 Loading (the Raft driver's `SnapshotLoader` hook, called at start-up for the latest local
 snapshot and whenever a snapshot was fetched from the leader): the snapshot's records are
@@ -306,7 +307,12 @@ class MetadataSnapshots:
         to load a whole one instead of the log it lacks: at 1,000,000 partitions a broker
         applying a controlled shutdown fell 700,000 records behind, the log below the
         newest snapshot went, and loading it held the broker's loop 10.6 s, past its
-        session timeout. Kept until the stored bytes reach HOLD_RETENTION_TIMES the limit."""
+        session timeout. Kept until the stored bytes reach HOLD_RETENTION_TIMES the limit,
+        or the newest snapshot if it is larger: at 1,000,000 partitions one snapshot (119 MB)
+        is past the default limit (100 MB) by itself, and two of them with the log between
+        reached 4x the limit while a fence of every partition was applied, sending both
+        brokers to load the snapshot (a loop held 6.8 s each; kill -9 until every partition
+        was led 93.5 s, 48.0 in the run before)."""
         lowest = self._broker_offset()
         if lowest is None or lowest + 1 >= latest.end_offset:
             return latest
@@ -315,7 +321,10 @@ class MetadataSnapshots:
                   if store.log_start_offset < each.end_offset <= lowest + 1]
         if passed:
             return max(passed, key=lambda each: each.end_offset)
-        if 0 <= self.policy.retention_bytes * HOLD_RETENTION_TIMES < stored:
+        limit = self.policy.retention_bytes
+        if limit >= 0:
+            limit = max(limit, store.snapshot_size(latest) or 0)
+        if 0 <= limit * HOLD_RETENTION_TIMES < stored:
             return latest
         return None
 

@@ -333,14 +333,11 @@ class ReplicaFetcher:
         self._dirty[_id_key(state)] = None
         self._wake.set()
 
-    def remove(self, partition: Partition) -> bool:
-        """Stop fetching `partition` (this very Partition); whether it was fetched here."""
+    def remove(self, partition: Partition) -> None:
         state = self.states.get((partition.topic, partition.index))
         if state is not None and state.partition is partition:
             del self.states[(partition.topic, partition.index)]
             self._drop(state)
-            return True
-        return False
 
     def _drop(self, state: FetchState) -> None:
         key = _id_key(state)
@@ -694,10 +691,6 @@ class ReplicaFetcherManager:
         self.broker_epoch = broker_epoch
         self.now_ms = now_ms
         self.fetchers: dict[int, ReplicaFetcher] = {}
-        # the leader whose fetcher fetches each partition: a leadership moving looks at
-        # that fetcher only (looking at every fetcher for each partition, twice per move,
-        # was 5% of a broker's time while a controlled shutdown moved 333,000 leaderships)
-        self._fetched_from: dict[tuple[str, int], int] = {}
         self._closed = False
 
     def follow(self, partition: Partition) -> None:
@@ -717,17 +710,12 @@ class ReplicaFetcherManager:
                 fetcher.run(), name=f"replica-fetcher-{leader_id}")
             self.fetchers[leader_id] = fetcher
         fetcher.add(partition)
-        self._fetched_from[(partition.topic, partition.index)] = leader_id
 
     def unfollow(self, partition: Partition) -> None:
-        key = (partition.topic, partition.index)
-        leader_id = self._fetched_from.get(key, -1)
-        fetcher = self.fetchers.get(leader_id)
-        if fetcher is None or not fetcher.remove(partition):
-            return  # not fetched, or fetched as another Partition object (still followed)
-        del self._fetched_from[key]
-        if not fetcher.states:
-            self._stop(leader_id)
+        for leader_id, fetcher in list(self.fetchers.items()):
+            fetcher.remove(partition)
+            if not fetcher.states:
+                self._stop(leader_id)
 
     def _stop(self, leader_id: int) -> None:
         fetcher = self.fetchers.pop(leader_id)

@@ -491,6 +491,7 @@ async def test_the_log_a_live_broker_needs_is_held_up_to_4x_a_snapshot_past_the_
         size = store.snapshot_size(second) or 0
         assert stored() <= size * HOLD_RETENTION_TIMES
         assert limited(size // 2) is None  # held: within 4x the snapshot
+        assert limited(0) == second  # a limit of 0 holds nothing
         for start in range(300, len(records), 50):
             await append(raft, records[start:start + 50])
             if stored() > size * (HOLD_RETENTION_TIMES + 2):

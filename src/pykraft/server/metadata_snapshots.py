@@ -33,7 +33,8 @@ at once. On the active controller the log a live broker has not applied yet (the
 offset the unfenced brokers report in their heartbeats) is kept past the limit: the log
 goes only below the newest snapshot they have all passed, or below the newest once the
 log and snapshots hold HOLD_RETENTION_TIMES the limit (or the newest snapshot's size, if
-larger: a million partitions' image is past the default limit by itself).
+larger and the limit is not 0: a million partitions' image is past the default limit by
+itself).
 
 Loading (the Raft driver's `SnapshotLoader` hook, called at start-up for the latest local
 snapshot and whenever a snapshot was fetched from the leader): the snapshot's records are
@@ -322,7 +323,7 @@ class MetadataSnapshots:
         if passed:
             return max(passed, key=lambda each: each.end_offset)
         limit = self.policy.retention_bytes
-        if limit >= 0:
+        if limit > 0:  # (0 asks for no log kept below a snapshot: none is held)
             limit = max(limit, store.snapshot_size(latest) or 0)
         if 0 <= limit * HOLD_RETENTION_TIMES < stored:
             return latest

@@ -17,18 +17,15 @@ test_alter_partition_encoding.py checks it against kio's encoding of the same va
 
 from __future__ import annotations
 
-import io
 import struct
 import uuid
 from collections.abc import Iterable, Sequence
 from typing import Final
 
-from kio.serial.writers import write_unsigned_varint
-from kio.static.primitive import uvarint
+from pykraft.protocol.framing import compact_length
 
-__all__ = ["ALTER_PARTITION_V3", "AlterPartitionItem", "by_topic", "encode_alter_partition_v3"]
+__all__ = ["AlterPartitionItem", "by_topic", "encode_alter_partition_v3"]
 
-ALTER_PARTITION_V3: Final = 3
 _HEAD: Final = struct.Struct(">iq")  # BrokerId, BrokerEpoch
 _PARTITION: Final = struct.Struct(">ii")  # PartitionIndex, LeaderEpoch
 _MEMBER: Final = struct.Struct(">iqB")  # BrokerId, BrokerEpoch, no tagged fields
@@ -39,28 +36,20 @@ _NO_TAGS: Final = b"\x00"
 AlterPartitionItem = tuple[int, int, Sequence[tuple[int, int]], int]
 
 
-def _compact_length(count: int) -> bytes:
-    if count < 0x7F:
-        return bytes((count + 1,))
-    out = io.BytesIO()
-    write_unsigned_varint(out, uvarint(count + 1))
-    return out.getvalue()
-
-
 def encode_alter_partition_v3(
     broker_id: int, broker_epoch: int,
     topics: Sequence[tuple[uuid.UUID, Sequence[AlterPartitionItem]]],
 ) -> bytes:
     """The body of an AlterPartition v3 request: per topic id, its partitions' proposals
     (LeaderRecoveryState 0: a leader proposes only ISR changes)."""
-    parts: list[bytes] = [_HEAD.pack(broker_id, broker_epoch), _compact_length(len(topics))]
+    parts: list[bytes] = [_HEAD.pack(broker_id, broker_epoch), compact_length(len(topics))]
     append = parts.append
     for topic_id, items in topics:
         append(topic_id.bytes)
-        append(_compact_length(len(items)))
+        append(compact_length(len(items)))
         for partition, leader_epoch, members, partition_epoch in items:
             append(_PARTITION.pack(partition, leader_epoch))
-            append(_compact_length(len(members)))
+            append(compact_length(len(members)))
             for member in members:
                 append(_MEMBER.pack(member[0], member[1], 0))
             append(_PARTITION_TAIL.pack(0, partition_epoch, 0))

@@ -24,6 +24,8 @@ from typing import Any, Final
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 from kio.serial.readers import read_unsigned_varint
+from kio.serial.writers import write_unsigned_varint
+from kio.static.primitive import uvarint
 
 from pykraft.errors import InvalidRequest
 from pykraft.protocol.bounds import check_lengths
@@ -118,6 +120,16 @@ def _writer(entity_type: type) -> Any:
     if writer is None:
         writer = _WRITERS[entity_type] = entity_writer(entity_type)
     return writer
+
+
+def compact_length(count: int) -> bytes:
+    """A compact array's (or string's) length as a flexible version writes it: count + 1,
+    an unsigned varint (one byte below 127 elements)."""
+    if count < 0x7F:
+        return bytes((count + 1,))
+    out = io.BytesIO()
+    write_unsigned_varint(out, uvarint(count + 1))
+    return out.getvalue()
 
 
 def is_flexible(api_key: int, api_version: int) -> bool:

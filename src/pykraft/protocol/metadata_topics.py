@@ -15,14 +15,12 @@ encoding of the same values.
 from __future__ import annotations
 
 import functools
-import io
 import struct
 import uuid
 from collections.abc import Iterable, Sequence
 from typing import Final
 
-from kio.serial.writers import write_unsigned_varint
-from kio.static.primitive import uvarint
+from pykraft.protocol.framing import compact_length
 
 FIRST_FLEXIBLE: Final = 9
 _INT16_INT32_INT32: Final = struct.Struct(">hii")
@@ -34,13 +32,7 @@ _SHORT: Final = 16  # list lengths packed with the rest of a partition (`_partit
 
 def _length(count: int, flexible: bool) -> bytes:
     """An array's (or string's) length: compact (count + 1, unsigned varint) or int32."""
-    if not flexible:
-        return _INT32.pack(count)
-    if count < 0x7F:
-        return bytes((count + 1,))
-    out = io.BytesIO()  # 127 elements or more: kio's varint writer
-    write_unsigned_varint(out, uvarint(count + 1))
-    return out.getvalue()
+    return compact_length(count) if flexible else _INT32.pack(count)
 
 
 def _int32s(values: Sequence[int], flexible: bool) -> bytes:

@@ -23,7 +23,7 @@ from pykraft.metadata.loader import MetadataLoader
 from pykraft.metadata.records import FeatureLevelRecord, MetadataRecord
 from pykraft.raft.core import CommittedBatch
 from pykraft.raft.driver import RaftNode
-from pykraft.raft.log_store import RaftLogView
+from pykraft.raft.log_store import LogStore, RaftLogView
 from pykraft.raft.messages import SnapshotId
 from pykraft.raft.snapshot import build_snapshot, snapshot_values
 from pykraft.server import metadata_snapshots
@@ -117,6 +117,12 @@ async def append(raft: RaftNode, records: list[MetadataRecord], per_batch: int =
 def history(seed: int, steps: int) -> list[MetadataRecord]:
     """A valid random history (its metadata.version moves at random, as the workload's)."""
     return [FeatureLevelRecord(name=METADATA_VERSION, feature_level=21), *workload(seed, steps)]
+
+
+def stored_bytes(store: LogStore) -> int:
+    """The log and snapshots' bytes, as retention counts them."""
+    return store.size_bytes + sum(store.snapshot_size(each) or 0
+                                  for each in store.snapshot_ids)
 
 
 NO_TRIGGER = SnapshotPolicy(max_bytes_between=1 << 40, max_interval_ms=0)
@@ -427,8 +433,7 @@ async def test_past_retention_the_log_a_live_broker_still_needs_is_kept(
         second = await snapshots.write_now()
         assert first is not None and second is not None
         store = raft.store
-        stored = store.size_bytes + sum(store.snapshot_size(each) or 0
-                                        for each in store.snapshot_ids)
+        stored = stored_bytes(store)
         snapshots.policy = dataclasses.replace(NO_TRIGGER, retention_bytes=stored // 2)
         reported[0] = None  # no broker known (not the active controller): as before
         assert snapshots.retention_passed(clock.ms) == second
@@ -468,8 +473,7 @@ async def test_the_log_a_live_broker_needs_is_held_up_to_4x_a_snapshot_past_the_
     store = raft.store
 
     def stored() -> int:
-        return store.size_bytes + sum(store.snapshot_size(each) or 0
-                                      for each in store.snapshot_ids)
+        return stored_bytes(store)
 
     def limited(limit: int) -> SnapshotId | None:
         snapshots.policy = dataclasses.replace(NO_TRIGGER, retention_bytes=limit)
